@@ -1,0 +1,107 @@
+"""Settings shared by the handler, the query module and the scripts.
+
+Every setting has a documented default and may be overridden by an environment
+variable (the Lambda function's environment, set by the CDK stack from context).
+A bad value fails fast with the variable's name, at cold start, rather than
+miscounting later.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
+
+# Lambda keeps a DynamoDB stream record for 24 hours; a retried invocation can
+# arrive that much later than the record did.
+STREAM_RETENTION_MS = DAY_MS
+
+ENV_COUNTS_TABLE = "COUNTS_TABLE"
+ENV_EVENTS_TABLE = "EVENTS_TABLE"
+ENV_COUNTER_ATTRIBUTE = "TALLY_COUNTER_ATTRIBUTE"
+ENV_TIME_ATTRIBUTE = "TALLY_TIME_ATTRIBUTE"
+ENV_VALUE_ATTRIBUTE = "TALLY_VALUE_ATTRIBUTE"
+ENV_MINUTE_RETENTION_HOURS = "TALLY_MINUTE_RETENTION_HOURS"
+ENV_HOUR_RETENTION_DAYS = "TALLY_HOUR_RETENTION_DAYS"
+ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
+
+
+class SettingsError(ValueError):
+    """A setting has a value tally cannot work with."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Attribute names, retentions and the clock-skew allowance.
+
+    minute_retention_ms must exceed the stream retention (a retry can commit a
+    day after arrival) plus the longest minute-precision window a query reads.
+    """
+
+    counts_table: str = "tally-counts"
+    events_table: str = "tally-events"
+    counter_attribute: str = "counter"
+    time_attribute: str = "ts"
+    value_attribute: str = "value"
+    minute_retention_ms: int = 48 * HOUR_MS
+    hour_retention_ms: int = 90 * DAY_MS
+    max_clock_skew_ms: int = 5 * MINUTE_MS
+
+    def __post_init__(self) -> None:
+        for name in ("counter_attribute", "time_attribute", "value_attribute"):
+            if not getattr(self, name):
+                raise SettingsError(f"{name} must not be empty")
+        if len({self.counter_attribute, self.time_attribute, self.value_attribute}) != 3:
+            raise SettingsError("counter, time and value attributes must have distinct names")
+        if self.minute_retention_ms <= STREAM_RETENTION_MS + HOUR_MS:
+            raise SettingsError(
+                "minute retention must exceed 25 hours: a retried invocation may commit "
+                "a day after its records arrived"
+            )
+        if self.hour_retention_ms < self.minute_retention_ms:
+            raise SettingsError("hour retention must be at least the minute retention")
+        if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
+            raise SettingsError("max clock skew must be between 0 and 3600 seconds")
+
+    @property
+    def max_event_age_ms(self) -> int:
+        """How far before its arrival an event may be stamped and still be counted.
+
+        Its minute bucket must still be alive when the last possible retry commits
+        it (arrival + stream retention), with an hour to spare; otherwise the
+        minute item could expire before the write and the hour would outgrow the
+        sum of its minutes.
+        """
+        return self.minute_retention_ms - STREAM_RETENTION_MS - HOUR_MS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        defaults = cls()
+        return cls(
+            counts_table=env.get(ENV_COUNTS_TABLE, defaults.counts_table),
+            events_table=env.get(ENV_EVENTS_TABLE, defaults.events_table),
+            counter_attribute=env.get(ENV_COUNTER_ATTRIBUTE, defaults.counter_attribute),
+            time_attribute=env.get(ENV_TIME_ATTRIBUTE, defaults.time_attribute),
+            value_attribute=env.get(ENV_VALUE_ATTRIBUTE, defaults.value_attribute),
+            minute_retention_ms=_whole(env, ENV_MINUTE_RETENTION_HOURS, defaults.minute_retention_ms, HOUR_MS),
+            hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
+            max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
+        )
+
+
+def _whole(env: Mapping[str, str], name: str, default_ms: int, unit_ms: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default_ms
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise SettingsError(f"{name} must not be negative, got {value}")
+    return value * unit_ms

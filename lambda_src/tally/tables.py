@@ -1,0 +1,56 @@
+"""The two tables, described once.
+
+The CDK stack and the local pipeline both build their tables from these
+descriptions, so a key name or the TTL attribute cannot drift between the
+deployed system and the one the tests run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """Key schema (string keys only), TTL attribute and stream view of one table."""
+
+    partition_key: str
+    sort_key: str | None = None
+    ttl_attribute: str | None = None
+    stream_view: str | None = None
+
+    def create_table_request(self, table_name: str) -> dict[str, Any]:
+        """Keyword arguments for DynamoDB's CreateTable (on-demand billing)."""
+        keys = [(self.partition_key, "HASH")]
+        if self.sort_key:
+            keys.append((self.sort_key, "RANGE"))
+        request: dict[str, Any] = {
+            "TableName": table_name,
+            "BillingMode": "PAY_PER_REQUEST",
+            "KeySchema": [{"AttributeName": name, "KeyType": kind} for name, kind in keys],
+            "AttributeDefinitions": [{"AttributeName": name, "AttributeType": "S"} for name, _ in keys],
+        }
+        if self.stream_view:
+            request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": self.stream_view}
+        return request
+
+    def ttl_request(self, table_name: str) -> dict[str, Any] | None:
+        """Keyword arguments for UpdateTimeToLive, or None when the table has no TTL."""
+        if not self.ttl_attribute:
+            return None
+        return {
+            "TableName": table_name,
+            "TimeToLiveSpecification": {"Enabled": True, "AttributeName": self.ttl_attribute},
+        }
+
+
+# Raw events: written by producers, read only through the stream (INSERTs count).
+EVENTS_TABLE = TableDescription(partition_key="id", stream_view="NEW_IMAGE")
+
+# Buckets: pk = counter name, sk = "H#YYYY-MM-DDTHH" or "M#YYYY-MM-DDTHH:MM".
+COUNTS_TABLE = TableDescription(partition_key="pk", sort_key="sk", ttl_attribute="ttl")
+
+# Attribute names inside counts items.
+COUNT_ATTRIBUTE = "count"
+TTL_ATTRIBUTE = "ttl"

@@ -1,0 +1,55 @@
+import pytest
+
+from tally.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+
+
+def test_defaults_are_documented_values():
+    settings = Settings.from_env({})
+    assert settings.counter_attribute == "counter"
+    assert settings.time_attribute == "ts"
+    assert settings.value_attribute == "value"
+    assert settings.minute_retention_ms == 48 * HOUR_MS
+    assert settings.hour_retention_ms == 90 * DAY_MS
+    assert settings.max_clock_skew_ms == 300_000
+
+
+def test_environment_overrides_every_setting():
+    settings = Settings.from_env(
+        {
+            "COUNTS_TABLE": "c",
+            "EVENTS_TABLE": "e",
+            "TALLY_COUNTER_ATTRIBUTE": "kind",
+            "TALLY_TIME_ATTRIBUTE": "at",
+            "TALLY_VALUE_ATTRIBUTE": "amount",
+            "TALLY_MINUTE_RETENTION_HOURS": "72",
+            "TALLY_HOUR_RETENTION_DAYS": "400",
+            "TALLY_MAX_CLOCK_SKEW_SECONDS": "60",
+        }
+    )
+    assert (settings.counts_table, settings.events_table) == ("c", "e")
+    assert (settings.counter_attribute, settings.time_attribute, settings.value_attribute) == ("kind", "at", "amount")
+    assert settings.minute_retention_ms == 72 * HOUR_MS
+    assert settings.hour_retention_ms == 400 * DAY_MS
+    assert settings.max_clock_skew_ms == 60_000
+
+
+def test_events_older_than_23_hours_at_arrival_cannot_be_counted_by_default():
+    # 48 h minute retention - 24 h stream retention - 1 h margin.
+    assert Settings().max_event_age_ms == 23 * HOUR_MS
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TALLY_MINUTE_RETENTION_HOURS": "two"}, "TALLY_MINUTE_RETENTION_HOURS must be a whole number"),
+        ({"TALLY_MINUTE_RETENTION_HOURS": "-1"}, "must not be negative"),
+        ({"TALLY_MINUTE_RETENTION_HOURS": "24"}, "minute retention must exceed 25 hours"),
+        ({"TALLY_HOUR_RETENTION_DAYS": "1"}, "hour retention must be at least"),
+        ({"TALLY_MAX_CLOCK_SKEW_SECONDS": "7200"}, "max clock skew"),
+        ({"TALLY_TIME_ATTRIBUTE": "counter"}, "distinct names"),
+        ({"TALLY_COUNTER_ATTRIBUTE": ""}, "counter_attribute must not be empty"),
+    ],
+)
+def test_bad_settings_fail_fast_with_the_variable_named(env, message):
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
