@@ -1,0 +1,153 @@
+"""Bucket math: UTC integer arithmetic on epoch milliseconds, no I/O.
+
+A minute bucket is identified by its minute number (ms // 60_000), an hour
+bucket by its hour number (ms // 3_600_000). Sort keys are fixed-width so that
+lexicographic order is time order within a counter's item collection.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from enum import Enum
+
+from tally.settings import HOUR_MS, MINUTE_MS, Settings
+
+MINUTES_PER_HOUR = 60
+
+# Year 10000 does not fit the fixed-width keys; refuse anything at or after it.
+MAX_EPOCH_MS = 253_402_300_800_000
+
+
+class Granularity(str, Enum):
+    MINUTE = "M"
+    HOUR = "H"
+
+    @property
+    def length_ms(self) -> int:
+        return MINUTE_MS if self is Granularity.MINUTE else HOUR_MS
+
+
+@dataclass(frozen=True, order=True)
+class Bucket:
+    """One bucket of one granularity: ``index`` is minutes or hours since the epoch."""
+
+    granularity: Granularity
+    index: int
+
+    @property
+    def start_ms(self) -> int:
+        return self.index * self.granularity.length_ms
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.granularity.length_ms
+
+    @property
+    def sort_key(self) -> str:
+        moment = datetime.fromtimestamp(self.start_ms / 1000, UTC)
+        if self.granularity is Granularity.MINUTE:
+            return moment.strftime("M#%Y-%m-%dT%H:%M")
+        return moment.strftime("H#%Y-%m-%dT%H")
+
+    @property
+    def hour_index(self) -> int:
+        """The hour this bucket lies in (itself, for an hour bucket)."""
+        if self.granularity is Granularity.HOUR:
+            return self.index
+        return self.index // MINUTES_PER_HOUR
+
+    def ttl_seconds(self, settings: Settings) -> int:
+        """Expiry (epoch seconds): bucket end plus the retention of its granularity."""
+        retention = settings.minute_retention_ms if self.granularity is Granularity.MINUTE else settings.hour_retention_ms
+        return (self.end_ms + retention) // 1000
+
+    @classmethod
+    def of_minute(cls, index: int) -> Bucket:
+        return cls(Granularity.MINUTE, index)
+
+    @classmethod
+    def of_hour(cls, index: int) -> Bucket:
+        return cls(Granularity.HOUR, index)
+
+    @classmethod
+    def from_sort_key(cls, sort_key: str) -> Bucket:
+        """Inverse of ``sort_key``; raises ValueError for anything else."""
+        if sort_key.startswith("M#") and len(sort_key) == 18:
+            moment = datetime.strptime(sort_key[2:], "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
+            return cls.of_minute(_epoch_ms(moment) // MINUTE_MS)
+        if sort_key.startswith("H#") and len(sort_key) == 15:
+            moment = datetime.strptime(sort_key[2:], "%Y-%m-%dT%H").replace(tzinfo=UTC)
+            return cls.of_hour(_epoch_ms(moment) // HOUR_MS)
+        raise ValueError(f"not a bucket sort key: {sort_key!r}")
+
+
+def buckets_of(event_ms: int) -> tuple[Bucket, Bucket]:
+    """The minute and hour buckets an event at ``event_ms`` counts in."""
+    return Bucket.of_minute(event_ms // MINUTE_MS), Bucket.of_hour(event_ms // HOUR_MS)
+
+
+class InvalidTime(ValueError):
+    """An event time that is not a usable instant."""
+
+
+def parse_event_time(value: object) -> int:
+    """Epoch milliseconds from an event-time attribute value.
+
+    Accepted: a number of epoch milliseconds (fractions are floored), or an
+    ISO-8601 string with a UTC offset (``Z`` or ``+hh:mm``). A string without an
+    offset is refused: guessing its zone would miscount silently.
+    """
+    if isinstance(value, bool):
+        raise InvalidTime("a boolean is not a time")
+    if isinstance(value, Decimal | int | float):
+        return _from_number(value)
+    if isinstance(value, str):
+        return _from_iso(value)
+    raise InvalidTime(f"unsupported type {type(value).__name__}")
+
+
+def _from_number(value: Decimal | int | float) -> int:
+    try:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidTime("not a finite number")
+        number = Decimal(value)
+        if not number.is_finite():
+            raise InvalidTime("not a finite number")
+        ms = int(number.to_integral_value(rounding="ROUND_FLOOR"))
+    except (InvalidOperation, OverflowError, ValueError) as error:
+        raise InvalidTime(f"not a number of milliseconds: {error}") from None
+    return _in_range(ms)
+
+
+def _from_iso(text: str) -> int:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidTime(f"not an ISO-8601 time: {text[:64]!r}") from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidTime(f"ISO-8601 time without a UTC offset: {text[:64]!r}")
+    try:
+        return _in_range(_epoch_ms(moment))
+    except OverflowError:
+        raise InvalidTime(f"time out of range: {text[:64]!r}") from None
+
+
+def _in_range(ms: int) -> int:
+    if ms < 0:
+        raise InvalidTime("before the epoch")
+    if ms >= MAX_EPOCH_MS:
+        raise InvalidTime("after the year 9999")
+    return ms
+
+
+def _epoch_ms(moment: datetime) -> int:
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def iso_minute(ms: int) -> str:
+    """``YYYY-MM-DDTHH:MMZ`` for display."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")

@@ -1,0 +1,103 @@
+"""Segment -> one TransactWriteItems request, and what its cancellation means. No I/O.
+
+The transaction puts a marker item under a key derived from the segment's
+source and first record (condition: it must not exist yet) and adds every
+delta to its bucket. Either all of it happens once, or none of it: a retried
+segment finds its marker and is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any
+
+from boto3.dynamodb.types import TypeSerializer
+
+from tally.segments import Segment
+from tally.settings import DAY_MS, STREAM_RETENTION_MS, Settings
+from tally.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
+
+MARKER_PREFIX = "#segment#"
+# Markers must outlive every retry of their records (stream retention), with a day to spare.
+MARKER_LIFETIME_MS = STREAM_RETENTION_MS + DAY_MS
+
+_serializer = TypeSerializer()
+
+_RETRYABLE_REASONS = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+)
+
+
+class Outcome(str, Enum):
+    DUPLICATE = "duplicate"  # the marker exists: this segment was committed before
+    RETRY = "retry"  # conflict or throttling: try again after a pause
+    FAIL = "fail"  # anything else: must not be mistaken for either
+
+
+def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
+    """A short, stable name for the stream shard a segment came from."""
+    text = f"{event_source_arn or ''}|{shard_id or ''}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def marker_key(segment: Segment, source: str) -> dict[str, str]:
+    """Sequence numbers are unique within a stream; the source tells streams apart."""
+    return {COUNTS_TABLE.partition_key: MARKER_PREFIX + segment.first_sequence, COUNTS_TABLE.sort_key: source}
+
+
+def transact_items(segment: Segment, table_name: str, source: str, settings: Settings) -> list[dict[str, Any]]:
+    """The TransactItems of a segment's commit, marker first (its index is 0 in CancellationReasons)."""
+    marker = {
+        **marker_key(segment, source),
+        "records": segment.records,
+        "last": segment.last_sequence,
+        TTL_ATTRIBUTE: (segment.first_arrival_ms + MARKER_LIFETIME_MS) // 1000,
+    }
+    items: list[dict[str, Any]] = [
+        {
+            "Put": {
+                "TableName": table_name,
+                "Item": _serialize(marker),
+                "ConditionExpression": "attribute_not_exists(#pk)",
+                "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key},
+            }
+        }
+    ]
+    for (counter, bucket), delta in sorted(segment.deltas.items(), key=lambda item: (item[0][0], item[0][1].sort_key)):
+        key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: bucket.sort_key}
+        items.append(
+            {
+                "Update": {
+                    "TableName": table_name,
+                    "Key": _serialize(key),
+                    "UpdateExpression": "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)",
+                    "ExpressionAttributeNames": {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE},
+                    "ExpressionAttributeValues": _serialize({":delta": delta, ":ttl": bucket.ttl_seconds(settings)}),
+                }
+            }
+        )
+    return items
+
+
+def classify_cancellation(reasons: Sequence[dict[str, Any]]) -> Outcome:
+    """Read CancellationReasons (one per item, marker first).
+
+    A duplicate is exactly: the marker's condition failed and nothing else went
+    wrong. A conditional failure anywhere else, or a validation error, is a real
+    failure; conflicts and throttling are worth another try.
+    """
+    codes = [(reason or {}).get("Code", "None") for reason in reasons]
+    if not codes:
+        return Outcome.FAIL
+    if any(code in _RETRYABLE_REASONS for code in codes):
+        return Outcome.RETRY
+    marker, buckets = codes[0], codes[1:]
+    if marker == "ConditionalCheckFailed" and all(code == "None" for code in buckets):
+        return Outcome.DUPLICATE
+    return Outcome.FAIL
+
+
+def _serialize(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: _serializer.serialize(value) for name, value in values.items()}

@@ -1,0 +1,83 @@
+"""The Lambda entry point: wires boto3, Powertools logs and metrics to ``invocation.process``.
+
+Environment: COUNTS_TABLE and the TALLY_* settings (see settings.py);
+POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE name the logs and
+metrics (defaults: ``tally`` and ``Tally``).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.config import Config
+
+from tally.dynamo import CountsTable
+from tally.invocation import Summary, process
+from tally.settings import Settings
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tally")
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tally")
+# Rejected records are logged one by one up to this many per invocation, then summarized.
+MAX_LOGGED_REJECTIONS = 20
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
+
+
+@cache
+def counts_table() -> CountsTable:
+    """Created once per execution environment, at the first invocation."""
+    settings = Settings.from_env()
+    client = boto3.client("dynamodb", config=Config(retries={"mode": "standard"}))
+    return CountsTable(client, settings.counts_table, settings)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    table = counts_table()
+    response, summary = process(event, table.commit, table.settings)
+    _log(summary, event)
+    _publish(summary)
+    return response
+
+
+def _log(summary: Summary, event: dict[str, Any]) -> None:
+    for rejection in summary.rejections[:MAX_LOGGED_REJECTIONS]:
+        logger.warning(
+            "record rejected",
+            extra={"reason": rejection.reason.value, "detail": rejection.detail, "sequence": rejection.sequence},
+        )
+    logger.info(
+        "invocation done",
+        extra={
+            **summary.as_log_fields(),
+            "shard": event.get("shardId"),
+            "window": event.get("window"),
+            "final": event.get("isFinalInvokeForWindow"),
+        },
+    )
+
+
+def _publish(summary: Summary) -> None:
+    metrics.add_metric(name="RecordsCounted", unit=MetricUnit.Count, value=summary.counted)
+    metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count, value=summary.skipped)
+    metrics.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=summary.rejected_total)
+    metrics.add_metric(name="SegmentsCommitted", unit=MetricUnit.Count, value=summary.segments_committed)
+    metrics.add_metric(name="DuplicateSegments", unit=MetricUnit.Count, value=summary.duplicate_segments)
+    metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
+    for reason, count in summary.rejected.items():
+        with single_metric(
+            name="RecordsRejected",
+            unit=MetricUnit.Count,
+            value=count,
+            namespace=NAMESPACE,
+            default_dimensions={"service": SERVICE},
+        ) as metric:
+            metric.add_dimension(name="reason", value=reason.value)

@@ -1,0 +1,119 @@
+"""One Lambda invocation's work: parse records, fold segments, commit them, carry state.
+
+Pure apart from the ``commit`` callable it is given, so the same code runs in
+Lambda, in the local stream runner, and in tests with injected faults.
+
+Two modes, chosen by the event source mapping:
+- tumbling window (the event has ``window``/``isFinalInvokeForWindow``): the
+  open segment travels in ``state`` and is committed by the final invocation
+  of the window, or earlier when it is full;
+- no window: every invocation commits all of its segments before returning.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tally.commit import source_id
+from tally.dynamo import CommitResult
+from tally.records import CounterEvent, Reason, Rejection, parse_record
+from tally.segments import Segment, SegmentFolder
+from tally.settings import Settings
+
+Commit = Callable[[Segment, str], CommitResult]
+
+
+@dataclass
+class Summary:
+    """What an invocation did, for the log line and the metrics."""
+
+    records: int = 0
+    counted: int = 0
+    skipped: int = 0
+    rejected: Counter[Reason] = field(default_factory=Counter)
+    segments_committed: int = 0
+    duplicate_segments: int = 0
+    commit_retries: int = 0
+    rejections: list[Rejection] = field(default_factory=list)
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+    def as_log_fields(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "counted": self.counted,
+            "skipped": self.skipped,
+            "rejected": self.rejected_total,
+            "rejected_by_reason": {reason.value: n for reason, n in sorted(self.rejected.items())},
+            "segments_committed": self.segments_committed,
+            "duplicate_segments": self.duplicate_segments,
+            "commit_retries": self.commit_retries,
+        }
+
+
+def is_windowed(event: Mapping[str, Any]) -> bool:
+    return "window" in event or "isFinalInvokeForWindow" in event
+
+
+def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tuple[dict[str, Any], Summary]:
+    """Handle one stream event; return the Lambda response and a summary.
+
+    Raises whatever ``commit`` raises: Lambda then retries the same batch with
+    the same input state, and already-committed segments are skipped.
+    """
+    summary = Summary()
+    records = event.get("Records") or []
+    windowed = is_windowed(event)
+    state = event.get("state") or {}
+    folder = SegmentFolder(Segment.from_state(state["segment"]) if windowed and "segment" in state else None)
+    source = source_id(_stream_arn(event, records), event.get("shardId"))
+
+    outcomes = [parse_record(record, settings) for record in records]
+    for outcome in outcomes:
+        _tally(summary, outcome)
+
+    for segment in folder.fold(outcomes):
+        _commit(segment, source, commit, summary)
+    if not windowed or event.get("isFinalInvokeForWindow"):
+        last = folder.close()
+        if last is not None:
+            _commit(last, source, commit, summary)
+    if not windowed:
+        return {}, summary
+    return {"state": {"segment": folder.open.to_state()} if folder.open else {}}, summary
+
+
+def _tally(summary: Summary, outcome: CounterEvent | Rejection) -> None:
+    summary.records += 1
+    if isinstance(outcome, CounterEvent):
+        summary.counted += 1
+    elif outcome.reason.is_rejection:
+        summary.rejected[outcome.reason] += 1
+        summary.rejections.append(outcome)
+    else:
+        summary.skipped += 1
+
+
+def _commit(segment: Segment, source: str, commit: Commit, summary: Summary) -> None:
+    result = commit(segment, source)
+    summary.commit_retries += result.retries
+    if result.duplicate:
+        summary.duplicate_segments += 1
+    else:
+        summary.segments_committed += 1
+
+
+def _stream_arn(event: Mapping[str, Any], records: list[Any]) -> str | None:
+    """The stream's ARN: on the event in window mode, on every record otherwise."""
+    arn = event.get("eventSourceARN")
+    if arn:
+        return str(arn)
+    for record in records:
+        if isinstance(record, Mapping) and record.get("eventSourceARN"):
+            return str(record["eventSourceARN"])
+    return None

@@ -1,0 +1,165 @@
+"""Stream record -> counter event, or a rejection with its reason. No I/O.
+
+Parsing must be deterministic for a given record: a retried invocation has to
+rebuild exactly the same segments, so the acceptance checks measure an event's
+time against the record's own arrival time (``ApproximateCreationDateTime``),
+never against the clock of whichever invocation happens to read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer
+
+from tally.buckets import InvalidTime, parse_event_time
+from tally.settings import Settings
+
+MAX_COUNTER_LENGTH = 255
+RESERVED_PREFIX = "#"
+
+_deserializer = TypeDeserializer()
+
+
+class Reason(str, Enum):
+    """Why a record is not counted. NOT_INSERT is routine; the rest are rejections."""
+
+    NOT_INSERT = "not_insert"
+    MALFORMED_RECORD = "malformed_record"
+    MISSING_IMAGE = "missing_image"
+    MISSING_COUNTER = "missing_counter"
+    INVALID_COUNTER = "invalid_counter"
+    MISSING_TIME = "missing_time"
+    INVALID_TIME = "invalid_time"
+    FUTURE_TIME = "future_time"
+    LATE_EVENT = "late_event"
+
+    @property
+    def is_rejection(self) -> bool:
+        return self is not Reason.NOT_INSERT
+
+
+@dataclass(frozen=True)
+class CounterEvent:
+    """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``."""
+
+    counter: str
+    event_ms: int
+    sequence: str
+    arrival_ms: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A record that is not counted. ``sequence`` and ``arrival_ms`` are None when unreadable."""
+
+    reason: Reason
+    detail: str
+    sequence: str | None = None
+    arrival_ms: int | None = None
+
+
+class InvalidCounter(ValueError):
+    """A counter name tally will not store."""
+
+
+def validate_counter(name: object) -> str:
+    """Return ``name`` if it can be a counter; raise InvalidCounter saying why.
+
+    Names starting with '#' are reserved for bookkeeping items (segment markers,
+    rejection counters), so no event can write into them.
+    """
+    if not isinstance(name, str):
+        raise InvalidCounter(f"counter must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidCounter("counter is empty")
+    if len(name) > MAX_COUNTER_LENGTH:
+        raise InvalidCounter(f"counter longer than {MAX_COUNTER_LENGTH} characters")
+    if name.startswith(RESERVED_PREFIX):
+        raise InvalidCounter(f"counter starts with reserved {RESERVED_PREFIX!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidCounter("counter is not valid UTF-8") from None
+    return name
+
+
+def parse_record(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Rejection:
+    """Classify one Lambda-format DynamoDB stream record. Never raises."""
+    try:
+        return _parse(record, settings)
+    except Exception as error:  # a poison record must never block the shard
+        return Rejection(Reason.MALFORMED_RECORD, f"unreadable record: {type(error).__name__}: {error}"[:300])
+
+
+def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Rejection:
+    if not isinstance(record, Mapping) or not isinstance(record.get("dynamodb"), Mapping):
+        return Rejection(Reason.MALFORMED_RECORD, "record has no 'dynamodb' section")
+    stream = record["dynamodb"]
+    sequence = stream.get("SequenceNumber")
+    arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
+    if not isinstance(sequence, str) or not sequence or arrival_ms is None:
+        return Rejection(Reason.MALFORMED_RECORD, "record lacks SequenceNumber or ApproximateCreationDateTime")
+
+    def reject(reason: Reason, detail: str) -> Rejection:
+        return Rejection(reason, detail, sequence, arrival_ms)
+
+    if record.get("eventName") != "INSERT":
+        return reject(Reason.NOT_INSERT, f"eventName {str(record.get('eventName'))[:32]}")
+    image = stream.get("NewImage")
+    if not isinstance(image, Mapping):
+        return reject(Reason.MISSING_IMAGE, "INSERT without NewImage (stream view must include NEW_IMAGE)")
+
+    raw_counter = image.get(settings.counter_attribute)
+    if raw_counter is None:
+        return reject(Reason.MISSING_COUNTER, f"no attribute {settings.counter_attribute!r}")
+    try:
+        counter = validate_counter(_deserialize(raw_counter))
+    except (InvalidCounter, ValueError) as error:
+        return reject(Reason.INVALID_COUNTER, str(error))
+
+    raw_time = image.get(settings.time_attribute)
+    if raw_time is None:
+        return reject(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}")
+    try:
+        event_ms = parse_event_time(_deserialize(raw_time))
+    except (InvalidTime, ValueError) as error:
+        return reject(Reason.INVALID_TIME, str(error))
+
+    if event_ms > arrival_ms + settings.max_clock_skew_ms:
+        return reject(Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival")
+    if arrival_ms - event_ms > settings.max_event_age_ms:
+        return reject(Reason.LATE_EVENT, f"{arrival_ms - event_ms} ms before arrival")
+    return CounterEvent(counter, event_ms, sequence, arrival_ms)
+
+
+def _deserialize(attribute_value: Any) -> Any:
+    """boto3's own DynamoDB JSON decoding; malformed values become ValueError."""
+    if not isinstance(attribute_value, Mapping) or len(attribute_value) != 1:
+        raise ValueError("not a DynamoDB attribute value")
+    try:
+        return _deserializer.deserialize(dict(attribute_value))
+    except Exception as error:
+        raise ValueError(f"undecodable attribute value: {type(error).__name__}") from None
+
+
+def arrival_of(approximate_creation: Any) -> int | None:
+    """Epoch ms of a record's ApproximateCreationDateTime (Lambda: epoch seconds; boto3: datetime)."""
+    if isinstance(approximate_creation, datetime):
+        if approximate_creation.tzinfo is None:
+            return None
+        return int(approximate_creation.timestamp() * 1000)
+    if isinstance(approximate_creation, bool) or not isinstance(approximate_creation, int | float | Decimal):
+        return None
+    try:
+        seconds = Decimal(str(approximate_creation))
+    except ArithmeticError:
+        return None
+    if not seconds.is_finite() or seconds < 0:
+        return None
+    return int(seconds * 1000)

@@ -1,0 +1,68 @@
+"""Shared fixtures: moto's in-process DynamoDB with both tally tables."""
+
+from __future__ import annotations
+
+import os
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tally.dynamo import CountsTable, create_tables
+from tally.retry import Backoff
+from tally.settings import Settings
+
+EVENTS = "tally-events"
+COUNTS = "tally-counts"
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch):
+    """Dummy credentials and a region, so nothing can reach a real account."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+        "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+        "POWERTOOLS_SERVICE_NAME": "tally",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(counts_table=COUNTS, events_table=EVENTS)
+
+
+@pytest.fixture
+def dynamodb(aws_environment):
+    """A low-level DynamoDB client on moto with both tables created."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        yield client
+
+
+def no_sleep_backoff(attempts: int = 8) -> Backoff:
+    return Backoff(attempts=attempts, sleep=lambda _seconds: None)
+
+
+@pytest.fixture
+def counts_table(dynamodb, settings) -> CountsTable:
+    return CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+
+
+def read_counts(client, counter: str) -> dict[str, int]:
+    """Every bucket of one counter, straight from the table."""
+    items = client.query(
+        TableName=COUNTS,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": counter}},
+        ConsistentRead=True,
+    )["Items"]
+    return {item["sk"]["S"]: int(item["count"]["N"]) for item in items}

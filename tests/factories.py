@@ -1,0 +1,101 @@
+"""Event factories: DynamoDB stream records and Lambda events shaped exactly as Lambda delivers them."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from boto3.dynamodb.types import TypeSerializer
+
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
+SHARD_ID = "shardId-00000001700000000000-aaaaaaaa"
+
+_serializer = TypeSerializer()
+_sequence = itertools.count(100_000_000_000_000_000_000)
+
+
+def next_sequence() -> str:
+    return str(next(_sequence))
+
+
+def image(**attributes: Any) -> dict[str, Any]:
+    """A NewImage in DynamoDB JSON, via boto3's own serializer."""
+    return {name: _serializer.serialize(value) for name, value in attributes.items()}
+
+
+def stream_record(
+    new_image: dict[str, Any] | None = None,
+    *,
+    event_name: str = "INSERT",
+    arrival_s: float = 1_795_000_000.0,
+    sequence: str | None = None,
+    keys: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One record of a DynamoDB stream as Lambda hands it to the function."""
+    dynamodb: dict[str, Any] = {
+        "ApproximateCreationDateTime": arrival_s,
+        "Keys": keys or {"id": {"S": sequence or "k"}},
+        "SequenceNumber": sequence or next_sequence(),
+        "SizeBytes": 64,
+        "StreamViewType": "NEW_IMAGE",
+    }
+    if new_image is not None:
+        dynamodb["NewImage"] = new_image
+    return {
+        "eventID": "0f0e0d0c0b0a09080706050403020100",
+        "eventName": event_name,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": dynamodb,
+        "eventSourceARN": STREAM_ARN,
+    }
+
+
+def counter_record(counter: str, ts: Any, *, arrival_s: float | None = None, **kwargs: Any) -> dict[str, Any]:
+    """An INSERT of an event item; arrival defaults to the event time (epoch ms given) itself."""
+    if arrival_s is None:
+        arrival_s = (ts / 1000) if isinstance(ts, int | float) else 1_795_000_000.0
+    return stream_record(image(id=f"e-{next_sequence()}", counter=counter, ts=ts), arrival_s=arrival_s, **kwargs)
+
+
+def plain_event(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """An invocation without a tumbling window."""
+    return {"Records": records}
+
+
+def window_event(
+    records: list[dict[str, Any]],
+    *,
+    state: dict[str, Any] | None = None,
+    final: bool = False,
+    start: str = "2026-11-22T10:00:00Z",
+    end: str = "2026-11-22T10:01:00Z",
+    shard_id: str = SHARD_ID,
+) -> dict[str, Any]:
+    """An invocation of a tumbling window, as Lambda sends it."""
+    return {
+        "Records": records,
+        "window": {"start": start, "end": end},
+        "state": state or {},
+        "shardId": shard_id,
+        "eventSourceARN": STREAM_ARN,
+        "isFinalInvokeForWindow": final,
+        "isWindowTerminatedEarly": False,
+    }
+
+
+class LambdaContext:
+    """The attributes Powertools reads from Lambda's context object."""
+
+    function_name = "tally-stream-handler"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:tally-stream-handler"
+    memory_limit_in_mb = 256
+    aws_request_id = "00000000-0000-0000-0000-000000000000"
+    log_group_name = "/aws/lambda/tally-stream-handler"
+    log_stream_name = "local"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 60_000
