@@ -1,0 +1,163 @@
+"""Stack settings read from CDK context (`cdk.json` or `-c key=value`).
+
+Every key has a default here, so `App(context=...)` in tests and a bare
+`cdk synth` agree; `cdk.json` repeats the defaults so they are visible where
+operators look. Values arrive as JSON values from `cdk.json` and as strings
+from the command line, so integers are accepted in both forms. A bad value
+fails the synth with the key's name instead of deploying a stack that
+miscounts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tally.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+
+DEFAULT_CONTEXT: dict[str, Any] = {
+    "stackName": "Tally",
+    "tumblingWindowSeconds": 60,
+    "batchSize": 1000,
+    "maxBatchingWindowSeconds": 10,
+    "counterAttribute": "counter",
+    "timeAttribute": "ts",
+    "valueAttribute": "value",
+    "minuteRetentionHours": 48,
+    "hourRetentionDays": 90,
+    "maxClockSkewSeconds": 300,
+    "eventsTableRemovalPolicy": "retain",
+    "countsTableRemovalPolicy": "destroy",
+    "powertoolsLayerVersion": 27,
+    "alarmTopicArn": "",
+}
+
+REMOVAL_POLICIES = ("retain", "destroy")
+STACK_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
+
+# Lambda's limits for a DynamoDB Streams event source mapping.
+MAX_TUMBLING_WINDOW_SECONDS = 900
+MAX_BATCH_SIZE = 10_000
+MAX_BATCHING_WINDOW_SECONDS = 300
+
+
+class ContextError(ValueError):
+    """A CDK context value the stack cannot be built from."""
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """Everything about the stack that an operator may tune."""
+
+    tumbling_window_seconds: int
+    batch_size: int
+    max_batching_window_seconds: int
+    events_table_removal_policy: str
+    counts_table_removal_policy: str
+    powertools_layer_version: int
+    alarm_topic_arn: str
+    handler_settings: Settings
+
+    @classmethod
+    def from_context(cls, lookup: Callable[[str], Any]) -> StackSettings:
+        """Read and validate every key; `lookup` is `node.try_get_context`."""
+        reader = _ContextReader(lookup)
+        minute_retention_hours = reader.integer("minuteRetentionHours", minimum=1)
+        hour_retention_days = reader.integer("hourRetentionDays", minimum=1)
+        max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
+        try:
+            handler_settings = Settings(
+                counter_attribute=reader.text("counterAttribute"),
+                time_attribute=reader.text("timeAttribute"),
+                value_attribute=reader.text("valueAttribute"),
+                minute_retention_ms=minute_retention_hours * HOUR_MS,
+                hour_retention_ms=hour_retention_days * DAY_MS,
+                max_clock_skew_ms=max_clock_skew_seconds * 1000,
+            )
+        except SettingsError as error:
+            raise ContextError(f"invalid handler settings in CDK context: {error}") from None
+        return cls(
+            tumbling_window_seconds=reader.integer(
+                "tumblingWindowSeconds", minimum=0, maximum=MAX_TUMBLING_WINDOW_SECONDS
+            ),
+            batch_size=reader.integer("batchSize", minimum=1, maximum=MAX_BATCH_SIZE),
+            max_batching_window_seconds=reader.integer(
+                "maxBatchingWindowSeconds", minimum=0, maximum=MAX_BATCHING_WINDOW_SECONDS
+            ),
+            events_table_removal_policy=reader.choice("eventsTableRemovalPolicy", REMOVAL_POLICIES),
+            counts_table_removal_policy=reader.choice("countsTableRemovalPolicy", REMOVAL_POLICIES),
+            powertools_layer_version=reader.integer("powertoolsLayerVersion", minimum=1),
+            alarm_topic_arn=reader.optional_arn("alarmTopicArn", service="sns"),
+            handler_settings=handler_settings,
+        )
+
+    @property
+    def minute_retention_hours(self) -> int:
+        return self.handler_settings.minute_retention_ms // HOUR_MS
+
+    @property
+    def hour_retention_days(self) -> int:
+        return self.handler_settings.hour_retention_ms // DAY_MS
+
+    @property
+    def max_clock_skew_seconds(self) -> int:
+        return self.handler_settings.max_clock_skew_ms // 1000
+
+
+def stack_name_from_context(lookup: Callable[[str], Any]) -> str:
+    """The CloudFormation stack name; scripts find the tables through its outputs."""
+    name = _ContextReader(lookup).text("stackName")
+    if not STACK_NAME_PATTERN.fullmatch(name):
+        raise ContextError(
+            f"context stackName must start with a letter and hold only letters, digits and "
+            f"hyphens (at most 128), got {name!r}"
+        )
+    return name
+
+
+class _ContextReader:
+    def __init__(self, lookup: Callable[[str], Any]) -> None:
+        self._lookup = lookup
+
+    def _raw(self, key: str) -> Any:
+        value = self._lookup(key)
+        return DEFAULT_CONTEXT[key] if value is None else value
+
+    def integer(self, key: str, *, minimum: int, maximum: int | None = None) -> int:
+        raw = self._raw(key)
+        if isinstance(raw, bool):
+            raise ContextError(f"context {key} must be a whole number, got {raw!r}")
+        try:
+            value = int(raw) if isinstance(raw, (int, str)) else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise ContextError(f"context {key} must be a whole number, got {raw!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise ContextError(f"context {key} must be {bounds}, got {value}")
+        return value
+
+    def text(self, key: str) -> str:
+        raw = self._raw(key)
+        if not isinstance(raw, str) or not raw.strip():
+            raise ContextError(f"context {key} must be a non-empty string, got {raw!r}")
+        return raw.strip()
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        raw = self._raw(key)
+        value = raw.strip().lower() if isinstance(raw, str) else raw
+        if value not in choices:
+            raise ContextError(f"context {key} must be one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    def optional_arn(self, key: str, *, service: str) -> str:
+        raw = self._raw(key)
+        if not isinstance(raw, str):
+            raise ContextError(f"context {key} must be a string, got {raw!r}")
+        value = raw.strip()
+        if value and (not value.startswith("arn:") or value.split(":")[2:3] != [service]):
+            raise ContextError(f"context {key} must be empty or an {service} ARN, got {raw!r}")
+        return value

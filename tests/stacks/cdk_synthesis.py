@@ -1,0 +1,74 @@
+"""Synthesizing the app and reading the cloud assembly, shared by the stack tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# `stacks` lives at the repository root, which `pytest` (unlike `python -m pytest`)
+# does not put on sys.path; the Node process must start with these set.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("CDK_DISABLE_CLI_TELEMETRY", "true")
+
+import aws_cdk as cdk  # noqa: E402
+from aws_cdk.assertions import Template  # noqa: E402
+
+STACK_NAME = "Tally"
+OVERRIDDEN_STACK_NAME = "Overridden"
+UNWINDOWED_STACK_NAME = "Unwindowed"
+
+# As `-c key=value` delivers them: strings.
+CONTEXT_OVERRIDES = {
+    "tumblingWindowSeconds": "300",
+    "batchSize": "250",
+    "counterAttribute": "metric",
+    "minuteRetentionHours": "72",
+    "eventsTableRemovalPolicy": "destroy",
+    "countsTableRemovalPolicy": "retain",
+    "powertoolsLayerVersion": "31",
+    "alarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:tally-alarms",
+}
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """What one `app.synth()` produced, read from its cloud assembly directory."""
+
+    outdir: Path
+    templates: dict[str, dict[str, Any]]
+    validation_error: str | None
+
+    def template(self, stack_name: str = STACK_NAME) -> Template:
+        return Template.from_json(self.templates[stack_name])
+
+    @property
+    def validation_report(self) -> dict[str, Any]:
+        return json.loads((self.outdir / "validation-report.json").read_text())
+
+    def metadata(self, stack_name: str = STACK_NAME) -> dict[str, list[dict[str, Any]]]:
+        return json.loads((self.outdir / f"{stack_name}.metadata.json").read_text())
+
+
+def synthesize(app: cdk.App, outdir: Path, stack_names: list[str]) -> Synthesis:
+    """Synthesize; a failed validation still leaves the templates on disk to inspect."""
+    try:
+        app.synth()
+        validation_error = None
+    except RuntimeError as error:
+        if "ValidationFailed" not in str(error):
+            raise
+        validation_error = str(error)
+    templates = {name: json.loads((outdir / f"{name}.template.json").read_text()) for name in stack_names}
+    return Synthesis(outdir=outdir, templates=templates, validation_error=validation_error)
+
+
+def cdk_json_context() -> dict[str, Any]:
+    return json.loads((REPO_ROOT / "cdk.json").read_text())["context"]

@@ -1,0 +1,49 @@
+"""Synthesize the CDK app once per session; every stack test reads the result.
+
+Synthesis starts a Node process and takes seconds, so the default app (with the
+cdk-nag checks attached, as a reviewer would run them) and one app with
+overridden context are each synthesized a single time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# First: it puts the repository root on sys.path and prepares the environment
+# before aws_cdk starts its Node process.
+from cdk_synthesis import (  # isort: skip
+    CONTEXT_OVERRIDES,
+    OVERRIDDEN_STACK_NAME,
+    STACK_NAME,
+    UNWINDOWED_STACK_NAME,
+    Synthesis,
+    cdk_json_context,
+    synthesize,
+)
+
+import aws_cdk as cdk  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from stacks import TallyStack  # noqa: E402
+from stacks.context import DEFAULT_CONTEXT, StackSettings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def default_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
+    """The app as `cdk synth` builds it from cdk.json, checked by cdk-nag's AWS Solutions pack."""
+    outdir = tmp_path_factory.mktemp("cdk-default")
+    app = cdk.App(outdir=str(outdir), context=cdk_json_context())
+    TallyStack(app, STACK_NAME)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return synthesize(app, outdir, [STACK_NAME])
+
+
+@pytest.fixture(scope="session")
+def overridden_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
+    """Context overrides as `-c` gives them, plus a stack with the tumbling window turned off."""
+    outdir = tmp_path_factory.mktemp("cdk-overridden")
+    app = cdk.App(outdir=str(outdir), context=CONTEXT_OVERRIDES)
+    TallyStack(app, OVERRIDDEN_STACK_NAME)
+    unwindowed = {**DEFAULT_CONTEXT, "tumblingWindowSeconds": 0}
+    TallyStack(app, UNWINDOWED_STACK_NAME, settings=StackSettings.from_context(unwindowed.get))
+    return synthesize(app, outdir, [OVERRIDDEN_STACK_NAME, UNWINDOWED_STACK_NAME])

@@ -1,0 +1,86 @@
+"""Context values are validated before anything is synthesized, with the key in the message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+
+from stacks import TallyStack
+from stacks.context import DEFAULT_CONTEXT, ContextError, StackSettings, stack_name_from_context
+from tally.settings import HOUR_MS
+
+
+def settings_with(**overrides: Any) -> StackSettings:
+    return StackSettings.from_context({**DEFAULT_CONTEXT, **overrides}.get)
+
+
+def test_defaults_apply_when_context_is_empty():
+    settings = StackSettings.from_context({}.get)
+
+    assert (settings.tumbling_window_seconds, settings.batch_size, settings.max_batching_window_seconds) == (60, 1000, 10)
+    assert (settings.events_table_removal_policy, settings.counts_table_removal_policy) == ("retain", "destroy")
+    assert settings.handler_settings.minute_retention_ms == 48 * HOUR_MS
+    assert settings.alarm_topic_arn == ""
+
+
+def test_command_line_strings_are_read_as_numbers_and_choices():
+    settings = settings_with(tumblingWindowSeconds="900", batchSize=" 10000", eventsTableRemovalPolicy="DESTROY")
+
+    assert (settings.tumbling_window_seconds, settings.batch_size) == (900, 10000)
+    assert settings.events_table_removal_policy == "destroy"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("tumblingWindowSeconds", 901, "between 0 and 900"),
+        ("tumblingWindowSeconds", "sixty", "whole number"),
+        ("tumblingWindowSeconds", True, "whole number"),
+        ("tumblingWindowSeconds", 1.5, "whole number"),
+        ("batchSize", 0, "between 1 and 10000"),
+        ("batchSize", "10001", "between 1 and 10000"),
+        ("maxBatchingWindowSeconds", 301, "between 0 and 300"),
+        ("powertoolsLayerVersion", 0, "at least 1"),
+        ("eventsTableRemovalPolicy", "snapshot", "one of retain, destroy"),
+        ("countsTableRemovalPolicy", 1, "one of retain, destroy"),
+        ("counterAttribute", "", "non-empty string"),
+        ("alarmTopicArn", "tally-alarms", "an sns ARN"),
+        ("alarmTopicArn", "arn:aws:sqs:eu-west-1:123456789012:q", "an sns ARN"),
+    ],
+)
+def test_bad_values_name_their_key(key: str, value: Any, message: str):
+    with pytest.raises(ContextError, match=rf"context {key} must .*{message}"):
+        settings_with(**{key: value})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"minuteRetentionHours": 24}, "minute retention must exceed 25 hours"),
+        ({"minuteRetentionHours": 100, "hourRetentionDays": 3}, "hour retention must be at least"),
+        ({"maxClockSkewSeconds": 3601}, "max clock skew"),
+        ({"valueAttribute": "counter"}, "distinct names"),
+    ],
+)
+def test_handler_settings_are_checked_by_the_handler_rules(overrides: dict[str, Any], message: str):
+    with pytest.raises(ContextError, match=message):
+        settings_with(**overrides)
+
+
+@pytest.mark.parametrize("name", ["1Tally", "tally_prod", "", "a" * 129])
+def test_stack_name_must_be_a_cloudformation_name(name: str):
+    with pytest.raises(ContextError, match="stackName"):
+        stack_name_from_context({"stackName": name}.get)
+
+
+def test_stack_name_defaults_to_tally():
+    assert stack_name_from_context({}.get) == "Tally"
+
+
+def test_the_stack_refuses_bad_context_before_building_anything():
+    app = cdk.App(context={"tumblingWindowSeconds": "3600"})
+
+    with pytest.raises(ContextError, match="tumblingWindowSeconds"):
+        TallyStack(app, "Tally")
