@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""CDK entry point: `npx cdk synth` runs this with the repository's virtualenv (see cdk.json)."""
+"""CDK entry point: `npx cdk synth` runs this with the repository's virtualenv (see cdk.json).
+
+cdk-nag's AWS Solutions checks run on every synth, so `cdk deploy` refuses a
+stack with an unacknowledged finding.
+"""
 
 import sys
 from pathlib import Path
@@ -9,10 +13,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lambda_src"))
 
 import aws_cdk as cdk  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from stacks import TallyStack  # noqa: E402
 from stacks.context import stack_name_from_context  # noqa: E402
 
-app = cdk.App()
-TallyStack(app, stack_name_from_context(app.node.try_get_context))
-app.synth()
+
+def build_app(**app_props) -> cdk.App:
+    """The app `cdk synth` builds; tests pass an outdir and context of their own."""
+    app = cdk.App(**app_props)
+    TallyStack(app, stack_name_from_context(app.node.try_get_context))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+if __name__ == "__main__":
+    build_app().synth()

@@ -53,9 +53,6 @@ class Synthesis:
     def validation_report(self) -> dict[str, Any]:
         return json.loads((self.outdir / "validation-report.json").read_text())
 
-    def metadata(self, stack_name: str = STACK_NAME) -> dict[str, list[dict[str, Any]]]:
-        return json.loads((self.outdir / f"{stack_name}.metadata.json").read_text())
-
 
 def synthesize(app: cdk.App, outdir: Path, stack_names: list[str]) -> Synthesis:
     """Synthesize; a failed validation still leaves the templates on disk to inspect."""

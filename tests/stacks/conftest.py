@@ -1,8 +1,7 @@
 """Synthesize the CDK app once per session; every stack test reads the result.
 
-Synthesis starts a Node process and takes seconds, so the default app (with the
-cdk-nag checks attached, as a reviewer would run them) and one app with
-overridden context are each synthesized a single time.
+Synthesis takes seconds, so the app `cdk synth` builds (cdk-nag checks
+included) and one app with overridden context are each synthesized once.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from cdk_synthesis import (  # isort: skip
 )
 
 import aws_cdk as cdk  # noqa: E402
+from app import build_app  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from stacks import TallyStack  # noqa: E402
@@ -30,11 +30,9 @@ from stacks.context import DEFAULT_CONTEXT, StackSettings  # noqa: E402
 
 @pytest.fixture(scope="session")
 def default_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
-    """The app as `cdk synth` builds it from cdk.json, checked by cdk-nag's AWS Solutions pack."""
+    """The app exactly as `cdk synth` builds it from cdk.json, cdk-nag checks included."""
     outdir = tmp_path_factory.mktemp("cdk-default")
-    app = cdk.App(outdir=str(outdir), context=cdk_json_context())
-    TallyStack(app, STACK_NAME)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app = build_app(outdir=str(outdir), context=cdk_json_context())
     return synthesize(app, outdir, [STACK_NAME])
 
 
@@ -46,4 +44,5 @@ def overridden_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
     TallyStack(app, OVERRIDDEN_STACK_NAME)
     unwindowed = {**DEFAULT_CONTEXT, "tumblingWindowSeconds": 0}
     TallyStack(app, UNWINDOWED_STACK_NAME, settings=StackSettings.from_context(unwindowed.get))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return synthesize(app, outdir, [OVERRIDDEN_STACK_NAME, UNWINDOWED_STACK_NAME])

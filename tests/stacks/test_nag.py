@@ -10,41 +10,44 @@ from cdk_synthesis import Synthesis, synthesize
 
 pytestmark = pytest.mark.cdk
 
-ACKNOWLEDGED_RULES_METADATA = "aws:cdk:acknowledged-rules"
-
 # Each acknowledgment, where it sits and the finding it covers. Anything else must be fixed.
 EXPECTED_ACKNOWLEDGMENTS = {
-    "/Tally/FailureQueue": "AwsSolutions::AwsSolutions-SQS3",
-    "/Tally/CountingFunctionRole": "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-    "/Tally/CountingFunction": "AwsSolutions::AwsSolutions-L1",
+    ("Tally/FailureQueue", "AwsSolutions::AwsSolutions-SQS3"),
+    ("Tally/CountingFunctionRole", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"),
+    ("Tally/CountingFunction", "AwsSolutions::AwsSolutions-L1"),
 }
 
 
-def test_aws_solutions_checks_report_nothing(default_synthesis: Synthesis):
-    assert default_synthesis.validation_error is None
-    violations = [
+def violations(synthesis: Synthesis) -> list[tuple[str, str]]:
+    return [
         (violation["ruleName"], construct["constructPath"])
-        for report in default_synthesis.validation_report["pluginReports"]
+        for report in synthesis.validation_report["pluginReports"]
         for violation in report["violations"]
         for construct in violation["violatingConstructs"]
     ]
-    assert violations == []
 
 
-def test_only_the_reviewed_findings_are_acknowledged_with_reasons(default_synthesis: Synthesis):
-    acknowledged = {
-        path: entry["data"]
-        for path, entries in default_synthesis.metadata().items()
-        for entry in entries
-        if entry["type"] == ACKNOWLEDGED_RULES_METADATA
-    }
+def test_aws_solutions_checks_report_nothing(default_synthesis: Synthesis):
+    (report,) = default_synthesis.validation_report["pluginReports"]
 
-    assert {path: list(rules) for path, rules in acknowledged.items()} == {
-        path: [rule] for path, rule in EXPECTED_ACKNOWLEDGMENTS.items()
-    }
-    for rules in acknowledged.values():
-        for reason in rules.values():
-            assert len(reason.split()) >= 15, f"reason too thin for a reviewer: {reason!r}"
+    assert default_synthesis.validation_error is None
+    assert (report["pluginName"], report["conclusion"]) == ("AwsSolutions", "success")
+    assert violations(default_synthesis) == []
+
+
+def test_context_overrides_and_alarm_actions_pass_the_checks_too(overridden_synthesis: Synthesis):
+    assert overridden_synthesis.validation_error is None
+    assert violations(overridden_synthesis) == []
+
+
+def test_only_the_reviewed_findings_are_acknowledged_each_with_a_reason(default_synthesis: Synthesis):
+    (report,) = default_synthesis.validation_report["pluginReports"]
+    suppressed = report["suppressedViolations"]
+
+    assert {(entry["acknowledgedAt"], entry["acknowledgedId"]) for entry in suppressed} == EXPECTED_ACKNOWLEDGMENTS
+    assert len(suppressed) == len(EXPECTED_ACKNOWLEDGMENTS), "an acknowledgment covers more than one finding"
+    for entry in suppressed:
+        assert len(entry["reason"].split()) >= 15, f"reason too thin for a reviewer: {entry['reason']!r}"
 
 
 def test_the_checks_do_fail_an_app_that_breaks_a_rule(tmp_path):
@@ -57,5 +60,4 @@ def test_the_checks_do_fail_an_app_that_breaks_a_rule(tmp_path):
     synthesis = synthesize(app, tmp_path, ["Careless"])
 
     assert synthesis.validation_error is not None
-    rules = {violation["ruleName"] for report in synthesis.validation_report["pluginReports"] for violation in report["violations"]}
-    assert {"AwsSolutions-SQS3", "AwsSolutions-SQS4"} <= rules
+    assert {"AwsSolutions-SQS3", "AwsSolutions-SQS4"} <= {rule for rule, _ in violations(synthesis)}
