@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install test demo bench
+.PHONY: install test demo bench synth deploy destroy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,3 +20,22 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+CDK := npx --no-install cdk
+CDK_FLAGS := --no-notices --no-version-reporting $(CDK_ARGS)
+
+# Offline: needs neither AWS credentials nor a bootstrap stack.
+synth: $(STAMP) node_modules/.package-lock.json
+	$(CDK) synth $(CDK_FLAGS) --quiet
+
+deploy: $(STAMP) node_modules/.package-lock.json
+	$(CDK) deploy $(CDK_FLAGS)
+
+# The events table is retained (see docs/deploy.md); everything else is deleted.
+destroy: $(STAMP) node_modules/.package-lock.json
+	$(CDK) destroy $(CDK_FLAGS)
