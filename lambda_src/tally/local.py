@@ -1,0 +1,248 @@
+"""Plumbing shared by the scripts: AWS clients, table names, moto's server, the in-process handler.
+
+Configuration follows boto3's own conventions, so the scripts point at moto or
+at a real account the same way: ``AWS_ENDPOINT_URL`` for the endpoint,
+``AWS_REGION``/``AWS_DEFAULT_REGION`` for the region, the usual credential chain.
+Table names come from flags, else ``EVENTS_TABLE``/``COUNTS_TABLE``, else a
+deployed stack's outputs (``--stack``), else the defaults in settings.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.config import Config
+
+from tally.retry import Backoff
+from tally.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
+
+DEFAULT_REGION = "us-east-1"
+# moto accepts any credentials; these only keep boto3 from looking for real ones.
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+BATCH_WRITE_LIMIT = 25
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+class UnprocessedItems(RuntimeError):
+    """DynamoDB kept returning items unwritten after every retry."""
+
+
+def region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+
+
+def client(service: str, endpoint_url: str | None = None) -> Any:
+    """A boto3 client with standard retries; the endpoint defaults to AWS_ENDPOINT_URL (boto3 reads it)."""
+    return boto3.client(
+        service,
+        region_name=region(),
+        endpoint_url=endpoint_url,
+        config=Config(retries={"mode": "standard", "max_attempts": 8}),
+    )
+
+
+@dataclass(frozen=True)
+class Tables:
+    events: str
+    counts: str
+    stream_arn: str | None = None  # known from a stack's outputs; else read from the events table
+
+
+def add_table_arguments(parser: argparse.ArgumentParser, *, events: bool = True, counts: bool = True) -> None:
+    group = parser.add_argument_group("tables (default: flags, then EVENTS_TABLE/COUNTS_TABLE, then tally-*)")
+    if events:
+        group.add_argument("--table", "--events-table", dest="events_table", help="events table name")
+    if counts:
+        group.add_argument("--counts-table", help="counts table name")
+    group.add_argument("--stack", help="read the table names from this deployed tally stack's outputs")
+
+
+def resolve_tables(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Tables:
+    """Table names from the command line, the environment, or a stack's outputs."""
+    env = os.environ if env is None else env
+    defaults = Settings()
+    if getattr(args, "stack", None):
+        from tally.stack_outputs import table_names_from_stack
+
+        outputs = table_names_from_stack(args.stack, client("cloudformation"))
+        return Tables(outputs["EventsTableName"], outputs["CountsTableName"], outputs["EventsStreamArn"])
+    return Tables(
+        events=getattr(args, "events_table", None) or env.get(ENV_EVENTS_TABLE) or defaults.events_table,
+        counts=getattr(args, "counts_table", None) or env.get(ENV_COUNTS_TABLE) or defaults.counts_table,
+    )
+
+
+def stream_arn_of(dynamodb_client: Any, events_table: str) -> str:
+    arn = dynamodb_client.describe_table(TableName=events_table)["Table"].get("LatestStreamArn")
+    if not arn:
+        raise LookupError(f"table {events_table!r} has no stream (tally needs a NEW_IMAGE stream)")
+    return arn
+
+
+def write_items(
+    dynamodb_client: Any,
+    table: str,
+    items: Sequence[Mapping[str, Any]],
+    *,
+    backoff: Callable[[], Backoff] = Backoff,
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """PutRequests in BatchWriteItem calls of 25; UnprocessedItems are retried with backoff, never dropped."""
+    written = 0
+    for start in range(0, len(items), BATCH_WRITE_LIMIT):
+        chunk = items[start : start + BATCH_WRITE_LIMIT]
+        pending = [{"PutRequest": {"Item": serialize(item)}} for item in chunk]
+        for _ in backoff().pauses():
+            response = dynamodb_client.batch_write_item(RequestItems={table: pending})
+            pending = response.get("UnprocessedItems", {}).get(table, [])
+            if not pending:
+                break
+        else:
+            raise UnprocessedItems(f"{len(pending)} items still unprocessed after every retry")
+        written += len(chunk)
+        if on_written is not None:
+            on_written(len(chunk))
+    return written
+
+
+def scan_items(dynamodb_client: Any, table: str) -> list[dict[str, Any]]:
+    """Every item of a table as plain values (numbers as Decimal), all pages, strongly consistent."""
+    items = []
+    for page in dynamodb_client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        items.extend({name: _deserializer.deserialize(value) for name, value in item.items()} for item in page["Items"])
+    return items
+
+
+def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _serializer.serialize(value) for name, value in item.items()}
+
+
+class LocalContext:
+    """The attributes Powertools reads from Lambda's context object, for in-process invocations."""
+
+    function_name = "tally-local-runner"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:tally-local-runner"
+    memory_limit_in_mb = 1024
+    aws_request_id = "local"
+    log_group_name = "local"
+    log_stream_name = "local"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 900_000
+
+
+def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[dict, Any], dict]:
+    """tally's Lambda handler, run in this process against ``counts_table``.
+
+    The handler reads its table from the environment once and caches its
+    client, so the environment is set first and the cache cleared (the
+    endpoint may have changed since). Metrics are off: they are CloudWatch's.
+    """
+    os.environ[ENV_COUNTS_TABLE] = counts_table
+    os.environ.setdefault("AWS_DEFAULT_REGION", region())  # the handler's client relies on boto3's own lookup
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", log_level)
+    warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+    from tally import handler as handler_module
+
+    handler_module.logger.setLevel(log_level)
+    handler_module.counts_table.cache_clear()
+
+    def handler(event: dict, context: Any) -> dict:
+        # Powertools' single_metric prints its EMF lines even with metrics disabled; locally they are noise.
+        with contextlib.redirect_stdout(io.StringIO()):
+            return handler_module.handler(event, context)
+
+    return handler
+
+
+class MotoServer:
+    """moto's DynamoDB and DynamoDB Streams on a free loopback port, in a background thread."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
+        _snapshot_each_table_once_per_transaction()
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.endpoint_url = ""
+
+    def start(self) -> MotoServer:
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def environment(self) -> dict[str, str]:
+        """What the other scripts (and boto3 in this process) need to talk to this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": region(),
+            "AWS_DEFAULT_REGION": region(),
+            **DUMMY_CREDENTIALS,
+        }
+
+    def __enter__(self) -> MotoServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+_snapshots = threading.local()
+
+
+def _snapshot_each_table_once_per_transaction() -> None:
+    """Make moto's TransactWriteItems copy each table once, not once per item.
+
+    moto snapshots a table for rollback before every item of a transaction, so
+    a 100-item commit deep-copies the whole counts table 100 times and the local
+    pipeline slows quadratically. The first snapshot is the one moto keeps (no
+    item is written before all are taken), so reusing it within one call changes
+    nothing but the time. Only this process's server is affected.
+    """
+    from moto.dynamodb import models
+
+    if getattr(models.DynamoDBBackend.transact_write_items, "_tally_snapshot_once", False):
+        return
+    real_copy = models.copy
+    original = models.DynamoDBBackend.transact_write_items
+
+    class _Copy:
+        @staticmethod
+        def deepcopy(obj: Any, memo: Any = None) -> Any:
+            cache = getattr(_snapshots, "tables", None)
+            if cache is None or not isinstance(obj, models.Table):
+                return real_copy.deepcopy(obj, memo)
+            if id(obj) not in cache:
+                cache[id(obj)] = real_copy.deepcopy(obj, memo)
+            return cache[id(obj)]
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        _snapshots.tables = {}
+        try:
+            return original(self, transact_items)
+        finally:
+            _snapshots.tables = None
+
+    transact_write_items._tally_snapshot_once = True  # type: ignore[attr-defined]
+    models.copy = _Copy
+    models.DynamoDBBackend.transact_write_items = transact_write_items

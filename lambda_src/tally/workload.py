@@ -1,0 +1,141 @@
+"""Synthetic events and the brute-force count they are checked against. No I/O.
+
+The default workload is the origin's: 3 counters, 37 hours, 20-100 events per
+hour each at random times within the hour. Everything derives from a seed
+(times, counts and ids), so the same seed writes the same events and a
+benchmark or test can regenerate what a script wrote.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from tally.settings import DAY_MS, HOUR_MS, Settings
+from tally.windows import Window
+
+DEFAULT_COUNTERS = ("page-views", "sign-ups", "checkouts")
+DEFAULT_HOURS = 37
+DEFAULT_RATE = (20, 100)  # events per hour per counter, inclusive
+
+BAD_KINDS = (
+    "missing_counter",
+    "reserved_counter",
+    "missing_time",
+    "invalid_time",
+    "future_time",
+    "late_event",
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    id: str
+    counter: str
+    ts_ms: int
+
+    def item(self, settings: Settings = Settings()) -> dict[str, Any]:
+        """The event table item (plain values, for boto3's TypeSerializer)."""
+        return {"id": self.id, settings.counter_attribute: self.counter, settings.time_attribute: self.ts_ms}
+
+
+@dataclass(frozen=True)
+class Workload:
+    counters: Sequence[str] = DEFAULT_COUNTERS
+    hours: int = DEFAULT_HOURS
+    rate: tuple[int, int] = DEFAULT_RATE
+    hot: Mapping[str, int] | None = None  # counter -> exact events per hour, on top of the others
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        low, high = self.rate
+        if self.hours < 1:
+            raise ValueError("hours must be at least 1")
+        if not 0 <= low <= high:
+            raise ValueError(f"rate must be 0 <= low <= high, got {low}-{high}")
+        if any(rate < 0 for rate in (self.hot or {}).values()):
+            raise ValueError("hot rates must not be negative")
+
+    def events(self, end_ms: int) -> list[Event]:
+        """Events in the ``hours`` hours before ``end_ms`` (each hour [end - (h+1) h, end - h h)), by time."""
+        rng = random.Random(self.seed)
+        events = []
+        for hour in reversed(range(self.hours)):
+            start = end_ms - (hour + 1) * HOUR_MS
+            per_counter = [(counter, rng.randint(*self.rate)) for counter in self.counters]
+            per_counter += list((self.hot or {}).items())
+            for counter, count in per_counter:
+                for _ in range(count):
+                    events.append(Event(_event_id(rng), counter, rng.randrange(start, start + HOUR_MS)))
+        events.sort(key=lambda event: event.ts_ms)
+        return events
+
+
+def _event_id(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def bad_items(count: int, end_ms: int, seed: int = 0, settings: Settings = Settings()) -> list[dict[str, Any]]:
+    """``count`` items tally must reject, cycling through BAD_KINDS; each names its kind in ``bad``."""
+    rng = random.Random(f"bad-{seed}")
+    counter, time = settings.counter_attribute, settings.time_attribute
+    items = []
+    for index in range(count):
+        kind = BAD_KINDS[index % len(BAD_KINDS)]
+        item: dict[str, Any] = {"id": _event_id(rng), "bad": kind, counter: DEFAULT_COUNTERS[0], time: end_ms}
+        if kind == "missing_counter":
+            del item[counter]
+        elif kind == "reserved_counter":
+            item[counter] = "#segment#forged"
+        elif kind == "missing_time":
+            del item[time]
+        elif kind == "invalid_time":
+            item[time] = "yesterday at noon"
+        elif kind == "future_time":
+            item[time] = end_ms + HOUR_MS
+        elif kind == "late_event":
+            item[time] = end_ms - 30 * DAY_MS
+        items.append(item)
+    return items
+
+
+def brute_force_counts(
+    items: Iterable[Mapping[str, Any]],
+    counters: Iterable[str],
+    window: Window,
+    *,
+    arrivals_ms: Mapping[str, int] | None = None,
+    settings: Settings = Settings(),
+) -> dict[str, dict[str, int]]:
+    """Count raw event items in ``window`` per counter, the slow obvious way.
+
+    Only epoch-millisecond times are understood (what the generator writes).
+    With ``arrivals_ms`` (item id -> when its stream record was created),
+    events stamped more than the allowed age before their arrival, or more
+    than the clock skew after it, are split out as ``late``/``future``: tally
+    rejects those by design (DESIGN.md, section 3). ``expected`` is what the
+    buckets must hold.
+    """
+    wanted = set(counters)
+    result = {counter: {"in_window": 0, "late": 0, "future": 0, "expected": 0} for counter in wanted}
+    for item in items:
+        counter, ts = item.get(settings.counter_attribute), item.get(settings.time_attribute)
+        if counter not in wanted or isinstance(ts, bool) or not isinstance(ts, int | Decimal):
+            continue
+        ts_ms = int(ts)
+        if ts_ms != ts or not window.covers(ts_ms):
+            continue
+        tally = result[counter]
+        tally["in_window"] += 1
+        arrival = (arrivals_ms or {}).get(str(item.get("id")))
+        if arrival is not None and arrival - ts_ms > settings.max_event_age_ms:
+            tally["late"] += 1
+        elif arrival is not None and ts_ms - arrival > settings.max_clock_skew_ms:
+            tally["future"] += 1
+        else:
+            tally["expected"] += 1
+    return result

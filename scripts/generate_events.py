@@ -1,0 +1,120 @@
+"""Write synthetic events into the events table: by default the origin's workload.
+
+    python scripts/generate_events.py                      # 3 counters, 37 h ending now, 20-100/h each
+    python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 12
+
+The same --seed (and end time) writes the same events, ids included. Items
+are written with BatchWriteItem only (moto turns an UpdateItem on a new key
+into two INSERTs), and unprocessed items are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections import Counter
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tally.buckets import iso_minute
+from tally.local import add_table_arguments, client, resolve_tables, write_items
+from tally.records import InvalidCounter, validate_counter
+from tally.settings import HOUR_MS, Settings
+from tally.windows import InvalidWindow, now_ms, parse_instant
+from tally.workload import DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, Workload, bad_items
+
+console = Console(stderr=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_table_arguments(parser, counts=False)
+    parser.add_argument("--counters", nargs="+", default=list(DEFAULT_COUNTERS), help="counter names")
+    parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")
+    parser.add_argument(
+        "--rate",
+        nargs=2,
+        type=int,
+        default=list(DEFAULT_RATE),
+        metavar=("LOW", "HIGH"),
+        help="events per hour per counter, drawn uniformly (default 20 100)",
+    )
+    parser.add_argument("--end", help="ISO-8601 end of the events (default now)")
+    parser.add_argument("--start", help="ISO-8601 start of the events instead: they end --hours later")
+    parser.add_argument("--seed", type=int, help="same seed, same events (default: a random seed, printed)")
+    parser.add_argument(
+        "--hot",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("COUNTER", "RATE"),
+        help="also write RATE events per hour to COUNTER (repeatable)",
+    )
+    parser.add_argument("--bad", type=int, default=0, metavar="N", help="also write N records tally must reject")
+    return parser
+
+
+def parse_workload(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Workload, int]:
+    """The workload and its end time (epoch ms), or parser.error with what is wrong."""
+    try:
+        counters = [validate_counter(name) for name in args.counters]
+        hot = {validate_counter(name): int(rate) for name, rate in args.hot}
+        if args.start and args.end:
+            raise ValueError("give --start or --end, not both")
+        if args.start:
+            end_ms = parse_instant(args.start) + args.hours * HOUR_MS
+        else:
+            end_ms = parse_instant(args.end) if args.end else now_ms()
+        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+        workload = Workload(counters=counters, hours=args.hours, rate=tuple(args.rate), hot=hot, seed=seed)
+        if args.bad < 0:
+            raise ValueError("--bad must not be negative")
+    except (InvalidCounter, InvalidWindow, ValueError) as error:
+        parser.error(str(error))
+    return workload, end_ms
+
+
+def main(argv: list[str] | None = None) -> int:
+    argument_parser = parser()
+    args = argument_parser.parse_args(argv)
+    workload, end_ms = parse_workload(args, argument_parser)
+    settings = Settings.from_env()
+    events = workload.events(end_ms)
+    items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, workload.seed, settings)
+    try:
+        table = resolve_tables(args).events
+    except LookupError as error:  # no such stack
+        argument_parser.error(str(error))
+
+    console.print(
+        f"writing {len(items)} events to {table}: {workload.hours} h ending {iso_minute(end_ms)}, seed {workload.seed}"
+    )
+    write_with_progress(client("dynamodb"), table, items)
+    print_totals(Counter(event.counter for event in events), args.bad)
+    return 0
+
+
+def write_with_progress(dynamodb_client: object, table: str, items: list[dict]) -> None:
+    columns = (TextColumn("writing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("write", total=len(items))
+        write_items(dynamodb_client, table, items, on_written=lambda n: progress.advance(task, n))
+
+
+def print_totals(per_counter: Counter[str], bad: int) -> None:
+    table = Table(title="events written")
+    table.add_column("counter")
+    table.add_column("events", justify="right")
+    for counter, count in sorted(per_counter.items()):
+        table.add_row(counter, str(count))
+    if bad:
+        table.add_row("[dim](records tally must reject)", str(bad))
+    table.add_row("[bold]total", f"[bold]{sum(per_counter.values()) + bad}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The workload generator: deterministic from its seed, the origin's shape by default, bad records on demand."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from factories import image, stream_record
+from script_support import load_script, moto_server, server_env, tables  # noqa: F401
+
+from tally.local import client, scan_items
+from tally.records import Reason, parse_record
+from tally.settings import HOUR_MS, Settings
+from tally.workload import BAD_KINDS, DEFAULT_COUNTERS, Workload, bad_items
+
+END_MS = 1_795_341_600_000  # 2026-11-22T10:00Z
+
+generate_events = load_script("generate_events")
+
+
+def test_the_same_seed_gives_the_same_events_ids_included():
+    assert Workload(seed=42).events(END_MS) == Workload(seed=42).events(END_MS)
+    assert Workload(seed=42).events(END_MS) != Workload(seed=43).events(END_MS)
+
+
+def test_the_default_is_the_origins_workload():
+    events = Workload(seed=1).events(END_MS)
+    per_hour = Counter((e.counter, (END_MS - 1 - e.ts_ms) // HOUR_MS) for e in events)
+    assert {counter for counter, _ in per_hour} == set(DEFAULT_COUNTERS)
+    assert {hour for _, hour in per_hour} == set(range(37))
+    assert all(20 <= n <= 100 for n in per_hour.values())
+    assert all(END_MS - 37 * HOUR_MS <= e.ts_ms < END_MS for e in events)
+    assert len({e.id for e in events}) == len(events)
+    assert [e.ts_ms for e in events] == sorted(e.ts_ms for e in events)
+
+
+def test_a_hot_counter_gets_exactly_its_rate_every_hour():
+    events = Workload(counters=["cold"], hours=3, rate=(0, 0), hot={"hot": 500}, seed=9).events(END_MS)
+    assert Counter(e.counter for e in events) == {"hot": 1500}
+    assert Counter((END_MS - 1 - e.ts_ms) // HOUR_MS for e in events) == {0: 500, 1: 500, 2: 500}
+
+
+def test_each_bad_record_is_rejected_for_the_reason_it_was_made_for():
+    expected = {
+        "missing_counter": Reason.MISSING_COUNTER,
+        "reserved_counter": Reason.INVALID_COUNTER,
+        "missing_time": Reason.MISSING_TIME,
+        "invalid_time": Reason.INVALID_TIME,
+        "future_time": Reason.FUTURE_TIME,
+        "late_event": Reason.LATE_EVENT,
+    }
+    items = bad_items(len(BAD_KINDS), END_MS)
+    for item in items:
+        outcome = parse_record(stream_record(image(**item), arrival_s=END_MS / 1000), Settings())
+        assert outcome.reason is expected[item["bad"]], item
+
+
+@pytest.mark.server
+def test_the_script_writes_exactly_the_seeded_events(tables, capsys):
+    argv = ["--seed", "77", "--hours", "2", "--counters", "alpha", "beta", "--end", "2026-11-22T10:00:00Z"]
+    assert generate_events.main([*argv, "--bad", "3"]) == 0
+    written = scan_items(client("dynamodb"), tables.events)
+    generated = Workload(counters=["alpha", "beta"], hours=2, seed=77).events(END_MS)
+    assert {item["id"]: (item["counter"], int(item["ts"])) for item in written if "bad" not in item} == {
+        e.id: (e.counter, e.ts_ms) for e in generated
+    }
+    assert sum(1 for item in written if "bad" in item) == 3
+    out = capsys.readouterr().out
+    assert f"{len(generated) + 3}" in out and "alpha" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--counters", "#forged"], ["--hours", "0"], ["--rate", "9", "3"], ["--end", "noon"], ["--bad", "-1"]],
+)
+def test_bad_arguments_exit_with_status_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        generate_events.main(argv)
+    assert exit_.value.code == 2
+    assert "error:" in capsys.readouterr().err

@@ -1,0 +1,134 @@
+"""The stream runner over HTTP against moto's server: generator -> stream -> handler -> buckets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from script_support import fresh_handler_cache, load_script, moto_server, server_env, tables  # noqa: F401
+
+from tally.delivery import DeliveryConfig
+from tally.dynamo import CountsTable
+from tally.local import LocalContext, client, local_handler, scan_items, stream_arn_of
+from tally.plans import PlanKind
+from tally.query import count_windows
+from tally.segments import rejected_counter
+from tally.records import Reason
+from tally.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.stream_reader import StreamReader
+from tally.windows import Window, now_ms
+from tally.workload import brute_force_counts
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
+
+generate_events = load_script("generate_events")
+run_stream = load_script("run_stream")
+
+
+def generate(*args: str) -> None:
+    assert generate_events.main(["--seed", "11", "--counters", "alpha", "beta", *args]) == 0
+
+
+def assert_counts_match_brute_force(tables, counters, windows) -> None:
+    """Both plans, every window, against a scan of the raw events."""
+    table = CountsTable(client("dynamodb"), tables.counts, Settings())
+    items = scan_items(client("dynamodb"), tables.events)
+    for at_ms, length_ms in windows:
+        expected = brute_force_counts(items, counters, Window.ending(at_ms, length_ms))
+        for plan in PlanKind:
+            results = count_windows(table, counters, length_ms=length_ms, at_ms=at_ms, plan=plan, consistent=True)
+            assert {r.counter: r.total for r in results} == {c: expected[c]["expected"] for c in counters}, plan
+    assert sum(expected[c]["in_window"] for c in counters) > 0  # the windows were not vacuous
+
+
+def test_generated_events_are_counted_exactly_by_both_plans(tables, capsys):
+    generate("--hours", "3", "--rate", "20", "40", "--bad", "6")
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    assert "INSERT" in capsys.readouterr().out
+
+    now = now_ms()
+    windows = [(now, 24 * HOUR_MS), (now - 67 * MINUTE_MS, 90 * MINUTE_MS), (now - 17 * MINUTE_MS, 2 * HOUR_MS)]
+    assert_counts_match_brute_force(tables, ["alpha", "beta"], windows)
+
+    table = CountsTable(client("dynamodb"), tables.counts, Settings())
+    reasons = [Reason.MISSING_COUNTER, Reason.INVALID_COUNTER, Reason.MISSING_TIME, Reason.INVALID_TIME]
+    reasons += [Reason.FUTURE_TIME, Reason.LATE_EVENT]
+    rejected = count_windows(table, [rejected_counter(reason) for reason in reasons], consistent=True)
+    assert [r.total for r in rejected] == [1] * 6  # one injected bad record of each kind, counted by arrival
+
+
+class CountingStreams:
+    """The real Streams client, with its GetRecords calls counted."""
+
+    def __init__(self, streams) -> None:
+        self.streams = streams
+        self.pages_with_records = 0
+
+    def __getattr__(self, name):
+        return getattr(self.streams, name)
+
+    def get_records(self, **request):
+        response = self.streams.get_records(**request)
+        self.pages_with_records += bool(response["Records"])
+        return response
+
+
+def test_a_shard_longer_than_a_page_is_read_page_by_page(tables):
+    generate("--hours", "1", "--rate", "20", "20")  # 40 events
+    streams = CountingStreams(client("dynamodbstreams"))
+    reader = StreamReader(
+        streams,
+        stream_arn_of(client("dynamodb"), tables.events),
+        local_handler(tables.counts),
+        config=DeliveryConfig(batch_size=5, window_seconds=60),
+        context=LocalContext(),
+        limit=7,
+    )
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    assert reader.stats.records == 40
+    assert streams.pages_with_records == 6  # ceil(40 / 7)
+    assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
+
+
+@pytest.mark.parametrize("window_seconds", [0, 60])
+def test_an_invocation_failing_after_its_commit_is_retried_without_double_counting(tables, window_seconds):
+    generate("--hours", "2", "--rate", "30", "30")  # 120 events
+    handler = local_handler(tables.counts)
+    failures = []
+
+    def fails_once_after_committing(event, context):
+        response = handler(event, context)
+        if not failures and event.get("isFinalInvokeForWindow", True):
+            failures.append(event)
+            raise TimeoutError("timed out after the commit")
+        return response
+
+    retried = []
+    reader = StreamReader(
+        client("dynamodbstreams"),
+        stream_arn_of(client("dynamodb"), tables.events),
+        fails_once_after_committing,
+        config=DeliveryConfig(batch_size=50, window_seconds=window_seconds),
+        context=LocalContext(),
+        on_retry=lambda event, error, attempt: retried.append(event),
+    )
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    assert retried == failures and len(failures) == 1
+    assert reader.attempts == reader.invocations + 1
+    assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
+
+
+def test_a_runner_restarted_from_its_checkpoint_reads_only_what_is_new(tables, tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint.json"
+    runner = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--checkpoint", str(checkpoint)]
+    generate("--hours", "1", "--rate", "15", "15")
+    assert run_stream.main(runner) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("30 records")
+    first = json.loads(checkpoint.read_text())
+    assert len(first) == 1
+
+    assert generate_events.main(["--seed", "12", "--counters", "alpha", "--hours", "1", "--rate", "9", "9"]) == 0
+    assert run_stream.main(runner) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("9 records")
+    assert json.loads(checkpoint.read_text()) != first
+    assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
