@@ -1,0 +1,115 @@
+"""Count counters over a rolling window from the counts table.
+
+    python scripts/query_window.py page-views sign-ups                 # last 24 h, batch plan
+    python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
+
+A window of length L ending at --at (default now) covers the minutes
+(at - L, at]. The table is --table, else COUNTS_TABLE, else a stack's outputs
+(--stack), else tally-counts. Bad input exits with status 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from tally.buckets import iso_minute
+from tally.dynamo import CountsTable
+from tally.local import client, resolve_tables
+from tally.plans import PlanKind, WindowUnavailable
+from tally.query import WindowCount, count_windows, validate_query_counter
+from tally.records import InvalidCounter
+from tally.settings import HOUR_MS, Settings, SettingsError
+from tally.stack_outputs import StackOutputsError
+from tally.windows import InvalidWindow, parse_instant, parse_length
+
+BAR_WIDTH = 40
+
+
+class UsageError(Exception):
+    """Input the command cannot answer: reported in one line, exit status 2."""
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
+    parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
+    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
+    parser.add_argument("--plan", choices=[kind.value for kind in PlanKind], default=PlanKind.BATCH.value)
+    parser.add_argument("--consistent", action="store_true", help="strongly consistent reads")
+    parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
+    parser.add_argument("--table", dest="counts_table", help="counts table name")
+    parser.add_argument("--stack", help="read the counts table's name from this deployed tally stack")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argument_parser = parser()
+    args = argument_parser.parse_args(argv)
+    try:
+        results = query(args)
+    except UsageError as error:
+        print(f"{argument_parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        for result in results:
+            print(json.dumps(result.as_json()))
+    else:
+        show(results)
+    return 0
+
+
+def query(args: argparse.Namespace) -> list[WindowCount]:
+    try:
+        counters = [validate_query_counter(name) for name in args.counters]
+        length_ms = parse_length(args.window)
+        at_ms = parse_instant(args.at) if args.at else None
+        settings = Settings.from_env()
+        tables = resolve_tables(args)
+        table = CountsTable(client("dynamodb"), tables.counts, settings)
+        return count_windows(
+            table, counters, length_ms=length_ms, at_ms=at_ms, plan=PlanKind(args.plan), consistent=args.consistent
+        )
+    except (InvalidCounter, InvalidWindow, WindowUnavailable, SettingsError, StackOutputsError) as error:
+        raise UsageError(str(error)) from None
+
+
+def show(results: list[WindowCount]) -> None:
+    console = Console()
+    summary = Table(title=f"window {results[0].window}")
+    for column in ("counter", "total", "plan", "keys", "requests", "items read"):
+        summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
+    for result in results:
+        summary.add_row(
+            result.counter,
+            f"{result.total:,}",
+            result.plan.value,
+            str(result.keys),
+            str(result.requests),
+            str(result.items_read),
+        )
+    console.print(summary)
+    for result in results:
+        console.print(hour_chart(result))
+
+
+def hour_chart(result: WindowCount) -> Table:
+    """The window's count per hour as bars (first and last hour may be partial)."""
+    chart = Table(title=f"{result.counter} per hour", show_header=False, box=None, pad_edge=False)
+    chart.add_column("hour", style="dim")
+    chart.add_column("bar")
+    chart.add_column("count", justify="right")
+    first_hour, last_hour = result.window.start_ms // HOUR_MS, (result.window.end_ms - 1) // HOUR_MS
+    peak = max(result.by_hour.values(), default=0) or 1
+    for hour in range(first_hour, last_hour + 1):
+        count = result.by_hour.get(hour, 0)
+        chart.add_row(iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}")
+    return chart
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The query command: JSON lines, the readable table, and one-line errors with status 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from script_support import fresh_handler_cache, load_script, moto_server, server_env, tables  # noqa: F401
+
+from tally.local import client, scan_items
+from tally.windows import Window, now_ms
+from tally.workload import brute_force_counts
+
+query_window = load_script("query_window")
+
+
+@pytest.fixture
+def counted(tables, fresh_handler_cache):
+    """A small workload, generated and run through the stream into the counts table."""
+    generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
+    assert generate_events.main(["--seed", "3", "--counters", "alpha", "beta", "--hours", "2"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    return tables
+
+
+@pytest.mark.server
+def test_json_prints_one_object_per_counter_and_both_plans_agree_with_brute_force(counted, capsys):
+    items = scan_items(client("dynamodb"), counted.events)
+    expected = brute_force_counts(items, ["alpha", "beta"], Window.ending(now_ms()))
+    capsys.readouterr()
+    for plan in ("batch", "range"):
+        assert query_window.main(["alpha", "beta", "--json", "--consistent", "--plan", plan]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        results = [json.loads(line) for line in lines]
+        assert [r["counter"] for r in results] == ["alpha", "beta"]
+        assert {r["counter"]: r["total"] for r in results} == {c: expected[c]["expected"] for c in ("alpha", "beta")}
+        assert all(r["plan"] == plan and r["keys"] > 0 and r["requests"] > 0 for r in results)
+        assert {"start", "end", "by_hour", "items_read"} <= set(results[0])
+        assert sum(results[0]["by_hour"].values()) == results[0]["total"]
+
+
+@pytest.mark.server
+def test_the_default_output_is_a_table_with_an_hourly_chart(counted, capsys):
+    assert query_window.main(["alpha", "--window", "3h"]) == 0
+    out = capsys.readouterr().out
+    assert "alpha per hour" in out and "█" in out and "batch" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["alpha", "--window", "24x"], "window length must look like"),
+        (["alpha", "--window", "0h"], "window length must look like"),
+        (["alpha", "--at", "yesterday"], "not an ISO-8601 time"),
+        (["alpha", "--at", "2026-11-22T10:00:00"], "without a UTC offset"),
+        (["#segment#x"], "reserved"),
+        (["#rejected#nonsense"], "unknown rejection counter"),
+        (["alpha", "--window", "7d"], "minute retention"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
+    assert query_window.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and ": error: " in captured.err
+    assert message in captured.err
