@@ -21,6 +21,10 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.
+demo: $(STAMP)
+	$(BIN)/python scripts/local_pipeline.py $(DEMO_ARGS)
+
 # The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund

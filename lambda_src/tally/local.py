@@ -15,6 +15,7 @@ import io
 import logging
 import os
 import threading
+import urllib.request
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -190,6 +191,12 @@ class MotoServer:
 
     def stop(self) -> None:
         self._server.stop()
+
+    def reset(self) -> None:
+        """Forget every table: moto keeps its state per process, not per server."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
 
     def environment(self) -> dict[str, str]:
         """What the other scripts (and boto3 in this process) need to talk to this server."""

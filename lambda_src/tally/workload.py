@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from tally.records import Reason
 from tally.settings import DAY_MS, HOUR_MS, Settings
 from tally.windows import Window
 
@@ -22,14 +24,15 @@ DEFAULT_COUNTERS = ("page-views", "sign-ups", "checkouts")
 DEFAULT_HOURS = 37
 DEFAULT_RATE = (20, 100)  # events per hour per counter, inclusive
 
-BAD_KINDS = (
-    "missing_counter",
-    "reserved_counter",
-    "missing_time",
-    "invalid_time",
-    "future_time",
-    "late_event",
-)
+# Kinds of bad records the generator can inject, and the reason tally rejects each for.
+BAD_KINDS = {
+    "missing_counter": Reason.MISSING_COUNTER,
+    "reserved_counter": Reason.INVALID_COUNTER,
+    "missing_time": Reason.MISSING_TIME,
+    "invalid_time": Reason.INVALID_TIME,
+    "future_time": Reason.FUTURE_TIME,
+    "late_event": Reason.LATE_EVENT,
+}
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def bad_items(count: int, end_ms: int, seed: int = 0, settings: Settings = Setti
     counter, time = settings.counter_attribute, settings.time_attribute
     items = []
     for index in range(count):
-        kind = BAD_KINDS[index % len(BAD_KINDS)]
+        kind = list(BAD_KINDS)[index % len(BAD_KINDS)]
         item: dict[str, Any] = {"id": _event_id(rng), "bad": kind, counter: DEFAULT_COUNTERS[0], time: end_ms}
         if kind == "missing_counter":
             del item[counter]
@@ -139,3 +142,23 @@ def brute_force_counts(
         else:
             tally["expected"] += 1
     return result
+
+
+def expected_rejections(
+    items: Iterable[Mapping[str, Any]], arrivals_ms: Mapping[str, int], settings: Settings = Settings()
+) -> Counter[Reason]:
+    """What tally must reject among generated items: every injected bad record, and every
+    workload event stamped too long before (or too far after) its stream record's arrival."""
+    rejected: Counter[Reason] = Counter()
+    for item in items:
+        if "bad" in item:
+            rejected[BAD_KINDS[str(item["bad"])]] += 1
+            continue
+        arrival, ts = arrivals_ms.get(str(item.get("id"))), item.get(settings.time_attribute)
+        if arrival is None or not isinstance(ts, int | Decimal):
+            continue
+        if arrival - int(ts) > settings.max_event_age_ms:
+            rejected[Reason.LATE_EVENT] += 1
+        elif int(ts) - arrival > settings.max_clock_skew_ms:
+            rejected[Reason.FUTURE_TIME] += 1
+    return rejected

@@ -11,7 +11,7 @@ from script_support import load_script, moto_server, server_env, tables  # noqa:
 from tally.local import client, scan_items
 from tally.records import Reason, parse_record
 from tally.settings import HOUR_MS, Settings
-from tally.workload import BAD_KINDS, DEFAULT_COUNTERS, Workload, bad_items
+from tally.workload import BAD_KINDS, DEFAULT_COUNTERS, Workload, bad_items, expected_rejections
 
 END_MS = 1_795_341_600_000  # 2026-11-22T10:00Z
 
@@ -41,18 +41,26 @@ def test_a_hot_counter_gets_exactly_its_rate_every_hour():
 
 
 def test_each_bad_record_is_rejected_for_the_reason_it_was_made_for():
-    expected = {
-        "missing_counter": Reason.MISSING_COUNTER,
-        "reserved_counter": Reason.INVALID_COUNTER,
-        "missing_time": Reason.MISSING_TIME,
-        "invalid_time": Reason.INVALID_TIME,
-        "future_time": Reason.FUTURE_TIME,
-        "late_event": Reason.LATE_EVENT,
-    }
     items = bad_items(len(BAD_KINDS), END_MS)
+    assert {item["bad"] for item in items} == set(BAD_KINDS)
     for item in items:
         outcome = parse_record(stream_record(image(**item), arrival_s=END_MS / 1000), Settings())
-        assert outcome.reason is expected[item["bad"]], item
+        assert outcome.reason is BAD_KINDS[item["bad"]], item
+
+
+def test_expected_rejections_follow_the_arrival_of_each_record():
+    settings = Settings()
+    young = {"id": "young", "counter": "a", "ts": END_MS - settings.max_event_age_ms}
+    old = {"id": "old", "counter": "a", "ts": END_MS - settings.max_event_age_ms - 1}
+    ahead = {"id": "ahead", "counter": "a", "ts": END_MS + settings.max_clock_skew_ms + 1}
+    arrivals = {"young": END_MS, "old": END_MS, "ahead": END_MS}
+    rejected = expected_rejections([young, old, ahead, *bad_items(2, END_MS)], arrivals)
+    assert rejected == {
+        Reason.LATE_EVENT: 1,
+        Reason.FUTURE_TIME: 1,
+        Reason.MISSING_COUNTER: 1,
+        Reason.INVALID_COUNTER: 1,
+    }
 
 
 @pytest.mark.server

@@ -1,0 +1,248 @@
+"""The whole pipeline on this machine, checked against brute force (`make demo`).
+
+moto's server on a loopback port plays DynamoDB and DynamoDB Streams. Both
+tables are created from the descriptions the stack uses; the origin's workload
+(3 counters, 37 hours ending now, 20-100 events per hour each) plus a few bad
+records is written; the stream runner feeds the stream to the Lambda handler
+until idle; the rolling 24 h window is queried with both plans and compared
+with a count of the raw events. Exit status 1 on any mismatch.
+
+All events are written now, so each arrives (ApproximateCreationDateTime) now,
+however old its own time. tally counts an event only if it is at most 23 h
+older than its arrival (DESIGN.md: older minutes could expire before a retry a
+day later commits them), so the first 14 of the 37 hours are rejected as late,
+by design, and show up under the #rejected#late_event counter. The brute force
+applies that same stated rule, with each record's arrival as the stream
+reports it, and says how many events in the window it set aside.
+
+--keep-running leaves the server and a following runner up and prints the
+environment the other scripts need to use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from tally.buckets import iso_minute
+from tally.delivery import DeliveryConfig
+from tally.dynamo import CountsTable, create_tables
+from tally.local import LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
+from tally.plans import PlanKind
+from tally.query import count_windows
+from tally.records import Reason
+from tally.segments import rejected_counter
+from tally.settings import HOUR_MS, Settings
+from tally.stream_reader import StreamReader
+from tally.windows import Window, now_ms
+from tally.workload import (
+    DEFAULT_COUNTERS,
+    DEFAULT_HOURS,
+    DEFAULT_RATE,
+    Workload,
+    bad_items,
+    brute_force_counts,
+    expected_rejections,
+)
+
+EVENTS_TABLE = "tally-events"
+COUNTS_TABLE = "tally-counts"
+REJECTION_REASONS = [reason for reason in Reason if reason.is_rejection]
+
+console = Console()
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=2019, help="workload seed (default 2019)")
+    parser.add_argument("--counters", nargs="+", default=list(DEFAULT_COUNTERS), help="counter names")
+    parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")
+    parser.add_argument("--rate", nargs=2, type=int, default=list(DEFAULT_RATE), metavar=("LOW", "HIGH"))
+    parser.add_argument("--bad", type=int, default=6, help="bad records to inject (default 6: one of each kind)")
+    parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation (default 1000)")
+    parser.add_argument("--window-seconds", type=int, default=60, help="tumbling window, 0 for none (default 60)")
+    parser.add_argument("--keep-running", action="store_true", help="keep the server and a runner up afterwards")
+    return parser
+
+
+def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
+    """The handler with its per-record warnings off: the rejections are tallied below instead."""
+    return local_handler(counts_table, log_level="ERROR")
+
+
+def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any] = quiet_handler) -> int:
+    args = parser().parse_args(argv)
+    workload = Workload(counters=args.counters, hours=args.hours, rate=tuple(args.rate), seed=args.seed)
+    config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
+    started = time.monotonic()
+    saved_environment = dict(os.environ)
+    server = MotoServer().start()
+    try:
+        server.reset()
+        os.environ.update(server.environment())
+        console.print(f"[bold]tally local pipeline[/] — moto's server at {server.endpoint_url}")
+        dynamodb = client("dynamodb")
+        create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE)
+        console.print(f"1. created {EVENTS_TABLE} (stream NEW_IMAGE) and {COUNTS_TABLE} (TTL), as the stack does")
+
+        end_ms = now_ms()
+        items = [event.item() for event in workload.events(end_ms)] + bad_items(args.bad, end_ms, args.seed)
+        write(dynamodb, items)
+        console.print(
+            f"2. wrote {len(items) - args.bad:,} events ({len(workload.counters)} counters, {workload.hours} h "
+            f"ending {iso_minute(end_ms)}, seed {workload.seed}) and {args.bad} bad records"
+        )
+
+        arrivals: dict[str, int] = {}
+        reader = StreamReader(
+            client("dynamodbstreams"),
+            stream_arn_of(dynamodb, EVENTS_TABLE),
+            recording_arrivals(handler_factory(COUNTS_TABLE), arrivals),
+            config=config,
+            context=LocalContext(),
+        )
+        stream_started = time.monotonic()
+        reader.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+        console.print(
+            f"3. stream runner: {reader.stats.records:,} records in {reader.invocations} invocations "
+            f"(batch {config.batch_size}, window {config.window_seconds} s, "
+            f"{reader.attempts - reader.invocations} retried) in {time.monotonic() - stream_started:.1f} s"
+        )
+
+        matched = verify(dynamodb, workload.counters, arrivals)
+        console.print(f"finished in {time.monotonic() - started:.1f} s")
+        if args.keep_running:
+            keep_running(server, reader)
+        return 0 if matched else 1
+    finally:
+        server.stop()
+        os.environ.clear()
+        os.environ.update(saved_environment)
+
+
+def write(dynamodb: Any, items: list[dict[str, Any]]) -> None:
+    columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("write", total=len(items))
+        write_items(dynamodb, EVENTS_TABLE, items, on_written=lambda n: progress.advance(task, n))
+
+
+def recording_arrivals(handler: Callable[[dict, Any], Any], arrivals: dict[str, int]) -> Callable[[dict, Any], Any]:
+    """The handler, noting when each event's stream record arrived (for the brute force's late rule)."""
+
+    def handle(event: dict, context: Any) -> Any:
+        for record in event["Records"]:
+            stream = record["dynamodb"]
+            arrivals[stream["Keys"]["id"]["S"]] = int(stream["ApproximateCreationDateTime"] * 1000)
+        return handler(event, context)
+
+    return handle
+
+
+def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int]) -> bool:
+    """Both plans against brute force for the 24 h window ending now, and the rejection counters."""
+    settings = Settings()
+    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    now = now_ms()
+    window = Window.ending(now)
+    items = scan_items(dynamodb, EVENTS_TABLE)
+    brute = brute_force_counts(items, counters, window, arrivals_ms=arrivals, settings=settings)
+    plans = {
+        plan: {r.counter: r for r in count_windows(table, counters, at_ms=now, now=now, plan=plan, consistent=True)}
+        for plan in PlanKind
+    }
+
+    counts = Table(title=escape(f"4. rolling 24 h window {window}"))
+    for column in ("counter", "raw in window", "late", "expected", "batch plan", "range plan", ""):
+        counts.add_column(column, justify="left" if column == "counter" else "right")
+    matched = True
+    for counter in counters:
+        expected = brute[counter]["expected"]
+        batch, ranged = plans[PlanKind.BATCH][counter], plans[PlanKind.RANGE][counter]
+        ok = batch.total == ranged.total == expected
+        matched &= ok
+        counts.add_row(
+            counter,
+            f"{brute[counter]['in_window']:,}",
+            f"{brute[counter]['late']:,}",
+            f"{expected:,}",
+            f"{batch.total:,}",
+            f"{ranged.total:,}",
+            "[green]MATCH" if ok else "[red]MISMATCH",
+        )
+    console.print(counts)
+    batch, ranged = plans[PlanKind.BATCH][counters[0]], plans[PlanKind.RANGE][counters[0]]
+    console.print(
+        f"   raw: events whose time is in the window (a scan of {EVENTS_TABLE}); late: of those, stamped more than "
+        f"{settings.max_event_age_ms // HOUR_MS} h before their record reached the stream. batch plan: {batch.keys} "
+        f"keys per counter, {batch.requests} BatchGetItem request(s) in all; range plan: {ranged.requests} Query "
+        "per counter."
+    )
+
+    want = expected_rejections(items, arrivals, settings)
+    got = {r.counter: r.total for r in count_windows(table, [rejected_counter(x) for x in REJECTION_REASONS], now=now)}
+    rejections = Table(title="5. rejections: tally's own #rejected#<reason> counters (by arrival) vs expected")
+    for column in ("reason", "counted by tally", "expected", ""):
+        rejections.add_column(column, justify="left" if column == "reason" else "right")
+    for reason in REJECTION_REASONS:
+        counted = got[rejected_counter(reason)]
+        ok = counted == want[reason]
+        matched &= ok
+        if counted or want[reason]:
+            verdict = "[green]MATCH" if ok else "[red]MISMATCH"
+            rejections.add_row(reason.value, f"{counted:,}", f"{want[reason]:,}", verdict)
+    console.print(rejections)
+    explain_late(Counter(want), settings)
+
+    if matched:
+        console.print("[bold green]VERDICT: MATCH[/] — both plans equal the brute-force count for every counter")
+    else:
+        console.print("[bold red]VERDICT: MISMATCH[/] — see the rows marked above")
+    return matched
+
+
+def explain_late(rejected: Counter[Reason], settings: Settings) -> None:
+    late = rejected[Reason.LATE_EVENT]
+    if late:
+        hours = settings.max_event_age_ms // HOUR_MS
+        console.print(
+            f"   {late:,} events were rejected as late: stamped more than {hours} h before they reached the stream "
+            "(all were written just now). Minute buckets live "
+            f"{settings.minute_retention_ms // HOUR_MS} h and a retry may commit a day after arrival, so an older "
+            "event could land in an expired minute; tally refuses it whole rather than let an hour outgrow its "
+            "minutes. Raise TALLY_MINUTE_RETENTION_HOURS to backfill further."
+        )
+
+
+def keep_running(server: MotoServer, reader: StreamReader) -> None:
+    """Print how to reach the server, then follow the stream until Ctrl-C."""
+    environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
+    console.print("\nServer and runner keep running. In another shell:")
+    print("export " + " ".join(f"{name}={value}" for name, value in environment.items()), flush=True)
+    console.print(
+        "then e.g. [bold]python scripts/generate_events.py --hours 1[/] and "
+        "[bold]python scripts/query_window.py page-views[/]. Ctrl-C to stop."
+    )
+
+    def interrupted(signum: int, frame: object) -> None:
+        reader.stop.set()  # the current invocation finishes, open windows are committed
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, interrupted)
+    reader.run(until_idle=False, poll_interval=1.0)
+    console.print(f"stopped: {reader.stats.records:,} records read in all")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The local pipeline end to end: its verdict, its honesty about late events, and its clean exit."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from script_support import fresh_handler_cache, load_script  # noqa: F401
+
+from tally.local import local_handler
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
+
+local_pipeline = load_script("local_pipeline")
+
+# 25 hours reach past the 23 h an event may be older than its arrival: some are late by design.
+SMALL = ["--hours", "25", "--rate", "3", "6", "--counters", "alpha", "beta"]
+
+
+def threads_settle(before: set[threading.Thread], timeout: float = 5.0) -> set[threading.Thread]:
+    deadline = time.monotonic() + timeout
+    while (left := set(threading.enumerate()) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def test_the_pipeline_matches_brute_force_and_reports_late_events(capsys):
+    before = set(threading.enumerate())
+    assert local_pipeline.main(SMALL) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: MATCH" in out and "MISMATCH" not in out
+    assert "rejected as late" in out
+    assert threads_settle(before) == set()  # the server stopped with the pipeline
+
+
+def test_a_lost_record_is_a_mismatch_and_exit_status_1(capsys):
+    def losing_one_record(counts_table):
+        handler = local_handler(counts_table, "ERROR")
+        lost = []
+
+        def handle(event, context):
+            records = event["Records"]
+            if not lost and records:  # the middle of 25 time-ordered hours: in the window, not late
+                lost.append(records[len(records) // 2])
+                event = {**event, "Records": [r for r in records if r is not lost[0]]}
+            return handler(event, context)
+
+        return handle
+
+    assert local_pipeline.main(SMALL, handler_factory=losing_one_record) == 1
+    assert "VERDICT: MISMATCH" in capsys.readouterr().out
