@@ -15,6 +15,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tally.buckets import iso_minute
@@ -80,7 +81,7 @@ def query(args: argparse.Namespace) -> list[WindowCount]:
 
 def show(results: list[WindowCount]) -> None:
     console = Console()
-    summary = Table(title=f"window {results[0].window}")
+    summary = Table(title=escape(f"window {results[0].window}"))
     for column in ("counter", "total", "plan", "keys", "requests", "items read"):
         summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
     for result in results:
