@@ -16,22 +16,33 @@ EVENTS = "tally-events"
 COUNTS = "tally-counts"
 
 
-@pytest.fixture(autouse=True)
-def aws_environment(monkeypatch):
-    """Dummy credentials and a region, so nothing can reach a real account."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-        "POWERTOOLS_METRICS_NAMESPACE": "Tally",
-        "POWERTOOLS_SERVICE_NAME": "tally",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+TEST_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+    "POWERTOOLS_SERVICE_NAME": "tally",
+}
+
+
+def pytest_configure(config):
+    """Dummy credentials and a region for the whole session, so nothing can reach a real account."""
+    os.environ.update(TEST_ENVIRONMENT)
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        os.environ.pop(name, None)
+
+    from tally import moto_fixes
+
+    moto_fixes.install()
+
+
+@pytest.fixture
+def aws_environment():
+    """Kept for fixtures that want to state their dependency on the test environment."""
+    return TEST_ENVIRONMENT
 
 
 @pytest.fixture

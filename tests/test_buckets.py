@@ -1,0 +1,115 @@
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from tally.buckets import Bucket, Granularity, InvalidTime, buckets_of, parse_event_time
+from tally.settings import DAY_MS, HOUR_MS, Settings
+
+
+def ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+@pytest.mark.parametrize("minute", range(60))
+def test_every_minute_of_an_hour_has_its_own_key_in_the_same_hour(minute):
+    event = ms(f"2024-03-28T13:{minute:02d}:59.999+00:00")
+    minute_bucket, hour_bucket = buckets_of(event)
+    assert minute_bucket.sort_key == f"M#2024-03-28T13:{minute:02d}"
+    assert hour_bucket.sort_key == "H#2024-03-28T13"
+    assert minute_bucket.hour_index == hour_bucket.index
+    assert minute_bucket.start_ms <= event < minute_bucket.end_ms
+
+
+@pytest.mark.parametrize(
+    ("instant", "minute_key", "hour_key"),
+    [
+        ("2024-03-28T23:59:59.999+00:00", "M#2024-03-28T23:59", "H#2024-03-28T23"),
+        ("2024-03-29T00:00:00.000+00:00", "M#2024-03-29T00:00", "H#2024-03-29T00"),
+        ("2024-02-29T23:59:30+00:00", "M#2024-02-29T23:59", "H#2024-02-29T23"),  # leap day
+        ("2024-03-01T00:00:00+00:00", "M#2024-03-01T00:00", "H#2024-03-01T00"),
+        ("2023-12-31T23:59:59.999+00:00", "M#2023-12-31T23:59", "H#2023-12-31T23"),
+        ("2024-01-01T00:00:00+00:00", "M#2024-01-01T00:00", "H#2024-01-01T00"),
+        ("2024-01-01T01:30:00+02:00", "M#2023-12-31T23:30", "H#2023-12-31T23"),  # offset crosses the year
+    ],
+)
+def test_keys_across_day_month_and_year_boundaries_are_utc(instant, minute_key, hour_key):
+    minute_bucket, hour_bucket = buckets_of(parse_event_time(instant))
+    assert (minute_bucket.sort_key, hour_bucket.sort_key) == (minute_key, hour_key)
+
+
+def test_sort_keys_order_like_time_within_a_granularity():
+    start = ms("2023-12-31T22:00:00+00:00")
+    minutes = [Bucket.of_minute(start // 60_000 + i) for i in range(0, 3 * 24 * 60, 7)]
+    assert sorted(minutes, key=lambda b: b.sort_key) == minutes
+    hours = [Bucket.of_hour(start // HOUR_MS + i) for i in range(0, 500, 5)]
+    assert sorted(hours, key=lambda b: b.sort_key) == hours
+
+
+@pytest.mark.parametrize("sort_key", ["M#2024-03-28T13:17", "H#2024-03-28T13", "M#1970-01-01T00:00", "H#9999-12-31T23"])
+def test_sort_keys_parse_back_to_their_bucket(sort_key):
+    assert Bucket.from_sort_key(sort_key).sort_key == sort_key
+
+
+@pytest.mark.parametrize("sort_key", ["X#2024", "M#2024-03-28T13", "H#2024-03-28T13:17", "M#2024-13-28T13:17", ""])
+def test_other_strings_are_not_sort_keys(sort_key):
+    with pytest.raises(ValueError):
+        Bucket.from_sort_key(sort_key)
+
+
+def test_ttl_is_bucket_end_plus_the_retention_of_its_granularity():
+    settings = Settings()
+    minute_bucket, hour_bucket = buckets_of(ms("2024-03-28T13:17:05+00:00"))
+    assert minute_bucket.ttl_seconds(settings) == (ms("2024-03-28T13:18:00+00:00") + 48 * HOUR_MS) // 1000
+    assert hour_bucket.ttl_seconds(settings) == (ms("2024-03-28T14:00:00+00:00") + 90 * DAY_MS) // 1000
+    assert Granularity.MINUTE.length_ms * 60 == Granularity.HOUR.length_ms
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (Decimal("1711631825123"), 1711631825123),
+        (Decimal("1711631825123.9"), 1711631825123),  # fractions floor, like the bucket math
+        (1711631825123, 1711631825123),
+        ("2024-03-28T13:17:05.123Z", 1711631825123),
+        ("2024-03-28T15:17:05.123+02:00", 1711631825123),
+        ("2024-03-28T08:17:05.123-05:00", 1711631825123),
+        (" 2024-03-28T13:17:05.123+00:00 ", 1711631825123),
+        (Decimal(0), 0),
+    ],
+)
+def test_event_times_in_milliseconds_or_iso_with_offset(value, expected):
+    assert parse_event_time(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("2024-03-28T13:17:05", "without a UTC offset"),
+        ("yesterday", "not an ISO-8601 time"),
+        (Decimal("NaN"), "not a finite number"),
+        (Decimal("Infinity"), "not a finite number"),
+        (float("nan"), "not a finite number"),
+        (Decimal("-1"), "before the epoch"),
+        (Decimal("1e30"), "after the year 9999"),
+        (True, "boolean"),
+        ([1], "unsupported type"),
+        (None, "unsupported type"),
+        ("9999-12-31T23:59:59+00:00", None),
+    ],
+)
+def test_unusable_times_are_refused_with_a_reason(value, message):
+    if message is None:  # the last representable instant still parses
+        assert parse_event_time(value) > 0
+        return
+    with pytest.raises(InvalidTime, match=message):
+        parse_event_time(value)
+
+
+def test_iso_and_epoch_forms_land_in_the_same_buckets():
+    moment = datetime(2024, 3, 28, 13, 17, 5, tzinfo=UTC)
+    for offset_hours in range(-12, 15):
+        zone_text = (moment + timedelta(hours=offset_hours)).replace(tzinfo=None).isoformat()
+        sign = "+" if offset_hours >= 0 else "-"
+        text = f"{zone_text}{sign}{abs(offset_hours):02d}:00"
+        assert buckets_of(parse_event_time(text)) == buckets_of(int(moment.timestamp() * 1000))

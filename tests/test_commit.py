@@ -1,0 +1,70 @@
+import pytest
+
+from tally.buckets import Bucket
+from tally.commit import MARKER_PREFIX, Outcome, classify_cancellation, marker_key, source_id, transact_items
+from tally.segments import Segment
+from tally.settings import HOUR_MS, Settings
+
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
+
+
+def segment():
+    return Segment(
+        first_sequence="100",
+        first_arrival_ms=T0,
+        last_sequence="180",
+        records=81,
+        deltas={("b", Bucket.of_hour(T0 // HOUR_MS)): 5, ("a", Bucket.of_minute(T0 // 60_000)): 76},
+    )
+
+
+def test_marker_put_first_then_one_add_per_bucket():
+    items = transact_items(segment(), "counts", "src", Settings())
+    put = items[0]["Put"]
+    assert put["Item"]["pk"] == {"S": MARKER_PREFIX + "100"}
+    assert put["Item"]["sk"] == {"S": "src"}
+    assert put["Item"]["last"] == {"S": "180"}
+    assert put["Item"]["records"] == {"N": "81"}
+    assert put["ConditionExpression"] == "attribute_not_exists(#pk)"
+    updates = [item["Update"] for item in items[1:]]
+    assert [u["Key"]["pk"]["S"] for u in updates] == ["a", "b"]
+    assert updates[0]["UpdateExpression"] == "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)"
+    assert updates[0]["ExpressionAttributeValues"][":delta"] == {"N": "76"}
+    assert updates[1]["ExpressionAttributeValues"][":delta"] == {"N": "5"}
+    assert updates[1]["ExpressionAttributeValues"][":ttl"] == {"N": str((T0 + HOUR_MS + 90 * 86_400_000) // 1000)}
+    assert all(item.get("Put", item.get("Update"))["TableName"] == "counts" for item in items)
+
+
+def test_the_marker_outlives_stream_retention():
+    ttl = int(transact_items(segment(), "counts", "src", Settings())[0]["Put"]["Item"]["ttl"]["N"])
+    assert ttl * 1000 >= T0 + 24 * HOUR_MS
+
+
+def test_markers_are_deterministic_and_tell_shards_and_streams_apart():
+    assert marker_key(segment(), source_id("arn1", "shard-1")) == marker_key(segment(), source_id("arn1", "shard-1"))
+    assert source_id("arn1", "shard-1") != source_id("arn1", "shard-2")
+    assert source_id("arn1", None) != source_id("arn2", None)
+
+
+def codes(*names):
+    return [{"Code": name} for name in names]
+
+
+@pytest.mark.parametrize(
+    ("reasons", "outcome"),
+    [
+        (codes("ConditionalCheckFailed", "None", "None"), Outcome.DUPLICATE),
+        (codes("ConditionalCheckFailed"), Outcome.DUPLICATE),
+        (codes("None", "TransactionConflict", "None"), Outcome.RETRY),
+        (codes("ConditionalCheckFailed", "TransactionConflict"), Outcome.RETRY),
+        (codes("None", "ThrottlingError"), Outcome.RETRY),
+        (codes("None", "ProvisionedThroughputExceeded"), Outcome.RETRY),
+        (codes("None", "ConditionalCheckFailed"), Outcome.FAIL),  # a bucket's condition is not the marker's
+        (codes("ConditionalCheckFailed", "ConditionalCheckFailed"), Outcome.FAIL),
+        (codes("None", "ValidationError"), Outcome.FAIL),
+        (codes("ConditionalCheckFailed", "ValidationError"), Outcome.FAIL),
+        ([], Outcome.FAIL),
+    ],
+)
+def test_only_a_lone_marker_condition_failure_means_already_committed(reasons, outcome):
+    assert classify_cancellation(reasons) is outcome

@@ -1,0 +1,213 @@
+"""CountsTable against moto: commits, retries, batch gets and queries."""
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import COUNTS, no_sleep_backoff, read_counts
+from tally.buckets import Bucket
+from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
+from tally.segments import Segment
+from tally.settings import HOUR_MS, MINUTE_MS
+
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
+MINUTE = Bucket.of_minute(T0 // MINUTE_MS)
+HOUR = Bucket.of_hour(T0 // HOUR_MS)
+
+
+def segment(first="100", delta=3):
+    return Segment(first, T0, first, 1, {("c", MINUTE): delta, ("c", HOUR): delta})
+
+
+class Faulty:
+    """Wraps a boto3 client; ``faults[method]`` is a list of callables run (and popped) before the real call."""
+
+    def __init__(self, client):
+        self.client = client
+        self.faults = {}
+        self.calls = {}
+
+    def __getattr__(self, name):
+        real = getattr(self.client, name)
+
+        def call(**kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            pending = self.faults.get(name)
+            if pending:
+                return pending.pop(0)(real, kwargs)
+            return real(**kwargs)
+
+        return call
+
+
+def cancelled(*codes):
+    def raise_it(_real, _kwargs):
+        raise ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                "CancellationReasons": [{"Code": code} for code in codes],
+            },
+            "TransactWriteItems",
+        )
+
+    return raise_it
+
+
+def error(code):
+    def raise_it(_real, _kwargs):
+        raise ClientError({"Error": {"Code": code, "Message": code}}, "Any")
+
+    return raise_it
+
+
+def test_a_commit_adds_every_delta_once(counts_table, dynamodb):
+    result = counts_table.commit(segment(), "src")
+    assert (result.duplicate, result.retries) == (False, 0)
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
+
+
+def test_the_same_segment_again_is_a_duplicate_and_changes_nothing(counts_table, dynamodb):
+    counts_table.commit(segment(), "src")
+    assert counts_table.commit(segment(), "src").duplicate
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
+    assert not counts_table.commit(segment(), "other-shard").duplicate  # another source is another segment
+
+
+def test_bucket_ttl_is_set_once_and_never_moved(counts_table, dynamodb, settings):
+    counts_table.commit(segment("1"), "src")
+    counts_table.commit(segment("2"), "src")
+    item = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "c"}, "sk": {"S": MINUTE.sort_key}})["Item"]
+    assert int(item["ttl"]["N"]) == MINUTE.ttl_seconds(settings)
+    assert int(item["count"]["N"]) == 6
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        cancelled("None", "TransactionConflict", "None"),
+        cancelled("None", "None", "ThrottlingError"),
+        error("ProvisionedThroughputExceededException"),
+        error("ThrottlingException"),
+        error("TransactionConflictException"),
+    ],
+)
+def test_conflicts_and_throttling_are_retried_then_committed_once(dynamodb, settings, fault):
+    client = Faulty(dynamodb)
+    client.faults["transact_write_items"] = [fault, fault]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    result = table.commit(segment(), "src")
+    assert (result.duplicate, result.retries) == (False, 2)
+    assert client.calls["transact_write_items"] == 3
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
+
+
+def test_a_conflict_that_never_ends_raises_so_lambda_retries(dynamodb, settings):
+    client = Faulty(dynamodb)
+    client.faults["transact_write_items"] = [cancelled("None", "TransactionConflict", "None")] * 3
+    table = CountsTable(client, COUNTS, settings, backoff=lambda: no_sleep_backoff(attempts=3))
+    with pytest.raises(RetriesExhausted):
+        table.commit(segment(), "src")
+    assert read_counts(dynamodb, "c") == {}
+
+
+def test_a_conditional_failure_on_a_bucket_is_not_taken_for_a_duplicate(dynamodb, settings):
+    client = Faulty(dynamodb)
+    client.faults["transact_write_items"] = [cancelled("None", "ConditionalCheckFailed", "None")]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    with pytest.raises(CommitFailed, match="ConditionalCheckFailed"):
+        table.commit(segment(), "src")
+
+
+def test_a_real_validation_failure_raises_and_is_not_retried(counts_table, dynamodb):
+    # A bucket whose count is not a number makes DynamoDB cancel the ADD.
+    dynamodb.put_item(TableName=COUNTS, Item={"pk": {"S": "c"}, "sk": {"S": MINUTE.sort_key}, "count": {"S": "x"}})
+    with pytest.raises(CommitFailed):
+        counts_table.commit(segment(), "src")
+    hour = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "c"}, "sk": {"S": HOUR.sort_key}})
+    assert "Item" not in hour  # the hour was not touched either: all or nothing
+
+
+def test_other_errors_surface_unchanged(dynamodb, settings):
+    client = Faulty(dynamodb)
+    client.faults["transact_write_items"] = [error("AccessDeniedException")]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    with pytest.raises(CommitFailed, match="AccessDeniedException"):
+        table.commit(segment(), "src")
+    assert client.calls["transact_write_items"] == 1
+
+
+def put_counts(client, counter, n):
+    for i in range(n):
+        client.put_item(
+            TableName=COUNTS,
+            Item={"pk": {"S": counter}, "sk": {"S": Bucket.of_minute(T0 // MINUTE_MS + i).sort_key}, "count": {"N": str(i + 1)}},
+        )
+
+
+def test_batch_get_reads_more_than_100_keys_in_chunks(counts_table, dynamodb):
+    put_counts(dynamodb, "c", 150)
+    keys = [("c", Bucket.of_minute(T0 // MINUTE_MS + i).sort_key) for i in range(250)]
+    fetched = counts_table.batch_get(keys)
+    assert fetched.requests == 3
+    assert fetched.items == 150
+    assert sum(fetched.counts.values()) == sum(range(1, 151))
+
+
+def withhold(count):
+    """A BatchGetItem answer that leaves the last ``count`` keys unprocessed, as DynamoDB does past 16 MB."""
+
+    def answer(real, kwargs):
+        (table, request), = kwargs["RequestItems"].items()
+        served, held = request["Keys"][:-count], request["Keys"][-count:]
+        response = real(RequestItems={table: {**request, "Keys": served}}) if served else {"Responses": {table: []}}
+        response["UnprocessedKeys"] = {table: {**request, "Keys": held}}
+        return response
+
+    return answer
+
+
+def test_unprocessed_keys_are_fetched_until_none_are_left(dynamodb, settings):
+    put_counts(dynamodb, "c", 60)
+    client = Faulty(dynamodb)
+    client.faults["batch_get_item"] = [withhold(40), withhold(10), withhold(1)]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    fetched = table.batch_get([("c", Bucket.of_minute(T0 // MINUTE_MS + i).sort_key) for i in range(60)])
+    assert fetched.requests == 4
+    assert sum(fetched.counts.values()) == sum(range(1, 61))
+
+
+def test_keys_left_unprocessed_after_every_retry_raise(dynamodb, settings):
+    put_counts(dynamodb, "c", 5)
+    client = Faulty(dynamodb)
+    client.faults["batch_get_item"] = [withhold(1)] * 3
+    table = CountsTable(client, COUNTS, settings, backoff=lambda: no_sleep_backoff(attempts=3))
+    with pytest.raises(RetriesExhausted):
+        table.batch_get([("c", Bucket.of_minute(T0 // MINUTE_MS + i).sort_key) for i in range(5)])
+
+
+def test_throttled_reads_are_retried(dynamodb, settings):
+    put_counts(dynamodb, "c", 3)
+    client = Faulty(dynamodb)
+    client.faults["query"] = [error("ProvisionedThroughputExceededException")]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    fetched = table.query("c", "M#", "M#~")
+    assert sum(fetched.counts.values()) == 6
+    assert client.calls["query"] == 2
+
+
+def test_query_reads_a_range_across_pages(dynamodb, settings):
+    put_counts(dynamodb, "c", 30)
+
+    def one_page_of(limit):
+        def answer(real, kwargs):
+            return real(**kwargs, Limit=limit)
+
+        return answer
+
+    client = Faulty(dynamodb)
+    client.faults["query"] = [one_page_of(10), one_page_of(10)]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    first, last = Bucket.of_minute(T0 // MINUTE_MS + 2), Bucket.of_minute(T0 // MINUTE_MS + 27)
+    fetched = table.query("c", first.sort_key, last.sort_key)
+    assert fetched.requests == 3
+    assert fetched.items == 26
+    assert sum(fetched.counts.values()) == sum(range(3, 29))

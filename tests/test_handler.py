@@ -1,0 +1,64 @@
+"""The Lambda entry point on moto: environment, logs and metrics."""
+
+import json
+
+import pytest
+
+from conftest import COUNTS, read_counts
+from factories import LambdaContext, counter_record, image, stream_record, window_event
+from tally import handler as handler_module
+from tally.settings import HOUR_MS
+
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
+
+
+@pytest.fixture
+def lambda_handler(dynamodb, monkeypatch):
+    monkeypatch.setenv("COUNTS_TABLE", COUNTS)
+    handler_module.counts_table.cache_clear()
+    yield handler_module.handler
+    handler_module.counts_table.cache_clear()
+
+
+def emitted(capsys):
+    """The JSON lines the handler printed: Powertools log records and EMF metric blobs."""
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+def test_the_handler_counts_a_window_and_returns_its_state(lambda_handler, dynamodb):
+    response = lambda_handler(window_event([counter_record("c", T0)]), LambdaContext())
+    assert response["state"]["segment"]["records"] == 1
+    response = lambda_handler(window_event([], state=response["state"], final=True), LambdaContext())
+    assert response == {"state": {}}
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 1, "H#2026-11-18T11": 1}
+
+
+def test_the_handler_logs_a_summary_and_each_rejection_with_its_reason(lambda_handler, caplog):
+    records = [counter_record("c", T0), stream_record(image(id="x", counter="c", ts="never"), arrival_s=T0 / 1000)]
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    rejected = [r for r in caplog.records if r.getMessage() == "record rejected"]
+    assert [(r.reason, r.levelname) for r in rejected] == [("invalid_time", "WARNING")]
+    [summary] = [r for r in caplog.records if r.getMessage() == "invocation done"]
+    assert (summary.counted, summary.rejected, summary.segments_committed) == (1, 1, 1)
+    assert summary.rejected_by_reason == {"invalid_time": 1}
+
+
+def test_the_handler_publishes_embedded_metrics_with_rejections_by_reason(lambda_handler, capsys):
+    records = [stream_record(image(id="x", counter="#bad", ts=T0), arrival_s=T0 / 1000)] * 2
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    blobs = [line for line in emitted(capsys) if "_aws" in line]
+    totals = next(blob for blob in blobs if "RecordsCounted" in blob)
+    assert totals["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Tally"
+    assert totals["service"] == "tally"
+    assert (totals["RecordsCounted"], totals["RecordsRejected"], totals["SegmentsCommitted"]) == ([0], [2], [1])
+    by_reason = next(blob for blob in blobs if blob.get("reason") == "invalid_counter")
+    assert by_reason["RecordsRejected"] == [2]
+    assert by_reason["service"] == "tally"
+    assert sorted(by_reason["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["reason", "service"]
+
+
+def test_a_bad_setting_fails_the_invocation_loudly(lambda_handler, monkeypatch):
+    monkeypatch.setenv("TALLY_MAX_CLOCK_SKEW_SECONDS", "soon")
+    handler_module.counts_table.cache_clear()
+    with pytest.raises(ValueError, match="TALLY_MAX_CLOCK_SKEW_SECONDS"):
+        lambda_handler(window_event([]), LambdaContext())

@@ -1,0 +1,130 @@
+"""invocation.process against moto: modes, replays, crashes after commits, rejections."""
+
+import pytest
+
+from conftest import read_counts
+from factories import counter_record, image, plain_event, stream_record, window_event
+from tally.invocation import process
+from tally.records import Reason
+from tally.settings import HOUR_MS, MINUTE_MS
+
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
+HOUR_KEY = "H#2026-11-18T11"
+
+
+def records_for(counter, minutes):
+    return [counter_record(counter, T0 + m * MINUTE_MS + 1_000) for m in minutes]
+
+
+def expected(counter_minutes):
+    counts = {}
+    for minute in counter_minutes:
+        key = f"M#2026-11-18T11:{minute:02d}"
+        counts[key] = counts.get(key, 0) + 1
+    counts[HOUR_KEY] = len(counter_minutes)
+    return counts
+
+
+def test_without_a_window_every_invocation_commits_its_records(counts_table, dynamodb, settings):
+    response, summary = process(plain_event(records_for("c", [0, 0, 5])), counts_table.commit, settings)
+    assert response == {}
+    assert (summary.records, summary.counted, summary.segments_committed) == (3, 3, 1)
+    assert read_counts(dynamodb, "c") == expected([0, 0, 5])
+
+
+def test_a_replayed_invocation_counts_nothing_twice(counts_table, dynamodb, settings):
+    event = plain_event(records_for("c", range(60)) + records_for("d", range(60)))  # two segments
+    first = process(event, counts_table.commit, settings)[1]
+    replay = process(event, counts_table.commit, settings)[1]
+    assert first.segments_committed == 2
+    assert (replay.segments_committed, replay.duplicate_segments) == (0, 2)
+    assert read_counts(dynamodb, "c") == expected(list(range(60)))
+    assert read_counts(dynamodb, "d") == expected(list(range(60)))
+
+
+def test_a_crash_after_a_commit_is_retried_without_double_counting(counts_table, dynamodb, settings):
+    event = plain_event(records_for("c", range(60)) + records_for("d", range(60)))
+    commits = []
+
+    def commit_then_crash(segment, source):
+        commits.append(counts_table.commit(segment, source))
+        if len(commits) == 1:
+            raise TimeoutError("invocation timed out after its first commit")
+        return commits[-1]
+
+    with pytest.raises(TimeoutError):
+        process(event, commit_then_crash, settings)
+    summary = process(event, commit_then_crash, settings)[1]  # Lambda retries the same batch
+    assert (summary.duplicate_segments, summary.segments_committed) == (1, 1)
+    assert read_counts(dynamodb, "c") == expected(list(range(60)))
+    assert read_counts(dynamodb, "d") == expected(list(range(60)))
+
+
+def test_a_window_carries_its_segment_in_state_until_the_final_invocation(counts_table, dynamodb, settings):
+    first_batch, second_batch = records_for("c", [1, 2]), records_for("c", [2, 3])
+    response, summary = process(window_event(first_batch), counts_table.commit, settings)
+    assert summary.segments_committed == 0
+    assert read_counts(dynamodb, "c") == {}
+    state = response["state"]
+    assert state["segment"]["records"] == 2
+
+    response, summary = process(window_event(second_batch, state=state, final=True), counts_table.commit, settings)
+    assert response == {"state": {}}
+    assert summary.segments_committed == 1
+    assert read_counts(dynamodb, "c") == expected([1, 2, 2, 3])
+
+
+def test_a_replayed_final_window_invocation_counts_once(counts_table, dynamodb, settings):
+    state = process(window_event(records_for("c", [1])), counts_table.commit, settings)[0]["state"]
+    final = window_event(records_for("c", [4]), state=state, final=True)
+    process(final, counts_table.commit, settings)
+    summary = process(final, counts_table.commit, settings)[1]
+    assert summary.duplicate_segments == 1
+    assert read_counts(dynamodb, "c") == expected([1, 4])
+
+
+def test_a_full_segment_commits_early_inside_a_window(counts_table, dynamodb, settings):
+    event = window_event(records_for("c", range(60)) + records_for("d", range(60)))
+    response, summary = process(event, counts_table.commit, settings)
+    assert summary.segments_committed == 1  # c's 61 items and d's hour + 37 minutes: committed now
+    assert read_counts(dynamodb, "c") == expected(list(range(60)))
+    carried = response["state"]["segment"]
+    assert carried["records"] == 60 - 37
+    process(window_event([], state=response["state"], final=True), counts_table.commit, settings)
+    assert read_counts(dynamodb, "d") == expected(list(range(60)))
+
+
+def test_an_empty_final_invocation_with_no_state_commits_nothing(counts_table, settings):
+    response, summary = process(window_event([], final=True), counts_table.commit, settings)
+    assert response == {"state": {}}
+    assert summary.segments_committed == 0
+
+
+def test_modify_remove_and_bad_records_are_counted_and_never_fail_the_batch(counts_table, dynamodb, settings):
+    arrival_s = (T0 + 30 * MINUTE_MS) / 1000
+    records = [
+        counter_record("c", T0 + MINUTE_MS, arrival_s=arrival_s),
+        stream_record(image(id="1", counter="c", ts=T0), event_name="MODIFY", arrival_s=arrival_s),
+        stream_record(None, event_name="REMOVE", arrival_s=arrival_s),
+        stream_record(image(id="2", ts=T0), arrival_s=arrival_s),
+        stream_record(image(id="3", counter="#segment#x", ts=T0), arrival_s=arrival_s),
+        stream_record(image(id="4", counter="c", ts="later"), arrival_s=arrival_s),
+        stream_record(image(id="5", counter="c", ts=T0 + 40 * MINUTE_MS), arrival_s=arrival_s),
+        stream_record(image(id="6", counter="c", ts=T0 - 24 * HOUR_MS), arrival_s=arrival_s),
+        {"eventName": "INSERT"},
+    ]
+    response, summary = process(plain_event(records), counts_table.commit, settings)
+    assert (summary.records, summary.counted, summary.skipped, summary.rejected_total) == (9, 1, 2, 6)
+    assert summary.rejected == {
+        Reason.MISSING_COUNTER: 1,
+        Reason.INVALID_COUNTER: 1,
+        Reason.INVALID_TIME: 1,
+        Reason.FUTURE_TIME: 1,
+        Reason.LATE_EVENT: 1,
+        Reason.MALFORMED_RECORD: 1,
+    }
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:01": 1, HOUR_KEY: 1}
+    # Rejections with a readable arrival are counted, by arrival minute, under reserved counters.
+    assert read_counts(dynamodb, "#rejected#late_event") == {"M#2026-11-18T11:30": 1, HOUR_KEY: 1}
+    assert read_counts(dynamodb, "#rejected#invalid_counter") == {"M#2026-11-18T11:30": 1, HOUR_KEY: 1}
+    assert read_counts(dynamodb, "#rejected#not_insert") == {}

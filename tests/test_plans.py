@@ -1,0 +1,150 @@
+"""Plans against a brute-force count, at every minute offset of the hour."""
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
+
+from tally.buckets import buckets_of
+from tally.plans import PlanKind, WindowUnavailable, make_plan
+from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.sums import sum_plan
+from tally.windows import Window, parse_instant
+
+SETTINGS = Settings()
+NO_SKEW = Settings(max_clock_skew_ms=0)
+HOUR0 = parse_instant("2024-03-28T13:00:00Z")
+YEAR_END = parse_instant("2023-12-31T23:00:00Z")
+
+
+def bucket_store(events):
+    """What the handler would have written: every event in its minute and its hour."""
+    store = Counter()
+    for ms in events:
+        for bucket in buckets_of(ms):
+            store[bucket.sort_key] += 1
+    return store
+
+
+def brute_force(events, window):
+    return sum(1 for ms in events if window.covers(ms))
+
+
+def random_events(rng, around_ms, spread_ms, n):
+    return [around_ms - rng.randrange(spread_ms) for _ in range(n)]
+
+
+@pytest.mark.parametrize("base", [HOUR0, YEAR_END], ids=["mid-year", "year-end"])
+@pytest.mark.parametrize("offset", range(60))
+def test_both_plans_equal_brute_force_at_every_minute_offset(base, offset):
+    rng = random.Random(offset)
+    at = base + offset * MINUTE_MS + rng.randrange(MINUTE_MS)
+    events = random_events(rng, at + HOUR_MS, 27 * HOUR_MS, 3000)
+    events = [ms for ms in events if ms <= at + SETTINGS.max_clock_skew_ms]  # nothing beyond the skew exists yet
+    store = bucket_store(events)
+    window = Window.ending(at)
+    for now in (at, at + 3 * HOUR_MS):  # ending now, and in the past
+        for kind in PlanKind:
+            plan = make_plan(window, now, SETTINGS, kind)
+            assert sum_plan(plan, store)[0] == brute_force(events, window), (kind, now - at)
+
+
+@pytest.mark.parametrize("offset", range(60))
+def test_key_counts_for_a_24h_window(offset):
+    at = HOUR0 + offset * MINUTE_MS
+    window = Window.ending(at)
+    past = make_plan(window, at + 2 * HOUR_MS, SETTINGS)
+    now_no_skew = make_plan(window, at, NO_SKEW)
+    now_default = make_plan(window, at, SETTINGS)
+    assert len(past.terms) <= 83
+    assert len(now_no_skew.terms) <= 54
+    # Minutes an event stamped up to the skew ahead could already be in are subtracted, not assumed empty.
+    assert len(now_default.terms) <= 54 + SETTINGS.max_clock_skew_ms // MINUTE_MS
+    for kind_plan in (make_plan(window, now, SETTINGS, PlanKind.RANGE) for now in (at, at + 2 * HOUR_MS)):
+        assert len(kind_plan.runs()) <= 3
+
+
+def test_worst_cases_are_reached():
+    counts = [len(make_plan(Window.ending(HOUR0 + m * MINUTE_MS), HOUR0 + m * MINUTE_MS + 2 * HOUR_MS, SETTINGS).terms) for m in range(60)]
+    assert max(counts) == 83
+    counts_now = [len(make_plan(Window.ending(HOUR0 + m * MINUTE_MS), HOUR0 + m * MINUTE_MS, NO_SKEW).terms) for m in range(60)]
+    assert max(counts_now) == 54
+
+
+def test_a_window_ending_now_excludes_events_stamped_in_the_future_of_the_current_hour():
+    at = HOUR0 + 20 * MINUTE_MS
+    events = [at - MINUTE_MS, at, at + 2 * MINUTE_MS, at + 4 * MINUTE_MS]  # two are ahead, within the skew
+    plan = make_plan(Window.ending(at), at, SETTINGS)
+    assert sum_plan(plan, bucket_store(events))[0] == 2
+
+
+def test_the_hour_is_read_whole_when_no_later_minute_can_hold_data():
+    at = HOUR0 + 40 * MINUTE_MS
+    plan = make_plan(Window.ending(at), at, NO_SKEW)
+    current = [t for t in plan.terms if t.bucket.hour_index == HOUR0 // HOUR_MS]
+    assert [(t.bucket.sort_key, t.sign) for t in current] == [("H#2024-03-28T13", 1)]
+
+
+def test_a_partial_hour_over_30_minutes_is_read_as_hour_minus_the_rest():
+    at = HOUR0 + 40 * MINUTE_MS
+    plan = make_plan(Window.ending(at), at + DAY_MS, SETTINGS)
+    current = [t for t in plan.terms if t.bucket.hour_index == HOUR0 // HOUR_MS]
+    assert current[0].bucket.sort_key == "H#2024-03-28T13" and current[0].sign == 1
+    assert [t.bucket.sort_key for t in current[1:]] == [f"M#2024-03-28T13:{m}" for m in range(41, 60)]
+    assert all(t.sign == -1 for t in current[1:])
+
+
+def test_range_plan_prefers_one_run_inside_a_single_hour():
+    at = HOUR0 + 55 * MINUTE_MS
+    window = Window.ending(at, 50 * MINUTE_MS)  # minutes 06..55: hour minus 10 minutes in two runs, or one run
+    batch = make_plan(window, at + DAY_MS, SETTINGS, PlanKind.BATCH)
+    ranged = make_plan(window, at + DAY_MS, SETTINGS, PlanKind.RANGE)
+    assert len(batch.terms) == 11
+    assert len(ranged.runs()) == 1
+
+
+def test_windows_reaching_past_minute_retention_must_be_hour_aligned_there():
+    now = HOUR0 + 17 * MINUTE_MS
+    with pytest.raises(WindowUnavailable, match="minute retention"):
+        make_plan(Window.ending(now, 7 * DAY_MS), now, SETTINGS)
+    aligned = Window.ending(HOUR0 - 1, 7 * DAY_MS)  # ends with the last minute of an hour
+    plan = make_plan(aligned, now, SETTINGS)
+    assert all(t.bucket.granularity.value == "H" for t in plan.terms)
+    assert len(plan.terms) == 7 * 24
+
+
+def test_windows_reaching_past_hour_retention_are_refused():
+    now = HOUR0
+    with pytest.raises(WindowUnavailable, match="hour retention"):
+        make_plan(Window.ending(HOUR0 - 1, 100 * DAY_MS), now, SETTINGS)
+
+
+def test_minutes_that_cannot_hold_data_yet_are_not_read():
+    at = HOUR0 + 3 * HOUR_MS  # a window ending three hours from now
+    plan = make_plan(Window.ending(at), HOUR0, NO_SKEW)
+    assert max(t.bucket.start_ms for t in plan.terms) <= HOUR0
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(
+    offsets=st.lists(st.integers(0, 3 * DAY_MS), max_size=200),
+    length_minutes=st.integers(1, 48 * 60),
+    at_offset=st.integers(0, 3 * DAY_MS),
+    age=st.integers(0, 30 * HOUR_MS),
+    skew_minutes=st.integers(0, 10),
+    kind=st.sampled_from(PlanKind),
+)
+def test_any_window_any_events_equal_brute_force(offsets, length_minutes, at_offset, age, skew_minutes, kind):
+    settings = Settings(max_clock_skew_ms=skew_minutes * MINUTE_MS, minute_retention_ms=72 * HOUR_MS)
+    base = parse_instant("2023-12-30T00:00:00Z")
+    at = base + at_offset
+    now = at + age
+    events = [base + o for o in offsets if base + o <= now + settings.max_clock_skew_ms]
+    window = Window.ending(at, length_minutes * MINUTE_MS)
+    try:
+        plan = make_plan(window, now, settings, kind)
+    except WindowUnavailable:
+        assert window.start_ms + settings.minute_retention_ms < now + HOUR_MS
+        return
+    assert sum_plan(plan, bucket_store(events))[0] == brute_force(events, window)

@@ -1,0 +1,129 @@
+"""count_windows on moto, fed by the real handler path: both plans against brute force."""
+
+import random
+
+import boto3
+import pytest
+from freezegun import freeze_time
+from moto import mock_aws
+
+from conftest import COUNTS, EVENTS, no_sleep_backoff
+from factories import counter_record, window_event
+from tally.dynamo import CountsTable, create_tables
+from tally.invocation import process
+from tally.plans import PlanKind, WindowUnavailable
+from tally.query import count_windows, validate_query_counter
+from tally.records import InvalidCounter
+from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.windows import Window, parse_instant
+
+NOW = parse_instant("2026-11-22T14:37:12Z")
+
+
+def ingest(counts_table, settings, events):
+    """Events (counter, ms) through the handler path, arriving at their own time, one window per 100."""
+    ordered = sorted(events, key=lambda e: e[1])
+    for start in range(0, len(ordered), 100):
+        chunk = [counter_record(counter, ms) for counter, ms in ordered[start : start + 100]]
+        process(window_event(chunk, final=True), counts_table.commit, settings)
+
+
+def brute_force(events, counter, window):
+    return sum(1 for c, ms in events if c == counter and window.covers(ms))
+
+
+@pytest.fixture(scope="module")
+def ingested():
+    """One table of buckets for the whole module: moto takes ~10 ms per bucket update."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        settings = Settings(counts_table=COUNTS, events_table=EVENTS)
+        table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+        rng = random.Random(7)
+        events = [(rng.choice("abc"), NOW - rng.randrange(26 * HOUR_MS)) for _ in range(900)]
+        ingest(table, settings, events)
+        yield table, events
+
+
+@pytest.fixture
+def counts_table(ingested):
+    return ingested[0]
+
+
+@pytest.fixture
+def workload(ingested):
+    return ingested[1]
+
+
+@freeze_time("2026-11-22T14:37:12Z")
+def test_last_24_hours_by_both_plans_equals_brute_force(counts_table, workload):
+    window = Window.ending(NOW)
+    for plan in PlanKind:
+        results = count_windows(counts_table, ["a", "b", "c"], plan=plan)
+        assert [r.total for r in results] == [brute_force(workload, c, window) for c in "abc"]
+        assert all(r.window == window for r in results)
+        assert all(sum(r.by_hour.values()) == r.total for r in results)
+
+
+@freeze_time("2026-11-22T14:37:12Z")
+def test_windows_ending_in_the_past_at_every_minute_offset(counts_table, workload):
+    for offset in range(60):
+        at = NOW - HOUR_MS - 37 * MINUTE_MS + offset * MINUTE_MS + 5_000
+        window = Window.ending(at, 90 * MINUTE_MS if offset % 2 else DAY_MS - 2 * HOUR_MS)
+        batch = count_windows(counts_table, ["a"], at_ms=at, length_ms=window.minutes * MINUTE_MS)[0]
+        ranged = count_windows(counts_table, ["a"], at_ms=at, length_ms=window.minutes * MINUTE_MS, plan=PlanKind.RANGE)[0]
+        assert batch.total == ranged.total == brute_force(workload, "a", window), offset
+
+
+def test_the_per_hour_breakdown_matches_events_per_hour(counts_table, workload):
+    [result] = count_windows(counts_table, ["b"], now=NOW, consistent=True)
+    window = Window.ending(NOW)
+    for hour, count in result.by_hour.items():
+        assert count == sum(1 for c, ms in workload if c == "b" and window.covers(ms) and ms // HOUR_MS == hour)
+    assert len(result.by_hour) == 25  # the oldest partial hour, 23 full hours, the current partial hour
+
+
+def test_a_24h_query_ending_now_reads_one_batch_request(counts_table, workload):
+    [result] = count_windows(counts_table, ["a"], now=NOW)
+    assert result.requests == 1
+    assert result.keys <= 59
+    [ranged] = count_windows(counts_table, ["a"], now=NOW, plan=PlanKind.RANGE)
+    assert ranged.requests <= 3
+
+
+def test_many_counters_share_batch_requests(counts_table, workload):
+    results = count_windows(counts_table, ["a", "b", "c", "missing"], now=NOW, at_ms=NOW - 3 * HOUR_MS)
+    assert results[0].requests == -(-sum(r.keys for r in results) // 100)
+    assert results[3].total == 0
+
+
+def test_unknown_counters_count_zero_and_invalid_ones_are_refused(counts_table, workload):
+    assert count_windows(counts_table, ["never-seen"], now=NOW)[0].total == 0
+    with pytest.raises(InvalidCounter):
+        count_windows(counts_table, ["#segment#1"], now=NOW)
+
+
+def test_rejection_counters_are_queryable_but_not_other_reserved_names():
+    assert validate_query_counter("#rejected#late_event") == "#rejected#late_event"
+    with pytest.raises(InvalidCounter):
+        validate_query_counter("#rejected#nope")
+    with pytest.raises(InvalidCounter):
+        validate_query_counter("#rejected#not_insert")
+
+
+def test_a_week_ending_mid_hour_is_refused_but_an_hour_aligned_week_is_answered(counts_table, workload):
+    with pytest.raises(WindowUnavailable):
+        count_windows(counts_table, ["a"], now=NOW, length_ms=7 * DAY_MS)
+    aligned_end = NOW - NOW % HOUR_MS - 1
+    [result] = count_windows(counts_table, ["a"], now=NOW, at_ms=aligned_end, length_ms=7 * DAY_MS)
+    assert result.total == brute_force(workload, "a", Window.ending(aligned_end, 7 * DAY_MS))
+
+
+def test_json_form_names_the_window_and_cost(counts_table, workload):
+    [result] = count_windows(counts_table, ["a"], now=NOW)
+    as_json = result.as_json()
+    assert as_json["counter"] == "a"
+    assert (as_json["start"], as_json["end"]) == ("2026-11-21T14:38Z", "2026-11-22T14:38Z")
+    assert as_json["total"] == result.total
+    assert (as_json["plan"], as_json["keys"], as_json["requests"]) == ("batch", result.keys, 1)
