@@ -25,6 +25,10 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python scripts/local_pipeline.py $(DEMO_ARGS)
 
+# Cost and speed against the origin design, side by side; writes bench/results.json (not part of `make test`).
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
 # The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund

@@ -1,0 +1,202 @@
+"""``make bench``: tally against the origin design, cost and speed, in one run.
+
+Prints the figures and the targets they meet or miss, and writes them to
+bench/results.json (the published figures). Settings come from cdk.json's
+context, so the figures describe what ``cdk deploy`` would run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import latency, reads, speed, workloads, writes
+from tally.delivery import DeliveryConfig
+from tally.settings import DAY_MS, HOUR_MS, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results.json"
+console = Console(stderr=True)
+
+
+def deployment() -> tuple[Settings, DeliveryConfig, dict[str, Any]]:
+    """The stack's settings, read from cdk.json's context (defaults where it is silent)."""
+    context = json.loads((ROOT / "cdk.json").read_text()).get("context", {})
+    defaults = Settings()
+    settings = Settings(
+        minute_retention_ms=int(context.get("minuteRetentionHours", defaults.minute_retention_ms // HOUR_MS)) * HOUR_MS,
+        hour_retention_ms=int(context.get("hourRetentionDays", defaults.hour_retention_ms // DAY_MS)) * DAY_MS,
+        max_clock_skew_ms=int(context.get("maxClockSkewSeconds", defaults.max_clock_skew_ms // 1000)) * 1000,
+    )
+    config = DeliveryConfig(
+        batch_size=int(context.get("batchSize", DeliveryConfig.batch_size)),
+        window_seconds=int(context.get("tumblingWindowSeconds", DeliveryConfig.window_seconds)),
+    )
+    described = {
+        "batch_size": config.batch_size,
+        "tumbling_window_seconds": config.window_seconds,
+        "max_clock_skew_seconds": settings.max_clock_skew_ms // 1000,
+        "minute_retention_hours": settings.minute_retention_ms // HOUR_MS,
+        "source": "cdk.json context" if context else "tally defaults",
+    }
+    return settings, config, described
+
+
+def machine() -> dict[str, Any]:
+    models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
+    return {
+        "cpu": models[0] if models else platform.processor(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "note": "cores shared with other work: CPU figures are the best of several runs",
+    }
+
+
+def timed(label: str, work):  # noqa: ANN001, ANN202 - any zero-argument callable
+    start = time.perf_counter()
+    console.log(f"{label} ...")
+    result = work()
+    console.log(f"{label}: {time.perf_counter() - start:.0f} s")
+    return result
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    by_name = {w["workload"]: w for w in results["writes"]}
+    steady, hot = by_name["steady"], by_name["hot counter"]
+    read_now = results["reads"]["cost"]["ending_now"]
+    read_past = results["reads"]["cost"]["ending_past"]
+    range_requests = max(read_now["tally_range"]["requests"]["worst"], read_past["tally_range"]["requests"]["worst"])
+    range_units = max(
+        read_now["tally_range"]["read_units_strong"]["worst"], read_past["tally_range"]["read_units_strong"]["worst"]
+    )
+    keys = results["reads"]["batch_keys_ending_now"]
+    cpu = results["cpu"]["parse_and_fold_records_per_second"]
+    rows = [
+        ("steady: origin WCU / tally WCU", ">= 25", steady["ratios"]["origin_units_over_tally_units"], lambda v: v >= 25),
+        ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
+        ("steady: bucket writes / floor", "<= 1.1", steady["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
+        ("hot: bucket writes / floor", "<= 1.1", hot["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
+        ("hot: busiest item writes per window", "<= 1", hot["tally"]["busiest_item_writes_per_window"], lambda v: v <= 1),
+        ("batch keys, 24 h ending now (skew 5 min)", "<= 54", keys["default_skew"], lambda v: v <= 54),
+        ("batch keys, 24 h ending now (skew 0)", "<= 54", keys["no_skew"], lambda v: v <= 54),
+        ("range plan requests, any 24 h window", "<= 3", range_requests, lambda v: v <= 3),
+        ("range plan RCU (strong), any 24 h window", "<= 3", range_units, lambda v: v <= 3),
+        ("parse + fold records/s per core", ">= 200000", cpu, lambda v: v >= 200_000),
+    ]
+    return [{"target": name, "wanted": wanted, "figure": figure, "met": bool(check(figure))} for name, wanted, figure, check in rows]
+
+
+def run() -> dict[str, Any]:
+    settings, config, described = deployment()
+    mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
+    results: dict[str, Any] = {"machine": machine(), "settings": described}
+    results["writes"] = [timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot)]
+    results["writes_with_whole_window_segments"] = {
+        w.name: writes.whole_window_segments(w, config.window_seconds) for w in (steady, hot)
+    }
+    results["writes_checked_against_moto"] = timed(
+        "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
+    )
+    mock_events = list(mock.events())
+    results["reads"] = timed(
+        "reads",
+        lambda: {
+            "counter_length": len(reads.COUNTER),
+            "cost": reads.costs(settings),
+            "batch_keys_ending_now": {
+                "default_skew": reads.batch_keys_ending_now(settings),
+                "no_skew": reads.batch_keys_ending_now(replace(settings, max_clock_skew_ms=0)),
+            },
+            "accuracy_on_origin_mock": reads.accuracy(mock_events, settings),
+        },
+    )
+    results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
+    results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
+    results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
+    results["targets"] = targets(results)
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    out = Console()
+    s = results["settings"]
+    m = results["machine"]
+    out.print(
+        f"[bold]tally vs origin[/bold] - batch {s['batch_size']}, window {s['tumbling_window_seconds']} s, "
+        f"skew {s['max_clock_skew_seconds']} s ({s['source']}); {m['cpu']}, {m['cores']} cores, Python {m['python']}"
+    )
+
+    table = Table(title="Write cost per 1,000 events (WCU)")
+    for column in ("workload", "events", "origin", "tally", "floor", "origin/tally", "tally buckets/floor", "segments",
+                   "busiest item writes/s origin -> tally"):
+        table.add_column(column, justify="right")
+    for w in results["writes"]:
+        table.add_row(
+            w["workload"], f"{w['events']:,}", f"{w['origin']['write_units_per_1000_events']:,}",
+            f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
+            f"{w['ratios']['origin_units_over_tally_units']:,}x", f"{w['ratios']['tally_bucket_writes_over_floor']}x",
+            f"{w['tally']['segments']:,}",
+            f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
+        )
+    out.print(table)
+
+    table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
+    for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",
+                   "RCU eventual mean/worst", "wrong windows", "mean abs error"):
+        table.add_column(column, justify="right")
+    for ending, designs in results["reads"]["cost"].items():
+        accuracy = results["reads"]["accuracy_on_origin_mock"][ending]
+        for design, cost in designs.items():
+            table.add_row(
+                ending.removeprefix("ending_"), design, f"{cost['keys']['mean']} / {cost['keys']['worst']}",
+                str(cost["requests"]["worst"]),
+                f"{cost['read_units_strong']['mean']} / {cost['read_units_strong']['worst']}",
+                f"{cost['read_units_eventual']['mean']} / {cost['read_units_eventual']['worst']}",
+                f"{accuracy[design]['wrong_windows']}/{accuracy['windows']}", str(accuracy[design]["mean_absolute_error"]),
+            )
+    out.print(table)
+
+    table = Table(title="Speed")
+    for column in ("measure", "tally", "origin", "origin/tally"):
+        table.add_column(column, justify="right")
+    cpu = results["cpu"]
+    table.add_row("parse records/s (1 core)", f"{cpu['parse_records_per_second']:,}", "", "")
+    table.add_row("fold records/s (1 core)", f"{cpu['fold_records_per_second']:,}", "", "")
+    table.add_row("parse + fold records/s (1 core)", f"{cpu['parse_and_fold_records_per_second']:,}", "", "")
+    for run in results["invocation_against_moto"]:
+        table.add_row(f"1,000-record invocation, {run['workload']} (s)", str(run["tally_seconds"]), str(run["origin_seconds"]),
+                      f"{run['origin_over_tally']}x")
+    for run in results["query_latency_moto_server"]:
+        table.add_row(f"24 h query, {run['counters']} counter(s), batch plan (ms)", str(run["tally_batch_ms"]),
+                      str(run["origin_ms"]), f"{run['origin_over_batch']}x")
+        table.add_row(f"24 h query, {run['counters']} counter(s), range plan (ms)", str(run["tally_range_ms"]),
+                      str(run["origin_ms"]), f"{run['origin_over_range']}x")
+    out.print(table)
+
+    table = Table(title="Targets")
+    for column in ("target", "wanted", "figure", "met"):
+        table.add_column(column, justify="right")
+    for t in results["targets"]:
+        table.add_row(t["target"], t["wanted"], f"{t['figure']:,}", "[green]yes[/green]" if t["met"] else "[red]no[/red]")
+    out.print(table)
+
+
+def main() -> None:
+    start = time.perf_counter()
+    results = run()
+    results["seconds"] = round(time.perf_counter() - start)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    report(results)
+    console.log(f"wrote {RESULTS.relative_to(ROOT)} in {results['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

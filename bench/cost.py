@@ -1,0 +1,170 @@
+"""DynamoDB's capacity rules, and a client that meters writes by them.
+
+Sizes follow DynamoDB's item-size rules: an attribute costs its name's UTF-8
+length plus its value (strings: UTF-8 bytes; numbers: about one byte per two
+significant digits, plus one). Writes cost one unit per started KB (two for an
+item written inside a transaction); an UpdateItem is charged for the larger of
+the item before and after. Reads cost one unit per started 4 KB (strongly
+consistent; half that eventually consistent): per item in a BatchGetItem, per
+request for the summed items of a Query. A read of a missing item still costs
+the minimum unit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+WRITE_UNIT_BYTES = 1024
+READ_UNIT_BYTES = 4096
+# DynamoDB's ceiling for one partition, hence for one item: 1,000 write units per second.
+PARTITION_WRITE_UNITS_PER_SECOND = 1000
+
+
+def number_size(value: Decimal | int | str) -> int:
+    """Bytes DynamoDB stores for a number: leading and trailing zeros are not significant."""
+    text = str(value).lstrip("+-")
+    if text.isdigit():  # the common case, without Decimal's cost
+        significant = len(text.strip("0")) or 1
+    else:
+        digits = "".join(map(str, Decimal(text).normalize().as_tuple().digits))
+        significant = len(digits.strip("0")) or 1
+    return math.ceil(significant / 2) + 1
+
+
+def value_size(attribute_value: Mapping[str, Any]) -> int:
+    """Size of one value in DynamoDB JSON ({"S": ...} or {"N": ...})."""
+    [(kind, value)] = attribute_value.items()
+    if kind == "S":
+        return len(value.encode("utf-8"))
+    if kind == "N":
+        return number_size(value)
+    raise ValueError(f"the cost model only sizes strings and numbers, not {kind}")
+
+
+def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
+    """Bytes of an item in DynamoDB JSON: attribute names plus values."""
+    return sum(len(name.encode("utf-8")) + value_size(value) for name, value in item.items())
+
+
+def write_units(size: int, *, transactional: bool = False) -> int:
+    """One unit per started KB; a transactional write costs two."""
+    return max(1, math.ceil(size / WRITE_UNIT_BYTES)) * (2 if transactional else 1)
+
+
+def batch_get_read_units(item_sizes: Iterable[int], *, consistent: bool) -> float:
+    """BatchGetItem: every requested key is its own read, rounded up to 4 KB (missing items: size 0)."""
+    units = sum(max(1, math.ceil(size / READ_UNIT_BYTES)) for size in item_sizes)
+    return units if consistent else units / 2
+
+
+def query_read_units(item_sizes: Iterable[int], *, consistent: bool) -> float:
+    """Query: the summed size of the items read, rounded up to 4 KB, for one request."""
+    units = max(1, math.ceil(sum(item_sizes) / READ_UNIT_BYTES))
+    return units if consistent else units / 2
+
+
+@dataclass
+class WriteMeter:
+    """Writes and write units, with how often each item was written in each time slot."""
+
+    requests: int = 0  # API calls
+    item_writes: int = 0  # items written (a transaction writes several)
+    units: int = 0
+    writes_per_item_slot: Counter[tuple[Hashable, int]] = field(default_factory=Counter)
+
+    def busiest_item_writes(self) -> int:
+        """Most writes any one item took within one slot."""
+        return max(self.writes_per_item_slot.values(), default=0)
+
+
+class MeteredClient:
+    """A stand-in for the boto3 DynamoDB client's write calls, metering them by DynamoDB's rules.
+
+    It keeps its own image of every item it writes, because an UpdateItem is
+    charged for the larger of the item before and after. It understands
+    exactly the writes both designs make (tally's marker Put and ``ADD``
+    update, the origin's ``if_not_exists`` increment) and refuses any other.
+    When given a real client (moto), every call is also forwarded to it, so
+    the metered image can be checked against what DynamoDB stored.
+    ``slot`` tags the writes with the time slot the caller is in (the tumbling
+    window, or the second of the event), for the per-item write rate.
+    """
+
+    def __init__(self, key_attributes: tuple[str, ...], forward_to: Any = None) -> None:
+        self.key_attributes = key_attributes
+        self.forward_to = forward_to
+        self.items: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}
+        self.sizes: dict[tuple[str, ...], int] = {}
+        self.meter = WriteMeter()
+        self.slot = 0
+
+    def transact_write_items(self, TransactItems: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
+        self.meter.requests += 1
+        for action in TransactItems:
+            [(kind, request)] = action.items()
+            if kind == "Put":
+                self._write(request["Item"], dict(request["Item"]), transactional=True)
+            elif kind == "Update":
+                self._write(request["Key"], self._updated(request), transactional=True)
+            else:
+                raise ValueError(f"unmetered transaction action {kind}")
+        if self.forward_to is not None:
+            return self.forward_to.transact_write_items(TransactItems=TransactItems, **kwargs)
+        return {}
+
+    def update_item(self, **request: Any) -> dict[str, Any]:
+        self.meter.requests += 1
+        self._write(request["Key"], self._updated(request), transactional=False)
+        if self.forward_to is not None:
+            return self.forward_to.update_item(**request)
+        return {}
+
+    def count_of(self, key: tuple[str, ...]) -> int:
+        item = self.items.get(key)
+        return int(item["count"]["N"]) if item else 0
+
+    def _write(self, key: Mapping[str, Any], after: dict[str, dict[str, str]], *, transactional: bool) -> None:
+        identity = tuple(key[name]["S"] for name in self.key_attributes)
+        size = item_size(after)
+        before = self.sizes.get(identity, 0)
+        self.items[identity], self.sizes[identity] = after, size
+        self.meter.item_writes += 1
+        self.meter.units += write_units(max(before, size), transactional=transactional)
+        self.meter.writes_per_item_slot[(identity, self.slot)] += 1
+
+    def _updated(self, request: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        """The item after one of the two update expressions the designs use."""
+        names = request["ExpressionAttributeNames"]
+        values = request["ExpressionAttributeValues"]
+        key = request["Key"]
+        identity = tuple(key[name]["S"] for name in self.key_attributes)
+        item = {**self.items.get(identity, {}), **key}
+        expression = request["UpdateExpression"]
+        if expression == "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)":
+            increment = int(values[":delta"]["N"])
+        elif expression == "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)":
+            increment = int(values[":one"]["N"])
+        else:
+            raise ValueError(f"unmetered update expression {expression!r}")
+        count, ttl = names["#count"], names["#ttl"]
+        item[count] = {"N": str(int(item.get(count, {"N": "0"})["N"]) + increment)}
+        item.setdefault(ttl, values[":ttl"])
+        return item
+
+
+def distinct_per_slot(writes: Iterable[tuple[Hashable, int]]) -> int:
+    """The floor: one write per distinct item per slot it is touched in."""
+    return len(set(writes))
+
+
+def writes_per_slot(writes: Iterable[tuple[Hashable, int]]) -> dict[int, int]:
+    """How many writes each slot received."""
+    per_slot: dict[int, int] = defaultdict(int)
+    for _item, slot in writes:
+        per_slot[slot] += 1
+    return dict(per_slot)

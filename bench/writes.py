@@ -1,0 +1,151 @@
+"""Write cost of a workload under the origin design, under tally, and at the floor.
+
+Both designs run their real code paths over the same stream records: tally's
+``invocation.process`` and ``CountsTable.commit``, fed by ``ShardDelivery``
+as Lambda's event source mapping would (batches, tumbling windows, state);
+the origin's handler, batch by batch. Their writes go through a
+``MeteredClient``, which charges them by DynamoDB's rules and, when given a
+moto client, also stores them there.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+import boto3
+from moto import mock_aws
+
+from bench import origin
+from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient
+from bench.workloads import SHARD_ID, STREAM_ARN, Workload, busiest_item_per_second, floor_writes, record_chunks
+from tally.delivery import DeliveryConfig, ShardDelivery
+from tally.dynamo import CountsTable, create_tables
+from tally.invocation import process
+from tally.segments import MAX_SEGMENT_ITEMS
+from tally.settings import HOUR_MS, MINUTE_MS, Settings
+
+ORIGIN_TABLE = "origin-counts"
+
+
+def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, forward_to: Any = None) -> MeteredClient:
+    """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
+    client = MeteredClient(("pk", "sk"), forward_to)
+    table = CountsTable(client, settings.counts_table, settings)
+
+    def handler(event: dict, context: Any) -> dict:
+        if "window" in event:
+            client.slot = int(datetime.fromisoformat(event["window"]["start"]).timestamp())
+        else:
+            client.slot += 1
+        response, _summary = process(event, table.commit, settings)
+        return response
+
+    delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
+    for chunk in record_chunks(workload.events()):
+        delivery.deliver(chunk)
+    delivery.close()
+    return client
+
+
+def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
+    client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
+    handler = origin.OriginHandler(client, ORIGIN_TABLE)
+    for batch in record_chunks(workload.events(), batch_size):
+        handler({"Records": batch})
+    return client
+
+
+def per_thousand(units: float, events: int) -> float:
+    return round(units * 1000 / events, 2)
+
+
+def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> dict[str, Any]:
+    """Requests, items written and write units of both designs and of the floor, for one workload."""
+    events = workload.total
+    tally = run_tally(workload, settings, config).meter
+    origin_run = run_origin(workload, config.batch_size).meter
+    floor = floor_writes(workload.events(), config.window_seconds)
+    origin_peak = busiest_item_per_second(workload.events())
+    markers = tally.requests  # one marker per committed segment, one segment per transaction
+    bucket_writes = tally.item_writes - markers
+    tally_peak = tally.busiest_item_writes()
+    return {
+        "workload": workload.name,
+        "description": workload.description,
+        "events": events,
+        "origin": {
+            "requests": origin_run.requests,
+            "item_writes": origin_run.item_writes,
+            "write_units": origin_run.units,
+            "write_units_per_1000_events": per_thousand(origin_run.units, events),
+            "busiest_item_writes_per_second": origin_peak,
+            "busiest_item_share_of_partition_limit": round(origin_peak / PARTITION_WRITE_UNITS_PER_SECOND, 3),
+        },
+        "tally": {
+            "transactions": tally.requests,
+            "segments": markers,
+            "bucket_writes": bucket_writes,
+            "marker_writes": markers,
+            "write_units": tally.units,
+            "write_units_per_1000_events": per_thousand(tally.units, events),
+            "busiest_item_writes_per_window": tally_peak,
+            "busiest_item_writes_per_second": round(tally_peak / config.window_seconds, 4),
+        },
+        "floor": {
+            "writes": floor,
+            "write_units": floor,  # every bucket item is far under 1 KB: one unit per plain write
+            "write_units_per_1000_events": per_thousand(floor, events),
+        },
+        "ratios": {
+            "origin_units_over_tally_units": round(origin_run.units / tally.units, 2),
+            "tally_bucket_writes_over_floor": round(bucket_writes / floor, 3),
+            "tally_units_over_floor_units": round(tally.units / floor, 2),
+        },
+    }
+
+
+def whole_window_segments(workload: Workload, window_seconds: int) -> dict[str, Any]:
+    """Tally's cost if a segment were a whole window's deltas, committed in transactions of 99 buckets.
+
+    Today a segment closes as soon as its next record would make it touch a
+    100th bucket item, so many counters interleaved in one window close a
+    segment every few dozen records and rewrite the same buckets again and again.
+    """
+    items_per_window: dict[int, set] = {}
+    for counter, event_ms in workload.events():
+        touched = items_per_window.setdefault(event_ms // 1000 // window_seconds, set())
+        touched.add((counter, "M", event_ms // MINUTE_MS))
+        touched.add((counter, "H", event_ms // HOUR_MS))
+    buckets = sum(len(items) for items in items_per_window.values())
+    transactions = sum(math.ceil(len(items) / MAX_SEGMENT_ITEMS) for items in items_per_window.values())
+    return {"transactions": transactions, "item_writes": buckets + transactions, "write_units": 2 * (buckets + transactions)}
+
+
+def verify_against_moto(workload: Workload, settings: Settings, config: DeliveryConfig) -> dict[str, Any]:
+    """Run both designs into moto as well, and check that the metered image is what DynamoDB stored.
+
+    moto copies the table for every transaction, so keep the workload small.
+    """
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, settings.events_table, settings.counts_table)
+        client.create_table(**origin.create_table_request(ORIGIN_TABLE))
+        tally = run_tally(workload, settings, config, forward_to=client)
+        origin_run = run_origin(workload, config.batch_size, forward_to=client)
+        return {
+            "workload": f"{workload.name}: {workload.description}",
+            "tally_matches_moto": _stored(client, settings.counts_table, ("pk", "sk")) == tally.items,
+            "origin_matches_moto": _stored(client, ORIGIN_TABLE, (origin.KEY_ATTRIBUTE,)) == origin_run.items,
+        }
+
+
+def _stored(client: Any, table: str, key_attributes: tuple[str, ...]) -> dict[tuple[str, ...], dict]:
+    items = {}
+    for page in client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        for item in page["Items"]:
+            items[tuple(item[name]["S"] for name in key_attributes)] = item
+    return items
+
+
