@@ -1,0 +1,453 @@
+"""Fault injection around the real handler code and real (moto) DynamoDB calls.
+
+Three layers can fail, each driven by one seeded ``FaultSchedule`` so that any
+failure is reproduced from its seed:
+
+- the DynamoDB client (``FaultyClient``): TransactWriteItems cancelled for a
+  conflict or throttling, rejected for provisioned throughput, or applied with
+  its response lost; BatchGetItem answering with UnprocessedKeys; reads throttled;
+- the invocation (``FaultyHandler``): ``tally.invocation.process`` with the real
+  ``CountsTable.commit``, crashing before the first commit, between two commits,
+  right after a commit (a timeout once the write landed) or after all its work;
+- the event source mapping (``LambdaShard``): Lambda's batches and tumbling
+  windows as ``tally.delivery.cut_invocations`` cuts them, then retried with the
+  same event, re-cut on retry, redelivered as a whole window or as one
+  invocation, and terminated early.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from unittest import mock
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tally.delivery import DeliveryConfig, cut_invocations
+from tally import segments
+from tally.dynamo import CountsTable, RetriesExhausted
+from tally.invocation import Summary, process
+from tally.retry import Backoff
+from tally.segments import Segment
+from tally.settings import Settings
+
+
+class FaultKind(str, Enum):
+    CONFLICT = "transaction_conflict"
+    THROTTLED = "transaction_throttled"
+    PROVISIONED = "provisioned_throughput_exceeded"
+    RESPONSE_LOST = "response_lost_after_write"
+    CRASH_BEFORE_COMMIT = "crash_before_first_commit"
+    CRASH_BETWEEN_COMMITS = "crash_between_commits"
+    TIMEOUT_AFTER_COMMIT = "timeout_after_commit"
+    TIMEOUT_AFTER_RETURN = "timeout_after_return"
+    RETRY_RECUT = "retry_with_recut_batch"
+    WINDOW_REDELIVERED = "window_redelivered"
+    INVOCATION_REDELIVERED = "invocation_redelivered"
+    WINDOW_TERMINATED_EARLY = "window_terminated_early"
+    EMPTY_FINAL_INVOKE = "empty_final_invoke"
+    UNPROCESSED_KEYS = "unprocessed_keys"
+    READ_THROTTLED = "read_throttled"
+
+
+WRITE_FAULTS = frozenset(
+    {
+        FaultKind.CONFLICT,
+        FaultKind.THROTTLED,
+        FaultKind.PROVISIONED,
+        FaultKind.RESPONSE_LOST,
+        FaultKind.CRASH_BEFORE_COMMIT,
+        FaultKind.CRASH_BETWEEN_COMMITS,
+        FaultKind.TIMEOUT_AFTER_COMMIT,
+        FaultKind.TIMEOUT_AFTER_RETURN,
+        FaultKind.RETRY_RECUT,
+        FaultKind.WINDOW_REDELIVERED,
+        FaultKind.INVOCATION_REDELIVERED,
+        FaultKind.WINDOW_TERMINATED_EARLY,
+        FaultKind.EMPTY_FINAL_INVOKE,
+    }
+)
+READ_FAULTS = frozenset({FaultKind.UNPROCESSED_KEYS, FaultKind.READ_THROTTLED})
+
+
+@dataclass
+class FaultStats:
+    """What the fault suite exercised, summed over the session (printed and written by conftest.py)."""
+
+    streams: int = 0
+    records: int = 0
+    invocations: int = 0
+    failed_attempts: int = 0
+    windows_compared: int = 0
+    windows_refused: int = 0
+    buckets_compared: int = 0
+    discrepancies: int = 0
+    fuzzed_records: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + amount)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "streams": self.streams,
+            "records": self.records,
+            "invocations": self.invocations,
+            "failed_attempts": self.failed_attempts,
+            "faults_injected": sum(self.faults.values()),
+            "faults_by_kind": dict(sorted(self.faults.items())),
+            "windows_compared": self.windows_compared,
+            "windows_refused": self.windows_refused,
+            "buckets_compared": self.buckets_compared,
+            "fuzzed_records": self.fuzzed_records,
+            "discrepancies": self.discrepancies,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.as_json(), indent=2)
+
+
+STATS = FaultStats()
+
+
+class FaultSchedule:
+    """Seeded decisions whether each fault point fires, within a budget so that faults eventually stop.
+
+    ``max_in_a_row`` bounds consecutive firings of the same kind, so that a
+    retried call (8 backoff attempts) is never starved forever by chance.
+    Thread-safe: threads share one schedule in the concurrency tests.
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        rates: dict[FaultKind, float],
+        budget: int,
+        max_in_a_row: int = 3,
+        stats: FaultStats = STATS,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.rates = rates
+        self.budget = budget
+        self.max_in_a_row = max_in_a_row
+        self.injected: Counter[FaultKind] = Counter()
+        self.stats = stats
+        self._in_a_row: Counter[FaultKind] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def quiet(cls) -> FaultSchedule:
+        return cls(0, {}, 0)
+
+    def fires(self, kind: FaultKind) -> bool:
+        with self._lock:
+            rate = self.rates.get(kind, 0.0)
+            if rate <= 0 or sum(self.injected.values()) >= self.budget:
+                return False
+            if self._in_a_row[kind] >= self.max_in_a_row or self.rng.random() >= rate:
+                self._in_a_row[kind] = 0
+                return False
+            self._in_a_row[kind] += 1
+            self.injected[kind] += 1
+        with self.stats._lock:
+            self.stats.faults[kind.value] += 1
+        return True
+
+    def randint(self, low: int, high: int) -> int:
+        with self._lock:
+            return self.rng.randint(low, high)
+
+    def __repr__(self) -> str:
+        return f"FaultSchedule(seed={self.seed}, budget={self.budget}, injected={dict(self.injected)})"
+
+
+def client_error(code: str, operation: str, reasons: list[dict[str, str]] | None = None) -> ClientError:
+    """A ClientError shaped as botocore parses DynamoDB's error responses."""
+    response: dict[str, Any] = {
+        "Error": {"Code": code, "Message": f"injected {code}"},
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
+    if reasons is not None:
+        response["CancellationReasons"] = reasons
+    return ClientError(response, operation)
+
+
+class FaultyClient:
+    """A boto3 DynamoDB client whose calls fail as the schedule says, before (or after) reaching moto."""
+
+    def __init__(self, client: Any, schedule: FaultSchedule) -> None:
+        self._client = client
+        self.schedule = schedule
+        self.native_retryable = 0  # conflicts or throttling produced by the backend itself
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **kwargs: Any) -> dict[str, Any]:
+        items = len(kwargs["TransactItems"])
+        if self.schedule.fires(FaultKind.CONFLICT):
+            raise client_error("TransactionCanceledException", "TransactWriteItems", self._reasons(items, "TransactionConflict"))
+        if self.schedule.fires(FaultKind.THROTTLED):
+            raise client_error("TransactionCanceledException", "TransactWriteItems", self._reasons(items, "ThrottlingError"))
+        if self.schedule.fires(FaultKind.PROVISIONED):
+            raise client_error("ProvisionedThroughputExceededException", "TransactWriteItems")
+        try:
+            response = self._client.transact_write_items(**kwargs)
+        except ClientError as error:
+            codes = {reason.get("Code") for reason in error.response.get("CancellationReasons", [])}
+            if codes & {"TransactionConflict", "ThrottlingError"}:
+                with self._lock:
+                    self.native_retryable += 1
+            raise
+        if self.schedule.fires(FaultKind.RESPONSE_LOST):
+            raise client_error("InternalServerError", "TransactWriteItems")
+        return response
+
+    def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
+        if self.schedule.fires(FaultKind.READ_THROTTLED):
+            raise client_error("ProvisionedThroughputExceededException", "BatchGetItem")
+        request = kwargs["RequestItems"]
+        [(table, spec)] = request.items()
+        keys = spec["Keys"]
+        if len(keys) < 2 or not self.schedule.fires(FaultKind.UNPROCESSED_KEYS):
+            return self._client.batch_get_item(**kwargs)
+        served = self.schedule.randint(0, len(keys) - 1)  # sometimes nothing at all is served
+        withheld = keys[served:]
+        response = self._client.batch_get_item(RequestItems={table: {**spec, "Keys": keys[:served]}}) if served else {}
+        return {
+            "Responses": response.get("Responses", {table: []}),
+            "UnprocessedKeys": {table: {**spec, "Keys": withheld}},
+        }
+
+    def query(self, **kwargs: Any) -> dict[str, Any]:
+        if self.schedule.fires(FaultKind.READ_THROTTLED):
+            raise client_error("ProvisionedThroughputExceededException", "Query")
+        return self._client.query(**kwargs)
+
+    def _reasons(self, items: int, code: str) -> list[dict[str, str]]:
+        """'None' for every item but one or more that carry ``code``, as DynamoDB reports it."""
+        reasons = [{"Code": "None"} for _ in range(items)]
+        for _ in range(self.schedule.randint(1, 2)):
+            reasons[self.schedule.randint(0, items - 1)] = {"Code": code, "Message": f"injected {code}"}
+        return reasons
+
+
+class InjectedCrash(RuntimeError):
+    """The invocation died here (error, timeout, out of memory): Lambda will retry it."""
+
+
+def quick_backoff(seed: int) -> Callable[[], Backoff]:
+    """Real backoff schedule, no real sleeping, seeded jitter."""
+    rng = random.Random(seed)
+    return lambda: Backoff(sleep=lambda _seconds: None, rng=rng)
+
+
+class FaultyHandler:
+    """A Lambda handler: ``process`` with the real ``CountsTable.commit``, crashing where the schedule says.
+
+    ``last_summary`` is the summary of the last invocation that returned.
+    """
+
+    def __init__(self, table: CountsTable, settings: Settings, schedule: FaultSchedule) -> None:
+        self.table = table
+        self.settings = settings
+        self.schedule = schedule
+        self.last_summary: Summary | None = None
+
+    def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        commits_done = 0
+
+        def commit(segment: Segment, source: str):
+            nonlocal commits_done
+            crash = FaultKind.CRASH_BETWEEN_COMMITS if commits_done else FaultKind.CRASH_BEFORE_COMMIT
+            if self.schedule.fires(crash):
+                raise InjectedCrash(crash.value)
+            result = self.table.commit(segment, source)
+            commits_done += 1
+            if self.schedule.fires(FaultKind.TIMEOUT_AFTER_COMMIT):
+                raise InjectedCrash(FaultKind.TIMEOUT_AFTER_COMMIT.value)
+            return result
+
+        response, summary = process(event, commit, self.settings)
+        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
+            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        self.last_summary = summary
+        return response
+
+
+@contextlib.contextmanager
+def segment_limit(items: int) -> Iterator[None]:
+    """Close segments at ``items`` bucket items instead of 99: many more commits per record.
+
+    Exactly-once does not depend on the limit, and small segments put far more
+    commit boundaries (and crash points between commits) into short streams.
+    """
+    with mock.patch.object(segments, "MAX_SEGMENT_ITEMS", items):
+        yield
+
+
+# Errors a correct system may raise in an invocation that Lambda then retries.
+RETRIED_ERRORS = (InjectedCrash, RetriesExhausted)
+MAX_ATTEMPTS_PER_SHARD = 5_000
+
+
+class LambdaShard:
+    """One shard's records handed to a handler the way Lambda's event source mapping may hand them.
+
+    The batches and windows are ``cut_invocations``'s. On top, per the schedule:
+    a window may be terminated early (its final invoke comes before its last
+    record, the rest forms a new window) or end with a separate empty final
+    invoke; these shapes are fixed per window, as Lambda's are for a given
+    stream. A failed invocation is retried with the same event and state, or,
+    in window mode, re-cut into two smaller batches, or the whole window is
+    redelivered from its first record with empty state. A successful
+    invocation or a completed window may be delivered once more.
+
+    Without a window every retry repeats the same batch (bisect-on-error off):
+    that is the only setting under which that mode is exact.
+
+    ``summaries`` holds the summary of every invocation whose result moved
+    the shard forward, once per record.
+    """
+
+    def __init__(
+        self,
+        records: list[dict[str, Any]],
+        *,
+        shard_id: str,
+        stream_arn: str,
+        config: DeliveryConfig,
+        handler: FaultyHandler,
+        schedule: FaultSchedule,
+        stats: FaultStats = STATS,
+    ) -> None:
+        self.config = config
+        self.handler = handler
+        self.schedule = schedule
+        self.stats = stats
+        self.summaries: list[Summary] = []
+        self.attempts = 0
+        events = cut_invocations(records, shard_id=shard_id, stream_arn=stream_arn, config=config)
+        self.windows = self._shape(_split_windows(events)) if config.windowed else [[event] for event in events]
+
+    def steps(self) -> Iterator[None]:
+        """Deliver everything; yields after every handler call so that shards can interleave."""
+        for window in self.windows:
+            summaries = yield from self._deliver_window(list(window))
+            self.summaries.extend(summaries)
+            if self.config.windowed and self.schedule.fires(FaultKind.WINDOW_REDELIVERED):
+                yield from self._deliver_window(list(window))
+
+    def run(self) -> None:
+        for _ in self.steps():
+            pass
+
+    def _deliver_window(self, events: list[dict[str, Any]]) -> Iterator[None]:
+        original = list(events)
+        summaries: list[Summary] = []
+        state: dict[str, Any] = {}
+        index = 0
+        while index < len(events):
+            event = {**events[index], "state": state} if self.config.windowed else events[index]
+            try:
+                response, summary = self._attempt(event)
+            except RETRIED_ERRORS:
+                yield
+                if self.config.windowed and self.schedule.fires(FaultKind.WINDOW_REDELIVERED):
+                    events, state, index, summaries = list(original), {}, 0, []
+                elif self.config.windowed and len(event["Records"]) > 1 and self.schedule.fires(FaultKind.RETRY_RECUT):
+                    events[index : index + 1] = _split_event(event, self.schedule.randint(1, len(event["Records"]) - 1))
+                continue
+            yield
+            summaries.append(summary)
+            if self.schedule.fires(FaultKind.INVOCATION_REDELIVERED):
+                again = yield from self._until_success(event)
+                assert again == response, f"redelivered invocation answered differently; {self.schedule!r}"
+            if self.config.windowed:
+                state = {} if event["isFinalInvokeForWindow"] else dict(response.get("state") or {})
+            index += 1
+        return summaries
+
+    def _until_success(self, event: dict[str, Any]) -> Iterator[None]:
+        while True:
+            try:
+                response, _ = self._attempt(event)
+            except RETRIED_ERRORS:
+                yield
+                continue
+            yield
+            return response
+
+    def _attempt(self, event: dict[str, Any]) -> tuple[dict[str, Any], Summary]:
+        self.attempts += 1
+        if self.attempts > MAX_ATTEMPTS_PER_SHARD:
+            raise AssertionError(f"shard never drained after {MAX_ATTEMPTS_PER_SHARD} attempts; {self.schedule!r}")
+        try:
+            response = self.handler(event)
+        except RETRIED_ERRORS:
+            self.stats.add("failed_attempts")
+            raise
+        self.stats.add("invocations")
+        return response, self.handler.last_summary
+
+    def _shape(self, windows: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        shaped: list[list[dict[str, Any]]] = []
+        for window in windows:
+            records = [record for event in window for record in event["Records"]]
+            if len(records) > 1 and self.schedule.fires(FaultKind.WINDOW_TERMINATED_EARLY):
+                cut = self.schedule.randint(1, len(records) - 1)
+                shaped.append(_rebatch(window[0], records[:cut], self.config.batch_size, terminated_early=True))
+                shaped.append(_rebatch(window[0], records[cut:], self.config.batch_size))
+            else:
+                shaped.append(window)
+        for window in shaped:
+            if window[-1]["Records"] and self.schedule.fires(FaultKind.EMPTY_FINAL_INVOKE):
+                window[-1] = {**window[-1], "isFinalInvokeForWindow": False}
+                window.append({**window[-1], "Records": [], "isFinalInvokeForWindow": True})
+        return shaped
+
+
+def _split_windows(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    windows: list[list[dict[str, Any]]] = [[]]
+    for event in events:
+        windows[-1].append(event)
+        if event["isFinalInvokeForWindow"]:
+            windows.append([])
+    return [window for window in windows if window]
+
+
+def _rebatch(
+    template: dict[str, Any], records: list[dict[str, Any]], batch_size: int, *, terminated_early: bool = False
+) -> list[dict[str, Any]]:
+    batches = [records[i : i + batch_size] for i in range(0, len(records), batch_size)]
+    events = [{**template, "Records": batch, "isFinalInvokeForWindow": False} for batch in batches]
+    events[-1] = {**events[-1], "isFinalInvokeForWindow": True, "isWindowTerminatedEarly": terminated_early}
+    return events
+
+
+def _split_event(event: dict[str, Any], at: int) -> list[dict[str, Any]]:
+    """One batch as two; the second keeps the final flags, the first carries none."""
+    first = {**event, "Records": event["Records"][:at], "isFinalInvokeForWindow": False, "isWindowTerminatedEarly": False}
+    return [first, {**event, "Records": event["Records"][at:]}]
+
+
+def interleave(shards: list[LambdaShard], rng: random.Random) -> None:
+    """Run the shards' deliveries with their invocations interleaved in a seeded order."""
+    running = [shard.steps() for shard in shards]
+    while running:
+        steps = rng.choice(running)
+        try:
+            next(steps)
+        except StopIteration:
+            running.remove(steps)
