@@ -1,0 +1,1 @@
+"""Benchmarks of tally against the origin design: ``python -m bench`` (``make bench``)."""

@@ -1,0 +1,83 @@
+"""DynamoDB's capacity rules, as the benchmark charges them."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cost import (
+    MeteredClient,
+    batch_get_read_units,
+    item_size,
+    number_size,
+    query_read_units,
+    write_units,
+)
+from tally.commit import transact_items
+from tally.segments import Segment
+from tally.buckets import Bucket
+from tally.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("number", "size"),
+    [(0, 2), (7, 2), (12, 2), (123, 3), (1000, 2), (1_795_000_000, 3), (1_795_172_800, 5), ("-12.50", 3), ("0.001", 2)],
+)
+def test_numbers_cost_a_byte_per_two_significant_digits_plus_one(number, size):
+    assert number_size(number) == size
+
+
+def test_item_size_is_names_plus_values():
+    item = {"pk": {"S": "héllo"}, "count": {"N": "42"}}
+    assert item_size(item) == len("pk") + len("héllo".encode()) + len("count") + 2
+
+
+def test_a_write_costs_one_unit_per_started_kilobyte():
+    exactly_1024 = {"a": {"S": "x" * 1023}}
+    assert item_size(exactly_1024) == 1024
+    assert write_units(item_size(exactly_1024)) == 1
+    assert write_units(item_size({"a": {"S": "x" * 1024}})) == 2
+    assert write_units(10) == 1
+
+
+def test_a_transactional_write_costs_double():
+    assert write_units(1024, transactional=True) == 2
+    assert write_units(1025, transactional=True) == 4
+
+
+def test_batch_get_rounds_every_item_up_to_4_kb_and_charges_missing_keys():
+    assert batch_get_read_units([0, 100, 4096, 4097], consistent=True) == 5
+    assert batch_get_read_units([0, 100, 4096, 4097], consistent=False) == 2.5
+
+
+def test_query_rounds_the_summed_items_up_to_4_kb_per_request():
+    assert query_read_units([2048, 2048], consistent=True) == 1
+    assert query_read_units([2048, 2049], consistent=True) == 2
+    assert query_read_units([], consistent=True) == 1
+    assert query_read_units([2048, 2049], consistent=False) == 1
+
+
+def test_an_update_is_charged_for_the_whole_item_not_the_change():
+    client = MeteredClient(("id",))
+    key = {"id": {"S": "k" * 1000}}
+    request = {
+        "Key": key,
+        "UpdateExpression": "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)",
+        "ExpressionAttributeNames": {"#count": "count", "#ttl": "ttl"},
+        "ExpressionAttributeValues": {":zero": {"N": "0"}, ":one": {"N": "1"}, ":ttl": {"N": "1"}},
+    }
+    client.update_item(**request)  # 2 + 1000 + 5 + 2 + 3 + 2 = 1014 bytes: one unit
+    assert client.meter.units == 1
+    client.transact_write_items(TransactItems=[{"Put": {"Item": {**key, "pad": {"S": "x" * 20}}}}])
+    assert client.meter.units == 1 + 4  # 2 + 1000 + 3 + 20 = 1025 bytes, in a transaction
+    client.update_item(**request)  # the padded item grows to 1037 bytes
+    assert client.meter.units == 1 + 4 + 2
+    assert client.count_of(("k" * 1000,)) == 1
+
+
+def test_tally_commits_are_metered_as_transactional_writes_of_marker_and_buckets():
+    segment = Segment("100", 1_795_000_000_000, "101", records=2)
+    segment.add("100", [("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611))])
+    client = MeteredClient(("pk", "sk"))
+    client.transact_write_items(TransactItems=transact_items(segment, "counts", "source", Settings()))
+    assert (client.meter.requests, client.meter.item_writes, client.meter.units) == (1, 3, 6)
+    assert client.count_of(("page", Bucket.of_hour(498_611).sort_key)) == 1
