@@ -8,6 +8,7 @@ Test modules import the fixtures they use.
 from __future__ import annotations
 
 import importlib.util
+import os
 import uuid
 from pathlib import Path
 from types import ModuleType
@@ -56,9 +57,18 @@ def tables(server_env, monkeypatch) -> Tables:
 
 @pytest.fixture
 def fresh_handler_cache():
-    """The handler caches its client per process; each test's environment needs a new one."""
+    """The in-process handler as the scripts set it up, undone afterwards.
+
+    The scripts own their process: they set the handler's environment and log
+    level for good and it caches its client. Tests share a process, so all of
+    that is put back for the tests that follow.
+    """
     from tally import handler
 
+    environment, level = dict(os.environ), handler.logger.log_level
     handler.counts_table.cache_clear()
     yield
     handler.counts_table.cache_clear()
+    handler.logger.setLevel(level)
+    os.environ.clear()
+    os.environ.update(environment)
