@@ -9,11 +9,10 @@ import pytest
 from moto import mock_aws
 
 from tally.dynamo import CountsTable, create_tables
-from tally.retry import Backoff
 from tally.settings import Settings
 
-EVENTS = "tally-events"
-COUNTS = "tally-counts"
+from moto_tables import COUNTS, EVENTS, no_sleep_backoff
+
 
 
 TEST_ENVIRONMENT = {
@@ -40,18 +39,12 @@ def pytest_configure(config):
 
 
 @pytest.fixture
-def aws_environment():
-    """Kept for fixtures that want to state their dependency on the test environment."""
-    return TEST_ENVIRONMENT
-
-
-@pytest.fixture
 def settings() -> Settings:
     return Settings(counts_table=COUNTS, events_table=EVENTS)
 
 
 @pytest.fixture
-def dynamodb(aws_environment):
+def dynamodb():
     """A low-level DynamoDB client on moto with both tables created."""
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
@@ -59,21 +52,6 @@ def dynamodb(aws_environment):
         yield client
 
 
-def no_sleep_backoff(attempts: int = 8) -> Backoff:
-    return Backoff(attempts=attempts, sleep=lambda _seconds: None)
-
-
 @pytest.fixture
 def counts_table(dynamodb, settings) -> CountsTable:
     return CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
-
-
-def read_counts(client, counter: str) -> dict[str, int]:
-    """Every bucket of one counter, straight from the table."""
-    items = client.query(
-        TableName=COUNTS,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": counter}},
-        ConsistentRead=True,
-    )["Items"]
-    return {item["sk"]["S"]: int(item["count"]["N"]) for item in items}

@@ -3,7 +3,7 @@
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import COUNTS, no_sleep_backoff, read_counts
+from moto_tables import COUNTS, no_sleep_backoff, read_counts
 from tally.buckets import Bucket
 from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
 from tally.segments import Segment

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import COUNTS, read_counts
+from moto_tables import COUNTS, read_counts
 from factories import LambdaContext, counter_record, image, stream_record, window_event
 from tally import handler as handler_module
 from tally.settings import HOUR_MS

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import read_counts
+from moto_tables import read_counts
 from factories import counter_record, image, plain_event, stream_record, window_event
 from tally.invocation import process
 from tally.records import Reason

@@ -7,7 +7,7 @@ import pytest
 from freezegun import freeze_time
 from moto import mock_aws
 
-from conftest import COUNTS, EVENTS, no_sleep_backoff
+from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from factories import counter_record, window_event
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
