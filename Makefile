@@ -44,6 +44,6 @@ synth: $(STAMP) node_modules/.package-lock.json
 deploy: $(STAMP) node_modules/.package-lock.json
 	$(CDK) deploy $(CDK_FLAGS)
 
-# The events table is retained (see docs/deploy.md); everything else is deleted.
+# The events table is retained (README, "Tearing it down"); everything else is deleted.
 destroy: $(STAMP) node_modules/.package-lock.json
 	$(CDK) destroy $(CDK_FLAGS)

@@ -62,3 +62,10 @@ def test_a_bad_setting_fails_the_invocation_loudly(lambda_handler, monkeypatch):
     handler_module.counts_table.cache_clear()
     with pytest.raises(ValueError, match="TALLY_MAX_CLOCK_SKEW_SECONDS"):
         lambda_handler(window_event([]), LambdaContext())
+
+
+def test_disabled_metrics_print_nothing_even_for_rejections(lambda_handler, capsys, monkeypatch):
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    records = [stream_record(image(id="x", counter="#bad", ts=T0), arrival_s=T0 / 1000)]
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    assert [line for line in emitted(capsys) if "_aws" in line] == []

@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
@@ -73,11 +73,8 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="DuplicateSegments", unit=MetricUnit.Count, value=summary.duplicate_segments)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
     for reason, count in summary.rejected.items():
-        with single_metric(
-            name="RecordsRejected",
-            unit=MetricUnit.Count,
-            value=count,
-            namespace=NAMESPACE,
-            default_dimensions={"service": SERVICE},
-        ) as metric:
-            metric.add_dimension(name="reason", value=reason.value)
+        # One blob per reason: EMF gives all metrics of a blob the same dimensions.
+        by_reason = EphemeralMetrics(service=SERVICE, namespace=NAMESPACE)
+        by_reason.add_dimension(name="reason", value=reason.value)
+        by_reason.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=count)
+        by_reason.flush_metrics()
