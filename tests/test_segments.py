@@ -3,7 +3,7 @@ import json
 from factories import counter_record, stream_record
 from tally.buckets import Bucket
 from tally.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
-from tally.segments import MAX_SEGMENT_ITEMS, Segment, SegmentFolder, contribution, rejected_counter
+from tally.segments import MAX_SEGMENT_ITEMS, Segment, SegmentFolder, contribution
 from tally.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary

@@ -10,11 +10,8 @@ deployed stack's outputs (``--stack``), else the defaults in settings.py.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import logging
 import os
-import threading
 import urllib.request
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +22,7 @@ import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
+from tally import moto_fixes
 from tally.retry import Backoff
 from tally.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 
@@ -164,12 +162,7 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     handler_module.logger.setLevel(log_level)
     handler_module.counts_table.cache_clear()
 
-    def handler(event: dict, context: Any) -> dict:
-        # Powertools' single_metric prints its EMF lines even with metrics disabled; locally they are noise.
-        with contextlib.redirect_stdout(io.StringIO()):
-            return handler_module.handler(event, context)
-
-    return handler
+    return handler_module.handler
 
 
 class MotoServer:
@@ -179,7 +172,7 @@ class MotoServer:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
-        _snapshot_each_table_once_per_transaction()
+        moto_fixes.install()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.endpoint_url = ""
 
@@ -212,44 +205,3 @@ class MotoServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-_snapshots = threading.local()
-
-
-def _snapshot_each_table_once_per_transaction() -> None:
-    """Make moto's TransactWriteItems copy each table once, not once per item.
-
-    moto snapshots a table for rollback before every item of a transaction, so
-    a 100-item commit deep-copies the whole counts table 100 times and the local
-    pipeline slows quadratically. The first snapshot is the one moto keeps (no
-    item is written before all are taken), so reusing it within one call changes
-    nothing but the time. Only this process's server is affected.
-    """
-    from moto.dynamodb import models
-
-    if getattr(models.DynamoDBBackend.transact_write_items, "_tally_snapshot_once", False):
-        return
-    real_copy = models.copy
-    original = models.DynamoDBBackend.transact_write_items
-
-    class _Copy:
-        @staticmethod
-        def deepcopy(obj: Any, memo: Any = None) -> Any:
-            cache = getattr(_snapshots, "tables", None)
-            if cache is None or not isinstance(obj, models.Table):
-                return real_copy.deepcopy(obj, memo)
-            if id(obj) not in cache:
-                cache[id(obj)] = real_copy.deepcopy(obj, memo)
-            return cache[id(obj)]
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        _snapshots.tables = {}
-        try:
-            return original(self, transact_items)
-        finally:
-            _snapshots.tables = None
-
-    transact_write_items._tally_snapshot_once = True  # type: ignore[attr-defined]
-    models.copy = _Copy
-    models.DynamoDBBackend.transact_write_items = transact_write_items
