@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 from factories import image, stream_record
-from script_support import load_script, moto_server, server_env, tables  # noqa: F401
+from script_support import load_script
 
 from tally.local import client, scan_items
 from tally.records import Reason, parse_record

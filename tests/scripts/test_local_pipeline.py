@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from script_support import fresh_handler_cache, load_script  # noqa: F401
+from script_support import load_script
 
 from tally.local import local_handler
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from script_support import fresh_handler_cache, load_script, moto_server, server_env, tables  # noqa: F401
+from script_support import load_script
 
 from tally.delivery import DeliveryConfig
 from tally.dynamo import CountsTable
