@@ -246,48 +246,26 @@ class TallyStack(Stack):
             Duration.seconds(self.settings.tumbling_window_seconds)
         )
         alarms = [
-            cloudwatch.Alarm(
-                self,
+            self._alarm_above(
                 "IteratorAgeAlarm",
-                alarm_description="Stream records wait too long: the counting function is failing or too slow",
-                metric=self.function.metric("IteratorAge", statistic="Maximum", period=ALARM_PERIOD),
-                threshold=iterator_age_threshold.to_milliseconds(),
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                "Stream records wait too long: the counting function is failing or too slow",
+                self.function.metric("IteratorAge", statistic="Maximum", period=ALARM_PERIOD),
+                iterator_age_threshold.to_milliseconds(),
             ),
-            cloudwatch.Alarm(
-                self,
+            self._alarm_above(
                 "FunctionErrorsAlarm",
-                alarm_description="The counting function failed; Lambda retries the batch",
-                metric=self.function.metric_errors(statistic="Sum", period=ALARM_PERIOD),
-                threshold=0,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                "The counting function failed; Lambda retries the batch",
+                self.function.metric_errors(statistic="Sum", period=ALARM_PERIOD),
             ),
-            cloudwatch.Alarm(
-                self,
+            self._alarm_above(
                 "FailureQueueAlarm",
-                alarm_description="Lambda gave up on stream records: their events are not counted",
-                metric=self.failure_queue.metric_approximate_number_of_messages_visible(
-                    statistic="Maximum", period=ALARM_PERIOD
-                ),
-                threshold=0,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                "Lambda gave up on stream records: their events are not counted",
+                self.failure_queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=ALARM_PERIOD),
             ),
-            cloudwatch.Alarm(
-                self,
+            self._alarm_above(
                 "RecordsRejectedAlarm",
-                alarm_description="Events were rejected as malformed, too late or in the future; "
-                "the dashboard shows the reasons",
-                metric=self._handler_metric("RecordsRejected"),
-                threshold=0,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                "Events were rejected as malformed, too late or in the future; the dashboard shows the reasons",
+                self._handler_metric("RecordsRejected"),
             ),
         ]
         if self.settings.alarm_topic_arn:
@@ -295,6 +273,21 @@ class TallyStack(Stack):
             for alarm in alarms:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
         return alarms
+
+    def _alarm_above(
+        self, alarm_id: str, description: str, metric: cloudwatch.IMetric, threshold: float = 0
+    ) -> cloudwatch.Alarm:
+        """Fires in the first period the metric exceeds the threshold; no data is no trouble."""
+        return cloudwatch.Alarm(
+            self,
+            alarm_id,
+            alarm_description=description,
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
 
     def _handler_metric(self, name: str) -> cloudwatch.Metric:
         return cloudwatch.Metric(
