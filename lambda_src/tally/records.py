@@ -17,10 +17,13 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.buckets import InvalidTime, parse_event_time
+from tally.buckets import MAX_EPOCH_MS, InvalidTime, parse_event_time
 from tally.settings import Settings
 
 MAX_COUNTER_LENGTH = 255
+# DynamoDB Streams sequence numbers are 21 to 40 digits. Anything else cannot come
+# from a stream, and a longer one would make a segment marker key DynamoDB refuses.
+MAX_SEQUENCE_LENGTH = 40
 RESERVED_PREFIX = "#"
 
 _deserializer = TypeDeserializer()
@@ -103,8 +106,8 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     stream = record["dynamodb"]
     sequence = stream.get("SequenceNumber")
     arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
-    if not isinstance(sequence, str) or not sequence or arrival_ms is None:
-        return Rejection(Reason.MALFORMED_RECORD, "record lacks SequenceNumber or ApproximateCreationDateTime")
+    if not _is_sequence_number(sequence) or arrival_ms is None:
+        return Rejection(Reason.MALFORMED_RECORD, "record lacks a SequenceNumber or ApproximateCreationDateTime")
 
     def reject(reason: Reason, detail: str) -> Rejection:
         return Rejection(reason, detail, sequence, arrival_ms)
@@ -138,6 +141,10 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     return CounterEvent(counter, event_ms, sequence, arrival_ms)
 
 
+def _is_sequence_number(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_SEQUENCE_LENGTH and value.isascii() and value.isdigit()
+
+
 def _deserialize(attribute_value: Any) -> Any:
     """boto3's own DynamoDB JSON decoding; malformed values become ValueError."""
     if not isinstance(attribute_value, Mapping) or len(attribute_value) != 1:
@@ -149,7 +156,12 @@ def _deserialize(attribute_value: Any) -> Any:
 
 
 def arrival_of(approximate_creation: Any) -> int | None:
-    """Epoch ms of a record's ApproximateCreationDateTime (Lambda: epoch seconds; boto3: datetime)."""
+    """Epoch ms of a record's ApproximateCreationDateTime (Lambda: epoch seconds; boto3: datetime).
+
+    None when unreadable, or too late for a bucket key (year 10000 on): a
+    rejection is counted in the buckets of its arrival, so an arrival no key
+    can name would crash the fold and block the shard.
+    """
     if isinstance(approximate_creation, datetime):
         if approximate_creation.tzinfo is None:
             return None
@@ -160,6 +172,6 @@ def arrival_of(approximate_creation: Any) -> int | None:
         seconds = Decimal(str(approximate_creation))
     except ArithmeticError:
         return None
-    if not seconds.is_finite() or seconds < 0:
+    if not seconds.is_finite() or seconds < 0 or seconds * 1000 >= MAX_EPOCH_MS:
         return None
     return int(seconds * 1000)
