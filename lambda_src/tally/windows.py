@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tally.buckets import InvalidTime, iso_minute, parse_event_time
+from tally.buckets import MAX_EPOCH_MS, InvalidTime, iso_minute, parse_event_time
 from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 DEFAULT_LENGTH_MS = DAY_MS
@@ -37,6 +37,8 @@ class Window:
         if at_ms < 0:
             raise InvalidWindow("window end is before the epoch")
         last = at_ms // MINUTE_MS
+        if (last + 1) * MINUTE_MS >= MAX_EPOCH_MS:
+            raise InvalidWindow("window ends after the year 9999")
         first = last - length_ms // MINUTE_MS + 1
         if first < 0:
             raise InvalidWindow("window starts before the epoch")

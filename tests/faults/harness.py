@@ -90,6 +90,7 @@ class FaultStats:
     buckets_compared: int = 0
     discrepancies: int = 0
     fuzzed_records: int = 0
+    fuzzed_queries: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -109,6 +110,7 @@ class FaultStats:
             "windows_refused": self.windows_refused,
             "buckets_compared": self.buckets_compared,
             "fuzzed_records": self.fuzzed_records,
+            "fuzzed_queries": self.fuzzed_queries,
             "discrepancies": self.discrepancies,
         }
 
