@@ -1,0 +1,107 @@
+"""Several shards committing to the same hot buckets at once, through moto's server.
+
+moto never reports a TransactionConflict of its own, so conflicts are injected
+while the threads run; each must be retried (and counted as a retry), never lost.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from tally.delivery import DeliveryConfig
+from tally.dynamo import CountsTable, create_tables
+from tally.settings import Settings
+
+from .checks import check_table
+from .harness import FaultKind, FaultSchedule, FaultyClient, FaultyHandler, LambdaShard, quick_backoff
+from .streams import STREAM_ARN, StreamSpec, build_stream
+
+pytestmark = pytest.mark.server
+
+DAY_BOUNDARY_MS = 1_774_742_400_000
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+class OverlapMeter:
+    """Wraps a client and records how many TransactWriteItems were in flight at once, at most."""
+
+    def __init__(self, client, shared: dict) -> None:
+        self.client = client
+        self.shared = shared
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+    def transact_write_items(self, **kwargs):
+        with self.shared["lock"]:
+            self.shared["now"] += 1
+            self.shared["max"] = max(self.shared["max"], self.shared["now"])
+        try:
+            return self.client.transact_write_items(**kwargs)
+        finally:
+            with self.shared["lock"]:
+                self.shared["now"] -= 1
+
+
+def server_client(endpoint: str):
+    return boto3.client(
+        "dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpoint: str, seed: int) -> None:
+    counts = f"hot-counts-{seed}"
+    settings = Settings(counts_table=counts, events_table=f"hot-events-{seed}")
+    create_tables(server_client(endpoint), settings.events_table, counts)
+    spec = StreamSpec(
+        seed=seed, writes=240, counters=2, hot_share=0.8, start_ms=DAY_BOUNDARY_MS - 30_000, max_gap_s=0,
+        jump_share=0.0, odd_share=0.1, rewrite_share=0.1, shards=4,
+    )
+    stream = build_stream(spec, settings)
+    conflicts = FaultSchedule(seed, {FaultKind.CONFLICT: 0.3}, budget=10**6)
+    configs = [DeliveryConfig(batch_size=5, window_seconds=0), DeliveryConfig(batch_size=5, window_seconds=10)]
+    shards, clients = [], []
+    in_flight = {"lock": threading.Lock(), "now": 0, "max": 0}
+    for number, (shard_id, records) in enumerate(stream.shards.items()):
+        client = FaultyClient(OverlapMeter(server_client(endpoint), in_flight), conflicts)
+        table = CountsTable(client, counts, settings, backoff=quick_backoff(seed + number))
+        handler = FaultyHandler(table, settings, FaultSchedule.quiet())
+        shards.append(
+            LambdaShard(records, shard_id=shard_id, stream_arn=STREAM_ARN, config=configs[number % 2], handler=handler, schedule=FaultSchedule.quiet())
+        )
+        clients.append(client)
+    random.Random(seed).shuffle(shards)
+
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        for finished in [pool.submit(shard.run) for shard in shards]:
+            finished.result()
+
+    context = f"seed {seed}, {conflicts!r}"
+    check_table(server_client(endpoint), counts, stream.expected, context)
+    retries = sum(summary.commit_retries for shard in shards for summary in shard.summaries)
+    native = sum(client.native_retryable for client in clients)
+    assert in_flight["max"] > 1, "the shards never committed at the same time"
+    assert conflicts.injected[FaultKind.CONFLICT] > 0, context
+    assert retries == conflicts.injected[FaultKind.CONFLICT] + native, f"retries recorded {retries}, conflicts {conflicts.injected} + native {native}; {context}"
