@@ -1,0 +1,107 @@
+"""The local runner's delivery (``tally.delivery.ShardDelivery``) under the same faults, and the
+limit of the no-window mode: exact only while Lambda retries the very same batch."""
+
+from __future__ import annotations
+
+import random
+
+import boto3
+from hypothesis import given
+from hypothesis import strategies as st
+from moto import mock_aws
+
+from tally.delivery import DeliveryConfig, ShardDelivery
+from tally.dynamo import CountsTable, create_tables
+
+from . import profiles
+from .checks import check_summaries, check_table, table_buckets
+from .harness import STATS, FaultKind, FaultSchedule, FaultyClient, FaultyHandler, InjectedCrash, quick_backoff
+from .streams import STREAM_ARN, StreamSpec, build_stream
+from .test_exact_counts import COUNTS_TABLE, EVENTS_TABLE, SETTINGS, stream_specs
+
+# Faults inside an invocation: ShardDelivery retries the same event, as Lambda does.
+INVOCATION_FAULTS = (
+    FaultKind.CONFLICT,
+    FaultKind.THROTTLED,
+    FaultKind.PROVISIONED,
+    FaultKind.RESPONSE_LOST,
+    FaultKind.CRASH_BEFORE_COMMIT,
+    FaultKind.CRASH_BETWEEN_COMMITS,
+    FaultKind.TIMEOUT_AFTER_COMMIT,
+    FaultKind.TIMEOUT_AFTER_RETURN,
+)
+
+
+@profiles.for_test(weight=0.4)
+@given(
+    spec=stream_specs,
+    batch_size=st.integers(1, 30),
+    window_seconds=st.sampled_from([0, 1, 60, 300]),
+    fault_seed=st.integers(0, 2**32),
+    chunking_seed=st.integers(0, 2**32),
+)
+def test_shard_delivery_through_faults_counts_exactly(
+    spec: StreamSpec, batch_size: int, window_seconds: int, fault_seed: int, chunking_seed: int
+) -> None:
+    """Records fed to ShardDelivery in random chunks, invocations failing as scheduled."""
+    stream = build_stream(spec, SETTINGS)
+    STATS.add("streams")
+    STATS.add("records", stream.records)
+    schedule = FaultSchedule(fault_seed, {kind: 0.2 for kind in INVOCATION_FAULTS}, budget=60)
+    chunks = random.Random(chunking_seed)
+    config = DeliveryConfig(batch_size=batch_size, window_seconds=window_seconds, max_attempts=1_000)
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
+        table = CountsTable(FaultyClient(client, schedule), COUNTS_TABLE, SETTINGS, backoff=quick_backoff(fault_seed))
+        handler = FaultyHandler(table, SETTINGS, schedule)
+        summaries = []
+
+        def keep_summary(event, context):
+            response = handler(event, context)
+            summaries.append(handler.last_summary)
+            return response
+
+        def count_failure(event, error, attempts):
+            STATS.add("failed_attempts")
+
+        for shard_id, records in stream.shards.items():
+            delivery = ShardDelivery(keep_summary, shard_id=shard_id, stream_arn=STREAM_ARN, config=config, on_retry=count_failure)
+            position = 0
+            while position < len(records):
+                step = chunks.randint(1, 40)
+                delivery.deliver(records[position : position + step])
+                position += step
+            delivery.close()
+            STATS.add("invocations", delivery.invocations)
+        context = f"reproduce with {spec!r}, batch {batch_size}, window {window_seconds}, chunks {chunking_seed}; {schedule!r}"
+        check_table(client, COUNTS_TABLE, stream.expected, context)
+        check_summaries(summaries, stream.records, stream.expected, context)
+
+
+def test_no_window_mode_loses_counts_when_a_retry_recuts_the_batch() -> None:
+    """Why bisect-on-error must stay off without a tumbling window (README, Guarantees).
+
+    A batch commits its segment, then times out; Lambda retries a larger batch
+    starting at the same record. The retry's segment has the same first record,
+    hence the same marker: it is skipped as a duplicate, and the records the
+    first attempt did not hold are never counted.
+    """
+    spec = StreamSpec(
+        seed=3, writes=20, counters=2, hot_share=0.0, start_ms=1_774_742_400_000, max_gap_s=1,
+        jump_share=0.0, odd_share=0.0, rewrite_share=0.0, shards=1,
+    )
+    stream = build_stream(spec, SETTINGS)
+    [records] = stream.shards.values()
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
+        table = CountsTable(client, COUNTS_TABLE, SETTINGS, backoff=quick_backoff(0))
+        timing_out = FaultyHandler(table, SETTINGS, FaultSchedule(0, {FaultKind.TIMEOUT_AFTER_RETURN: 1.0}, budget=1))
+        try:
+            timing_out({"Records": records[:5]})
+        except InjectedCrash:
+            pass
+        FaultyHandler(table, SETTINGS, FaultSchedule.quiet())({"Records": records})
+        counted = sum(count for (pk, sk), count in table_buckets(client, COUNTS_TABLE).items() if sk.startswith("M#"))
+    assert counted == 5 < len(stream.expected.events) == len(records)
