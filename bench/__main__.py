@@ -126,7 +126,7 @@ def run() -> dict[str, Any]:
 
 
 def report(results: dict[str, Any]) -> None:
-    out = Console()
+    out = Console(width=150)  # the tables are wide; keep them whole when the output is not a terminal
     s = results["settings"]
     m = results["machine"]
     out.print(
@@ -135,8 +135,8 @@ def report(results: dict[str, Any]) -> None:
     )
 
     table = Table(title="Write cost per 1,000 events (WCU)")
-    for column in ("workload", "events", "origin", "tally", "floor", "origin/tally", "tally buckets/floor", "segments",
-                   "busiest item writes/s origin -> tally"):
+    for column in ("workload", "events", "origin", "tally", "floor", "origin/tally", "tally bucket writes/floor",
+                   "segments", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
@@ -147,6 +147,12 @@ def report(results: dict[str, Any]) -> None:
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
+    for name, projected in results["writes_with_whole_window_segments"].items():
+        events = next(w["events"] for w in results["writes"] if w["workload"] == name)
+        out.print(
+            f"  {name}, if a segment were a whole window (core change, projected): "
+            f"{projected['write_units'] * 1000 / events:,.2f} WCU per 1,000 events in {projected['transactions']:,} transactions"
+        )
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",

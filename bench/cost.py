@@ -13,7 +13,7 @@ the minimum unit.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -156,15 +156,3 @@ class MeteredClient:
         item.setdefault(ttl, values[":ttl"])
         return item
 
-
-def distinct_per_slot(writes: Iterable[tuple[Hashable, int]]) -> int:
-    """The floor: one write per distinct item per slot it is touched in."""
-    return len(set(writes))
-
-
-def writes_per_slot(writes: Iterable[tuple[Hashable, int]]) -> dict[int, int]:
-    """How many writes each slot received."""
-    per_slot: dict[int, int] = defaultdict(int)
-    for _item, slot in writes:
-        per_slot[slot] += 1
-    return dict(per_slot)
