@@ -21,7 +21,23 @@ from tally.windows import Window
 from .harness import STATS, FaultStats
 from .streams import Expected
 
-NOTABLE_LENGTHS_MIN = (1, 2, 59, 60, 61, 90, 119, 120, 121, 23 * 60, 24 * 60 - 1, 24 * 60, 24 * 60 + 1, 36 * 60, 48 * 60)
+NOTABLE_LENGTHS_MIN = (
+    1,
+    2,
+    59,
+    60,
+    61,
+    90,
+    119,
+    120,
+    121,
+    23 * 60,
+    24 * 60 - 1,
+    24 * 60,
+    24 * 60 + 1,
+    36 * 60,
+    48 * 60,
+)
 
 
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
@@ -39,7 +55,11 @@ def check_table(client: Any, table_name: str, expected: Expected, context: str, 
     actual = table_buckets(client, table_name)
     truth = expected.buckets()
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
-    wrong = {key: (actual.get(key), truth.get(key)) for key in truth.keys() | actual.keys() if actual.get(key) != truth.get(key)}
+    wrong = {
+        key: (actual.get(key), truth.get(key))
+        for key in truth.keys() | actual.keys()
+        if actual.get(key) != truth.get(key)
+    }
     if wrong:
         stats.add("discrepancies", len(wrong))
     sample = dict(sorted(wrong.items())[:8])
@@ -53,7 +73,9 @@ def check_summaries(summaries: list[Summary], records: int, expected: Expected, 
         total.update(summary.rejected)
     assert sum(s.records for s in summaries) == records, context
     assert sum(s.counted for s in summaries) == len(expected.events), context
-    assert +total == +expected.rejections_by_reason(), f"rejections {dict(total)} != {dict(expected.rejections_by_reason())}; {context}"
+    assert +total == +expected.rejections_by_reason(), (
+        f"rejections {dict(total)} != {dict(expected.rejections_by_reason())}; {context}"
+    )
     for summary in summaries:
         assert all(rejection.reason.is_rejection and rejection.detail for rejection in summary.rejections), context
 
@@ -80,18 +102,27 @@ def check_windows(
                 results = count_windows(table, chosen, length_ms=length_ms, at_ms=at, plan=plan, now=now)
             except WindowUnavailable:
                 oldest = Bucket.of_minute(window.first_minute)
-                assert oldest.ttl_seconds(settings) * 1000 <= now, f"refused a window within retention: {window}; {context}"
+                assert oldest.ttl_seconds(settings) * 1000 <= now, (
+                    f"refused a window within retention: {window}; {context}"
+                )
                 stats.add("windows_refused")
                 continue
             for result in results:
                 stats.add("windows_compared")
                 truth = expected.count(result.counter, window)
-                by_hour = Counter(at_ms // HOUR_MS for name, at_ms in _occurrences(expected, result.counter) if window.covers(at_ms))
+                by_hour = Counter(
+                    at_ms // HOUR_MS for name, at_ms in _occurrences(expected, result.counter) if window.covers(at_ms)
+                )
                 if result.total != truth or +Counter(result.by_hour) != +by_hour:
                     stats.add("discrepancies")
-                where = f"{result.counter!r} over {window} ({length_ms // MINUTE_MS} min), plan {plan.value}, now {now}, at {at}"
+                where = (
+                    f"{result.counter!r} over {window} ({length_ms // MINUTE_MS} min), "
+                    f"plan {plan.value}, now {now}, at {at}"
+                )
                 assert result.total == truth, f"{where}: counted {result.total}, brute force {truth}; {context}"
-                assert +Counter(result.by_hour) == +by_hour, f"{where}: by hour {result.by_hour} != {dict(by_hour)}; {context}"
+                assert +Counter(result.by_hour) == +by_hour, (
+                    f"{where}: by hour {result.by_hour} != {dict(by_hour)}; {context}"
+                )
 
 
 def _occurrences(expected: Expected, counter: str) -> list[tuple[str, int]]:

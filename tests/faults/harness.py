@@ -23,15 +23,14 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from unittest import mock
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+from unittest import mock
 
 from botocore.exceptions import ClientError
-
-from tally.delivery import DeliveryConfig, cut_invocations
 from tally import segments
+from tally.delivery import DeliveryConfig, cut_invocations
 from tally.dynamo import CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
 from tally.retry import Backoff
@@ -91,6 +90,7 @@ class FaultStats:
     discrepancies: int = 0
     fuzzed_records: int = 0
     fuzzed_queries: int = 0
+    identical_rewrites: int = 0  # producer writes that, unchanged, put no record on the stream
     faults: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -102,6 +102,7 @@ class FaultStats:
         return {
             "streams": self.streams,
             "records": self.records,
+            "identical_rewrites": self.identical_rewrites,
             "invocations": self.invocations,
             "failed_attempts": self.failed_attempts,
             "faults_injected": sum(self.faults.values()),
@@ -199,9 +200,13 @@ class FaultyClient:
     def transact_write_items(self, **kwargs: Any) -> dict[str, Any]:
         items = len(kwargs["TransactItems"])
         if self.schedule.fires(FaultKind.CONFLICT):
-            raise client_error("TransactionCanceledException", "TransactWriteItems", self._reasons(items, "TransactionConflict"))
+            raise client_error(
+                "TransactionCanceledException", "TransactWriteItems", self._reasons(items, "TransactionConflict")
+            )
         if self.schedule.fires(FaultKind.THROTTLED):
-            raise client_error("TransactionCanceledException", "TransactWriteItems", self._reasons(items, "ThrottlingError"))
+            raise client_error(
+                "TransactionCanceledException", "TransactWriteItems", self._reasons(items, "ThrottlingError")
+            )
         if self.schedule.fires(FaultKind.PROVISIONED):
             raise client_error("ProvisionedThroughputExceededException", "TransactWriteItems")
         try:
@@ -440,7 +445,12 @@ def _rebatch(
 
 def _split_event(event: dict[str, Any], at: int) -> list[dict[str, Any]]:
     """One batch as two; the second keeps the final flags, the first carries none."""
-    first = {**event, "Records": event["Records"][:at], "isFinalInvokeForWindow": False, "isWindowTerminatedEarly": False}
+    first = {
+        **event,
+        "Records": event["Records"][:at],
+        "isFinalInvokeForWindow": False,
+        "isWindowTerminatedEarly": False,
+    }
     return [first, {**event, "Records": event["Records"][at:]}]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 
 _COMMON = {
     "deadline": None,
@@ -20,11 +20,7 @@ _COMMON = {
 }
 
 CI = settings(max_examples=20, **_COMMON)
-HUNT = settings(
-    max_examples=int(os.environ.get("TALLY_HUNT_EXAMPLES", "600")),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-    **_COMMON,
-)
+HUNT = settings(max_examples=int(os.environ.get("TALLY_HUNT_EXAMPLES", "600")), **_COMMON)
 
 hunting = os.environ.get("TALLY_HUNT") == "1"
 

@@ -19,8 +19,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
-
-from tally.buckets import Bucket, buckets_of
+from tally.buckets import buckets_of
 from tally.records import MAX_COUNTER_LENGTH, Reason
 from tally.segments import rejected_counter
 from tally.settings import MINUTE_MS, Settings
@@ -116,7 +115,7 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
         arrival_ms += rng.randint(0, spec.max_gap_s) * 1000
         if rng.random() < spec.jump_share:
             arrival_ms += rng.randint(30, 180) * MINUTE_MS  # across hours, now and then across a day
-        item_id, record_name, keys = f"e{write}", "INSERT", None
+        item_id, record_name = f"e{write}", "INSERT"
         if items and rng.random() < spec.rewrite_share:
             item_id = rng.choice(sorted(items))
             action = rng.random()
@@ -263,7 +262,3 @@ def _time_value(rng: random.Random, event_ms: int) -> dict[str, Any]:
         moment = moment.replace(microsecond=(event_ms % 1000) * 1000)
         return {"S": moment.isoformat(timespec="milliseconds")}
     return _serializer.serialize(event_ms)
-
-
-def minute_of(ms: int) -> Bucket:
-    return Bucket.of_minute(ms // MINUTE_MS)

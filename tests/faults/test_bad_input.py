@@ -17,11 +17,10 @@ from typing import Any
 from unittest import mock
 
 import boto3
+from factories import LambdaContext
 from hypothesis import example, given
 from hypothesis import strategies as st
 from moto import mock_aws
-
-from factories import LambdaContext
 from tally import handler as lambda_handler
 from tally.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable, create_tables
@@ -42,7 +41,25 @@ ARRIVAL_S = 1_774_742_430  # 2026-03-29T00:00:30Z
 
 any_text = st.text(st.characters(exclude_categories=()), max_size=40)  # lone surrogates included
 number_strings = st.one_of(
-    st.sampled_from(["NaN", "-NaN", "sNaN", "Infinity", "-Infinity", "inf", "1e400", "-1e400", "1e-400", "-0", "", " 7", "1_000", "0x10", "9" * 60]),
+    st.sampled_from(
+        [
+            "NaN",
+            "-NaN",
+            "sNaN",
+            "Infinity",
+            "-Infinity",
+            "inf",
+            "1e400",
+            "-1e400",
+            "1e-400",
+            "-0",
+            "",
+            " 7",
+            "1_000",
+            "0x10",
+            "9" * 60,
+        ]
+    ),
     st.integers().map(str),
     st.decimals(allow_nan=True, allow_infinity=True).map(str),
     st.floats().map(repr),
@@ -52,7 +69,9 @@ iso_times = st.datetimes(
     min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.one_of(st.none(), st.timezones())
 ).map(lambda moment: moment.isoformat())
 near_iso_times = st.integers(-3 * 86_400, 3_600).map(
-    lambda offset: (datetime.fromtimestamp(ARRIVAL_S + offset, UTC).astimezone(timezone(timedelta(hours=5, minutes=45)))).isoformat()
+    lambda offset: (
+        datetime.fromtimestamp(ARRIVAL_S + offset, UTC).astimezone(timezone(timedelta(hours=5, minutes=45)))
+    ).isoformat()
 )
 leaf_values = st.one_of(
     st.builds(lambda text: {"S": text}, any_text),
@@ -79,7 +98,9 @@ counter_values = st.one_of(
         lambda name: {"S": name},
         st.one_of(
             st.sampled_from(["page-views", "ünï", "😀", "a#b"]),
-            st.sampled_from(["#", "#segment#1", "#segment#100000000000000000001", "#rejected#late_event", "#rejected#"]),
+            st.sampled_from(
+                ["#", "#segment#1", "#segment#100000000000000000001", "#rejected#late_event", "#rejected#"]
+            ),
             st.integers(MAX_COUNTER_LENGTH - 1, MAX_COUNTER_LENGTH + 2).map(lambda n: "x" * n),
             st.just("x" * 5000),
             any_text,
@@ -127,7 +148,9 @@ def records(draw) -> Any:
     if draw(st.integers(0, 9)):
         stream["ApproximateCreationDateTime"] = draw(arrivals)
     if draw(st.integers(0, 5)):
-        stream["NewImage"] = draw(st.one_of(st.just(image), st.none(), any_text)) if draw(st.integers(0, 9)) == 0 else image
+        stream["NewImage"] = (
+            draw(st.one_of(st.just(image), st.none(), any_text)) if draw(st.integers(0, 9)) == 0 else image
+        )
     name = draw(st.one_of(st.sampled_from(["INSERT", "INSERT", "MODIFY", "REMOVE"]), any_text, st.none()))
     record: dict[str, Any] = {"eventName": name, "eventSource": "aws:dynamodb", "eventSourceARN": STREAM_ARN}
     if name == "REMOVE" and draw(st.booleans()):
@@ -168,7 +191,11 @@ def independently_countable(record: Any, event: CounterEvent, settings: Settings
         return f"time attribute {raw_time!r} is neither a number nor a string"
     if event.event_ms != expected_ms:
         return f"event time {event.event_ms} is not the record's {expected_ms}"
-    if not event.arrival_ms - settings.max_event_age_ms <= event.event_ms <= event.arrival_ms + settings.max_clock_skew_ms:
+    if (
+        not event.arrival_ms - settings.max_event_age_ms
+        <= event.event_ms
+        <= event.arrival_ms + settings.max_clock_skew_ms
+    ):
         return "event time outside the accepted range around arrival"
     return None
 
@@ -188,15 +215,25 @@ def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
     outcomes = [parse_record(record, SETTINGS) for record in batch]
     for record, outcome in zip(batch, outcomes, strict=True):
         if isinstance(outcome, CounterEvent):
-            assert independently_countable(record, outcome, SETTINGS) is None, (record, outcome, independently_countable(record, outcome, SETTINGS))
+            assert independently_countable(record, outcome, SETTINGS) is None, (
+                record,
+                outcome,
+                independently_countable(record, outcome, SETTINGS),
+            )
         else:
             assert outcome.detail and isinstance(outcome.detail, str), (record, outcome)
 
     table = CountsTable(client, COUNTS_TABLE, SETTINGS, backoff=quick_backoff(0))
     event: dict[str, Any] = {"Records": batch}
     if windowed:
-        event = {**event, "window": {"start": "2026-03-29T00:00:00Z", "end": "2026-03-29T00:01:00Z"}, "state": {},
-                 "shardId": "shardId-1", "eventSourceARN": STREAM_ARN, "isFinalInvokeForWindow": True}
+        event = {
+            **event,
+            "window": {"start": "2026-03-29T00:00:00Z", "end": "2026-03-29T00:01:00Z"},
+            "state": {},
+            "shardId": "shardId-1",
+            "eventSourceARN": STREAM_ARN,
+            "isFinalInvokeForWindow": True,
+        }
     response, summary = process(event, table.commit, SETTINGS)
 
     assert summary.records == len(batch)
@@ -217,15 +254,35 @@ def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
 @profiles.for_test(weight=1.5)
 @given(batch=st.lists(records(), max_size=12), windowed=st.booleans())
 # Found by this test: an arrival after the year 9999 crashed the fold (no bucket key for its rejection).
-@example(batch=[{"eventName": "INSERT", "dynamodb": {"SequenceNumber": "100000000000000000001", "ApproximateCreationDateTime": 10**12, "NewImage": {"counter": {"S": "c"}, "ts": {"N": "5"}}}}], windowed=True)
+@example(
+    batch=[
+        {
+            "eventName": "INSERT",
+            "dynamodb": {
+                "SequenceNumber": "100000000000000000001",
+                "ApproximateCreationDateTime": 10**12,
+                "NewImage": {"counter": {"S": "c"}, "ts": {"N": "5"}},
+            },
+        }
+    ],
+    windowed=True,
+)
 # Found by this test: a 3000-digit sequence number made a marker key DynamoDB refuses, failing the batch for good.
-@example(batch=[{"eventName": "INSERT", "dynamodb": {"SequenceNumber": "9" * 3000, "ApproximateCreationDateTime": ARRIVAL_S}}], windowed=False)
+@example(
+    batch=[
+        {"eventName": "INSERT", "dynamodb": {"SequenceNumber": "9" * 3000, "ApproximateCreationDateTime": ARRIVAL_S}}
+    ],
+    windowed=False,
+)
 def test_no_record_crashes_the_handler_or_is_miscounted(batch: list[Any], windowed: bool) -> None:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         assert_handled(batch, windowed, client)
-        markers = client.scan(TableName=COUNTS_TABLE, ScanFilter={"pk": {"AttributeValueList": [{"S": MARKER_PREFIX}], "ComparisonOperator": "BEGINS_WITH"}})
+        markers = client.scan(
+            TableName=COUNTS_TABLE,
+            ScanFilter={"pk": {"AttributeValueList": [{"S": MARKER_PREFIX}], "ComparisonOperator": "BEGINS_WITH"}},
+        )
         assert markers["Count"] <= len(batch)
 
 

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
-
 from tally.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.settings import Settings
@@ -66,7 +65,11 @@ class OverlapMeter:
 
 def server_client(endpoint: str):
     return boto3.client(
-        "dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
     )
 
 
@@ -76,8 +79,16 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
     settings = Settings(counts_table=counts, events_table=f"hot-events-{seed}")
     create_tables(server_client(endpoint), settings.events_table, counts)
     spec = StreamSpec(
-        seed=seed, writes=240, counters=2, hot_share=0.8, start_ms=DAY_BOUNDARY_MS - 30_000, max_gap_s=0,
-        jump_share=0.0, odd_share=0.1, rewrite_share=0.1, shards=4,
+        seed=seed,
+        writes=240,
+        counters=2,
+        hot_share=0.8,
+        start_ms=DAY_BOUNDARY_MS - 30_000,
+        max_gap_s=0,
+        jump_share=0.0,
+        odd_share=0.1,
+        rewrite_share=0.1,
+        shards=4,
     )
     stream = build_stream(spec, settings)
     conflicts = FaultSchedule(seed, {FaultKind.CONFLICT: 0.3}, budget=10**6)
@@ -89,7 +100,14 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
         table = CountsTable(client, counts, settings, backoff=quick_backoff(seed + number))
         handler = FaultyHandler(table, settings, FaultSchedule.quiet())
         shards.append(
-            LambdaShard(records, shard_id=shard_id, stream_arn=STREAM_ARN, config=configs[number % 2], handler=handler, schedule=FaultSchedule.quiet())
+            LambdaShard(
+                records,
+                shard_id=shard_id,
+                stream_arn=STREAM_ARN,
+                config=configs[number % 2],
+                handler=handler,
+                schedule=FaultSchedule.quiet(),
+            )
         )
         clients.append(client)
     random.Random(seed).shuffle(shards)
@@ -104,4 +122,6 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
     native = sum(client.native_retryable for client in clients)
     assert in_flight["max"] > 1, "the shards never committed at the same time"
     assert conflicts.injected[FaultKind.CONFLICT] > 0, context
-    assert retries == conflicts.injected[FaultKind.CONFLICT] + native, f"retries recorded {retries}, conflicts {conflicts.injected} + native {native}; {context}"
+    assert retries == conflicts.injected[FaultKind.CONFLICT] + native, (
+        f"retries recorded {retries}, conflicts {conflicts.injected} + native {native}; {context}"
+    )

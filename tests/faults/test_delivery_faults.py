@@ -9,7 +9,6 @@ import boto3
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
-
 from tally.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 
@@ -47,6 +46,7 @@ def test_shard_delivery_through_faults_counts_exactly(
     stream = build_stream(spec, SETTINGS)
     STATS.add("streams")
     STATS.add("records", stream.records)
+    STATS.add("identical_rewrites", stream.identical_rewrites)
     schedule = FaultSchedule(fault_seed, {kind: 0.2 for kind in INVOCATION_FAULTS}, budget=60)
     chunks = random.Random(chunking_seed)
     config = DeliveryConfig(batch_size=batch_size, window_seconds=window_seconds, max_attempts=1_000)
@@ -66,7 +66,9 @@ def test_shard_delivery_through_faults_counts_exactly(
             STATS.add("failed_attempts")
 
         for shard_id, records in stream.shards.items():
-            delivery = ShardDelivery(keep_summary, shard_id=shard_id, stream_arn=STREAM_ARN, config=config, on_retry=count_failure)
+            delivery = ShardDelivery(
+                keep_summary, shard_id=shard_id, stream_arn=STREAM_ARN, config=config, on_retry=count_failure
+            )
             position = 0
             while position < len(records):
                 step = chunks.randint(1, 40)
@@ -74,7 +76,10 @@ def test_shard_delivery_through_faults_counts_exactly(
                 position += step
             delivery.close()
             STATS.add("invocations", delivery.invocations)
-        context = f"reproduce with {spec!r}, batch {batch_size}, window {window_seconds}, chunks {chunking_seed}; {schedule!r}"
+        context = (
+            f"reproduce with {spec!r}, batch {batch_size}, window {window_seconds}, "
+            f"chunks {chunking_seed}; {schedule!r}"
+        )
         check_table(client, COUNTS_TABLE, stream.expected, context)
         check_summaries(summaries, stream.records, stream.expected, context)
 
@@ -88,8 +93,16 @@ def test_no_window_mode_loses_counts_when_a_retry_recuts_the_batch() -> None:
     first attempt did not hold are never counted.
     """
     spec = StreamSpec(
-        seed=3, writes=20, counters=2, hot_share=0.0, start_ms=1_774_742_400_000, max_gap_s=1,
-        jump_share=0.0, odd_share=0.0, rewrite_share=0.0, shards=1,
+        seed=3,
+        writes=20,
+        counters=2,
+        hot_share=0.0,
+        start_ms=1_774_742_400_000,
+        max_gap_s=1,
+        jump_share=0.0,
+        odd_share=0.0,
+        rewrite_share=0.0,
+        shards=1,
     )
     stream = build_stream(spec, SETTINGS)
     [records] = stream.shards.values()

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
-
 from tally.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.records import CounterEvent, parse_record
@@ -93,10 +92,19 @@ def drain(stream: Stream, deployment: Deployment, client, settings: Settings, ki
     """Deliver every shard through faults of ``kinds`` until all of it is processed; return the summaries."""
     rates = {kind: deployment.fault_rate for kind in kinds}
     schedule = FaultSchedule(deployment.fault_seed, rates, deployment.fault_budget)
-    table = CountsTable(FaultyClient(client, schedule), COUNTS_TABLE, settings, backoff=quick_backoff(deployment.fault_seed))
+    table = CountsTable(
+        FaultyClient(client, schedule), COUNTS_TABLE, settings, backoff=quick_backoff(deployment.fault_seed)
+    )
     handler = FaultyHandler(table, settings, schedule)
     shards = [
-        LambdaShard(records, shard_id=shard_id, stream_arn=STREAM_ARN, config=deployment.config(), handler=handler, schedule=schedule)
+        LambdaShard(
+            records,
+            shard_id=shard_id,
+            stream_arn=STREAM_ARN,
+            config=deployment.config(),
+            handler=handler,
+            schedule=schedule,
+        )
         for shard_id, records in stream.shards.items()
     ]
     interleave(shards, random.Random(deployment.fault_seed))
@@ -104,12 +112,16 @@ def drain(stream: Stream, deployment: Deployment, client, settings: Settings, ki
 
 
 def run_and_check(
-    spec: StreamSpec, deployment: Deployment, settings: Settings = SETTINGS, write_faults: frozenset | set = WRITE_FAULTS,
+    spec: StreamSpec,
+    deployment: Deployment,
+    settings: Settings = SETTINGS,
+    write_faults: frozenset | set = WRITE_FAULTS,
     instants: int = 4,
 ) -> None:
     stream = build_stream(spec, settings)
     STATS.add("streams")
     STATS.add("records", stream.records)
+    STATS.add("identical_rewrites", stream.identical_rewrites)
     context = f"reproduce with {spec!r}, {deployment!r}"
     for records in stream.shards.values():
         for record in records:
@@ -128,7 +140,9 @@ def run_and_check(
 
         read_rates = {kind: 0.3 for kind in READ_FAULTS}
         reads = FaultSchedule(deployment.query_seed, read_rates, budget=10**6)
-        table = CountsTable(FaultyClient(client, reads), COUNTS_TABLE, settings, backoff=quick_backoff(deployment.query_seed))
+        table = CountsTable(
+            FaultyClient(client, reads), COUNTS_TABLE, settings, backoff=quick_backoff(deployment.query_seed)
+        )
         check_windows(table, stream.expected, settings, random.Random(deployment.query_seed), instants, context)
 
 
@@ -142,7 +156,9 @@ def test_counts_are_exact_after_faults_and_redeliveries(spec: StreamSpec, deploy
 NEEDS_A_FAILURE = {FaultKind.RETRY_RECUT: {FaultKind.TIMEOUT_AFTER_RETURN, FaultKind.CRASH_BEFORE_COMMIT}}
 
 
-@pytest.mark.parametrize("kind", sorted(WRITE_FAULTS | READ_FAULTS, key=lambda kind: kind.value), ids=lambda kind: kind.value)
+@pytest.mark.parametrize(
+    "kind", sorted(WRITE_FAULTS | READ_FAULTS, key=lambda kind: kind.value), ids=lambda kind: kind.value
+)
 def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
     """Every fault kind at a high rate, on its own, against invocations of several segments.
 
@@ -150,8 +166,16 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
     so their buckets straddle a day boundary.
     """
     spec = StreamSpec(
-        seed=7, writes=60, counters=20, hot_share=0.3, start_ms=DAY_BOUNDARY_MS + 30_000, max_gap_s=1,
-        jump_share=0.0, odd_share=0.2, rewrite_share=0.2, shards=1,
+        seed=7,
+        writes=60,
+        counters=20,
+        hot_share=0.3,
+        start_ms=DAY_BOUNDARY_MS + 30_000,
+        max_gap_s=1,
+        jump_share=0.0,
+        odd_share=0.2,
+        rewrite_share=0.2,
+        shards=1,
     )
     deployment = Deployment(
         batch_size=15, window_seconds=900, fault_seed=11, fault_rate=0.5, fault_budget=40, query_seed=3, segment_items=9

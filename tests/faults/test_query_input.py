@@ -15,7 +15,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from moto import mock_aws
-
 from tally.dynamo import create_tables
 from tally.query import validate_query_counter
 from tally.settings import MINUTE_MS
@@ -29,17 +28,34 @@ QUERY_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "query_window.p
 any_text = st.text(st.characters(exclude_categories=()), max_size=30)
 lengths = st.one_of(
     any_text,
-    st.builds(lambda n, unit, pad: f"{pad}{n}{pad}{unit}", st.integers(-5, 10**12), st.sampled_from("mhdsMH"), st.sampled_from(["", " ", "\t"])),
+    st.builds(
+        lambda n, unit, pad: f"{pad}{n}{pad}{unit}",
+        st.integers(-5, 10**12),
+        st.sampled_from("mhdsMH"),
+        st.sampled_from(["", " ", "\t"]),
+    ),
     st.sampled_from(["24h", "0m", "1m", "７m", "1.5h", "1e3m", "-1h", "90", "h", "", " 2d "]),
 )
 instants = st.one_of(
     any_text,
     st.datetimes(timezones=st.one_of(st.none(), st.timezones())).map(lambda moment: moment.isoformat()),
-    st.sampled_from(["2026-03-29T00:00Z", "2026-03-29T00:00:00+14:00", "0001-01-01T00:00:00+00:00", "9999-12-31T23:59:59-12:00", "1970-01-01T00:00Z", "now", "1774742400000"]),
+    st.sampled_from(
+        [
+            "2026-03-29T00:00Z",
+            "2026-03-29T00:00:00+14:00",
+            "0001-01-01T00:00:00+00:00",
+            "9999-12-31T23:59:59-12:00",
+            "1970-01-01T00:00Z",
+            "now",
+            "1774742400000",
+        ]
+    ),
 )
 counters = st.one_of(
     any_text,
-    st.sampled_from(["page-views", "#rejected#late_event", "#rejected#not_insert", "#rejected#", "#segment#1", "x" * 256, "\ud800"]),
+    st.sampled_from(
+        ["page-views", "#rejected#late_event", "#rejected#not_insert", "#rejected#", "#segment#1", "x" * 256, "\ud800"]
+    ),
 )
 
 
@@ -141,7 +157,9 @@ def test_the_query_command_answers_or_fails_in_one_line(query_command, argv: lis
         assert err == "" and out, argv
 
 
-@pytest.mark.parametrize("argv", [["c", "--plan=nearest"], ["c", "--no-such-option"], []], ids=["bad-choice", "unknown-option", "no-counter"])
+@pytest.mark.parametrize(
+    "argv", [["c", "--plan=nearest"], ["c", "--no-such-option"], []], ids=["bad-choice", "unknown-option", "no-counter"]
+)
 def test_argument_errors_exit_2_naming_the_problem(query_command, argv: list[str]) -> None:
     status, out, err = run_command(query_command, argv)
     assert status == 2 and out == ""
