@@ -99,9 +99,6 @@ def run() -> dict[str, Any]:
     mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
     results["writes"] = [timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot)]
-    results["writes_with_whole_window_segments"] = {
-        w.name: writes.whole_window_segments(w, config.window_seconds) for w in (steady, hot)
-    }
     results["writes_checked_against_moto"] = timed(
         "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
     )
@@ -136,23 +133,17 @@ def report(results: dict[str, Any]) -> None:
 
     table = Table(title="Write cost per 1,000 events (WCU)")
     for column in ("workload", "events", "origin", "tally", "floor", "origin/tally", "tally bucket writes/floor",
-                   "segments", "busiest item writes/s: origin -> tally"):
+                   "transactions", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
             w["workload"], f"{w['events']:,}", f"{w['origin']['write_units_per_1000_events']:,}",
             f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
             f"{w['ratios']['origin_units_over_tally_units']:,}x", f"{w['ratios']['tally_bucket_writes_over_floor']}x",
-            f"{w['tally']['segments']:,}",
+            f"{w['tally']['transactions']:,}",
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
-    for name, projected in results["writes_with_whole_window_segments"].items():
-        events = next(w["events"] for w in results["writes"] if w["workload"] == name)
-        out.print(
-            f"  {name}, if a segment were a whole window (core change, projected): "
-            f"{projected['write_units'] * 1000 / events:,.2f} WCU per 1,000 events in {projected['transactions']:,} transactions"
-        )
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",

@@ -23,7 +23,6 @@ from bench.workloads import SHARD_ID, STREAM_ARN, Workload, busiest_item_per_sec
 from tally.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.segments import MAX_SEGMENT_ITEMS
 from tally.settings import HOUR_MS, MINUTE_MS, Settings
 
 ORIGIN_TABLE = "origin-counts"
@@ -68,7 +67,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     origin_run = run_origin(workload, config.batch_size).meter
     floor = floor_writes(workload.events(), config.window_seconds)
     origin_peak = busiest_item_per_second(workload.events())
-    markers = tally.requests  # one marker per committed segment, one segment per transaction
+    markers = tally.requests  # one marker per transaction (a segment commits in parts of 99 buckets)
     bucket_writes = tally.item_writes - markers
     tally_peak = tally.busiest_item_writes()
     return {
@@ -85,7 +84,6 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         },
         "tally": {
             "transactions": tally.requests,
-            "segments": markers,
             "bucket_writes": bucket_writes,
             "marker_writes": markers,
             "write_units": tally.units,
@@ -104,23 +102,6 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "tally_units_over_floor_units": round(tally.units / floor, 2),
         },
     }
-
-
-def whole_window_segments(workload: Workload, window_seconds: int) -> dict[str, Any]:
-    """Tally's cost if a segment were a whole window's deltas, committed in transactions of 99 buckets.
-
-    Today a segment closes as soon as its next record would make it touch a
-    100th bucket item, so many counters interleaved in one window close a
-    segment every few dozen records and rewrite the same buckets again and again.
-    """
-    items_per_window: dict[int, set] = {}
-    for counter, event_ms in workload.events():
-        touched = items_per_window.setdefault(event_ms // 1000 // window_seconds, set())
-        touched.add((counter, "M", event_ms // MINUTE_MS))
-        touched.add((counter, "H", event_ms // HOUR_MS))
-    buckets = sum(len(items) for items in items_per_window.values())
-    transactions = sum(math.ceil(len(items) / MAX_SEGMENT_ITEMS) for items in items_per_window.values())
-    return {"transactions": transactions, "item_writes": buckets + transactions, "write_units": 2 * (buckets + transactions)}
 
 
 def verify_against_moto(workload: Workload, settings: Settings, config: DeliveryConfig) -> dict[str, Any]:

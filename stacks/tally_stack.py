@@ -46,8 +46,8 @@ HANDLER_METRICS = (
     "RecordsCounted",
     "RecordsSkipped",
     "RecordsRejected",
-    "SegmentsCommitted",
-    "DuplicateSegments",
+    "TransactionsCommitted",
+    "DuplicateTransactions",
     "CommitRetries",
 )
 

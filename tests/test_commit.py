@@ -19,10 +19,11 @@ def segment():
 
 
 def test_marker_put_first_then_one_add_per_bucket():
-    items = transact_items(segment(), "counts", "src", Settings())
+    [part] = segment().parts()
+    items = transact_items(segment(), 0, part, "counts", "src", Settings())
     put = items[0]["Put"]
     assert put["Item"]["pk"] == {"S": MARKER_PREFIX + "100"}
-    assert put["Item"]["sk"] == {"S": "src"}
+    assert put["Item"]["sk"] == {"S": "src#0"}
     assert put["Item"]["last"] == {"S": "180"}
     assert put["Item"]["records"] == {"N": "81"}
     assert put["ConditionExpression"] == "attribute_not_exists(#pk)"
@@ -36,12 +37,14 @@ def test_marker_put_first_then_one_add_per_bucket():
 
 
 def test_the_marker_outlives_stream_retention():
-    ttl = int(transact_items(segment(), "counts", "src", Settings())[0]["Put"]["Item"]["ttl"]["N"])
+    [part] = segment().parts()
+    ttl = int(transact_items(segment(), 0, part, "counts", "src", Settings())[0]["Put"]["Item"]["ttl"]["N"])
     assert ttl * 1000 >= T0 + 24 * HOUR_MS
 
 
-def test_markers_are_deterministic_and_tell_shards_and_streams_apart():
-    assert marker_key(segment(), source_id("arn1", "shard-1")) == marker_key(segment(), source_id("arn1", "shard-1"))
+def test_markers_are_deterministic_and_tell_parts_shards_and_streams_apart():
+    assert marker_key(segment(), source_id("arn1", "shard-1"), 0) == marker_key(segment(), source_id("arn1", "shard-1"), 0)
+    assert marker_key(segment(), "src", 0) != marker_key(segment(), "src", 1)
     assert source_id("arn1", "shard-1") != source_id("arn1", "shard-2")
     assert source_id("arn1", None) != source_id("arn2", None)
 

@@ -61,15 +61,15 @@ def error(code):
 
 def test_a_commit_adds_every_delta_once(counts_table, dynamodb):
     result = counts_table.commit(segment(), "src")
-    assert (result.duplicate, result.retries) == (False, 0)
+    assert (result.transactions, result.duplicates, result.retries) == (1, 0, 0)
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
 
 
 def test_the_same_segment_again_is_a_duplicate_and_changes_nothing(counts_table, dynamodb):
     counts_table.commit(segment(), "src")
-    assert counts_table.commit(segment(), "src").duplicate
+    assert counts_table.commit(segment(), "src").duplicates == 1
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
-    assert not counts_table.commit(segment(), "other-shard").duplicate  # another source is another segment
+    assert counts_table.commit(segment(), "other-shard").transactions == 1  # another source, another segment
 
 
 def test_bucket_ttl_is_set_once_and_never_moved(counts_table, dynamodb, settings):
@@ -95,7 +95,7 @@ def test_conflicts_and_throttling_are_retried_then_committed_once(dynamodb, sett
     client.faults["transact_write_items"] = [fault, fault]
     table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
     result = table.commit(segment(), "src")
-    assert (result.duplicate, result.retries) == (False, 2)
+    assert (result.transactions, result.retries) == (1, 2)
     assert client.calls["transact_write_items"] == 3
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
 
@@ -211,3 +211,25 @@ def test_query_reads_a_range_across_pages(dynamodb, settings):
     assert fetched.requests == 3
     assert fetched.items == 26
     assert sum(fetched.counts.values()) == sum(range(3, 29))
+
+
+def big_segment(counters=150):
+    deltas = {(f"c{i:03d}", bucket): 1 for i in range(counters) for bucket in (MINUTE, HOUR)}
+    return Segment("500", T0, "800", len(deltas) // 2, deltas)
+
+
+def test_a_large_segment_commits_in_parts_each_exactly_once(dynamodb, settings):
+    client = Faulty(dynamodb)
+
+    def lost_response(real, kwargs):
+        real(**kwargs)
+        raise TimeoutError("the write landed, the response did not")
+
+    client.faults["transact_write_items"] = [lambda real, kwargs: real(**kwargs), lost_response]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    with pytest.raises(TimeoutError):
+        table.commit(big_segment(), "src")  # 300 items: parts 0 and 1 land, part 2 never starts
+    result = table.commit(big_segment(), "src")  # the retried invocation
+    assert (result.duplicates, result.transactions) == (2, 2)
+    assert client.calls["transact_write_items"] == 2 + 4
+    assert all(read_counts(dynamodb, f"c{i:03d}") == {MINUTE.sort_key: 1, HOUR.sort_key: 1} for i in range(150))

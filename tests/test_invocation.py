@@ -28,16 +28,16 @@ def expected(counter_minutes):
 def test_without_a_window_every_invocation_commits_its_records(counts_table, dynamodb, settings):
     response, summary = process(plain_event(records_for("c", [0, 0, 5])), counts_table.commit, settings)
     assert response == {}
-    assert (summary.records, summary.counted, summary.segments_committed) == (3, 3, 1)
+    assert (summary.records, summary.counted, summary.transactions_committed) == (3, 3, 1)
     assert read_counts(dynamodb, "c") == expected([0, 0, 5])
 
 
 def test_a_replayed_invocation_counts_nothing_twice(counts_table, dynamodb, settings):
-    event = plain_event(records_for("c", range(60)) + records_for("d", range(60)))  # two segments
+    event = plain_event(records_for("c", range(60)) + records_for("d", range(60)))  # 122 buckets: two parts
     first = process(event, counts_table.commit, settings)[1]
     replay = process(event, counts_table.commit, settings)[1]
-    assert first.segments_committed == 2
-    assert (replay.segments_committed, replay.duplicate_segments) == (0, 2)
+    assert first.transactions_committed == 2
+    assert (replay.transactions_committed, replay.duplicate_transactions) == (0, 2)
     assert read_counts(dynamodb, "c") == expected(list(range(60)))
     assert read_counts(dynamodb, "d") == expected(list(range(60)))
 
@@ -55,7 +55,7 @@ def test_a_crash_after_a_commit_is_retried_without_double_counting(counts_table,
     with pytest.raises(TimeoutError):
         process(event, commit_then_crash, settings)
     summary = process(event, commit_then_crash, settings)[1]  # Lambda retries the same batch
-    assert (summary.duplicate_segments, summary.segments_committed) == (1, 1)
+    assert (summary.duplicate_transactions, summary.transactions_committed) == (2, 0)
     assert read_counts(dynamodb, "c") == expected(list(range(60)))
     assert read_counts(dynamodb, "d") == expected(list(range(60)))
 
@@ -63,14 +63,14 @@ def test_a_crash_after_a_commit_is_retried_without_double_counting(counts_table,
 def test_a_window_carries_its_segment_in_state_until_the_final_invocation(counts_table, dynamodb, settings):
     first_batch, second_batch = records_for("c", [1, 2]), records_for("c", [2, 3])
     response, summary = process(window_event(first_batch), counts_table.commit, settings)
-    assert summary.segments_committed == 0
+    assert summary.transactions_committed == 0
     assert read_counts(dynamodb, "c") == {}
     state = response["state"]
     assert state["segment"]["records"] == 2
 
     response, summary = process(window_event(second_batch, state=state, final=True), counts_table.commit, settings)
     assert response == {"state": {}}
-    assert summary.segments_committed == 1
+    assert summary.transactions_committed == 1
     assert read_counts(dynamodb, "c") == expected([1, 2, 2, 3])
 
 
@@ -79,25 +79,26 @@ def test_a_replayed_final_window_invocation_counts_once(counts_table, dynamodb, 
     final = window_event(records_for("c", [4]), state=state, final=True)
     process(final, counts_table.commit, settings)
     summary = process(final, counts_table.commit, settings)[1]
-    assert summary.duplicate_segments == 1
+    assert summary.duplicate_transactions == 1
     assert read_counts(dynamodb, "c") == expected([1, 4])
 
 
-def test_a_full_segment_commits_early_inside_a_window(counts_table, dynamodb, settings):
-    event = window_event(records_for("c", range(60)) + records_for("d", range(60)))
-    response, summary = process(event, counts_table.commit, settings)
-    assert summary.segments_committed == 1  # c's 61 items and d's hour + 37 minutes: committed now
-    assert read_counts(dynamodb, "c") == expected(list(range(60)))
-    carried = response["state"]["segment"]
-    assert carried["records"] == 60 - 37
-    process(window_event([], state=response["state"], final=True), counts_table.commit, settings)
-    assert read_counts(dynamodb, "d") == expected(list(range(60)))
+def test_a_window_writes_each_bucket_once_however_many_invocations_feed_it(counts_table, dynamodb, settings):
+    state = {}
+    for _ in range(5):  # five batches of the same 100 counters in one window
+        batch = [counter_record(f"c{i:02d}", T0 + 2 * MINUTE_MS) for i in range(100)]
+        response, summary = process(window_event(batch, state=state), counts_table.commit, settings)
+        assert summary.transactions_committed == 0
+        state = response["state"]
+    response, summary = process(window_event([], state=state, final=True), counts_table.commit, settings)
+    assert summary.transactions_committed == 3  # 200 buckets in parts of 99
+    assert read_counts(dynamodb, "c42") == {"M#2026-11-18T11:02": 5, HOUR_KEY: 5}
 
 
 def test_an_empty_final_invocation_with_no_state_commits_nothing(counts_table, settings):
     response, summary = process(window_event([], final=True), counts_table.commit, settings)
     assert response == {"state": {}}
-    assert summary.segments_committed == 0
+    assert summary.transactions_committed == 0
 
 
 def test_modify_remove_and_bad_records_are_counted_and_never_fail_the_batch(counts_table, dynamodb, settings):

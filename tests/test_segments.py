@@ -3,7 +3,7 @@ import json
 from factories import counter_record, stream_record
 from tally.buckets import Bucket
 from tally.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
-from tally.segments import MAX_SEGMENT_ITEMS, Segment, SegmentFolder, contribution
+from tally.segments import MAX_PART_ITEMS, STATE_BUDGET_BYTES, Segment, SegmentFolder, contribution
 from tally.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
@@ -43,30 +43,51 @@ def test_folding_sums_deltas_per_bucket_in_one_segment():
     assert folder.close() is None
 
 
-def test_a_segment_closes_before_it_would_touch_more_than_99_items():
-    # Each event of a new minute adds one minute item (the hour is shared): 98 minutes + 1 hour = 99.
-    events = [event("c", T0 + i * MINUTE_MS, i) for i in range(1, 60)]
-    events += [event("d", T0 + i * MINUTE_MS, 100 + i) for i in range(50)]
+def test_a_segment_grows_past_99_items_and_commits_in_parts_of_99():
+    events = [event(f"c{i % 150}", T0 + (i % 7) * MINUTE_MS, i) for i in range(3000)]
     folder = SegmentFolder()
-    closed = list(folder.fold(events))
-    last = folder.close()
-    segments = [*closed, last]
-    assert all(len(s.deltas) <= MAX_SEGMENT_ITEMS for s in segments)
-    assert len(closed[0].deltas) == MAX_SEGMENT_ITEMS
-    assert sum(s.records for s in segments) == len(events)
-    assert sum(sum(s.deltas.values()) for s in segments) == 2 * len(events)
-    # c: 59 minutes + 1 hour; d: its hour + minutes 0..37 reach 99 items; d's minute 38 opens a new segment.
-    assert closed[0].last_sequence == "137"
-    assert last.first_sequence == "138"
+    assert list(folder.fold(events)) == []  # nothing closes early: one segment for all of them
+    segment = folder.close()
+    assert len(segment.deltas) == 150 * 8  # 7 minutes and the hour of each counter
+    parts = segment.parts()
+    assert [len(part) for part in parts] == [MAX_PART_ITEMS] * 12 + [12]
+    assert sum(delta for part in parts for _, delta in part) == 2 * len(events)
+    keys = [(counter, bucket.sort_key) for part in parts for (counter, bucket), _ in part]
+    assert keys == sorted(keys)  # a retry rebuilds the same parts
 
 
-def test_events_of_a_full_segments_buckets_keep_folding_into_it():
+def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
+    events = [event("hot", T0 + i, i) for i in range(10_000)]
     folder = SegmentFolder()
-    events = [event(f"c{i}", T0, i) for i in range(49)]  # 98 items
     list(folder.fold(events))
-    list(folder.fold([event("c0", T0, 100)] * 10))  # no new item: still one segment
-    assert folder.open.records == 59
-    assert len(folder.open.deltas) == 98
+    hour, minute = ("hot", Bucket.of_hour(T0 // HOUR_MS)), ("hot", Bucket.of_minute(T0 // MINUTE_MS))
+    assert folder.close().parts() == [[(hour, 10_000), (minute, 10_000)]]
+
+
+def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
+    monkeypatch.setattr("tally.segments.MAX_SEGMENT_ITEMS", 5)
+    folder = SegmentFolder()
+    closed = list(folder.fold([event("a", T0, 1), event("b", T0, 2), event("c", T0, 3), event("a", T0, 4)]))
+    assert [(s.first_sequence, s.last_sequence, len(s.deltas)) for s in closed] == [("1", "2", 4)]
+    assert (folder.open.first_sequence, folder.open.records, len(folder.open.deltas)) == ("3", 2, 4)
+
+
+def test_a_segment_closes_early_before_its_state_outgrows_the_budget():
+    folder = SegmentFolder()
+    name = "x" * (MAX_COUNTER_LENGTH - 6)
+    events = [event(f"{name}{i:06d}", T0, i) for i in range(2000)]
+    closed = list(folder.fold(events))
+    assert closed, "2,000 long counters cannot travel in one window state"
+    for segment in [*closed, folder.open]:
+        assert len(json.dumps(segment.to_state())) <= STATE_BUDGET_BYTES
+    assert sum(s.records for s in [*closed, folder.open]) == 2000
+
+
+def test_events_of_known_buckets_never_close_a_segment(monkeypatch):
+    monkeypatch.setattr("tally.segments.MAX_SEGMENT_ITEMS", 4)
+    folder = SegmentFolder()
+    assert list(folder.fold([event("a", T0, 1), event("b", T0, 2)] + [event("a", T0, 3)] * 10)) == []
+    assert folder.open.records == 12
 
 
 def test_state_round_trips_through_json():
@@ -74,17 +95,7 @@ def test_state_round_trips_through_json():
     list(folder.fold([event("a", T0, 1), event("ü", T0 + HOUR_MS, 2)]))
     state = json.loads(json.dumps(folder.open.to_state()))
     assert Segment.from_state(state) == folder.open
-
-
-def test_the_largest_possible_state_is_far_below_lambdas_1_mb_limit():
-    settings = Settings()
-    folder = SegmentFolder()
-    longest = "x" * MAX_COUNTER_LENGTH
-    records = [counter_record(f"{longest[:-3]}{i:03d}", T0 + i, arrival_s=(T0 + i) / 1000) for i in range(49)]
-    list(folder.fold(parse_record(r, settings) for r in records))
-    size = len(json.dumps(folder.open.to_state()).encode())
-    assert len(folder.open.deltas) == 98  # 49 counters x (minute, hour): the most that fit
-    assert size < 100_000
+    assert Segment.from_state(state).state_bytes == folder.open.state_bytes
 
 
 def test_folding_is_deterministic_for_the_same_records():

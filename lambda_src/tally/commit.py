@@ -1,9 +1,10 @@
-"""Segment -> one TransactWriteItems request, and what its cancellation means. No I/O.
+"""Segment part -> one TransactWriteItems request, and what its cancellation means. No I/O.
 
-The transaction puts a marker item under a key derived from the segment's
-source and first record (condition: it must not exist yet) and adds every
-delta to its bucket. Either all of it happens once, or none of it: a retried
-segment finds its marker and is skipped.
+Each part of a segment (at most 99 bucket items) is one transaction: it puts a
+marker item under a key derived from the segment's source, its first record
+and the part's number (condition: it must not exist yet) and adds every delta
+to its bucket. Either all of it happens once, or none of it: a retried part
+finds its marker and is skipped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from tally.segments import Segment
+from tally.segments import Item, Segment
 from tally.settings import DAY_MS, STREAM_RETENTION_MS, Settings
 from tally.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
 
@@ -42,15 +43,20 @@ def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
-def marker_key(segment: Segment, source: str) -> dict[str, str]:
+def marker_key(segment: Segment, source: str, part: int) -> dict[str, str]:
     """Sequence numbers are unique within a stream; the source tells streams apart."""
-    return {COUNTS_TABLE.partition_key: MARKER_PREFIX + segment.first_sequence, COUNTS_TABLE.sort_key: source}
+    return {
+        COUNTS_TABLE.partition_key: MARKER_PREFIX + segment.first_sequence,
+        COUNTS_TABLE.sort_key: f"{source}#{part}",
+    }
 
 
-def transact_items(segment: Segment, table_name: str, source: str, settings: Settings) -> list[dict[str, Any]]:
-    """The TransactItems of a segment's commit, marker first (its index is 0 in CancellationReasons)."""
+def transact_items(
+    segment: Segment, part: int, deltas: list[tuple[Item, int]], table_name: str, source: str, settings: Settings
+) -> list[dict[str, Any]]:
+    """The TransactItems committing one part of a segment, marker first (index 0 in CancellationReasons)."""
     marker = {
-        **marker_key(segment, source),
+        **marker_key(segment, source, part),
         "records": segment.records,
         "last": segment.last_sequence,
         TTL_ATTRIBUTE: (segment.first_arrival_ms + MARKER_LIFETIME_MS) // 1000,
@@ -65,7 +71,7 @@ def transact_items(segment: Segment, table_name: str, source: str, settings: Set
             }
         }
     ]
-    for (counter, bucket), delta in sorted(segment.deltas.items(), key=lambda item: (item[0][0], item[0][1].sort_key)):
+    for (counter, bucket), delta in deltas:
         key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: bucket.sort_key}
         items.append(
             {

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from tally.commit import Outcome, classify_cancellation, transact_items
 from tally.retry import Backoff
-from tally.segments import Segment
+from tally.segments import Item, Segment
 from tally.settings import Settings
 from tally.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, TableDescription
 
@@ -47,8 +47,9 @@ class RetriesExhausted(RuntimeError):
 
 @dataclass(frozen=True)
 class CommitResult:
-    duplicate: bool  # the segment had been committed before
-    retries: int  # conflicted or throttled attempts before the outcome
+    transactions: int  # parts of the segment committed now
+    duplicates: int  # parts found committed before (a retry)
+    retries: int  # conflicted or throttled attempts
 
 
 @dataclass
@@ -76,22 +77,33 @@ class CountsTable:
         self.backoff = backoff
 
     def commit(self, segment: Segment, source: str) -> CommitResult:
-        """Commit a segment exactly once: one TransactWriteItems, retried on conflict or throttling."""
-        items = transact_items(segment, self.table_name, source, self.settings)
+        """Commit every part of a segment exactly once, in order."""
+        transactions = duplicates = retries = 0
+        for part, deltas in enumerate(segment.parts()):
+            duplicate, part_retries = self._commit_part(segment, part, deltas, source)
+            duplicates += duplicate
+            transactions += not duplicate
+            retries += part_retries
+        return CommitResult(transactions, duplicates, retries)
+
+    def _commit_part(self, segment: Segment, part: int, deltas: list[tuple[Item, int]], source: str) -> tuple[bool, int]:
+        """One TransactWriteItems, retried on conflict or throttling; (was it a duplicate, retries)."""
+        items = transact_items(segment, part, deltas, self.table_name, source, self.settings)
+        name = f"{segment.first_sequence}#{part}"
         retries = 0
         for _ in self.backoff().pauses():
             try:
                 self.client.transact_write_items(TransactItems=items)
-                return CommitResult(duplicate=False, retries=retries)
+                return False, retries
             except ClientError as error:
                 outcome = _commit_outcome(error)
                 if outcome is Outcome.DUPLICATE:
-                    return CommitResult(duplicate=True, retries=retries)
+                    return True, retries
                 if outcome is Outcome.FAIL:
-                    raise CommitFailed(f"segment {segment.first_sequence}: {_describe(error)}") from error
+                    raise CommitFailed(f"segment part {name}: {_describe(error)}") from error
                 retries += 1
-                logger.warning("commit of segment %s retried: %s", segment.first_sequence, _describe(error))
-        raise RetriesExhausted(f"segment {segment.first_sequence} still conflicted or throttled after {retries} tries")
+                logger.warning("commit of segment part %s retried: %s", name, _describe(error))
+        raise RetriesExhausted(f"segment part {name} still conflicted or throttled after {retries} tries")
 
     def batch_get(self, keys: Iterable[Key], consistent: bool = False) -> Fetched:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left."""

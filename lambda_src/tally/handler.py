@@ -69,8 +69,8 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="RecordsCounted", unit=MetricUnit.Count, value=summary.counted)
     metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count, value=summary.skipped)
     metrics.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=summary.rejected_total)
-    metrics.add_metric(name="SegmentsCommitted", unit=MetricUnit.Count, value=summary.segments_committed)
-    metrics.add_metric(name="DuplicateSegments", unit=MetricUnit.Count, value=summary.duplicate_segments)
+    metrics.add_metric(name="TransactionsCommitted", unit=MetricUnit.Count, value=summary.transactions_committed)
+    metrics.add_metric(name="DuplicateTransactions", unit=MetricUnit.Count, value=summary.duplicate_transactions)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
     for reason, count in summary.rejected.items():
         # One blob per reason: EMF gives all metrics of a blob the same dimensions.

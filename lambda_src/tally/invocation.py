@@ -6,7 +6,7 @@ Lambda, in the local stream runner, and in tests with injected faults.
 Two modes, chosen by the event source mapping:
 - tumbling window (the event has ``window``/``isFinalInvokeForWindow``): the
   open segment travels in ``state`` and is committed by the final invocation
-  of the window, or earlier when it is full;
+  of the window, or earlier when it outgrows its budget;
 - no window: every invocation commits all of its segments before returning.
 """
 
@@ -34,8 +34,8 @@ class Summary:
     counted: int = 0
     skipped: int = 0
     rejected: Counter[Reason] = field(default_factory=Counter)
-    segments_committed: int = 0
-    duplicate_segments: int = 0
+    transactions_committed: int = 0
+    duplicate_transactions: int = 0
     commit_retries: int = 0
     rejections: list[Rejection] = field(default_factory=list)
 
@@ -50,8 +50,8 @@ class Summary:
             "skipped": self.skipped,
             "rejected": self.rejected_total,
             "rejected_by_reason": {reason.value: n for reason, n in sorted(self.rejected.items())},
-            "segments_committed": self.segments_committed,
-            "duplicate_segments": self.duplicate_segments,
+            "transactions_committed": self.transactions_committed,
+            "duplicate_transactions": self.duplicate_transactions,
             "commit_retries": self.commit_retries,
         }
 
@@ -101,11 +101,9 @@ def _tally(summary: Summary, outcome: CounterEvent | Rejection) -> None:
 
 def _commit(segment: Segment, source: str, commit: Commit, summary: Summary) -> None:
     result = commit(segment, source)
+    summary.transactions_committed += result.transactions
+    summary.duplicate_transactions += result.duplicates
     summary.commit_retries += result.retries
-    if result.duplicate:
-        summary.duplicate_segments += 1
-    else:
-        summary.segments_committed += 1
 
 
 def _stream_arn(event: Mapping[str, Any], records: list[Any]) -> str | None:

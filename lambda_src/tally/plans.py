@@ -59,8 +59,8 @@ class Plan:
     def runs(self) -> list[Run]:
         """The plan's buckets as contiguous runs, in sort-key order."""
         runs: list[Run] = []
-        for bucket in sorted(self.buckets, key=lambda b: (b.granularity.value, b.index)):
-            if runs and runs[-1].last.granularity is bucket.granularity and runs[-1].last.index + 1 == bucket.index:
+        for bucket in sorted(self.buckets):
+            if runs and runs[-1].last.kind == bucket.kind and runs[-1].last.index + 1 == bucket.index:
                 runs[-1] = Run(runs[-1].first, bucket)
             else:
                 runs.append(Run(bucket, bucket))

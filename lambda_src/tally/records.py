@@ -85,10 +85,11 @@ def validate_counter(name: object) -> str:
         raise InvalidCounter(f"counter longer than {MAX_COUNTER_LENGTH} characters")
     if name.startswith(RESERVED_PREFIX):
         raise InvalidCounter(f"counter starts with reserved {RESERVED_PREFIX!r}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidCounter("counter is not valid UTF-8") from None
+    if not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidCounter("counter is not valid UTF-8") from None
     return name
 
 
@@ -101,7 +102,7 @@ def parse_record(record: Mapping[str, Any], settings: Settings) -> CounterEvent 
 
 
 def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Rejection:
-    if not isinstance(record, Mapping) or not isinstance(record.get("dynamodb"), Mapping):
+    if not _is_mapping(record) or not _is_mapping(record.get("dynamodb")):
         return Rejection(Reason.MALFORMED_RECORD, "record has no 'dynamodb' section")
     stream = record["dynamodb"]
     sequence = stream.get("SequenceNumber")
@@ -109,35 +110,33 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     if not _is_sequence_number(sequence) or arrival_ms is None:
         return Rejection(Reason.MALFORMED_RECORD, "record lacks a SequenceNumber or ApproximateCreationDateTime")
 
-    def reject(reason: Reason, detail: str) -> Rejection:
-        return Rejection(reason, detail, sequence, arrival_ms)
-
     if record.get("eventName") != "INSERT":
-        return reject(Reason.NOT_INSERT, f"eventName {str(record.get('eventName'))[:32]}")
+        return Rejection(Reason.NOT_INSERT, f"eventName {str(record.get('eventName'))[:32]}", sequence, arrival_ms)
     image = stream.get("NewImage")
-    if not isinstance(image, Mapping):
-        return reject(Reason.MISSING_IMAGE, "INSERT without NewImage (stream view must include NEW_IMAGE)")
+    if not _is_mapping(image):
+        detail = "INSERT without NewImage (stream view must include NEW_IMAGE)"
+        return Rejection(Reason.MISSING_IMAGE, detail, sequence, arrival_ms)
 
     raw_counter = image.get(settings.counter_attribute)
     if raw_counter is None:
-        return reject(Reason.MISSING_COUNTER, f"no attribute {settings.counter_attribute!r}")
+        return Rejection(Reason.MISSING_COUNTER, f"no attribute {settings.counter_attribute!r}", sequence, arrival_ms)
     try:
         counter = validate_counter(_deserialize(raw_counter))
     except (InvalidCounter, ValueError) as error:
-        return reject(Reason.INVALID_COUNTER, str(error))
+        return Rejection(Reason.INVALID_COUNTER, str(error), sequence, arrival_ms)
 
     raw_time = image.get(settings.time_attribute)
     if raw_time is None:
-        return reject(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}")
+        return Rejection(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}", sequence, arrival_ms)
     try:
         event_ms = parse_event_time(_deserialize(raw_time))
     except (InvalidTime, ValueError) as error:
-        return reject(Reason.INVALID_TIME, str(error))
+        return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms)
 
     if event_ms > arrival_ms + settings.max_clock_skew_ms:
-        return reject(Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival")
+        return Rejection(Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival", sequence, arrival_ms)
     if arrival_ms - event_ms > settings.max_event_age_ms:
-        return reject(Reason.LATE_EVENT, f"{arrival_ms - event_ms} ms before arrival")
+        return Rejection(Reason.LATE_EVENT, f"{arrival_ms - event_ms} ms before arrival", sequence, arrival_ms)
     return CounterEvent(counter, event_ms, sequence, arrival_ms)
 
 
@@ -145,9 +144,24 @@ def _is_sequence_number(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_SEQUENCE_LENGTH and value.isascii() and value.isdigit()
 
 
+def _is_mapping(value: Any) -> bool:
+    """Lambda hands over plain dicts: check for those first, the abstract type only after."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _deserialize(attribute_value: Any) -> Any:
-    """boto3's own DynamoDB JSON decoding; malformed values become ValueError."""
-    if not isinstance(attribute_value, Mapping) or len(attribute_value) != 1:
+    """boto3's own DynamoDB JSON decoding; malformed values become ValueError.
+
+    Strings and plain integers, which every counted record carries, are read
+    directly: the general decoder costs more than the rest of the parse.
+    """
+    if type(attribute_value) is dict and len(attribute_value) == 1:
+        (tag, value), = attribute_value.items()
+        if tag == "S" and type(value) is str:
+            return value
+        if tag == "N" and type(value) is str and 0 < len(value) <= 18 and value.isascii() and value.isdigit():
+            return int(value)
+    if not _is_mapping(attribute_value) or len(attribute_value) != 1:
         raise ValueError("not a DynamoDB attribute value")
     try:
         return _deserializer.deserialize(dict(attribute_value))
@@ -162,6 +176,11 @@ def arrival_of(approximate_creation: Any) -> int | None:
     rejection is counted in the buckets of its arrival, so an arrival no key
     can name would crash the fold and block the shard.
     """
+    if type(approximate_creation) is int or (type(approximate_creation) is float and approximate_creation.is_integer()):
+        # Whole seconds, as Lambda sends them: no decimal arithmetic needed.
+        if not 0 <= approximate_creation < MAX_EPOCH_MS // 1000:
+            return None
+        return int(approximate_creation) * 1000
     if isinstance(approximate_creation, datetime):
         if approximate_creation.tzinfo is None:
             return None

@@ -1,17 +1,22 @@
 """Events -> segments: per-bucket deltas for a run of consecutive stream records. No I/O.
 
-A segment is what one transaction commits: at most 99 bucket items plus its
-marker, the 100-item TransactWriteItems limit. Folding is deterministic in
-stream order, so a retried invocation rebuilds the very same segments.
+A segment holds the deltas of every record from its first to its last, however
+many bucket items they touch: with a tumbling window it grows for the whole
+window, so each bucket is written once per window and shard however many
+events fall in it. It is committed in parts of at most 99 bucket items, one
+TransactWriteItems each (99 updates + 1 marker = DynamoDB's 100-item limit).
 
-The tumbling-window state carries the open segment. Its size is bounded by
-99 items x (255-character counter + 18-character sort key), under 60 KB, far
-below Lambda's 1 MB state limit, so the item limit is the only one that closes
-a segment early.
+Folding is deterministic in stream order, and so is the split into parts, so a
+retried invocation rebuilds the very same parts and finds their markers.
+
+A segment closes early only when it would outgrow MAX_SEGMENT_ITEMS (bounding
+the time one commit takes) or STATE_BUDGET_BYTES (half of the 1 MB Lambda
+allows a tumbling window's state, which carries the open segment).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,14 +24,24 @@ from typing import Any
 from tally.buckets import Bucket, buckets_of
 from tally.records import CounterEvent, Reason, Rejection
 
-MAX_SEGMENT_ITEMS = 99
+MAX_PART_ITEMS = 99
+MAX_SEGMENT_ITEMS = 50 * MAX_PART_ITEMS
+STATE_BUDGET_BYTES = 512_000
 REJECTED_COUNTER_PREFIX = "#rejected#"
-STATE_VERSION = 1
+STATE_VERSION = 2
+# JSON of one state entry beyond its counter name: sort key, delta, brackets, commas.
+_ENTRY_OVERHEAD_BYTES = 48
+
+Item = tuple[str, Bucket]  # (counter, bucket)
 
 
 def rejected_counter(reason: Reason) -> str:
     """The reserved counter that counts rejections of one reason, by arrival time."""
     return REJECTED_COUNTER_PREFIX + reason.value
+
+
+def _entry_bytes(counter: str) -> int:
+    return len(json.dumps(counter)) + _ENTRY_OVERHEAD_BYTES
 
 
 @dataclass
@@ -37,17 +52,34 @@ class Segment:
     first_arrival_ms: int
     last_sequence: str
     records: int = 0
-    deltas: dict[tuple[str, Bucket], int] = field(default_factory=dict)
+    deltas: dict[Item, int] = field(default_factory=dict)
+    state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
 
-    def would_overflow(self, items: Iterable[tuple[str, Bucket]]) -> bool:
-        new = {item for item in items if item not in self.deltas}
-        return len(self.deltas) + len(new) > MAX_SEGMENT_ITEMS
+    def would_overflow(self, items: tuple[Item, ...]) -> bool:
+        new = [item for item in items if item not in self.deltas]
+        if not new:
+            return False
+        added_bytes = sum(_entry_bytes(counter) for counter, _ in new)
+        return (
+            len(self.deltas) + len(new) > MAX_SEGMENT_ITEMS
+            or self.state_bytes + added_bytes > STATE_BUDGET_BYTES
+        )
 
-    def add(self, sequence: str, items: Iterable[tuple[str, Bucket]]) -> None:
+    def add(self, sequence: str, items: tuple[Item, ...]) -> None:
+        deltas = self.deltas
         for item in items:
-            self.deltas[item] = self.deltas.get(item, 0) + 1
+            if item in deltas:
+                deltas[item] += 1
+            else:
+                deltas[item] = 1
+                self.state_bytes += _entry_bytes(item[0])
         self.last_sequence = sequence
         self.records += 1
+
+    def parts(self) -> list[list[tuple[Item, int]]]:
+        """The deltas in sort-key order, cut into transactions of at most MAX_PART_ITEMS items."""
+        ordered = sorted(self.deltas.items(), key=lambda entry: (entry[0][0], entry[0][1].sort_key))
+        return [ordered[start : start + MAX_PART_ITEMS] for start in range(0, len(ordered), MAX_PART_ITEMS)]
 
     def to_state(self) -> dict[str, Any]:
         """JSON-safe form for the tumbling-window state."""
@@ -64,38 +96,42 @@ class Segment:
     def from_state(cls, state: dict[str, Any]) -> Segment:
         if state.get("v") != STATE_VERSION:
             raise ValueError(f"unknown segment state version {state.get('v')!r}")
+        deltas = {(counter, Bucket.from_sort_key(sk)): int(delta) for counter, sk, delta in state["deltas"]}
         return cls(
             first_sequence=state["first"],
             first_arrival_ms=int(state["arrival"]),
             last_sequence=state["last"],
             records=int(state["records"]),
-            deltas={(counter, Bucket.from_sort_key(sk)): int(delta) for counter, sk, delta in state["deltas"]},
+            deltas=deltas,
+            state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas),
         )
 
 
-def contribution(outcome: CounterEvent | Rejection) -> tuple[tuple[str, Bucket], ...]:
+def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, ...]:
     """The bucket items one parsed record adds 1 to.
 
     An event counts in its minute and its hour. A rejection counts, by arrival
     time, under its reason's reserved counter, so rejections are queryable like
     any counter. Routine skips (MODIFY, REMOVE) and unreadable records add nothing.
     """
-    if isinstance(outcome, CounterEvent):
-        return tuple((outcome.counter, bucket) for bucket in buckets_of(outcome.event_ms))
+    if type(outcome) is CounterEvent:
+        minute, hour = buckets_of(outcome.event_ms)
+        return ((outcome.counter, minute), (outcome.counter, hour))
     if outcome.reason.is_rejection and outcome.arrival_ms is not None:
         name = rejected_counter(outcome.reason)
-        return tuple((name, bucket) for bucket in buckets_of(outcome.arrival_ms))
+        minute, hour = buckets_of(outcome.arrival_ms)
+        return ((name, minute), (name, hour))
     return ()
 
 
 class SegmentFolder:
-    """Folds parsed records, in stream order, into segments of at most 99 items."""
+    """Folds parsed records, in stream order, into segments."""
 
     def __init__(self, open_segment: Segment | None = None) -> None:
         self.open: Segment | None = open_segment
 
     def fold(self, outcomes: Iterable[CounterEvent | Rejection]) -> Iterator[Segment]:
-        """Yield each segment as it closes; the last one stays in ``open``."""
+        """Yield each segment that had to close early; the last one stays in ``open``."""
         for outcome in outcomes:
             items = contribution(outcome)
             if not items:

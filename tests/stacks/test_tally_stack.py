@@ -28,8 +28,8 @@ HANDLER_METRICS = {
     "RecordsCounted",
     "RecordsSkipped",
     "RecordsRejected",
-    "SegmentsCommitted",
-    "DuplicateSegments",
+    "TransactionsCommitted",
+    "DuplicateTransactions",
     "CommitRetries",
 }
 
