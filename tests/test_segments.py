@@ -24,8 +24,8 @@ def test_a_rejection_counts_under_its_reserved_counter_by_arrival_time():
 
 
 def test_skips_and_unreadable_records_add_nothing():
-    assert contribution(Rejection(Reason.NOT_INSERT, "REMOVE", "9", T0)) == ()
-    assert contribution(Rejection(Reason.MALFORMED_RECORD, "junk")) == ()
+    assert contribution(Rejection(Reason.NOT_INSERT, "REMOVE", "9", T0)) is None
+    assert contribution(Rejection(Reason.MALFORMED_RECORD, "junk")) is None
 
 
 def test_folding_sums_deltas_per_bucket_in_one_segment():

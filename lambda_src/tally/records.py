@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
 
@@ -47,9 +47,11 @@ class Reason(str, Enum):
         return self is not Reason.NOT_INSERT
 
 
-@dataclass(frozen=True)
-class CounterEvent:
-    """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``."""
+class CounterEvent(NamedTuple):
+    """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``.
+
+    A named tuple: one is built per counted record, and a tuple builds fastest.
+    """
 
     counter: str
     event_ms: int

@@ -107,12 +107,12 @@ class Segment:
         )
 
 
-def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, ...]:
+def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, Item] | None:
     """The bucket items one parsed record adds 1 to.
 
     An event counts in its minute and its hour. A rejection counts, by arrival
     time, under its reason's reserved counter, so rejections are queryable like
-    any counter. Routine skips (MODIFY, REMOVE) and unreadable records add nothing.
+    any counter. Routine skips (MODIFY, REMOVE) and unreadable records add nothing (None).
     """
     if type(outcome) is CounterEvent:
         minute, hour = buckets_of(outcome.event_ms)
@@ -121,7 +121,7 @@ def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, ...]:
         name = rejected_counter(outcome.reason)
         minute, hour = buckets_of(outcome.arrival_ms)
         return ((name, minute), (name, hour))
-    return ()
+    return None
 
 
 class SegmentFolder:
@@ -134,11 +134,15 @@ class SegmentFolder:
         """Yield each segment that had to close early; the last one stays in ``open``."""
         for outcome in outcomes:
             items = contribution(outcome)
-            if not items:
+            if items is None:
                 continue
-            if self.open is not None and self.open.would_overflow(items):
-                yield self.open
-                self.open = None
+            segment = self.open
+            if segment is not None:
+                minute, hour = items
+                known = segment.deltas
+                if (minute not in known or hour not in known) and segment.would_overflow(items):
+                    yield segment
+                    self.open = None
             if self.open is None:
                 assert outcome.sequence is not None and outcome.arrival_ms is not None
                 self.open = Segment(outcome.sequence, outcome.arrival_ms, outcome.sequence)
