@@ -43,6 +43,7 @@ class FaultKind(str, Enum):
     THROTTLED = "transaction_throttled"
     PROVISIONED = "provisioned_throughput_exceeded"
     RESPONSE_LOST = "response_lost_after_write"
+    TIMEOUT_AFTER_TRANSACTION = "timeout_after_transaction"
     CRASH_BEFORE_COMMIT = "crash_before_first_commit"
     CRASH_BETWEEN_COMMITS = "crash_between_commits"
     TIMEOUT_AFTER_COMMIT = "timeout_after_commit"
@@ -62,6 +63,7 @@ WRITE_FAULTS = frozenset(
         FaultKind.THROTTLED,
         FaultKind.PROVISIONED,
         FaultKind.RESPONSE_LOST,
+        FaultKind.TIMEOUT_AFTER_TRANSACTION,
         FaultKind.CRASH_BEFORE_COMMIT,
         FaultKind.CRASH_BETWEEN_COMMITS,
         FaultKind.TIMEOUT_AFTER_COMMIT,
@@ -219,6 +221,8 @@ class FaultyClient:
             raise
         if self.schedule.fires(FaultKind.RESPONSE_LOST):
             raise client_error("InternalServerError", "TransactWriteItems")
+        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_TRANSACTION):
+            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_TRANSACTION.value)  # e.g. between two parts of a segment
         return response
 
     def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
@@ -294,13 +298,16 @@ class FaultyHandler:
 
 
 @contextlib.contextmanager
-def segment_limit(items: int) -> Iterator[None]:
-    """Close segments at ``items`` bucket items instead of 99: many more commits per record.
+def segment_limit(items: int, part_items: int) -> Iterator[None]:
+    """Close segments at ``items`` bucket items and commit them in parts of ``part_items``.
 
-    Exactly-once does not depend on the limit, and small segments put far more
+    Exactly-once does not depend on either limit, and small ones put far more
     commit boundaries (and crash points between commits) into short streams.
     """
-    with mock.patch.object(segments, "MAX_SEGMENT_ITEMS", items):
+    with (
+        mock.patch.object(segments, "MAX_SEGMENT_ITEMS", items),
+        mock.patch.object(segments, "MAX_PART_ITEMS", part_items),
+    ):
         yield
 
 

@@ -19,7 +19,7 @@ from moto import mock_aws
 from tally.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.records import CounterEvent, parse_record
-from tally.segments import MAX_SEGMENT_ITEMS
+from tally.segments import MAX_PART_ITEMS, MAX_SEGMENT_ITEMS
 from tally.settings import HOUR_MS, Settings
 
 from . import profiles
@@ -57,6 +57,7 @@ class Deployment:
     fault_budget: int
     query_seed: int
     segment_items: int = MAX_SEGMENT_ITEMS
+    part_items: int = MAX_PART_ITEMS
 
     def config(self) -> DeliveryConfig:
         return DeliveryConfig(batch_size=self.batch_size, window_seconds=self.window_seconds)
@@ -84,7 +85,8 @@ deployments = st.builds(
     fault_rate=st.sampled_from([0.0, 0.05, 0.15, 0.3]),
     fault_budget=st.integers(0, 80),
     query_seed=st.integers(0, 2**32),
-    segment_items=st.sampled_from([2, 3, 9, MAX_SEGMENT_ITEMS]),
+    segment_items=st.sampled_from([2, 3, 9, 40, MAX_SEGMENT_ITEMS]),
+    part_items=st.sampled_from([1, 2, 7, MAX_PART_ITEMS]),
 )
 
 
@@ -130,7 +132,7 @@ def run_and_check(
             got = None if isinstance(outcome, CounterEvent) else outcome.reason
             assert got == intent, f"record {record} parsed as {outcome}, meant {intent}; {context}"
 
-    with mock_aws(), segment_limit(deployment.segment_items):
+    with mock_aws(), segment_limit(deployment.segment_items, deployment.part_items):
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         summaries, schedule = drain(stream, deployment, client, settings, write_faults)
@@ -178,7 +180,14 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
         shards=1,
     )
     deployment = Deployment(
-        batch_size=15, window_seconds=900, fault_seed=11, fault_rate=0.5, fault_budget=40, query_seed=3, segment_items=9
+        batch_size=15,
+        window_seconds=900,
+        fault_seed=11,
+        fault_rate=0.5,
+        fault_budget=40,
+        query_seed=3,
+        segment_items=9,
+        part_items=4,
     )
     kinds = {kind} | NEEDS_A_FAILURE.get(kind, set())
     before = STATS.faults[kind.value]
