@@ -5,8 +5,14 @@ a deep copy of the whole table, once per item of the transaction: a 100-item
 commit against a table of N items copies 100 N items, which makes a day of
 buckets take minutes to write. ``install()`` replaces that backup with one
 that copies the table's index structure and deep-copies only the items the
-transaction touches, once: the rollback restores exactly the same state. The
-embedded pipeline and the tests use it; the Lambda function never imports it.
+transaction touches, once: the rollback restores exactly the same state.
+
+It also runs moto's transactions one at a time. DynamoDB isolates a
+transaction from every other write to its items; moto's threaded server does
+not, so two shards adding to the same bucket at once could lose an update (or
+a rollback could undo another thread's commit) in a way DynamoDB never would.
+
+The embedded pipeline and the tests use it; the Lambda function never imports it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 _active = threading.local()
+_one_transaction_at_a_time = threading.Lock()
 
 
 def install() -> None:
@@ -68,11 +75,12 @@ def install() -> None:
 
     @wraps(original)
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        _active.backups, _active.transact_items = {}, transact_items
-        try:
-            return original(self, transact_items)
-        finally:
-            _active.backups, _active.transact_items = None, None
+        with _one_transaction_at_a_time:
+            _active.backups, _active.transact_items = {}, transact_items
+            try:
+                return original(self, transact_items)
+            finally:
+                _active.backups, _active.transact_items = None, None
 
     transact_write_items._tally_fixed = True  # type: ignore[attr-defined]
     models.copy = SimpleNamespace(deepcopy=deepcopy)  # type: ignore[assignment]
