@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tally.buckets import iso_minute
-from tally.local import add_table_arguments, client, resolve_tables, write_items
+from tally.local import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
 from tally.records import InvalidCounter, validate_counter
 from tally.settings import HOUR_MS, Settings
 from tally.windows import InvalidWindow, now_ms, parse_instant
@@ -30,7 +30,7 @@ console = Console(stderr=True)
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_table_arguments(parser, counts=False)
     parser.add_argument("--counters", nargs="+", default=list(DEFAULT_COUNTERS), help="counter names")
     parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")

@@ -38,7 +38,7 @@ from rich.table import Table
 from tally.buckets import iso_minute
 from tally.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.local import LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
+from tally.local import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
 from tally.plans import PlanKind
 from tally.query import count_windows
 from tally.records import Reason
@@ -64,7 +64,7 @@ console = Console()
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=2019, help="workload seed (default 2019)")
     parser.add_argument("--counters", nargs="+", default=list(DEFAULT_COUNTERS), help="counter names")
     parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")

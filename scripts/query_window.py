@@ -20,7 +20,7 @@ from rich.table import Table
 
 from tally.buckets import iso_minute
 from tally.dynamo import CountsTable
-from tally.local import client, resolve_tables
+from tally.local import ArgumentParser, client, resolve_tables
 from tally.plans import PlanKind, WindowUnavailable
 from tally.query import WindowCount, count_windows, validate_query_counter
 from tally.records import InvalidCounter
@@ -36,7 +36,7 @@ class UsageError(Exception):
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
     parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
     parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")

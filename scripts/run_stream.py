@@ -21,14 +21,14 @@ from pathlib import Path
 from rich.console import Console
 
 from tally.delivery import DeliveryConfig, DeliveryFailed
-from tally.local import LocalContext, add_table_arguments, client, local_handler, resolve_tables, stream_arn_of
+from tally.local import ArgumentParser, LocalContext, add_table_arguments, client, local_handler, resolve_tables, stream_arn_of
 from tally.stream_reader import GET_RECORDS_LIMIT, StreamReader
 
 console = Console(stderr=True)
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_table_arguments(parser)
     parser.add_argument("--until-idle", action="store_true", help="drain the stream and exit instead of following it")
     parser.add_argument("--idle-polls", type=int, default=3, help="empty passes in a row that mean idle (default 3)")

@@ -16,7 +16,7 @@ import urllib.request
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -33,6 +33,16 @@ BATCH_WRITE_LIMIT = 25
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for the scripts, but a bad argument is one line on stderr (and exit status 2).
+
+    argparse prints the whole usage before its error; ``--help`` still shows it.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class UnprocessedItems(RuntimeError):

@@ -64,3 +64,16 @@ def test_bad_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and ": error: " in captured.err
     assert message in captured.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["alpha", "--plan", "fastest"], ["alpha", "--bogus"], ["alpha", "--window"]],
+    ids=["no counter", "bad choice", "unknown option", "missing value"],
+)
+def test_argument_errors_are_one_line_too(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(argv)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and ": error: " in captured.err
