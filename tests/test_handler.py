@@ -57,6 +57,7 @@ def test_the_handler_publishes_embedded_metrics_with_rejections_by_reason(lambda
     assert sorted(by_reason["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["reason", "service"]
 
 
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")  # it fails before counting anything
 def test_a_bad_setting_fails_the_invocation_loudly(lambda_handler, monkeypatch):
     monkeypatch.setenv("TALLY_MAX_CLOCK_SKEW_SECONDS", "soon")
     handler_module.counts_table.cache_clear()
