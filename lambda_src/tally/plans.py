@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tally.buckets import MINUTES_PER_HOUR, Bucket, Granularity
+from tally.buckets import MINUTES_PER_HOUR, Bucket, Granularity, iso_minute
 from tally.settings import MINUTE_MS, Settings
 from tally.windows import Window
 
@@ -106,14 +106,22 @@ def _hour_terms(
     if not alive:
         raise WindowUnavailable(
             f"the minutes of hour {Bucket.of_hour(hour).sort_key[2:]} are past the minute retention "
-            f"({settings.minute_retention_ms // 3_600_000} h): a window reaching that far back must start "
-            "and end on hour boundaries there"
+            f"({settings.minute_retention_ms // 3_600_000} h): a window reaching that far back must cover "
+            f"whole hours there, e.g. a length in whole hours ending at {_last_whole_hour_end(window)}"
         )
     if kind is PlanKind.RANGE:
         best = min(alive, key=lambda i: (runs[i], len(options[i])))
     else:
         best = min(alive, key=lambda i: len(options[i]))
     return options[best]
+
+
+def _last_whole_hour_end(window: Window) -> str:
+    """The last minute of the latest whole hour the window covers: an end that makes it hour-aligned."""
+    last = window.last_minute
+    if (last + 1) % MINUTES_PER_HOUR:
+        last = last // MINUTES_PER_HOUR * MINUTES_PER_HOUR - 1
+    return iso_minute(last * MINUTE_MS)
 
 
 def _alive(bucket: Bucket, now_ms: int, settings: Settings) -> bool:
