@@ -28,7 +28,7 @@ MAX_PART_ITEMS = 99
 MAX_SEGMENT_ITEMS = 50 * MAX_PART_ITEMS
 STATE_BUDGET_BYTES = 512_000
 REJECTED_COUNTER_PREFIX = "#rejected#"
-STATE_VERSION = 2
+STATE_VERSION = 1
 # JSON of one state entry beyond its counter name: sort key, delta, brackets, commas.
 _ENTRY_OVERHEAD_BYTES = 48
 
