@@ -22,9 +22,9 @@ import boto3
 from moto.server import ThreadedMotoServer
 
 from bench import origin
-from bench.speed import LOCAL_AWS
 from bench.workloads import START_MS
 from tally.buckets import Bucket, Granularity
+from tally.local import OFFLINE_ENVIRONMENT
 from tally.dynamo import CountsTable, create_tables
 from tally.plans import PlanKind
 from tally.query import count_windows
@@ -104,10 +104,10 @@ def measure(settings: Settings) -> list[dict[str, Any]]:
     try:
         client = boto3.client(
             "dynamodb",
-            region_name=LOCAL_AWS["AWS_REGION"],
+            region_name=OFFLINE_ENVIRONMENT["AWS_REGION"],
             endpoint_url=f"http://127.0.0.1:{port}",
-            aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
+            aws_access_key_id=OFFLINE_ENVIRONMENT["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=OFFLINE_ENVIRONMENT["AWS_SECRET_ACCESS_KEY"],
         )
         create_tables(client, settings.events_table, settings.counts_table)
         client.create_table(**origin.create_table_request(origin_table(settings)))

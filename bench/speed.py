@@ -24,6 +24,7 @@ from bench import origin
 from bench.workloads import SHARD_ID, STREAM_ARN, Workload, record_chunks
 from bench.writes import ORIGIN_TABLE
 from tally.delivery import DeliveryConfig, cut_invocations
+from tally.local import OFFLINE_ENVIRONMENT
 from tally.dynamo import create_tables
 from tally.records import parse_record
 from tally.segments import SegmentFolder
@@ -32,14 +33,6 @@ from tally.settings import Settings
 CPU_RECORDS = 100_000
 CPU_RUNS = 3
 INVOCATION_RECORDS = 1000
-LOCAL_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-}
 
 
 def first_records(workload: Workload, count: int) -> list[dict]:
@@ -94,7 +87,7 @@ class _Context:
 
 def invocations(workloads: list[Workload], settings: Settings, config: DeliveryConfig) -> list[dict[str, Any]]:
     """Wall time of one invocation of 1,000 records against in-process moto, each design, per workload."""
-    os.environ.update(LOCAL_AWS)
+    os.environ.update(OFFLINE_ENVIRONMENT)
     os.environ["COUNTS_TABLE"] = settings.counts_table
     results = []
     with mock_aws():

@@ -10,7 +10,6 @@ moto client, also stores them there.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +22,7 @@ from bench.workloads import SHARD_ID, STREAM_ARN, Workload, busiest_item_per_sec
 from tally.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.settings import Settings
 
 ORIGIN_TABLE = "origin-counts"
 

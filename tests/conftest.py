@@ -9,6 +9,7 @@ import pytest
 from moto import mock_aws
 
 from tally.dynamo import CountsTable, create_tables
+from tally.local import OFFLINE_ENVIRONMENT
 from tally.settings import Settings
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
@@ -16,12 +17,7 @@ from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 
 
 TEST_ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    **OFFLINE_ENVIRONMENT,
     "POWERTOOLS_METRICS_NAMESPACE": "Tally",
     "POWERTOOLS_SERVICE_NAME": "tally",
 }

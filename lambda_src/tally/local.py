@@ -29,6 +29,15 @@ from tally.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 DEFAULT_REGION = "us-east-1"
 # moto accepts any credentials; these only keep boto3 from looking for real ones.
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+# Everything an in-process moto run needs from the environment (tests, benchmarks):
+# Streams clients answer DescribeStream only with account-id endpoints off.
+OFFLINE_ENVIRONMENT = {
+    **DUMMY_CREDENTIALS,
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": DEFAULT_REGION,
+    "AWS_REGION": DEFAULT_REGION,
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+}
 BATCH_WRITE_LIMIT = 25
 
 _serializer = TypeSerializer()
