@@ -135,9 +135,10 @@ def brute_force_counts(
         tally = result[counter]
         tally["in_window"] += 1
         arrival = (arrivals_ms or {}).get(str(item.get("id")))
-        if arrival is not None and arrival - ts_ms > settings.max_event_age_ms:
+        verdict = None if arrival is None else _arrival_verdict(ts_ms, arrival, settings)
+        if verdict is Reason.LATE_EVENT:
             tally["late"] += 1
-        elif arrival is not None and ts_ms - arrival > settings.max_clock_skew_ms:
+        elif verdict is Reason.FUTURE_TIME:
             tally["future"] += 1
         else:
             tally["expected"] += 1
@@ -157,8 +158,16 @@ def expected_rejections(
         arrival, ts = arrivals_ms.get(str(item.get("id"))), item.get(settings.time_attribute)
         if arrival is None or not isinstance(ts, int | Decimal):
             continue
-        if arrival - int(ts) > settings.max_event_age_ms:
-            rejected[Reason.LATE_EVENT] += 1
-        elif int(ts) - arrival > settings.max_clock_skew_ms:
-            rejected[Reason.FUTURE_TIME] += 1
+        verdict = _arrival_verdict(int(ts), arrival, settings)
+        if verdict is not None:
+            rejected[verdict] += 1
     return rejected
+
+
+def _arrival_verdict(ts_ms: int, arrival_ms: int, settings: Settings) -> Reason | None:
+    """The stated acceptance rule, restated independently of the parser it checks."""
+    if arrival_ms - ts_ms > settings.max_event_age_ms:
+        return Reason.LATE_EVENT
+    if ts_ms - arrival_ms > settings.max_clock_skew_ms:
+        return Reason.FUTURE_TIME
+    return None
