@@ -81,7 +81,7 @@ def count_windows(
 def _by_batch(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
     keys = [(counter, bucket.sort_key) for counter in dict.fromkeys(counters) for bucket in plan.buckets]
     fetched = table.batch_get(keys, consistent)
-    return [_result(counter, plan, fetched, fetched.requests) for counter in counters]
+    return [_result(counter, plan, fetched) for counter in counters]
 
 
 def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
@@ -93,11 +93,11 @@ def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consisten
             fetched.counts.update(part.counts)
             fetched.requests += part.requests
             fetched.items += part.items
-        results.append(_result(counter, plan, fetched, fetched.requests))
+        results.append(_result(counter, plan, fetched))
     return results
 
 
-def _result(counter: str, plan: Plan, fetched: Fetched, requests: int) -> WindowCount:
+def _result(counter: str, plan: Plan, fetched: Fetched) -> WindowCount:
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     total, by_hour = sum_plan(plan, counts)
     return WindowCount(
@@ -107,6 +107,6 @@ def _result(counter: str, plan: Plan, fetched: Fetched, requests: int) -> Window
         by_hour=by_hour,
         plan=plan.kind,
         keys=len(plan.terms),
-        requests=requests,
+        requests=fetched.requests,
         items_read=len(counts),
     )
