@@ -57,7 +57,8 @@ class FaultKind(str, Enum):
     READ_THROTTLED = "read_throttled"
 
 
-WRITE_FAULTS = frozenset(
+# Faults inside one invocation: the DynamoDB client and the handler.
+INVOCATION_FAULTS = frozenset(
     {
         FaultKind.CONFLICT,
         FaultKind.THROTTLED,
@@ -68,6 +69,11 @@ WRITE_FAULTS = frozenset(
         FaultKind.CRASH_BETWEEN_COMMITS,
         FaultKind.TIMEOUT_AFTER_COMMIT,
         FaultKind.TIMEOUT_AFTER_RETURN,
+    }
+)
+# ... and around it, in how Lambda delivers and redelivers invocations.
+WRITE_FAULTS = INVOCATION_FAULTS | frozenset(
+    {
         FaultKind.RETRY_RECUT,
         FaultKind.WINDOW_REDELIVERED,
         FaultKind.INVOCATION_REDELIVERED,

@@ -14,22 +14,19 @@ from tally.dynamo import CountsTable, create_tables
 
 from . import profiles
 from .checks import check_summaries, check_table, table_buckets
-from .harness import STATS, FaultKind, FaultSchedule, FaultyClient, FaultyHandler, InjectedCrash, quick_backoff
+from .harness import (
+    INVOCATION_FAULTS,
+    STATS,
+    FaultKind,
+    FaultSchedule,
+    FaultyClient,
+    FaultyHandler,
+    InjectedCrash,
+    quick_backoff,
+)
 from .streams import STREAM_ARN, StreamSpec, build_stream
 from .test_exact_counts import COUNTS_TABLE, EVENTS_TABLE, SETTINGS, stream_specs
 
-# Faults inside an invocation: ShardDelivery retries the same event, as Lambda does.
-INVOCATION_FAULTS = (
-    FaultKind.CONFLICT,
-    FaultKind.THROTTLED,
-    FaultKind.PROVISIONED,
-    FaultKind.RESPONSE_LOST,
-    FaultKind.TIMEOUT_AFTER_TRANSACTION,
-    FaultKind.CRASH_BEFORE_COMMIT,
-    FaultKind.CRASH_BETWEEN_COMMITS,
-    FaultKind.TIMEOUT_AFTER_COMMIT,
-    FaultKind.TIMEOUT_AFTER_RETURN,
-)
 
 
 @profiles.for_test(weight=0.4)
