@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import latency, reads, speed, workloads, writes
-from tally.delivery import DeliveryConfig
-from tally.settings import DAY_MS, HOUR_MS, Settings
+from tally.local.delivery import DeliveryConfig
+from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results.json"

@@ -23,12 +23,12 @@ from moto.server import ThreadedMotoServer
 
 from bench import origin
 from bench.workloads import START_MS
-from tally.buckets import Bucket, Granularity
-from tally.local import OFFLINE_ENVIRONMENT
+from tally.core.buckets import Bucket, Granularity
+from tally.local.aws import OFFLINE_ENVIRONMENT
 from tally.dynamo import CountsTable, create_tables
-from tally.plans import PlanKind
+from tally.core.plans import PlanKind
 from tally.query import count_windows
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 NOW_MS = START_MS + 40 * HOUR_MS + 17 * MINUTE_MS + 30_000  # minute offset 17: a typical, not a best, case
 PER_MINUTE = 2  # every stored minute holds this many events

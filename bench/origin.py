@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 KEY_ATTRIBUTE = "id"
 COUNT_ATTRIBUTE = "count"

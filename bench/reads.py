@@ -18,12 +18,12 @@ from typing import Any
 from bench import origin
 from bench.cost import batch_get_read_units, item_size, query_read_units
 from bench.workloads import START_MS, Event
-from tally.buckets import Bucket
+from tally.core.buckets import Bucket
 from tally.dynamo import BATCH_GET_LIMIT
-from tally.plans import Plan, PlanKind, make_plan
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
-from tally.sums import sum_plan
-from tally.windows import Window
+from tally.core.plans import Plan, PlanKind, make_plan
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.sums import sum_plan
+from tally.core.windows import Window
 
 COUNTER = "c" * 32  # the longest counter the read-unit target speaks of
 LARGE_COUNT = 999_999_999_999  # a generous count: item sizes, hence read units, are worst case

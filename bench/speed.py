@@ -23,12 +23,12 @@ from moto import mock_aws
 from bench import origin
 from bench.workloads import SHARD_ID, STREAM_ARN, Workload, record_chunks
 from bench.writes import ORIGIN_TABLE
-from tally.delivery import DeliveryConfig, cut_invocations
-from tally.local import OFFLINE_ENVIRONMENT
+from tally.local.delivery import DeliveryConfig, cut_invocations
+from tally.local.aws import OFFLINE_ENVIRONMENT
 from tally.dynamo import create_tables
-from tally.records import parse_record
-from tally.segments import SegmentFolder
-from tally.settings import Settings
+from tally.core.records import parse_record
+from tally.core.segments import SegmentFolder
+from tally.core.settings import Settings
 
 CPU_RECORDS = 100_000
 CPU_RUNS = 3

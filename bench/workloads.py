@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from bench import origin
-from tally.settings import HOUR_MS, MINUTE_MS
+from tally.core.settings import HOUR_MS, MINUTE_MS
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
 SHARD_ID = "shardId-00000001795000000000-bench000"

@@ -19,10 +19,10 @@ from moto import mock_aws
 from bench import origin
 from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient
 from bench.workloads import SHARD_ID, STREAM_ARN, Workload, busiest_item_per_second, floor_writes, record_chunks
-from tally.delivery import DeliveryConfig, ShardDelivery
+from tally.local.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.settings import Settings
+from tally.core.settings import Settings
 
 ORIGIN_TABLE = "origin-counts"
 

@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tally.buckets import iso_minute
-from tally.local import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
-from tally.records import InvalidCounter, validate_counter
-from tally.settings import HOUR_MS, Settings
-from tally.windows import InvalidWindow, now_ms, parse_instant
-from tally.workload import DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, Workload, bad_items
+from tally.core.buckets import iso_minute
+from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
+from tally.core.records import InvalidCounter, validate_counter
+from tally.core.settings import HOUR_MS, Settings
+from tally.core.windows import InvalidWindow, now_ms, parse_instant
+from tally.local.workload import DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, Workload, bad_items
 
 console = Console(stderr=True)
 

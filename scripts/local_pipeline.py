@@ -35,18 +35,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from tally.buckets import iso_minute
-from tally.delivery import DeliveryConfig
+from tally.core.buckets import iso_minute
+from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.local import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
-from tally.plans import PlanKind
+from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
+from tally.core.plans import PlanKind
 from tally.query import count_windows
-from tally.records import Reason
-from tally.segments import rejected_counter
-from tally.settings import HOUR_MS, Settings
-from tally.stream_reader import StreamReader
-from tally.windows import Window, now_ms
-from tally.workload import (
+from tally.core.records import Reason
+from tally.core.segments import rejected_counter
+from tally.core.settings import HOUR_MS, Settings
+from tally.local.stream_reader import StreamReader
+from tally.core.windows import Window, now_ms
+from tally.local.workload import (
     DEFAULT_COUNTERS,
     DEFAULT_HOURS,
     DEFAULT_RATE,

@@ -18,15 +18,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tally.buckets import iso_minute
+from tally.core.buckets import iso_minute
 from tally.dynamo import CountsTable
-from tally.local import ArgumentParser, client, resolve_tables
-from tally.plans import PlanKind, WindowUnavailable
+from tally.local.aws import ArgumentParser, client, resolve_tables
+from tally.core.plans import PlanKind, WindowUnavailable
 from tally.query import WindowCount, count_windows, validate_query_counter
-from tally.records import InvalidCounter
-from tally.settings import HOUR_MS, Settings, SettingsError
-from tally.stack_outputs import StackOutputsError
-from tally.windows import InvalidWindow, parse_instant, parse_length
+from tally.core.records import InvalidCounter
+from tally.core.settings import HOUR_MS, Settings, SettingsError
+from tally.local.stack_outputs import StackOutputsError
+from tally.core.windows import InvalidWindow, parse_instant, parse_length
 
 BAR_WIDTH = 40
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tally.delivery import DeliveryConfig, DeliveryFailed
-from tally.local import ArgumentParser, LocalContext, add_table_arguments, client, local_handler, resolve_tables, stream_arn_of
-from tally.stream_reader import GET_RECORDS_LIMIT, StreamReader
+from tally.local.delivery import DeliveryConfig, DeliveryFailed
+from tally.local.aws import ArgumentParser, LocalContext, add_table_arguments, client, local_handler, resolve_tables, stream_arn_of
+from tally.local.stream_reader import GET_RECORDS_LIMIT, StreamReader
 
 console = Console(stderr=True)
 

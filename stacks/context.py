@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tally.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+from tally.core.settings import DAY_MS, HOUR_MS, Settings, SettingsError
 
 DEFAULT_CONTEXT: dict[str, Any] = {
     "stackName": "Tally",

@@ -1,6 +1,6 @@
 """The tally stack: events table, its stream, the counting function, counts table, alarms.
 
-Table keys, the TTL attribute and the stream view come from `tally.tables`, the
+Table keys, the TTL attribute and the stream view come from `tally.core.tables`, the
 same descriptions the local pipeline builds its tables from, so the deployed
 tables and the tested ones cannot drift apart.
 """
@@ -30,11 +30,13 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.context import StackSettings
-from tally import settings as tally_settings
-from tally.tables import COUNTS_TABLE, EVENTS_TABLE, TableDescription
+from tally.core import settings as tally_settings
+from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE, TableDescription
 
 LAMBDA_SOURCE = Path(__file__).resolve().parent.parent / "lambda_src"
 HANDLER = "tally.handler.handler"
+# The function ships the runtime only: the local toolkit and build leftovers stay behind.
+ASSET_EXCLUDES = ["tally/local", "tally/local/**", "**/__pycache__", "**/*.pyc", "*.egg-info", "**/*.egg-info"]
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python313-arm64"
 POWERTOOLS_ACCOUNT = "017000801446"
@@ -178,7 +180,7 @@ class TallyStack(Stack):
             description="Counts events from the events table stream into minute and hour buckets",
             code=lambda_.Code.from_asset(
                 str(LAMBDA_SOURCE),
-                exclude=["**/__pycache__", "**/*.pyc", "*.egg-info", "**/*.egg-info"],
+                exclude=ASSET_EXCLUDES,
             ),
             handler=HANDLER,
             runtime=RUNTIME,

@@ -9,8 +9,8 @@ import pytest
 from moto import mock_aws
 
 from tally.dynamo import CountsTable, create_tables
-from tally.local import OFFLINE_ENVIRONMENT
-from tally.settings import Settings
+from tally.local.aws import OFFLINE_ENVIRONMENT
+from tally.core.settings import Settings
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 
@@ -29,7 +29,7 @@ def pytest_configure(config):
     for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
         os.environ.pop(name, None)
 
-    from tally import moto_fixes
+    from tally.local import moto_fixes
 
     moto_fixes.install()
 

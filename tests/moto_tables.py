@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tally.retry import Backoff
+from tally.core.retry import Backoff
 
 EVENTS = "tally-events"
 COUNTS = "tally-counts"

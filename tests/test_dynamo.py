@@ -4,10 +4,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from moto_tables import COUNTS, no_sleep_backoff, read_counts
-from tally.buckets import Bucket
+from tally.core.buckets import Bucket
 from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
-from tally.segments import Segment
-from tally.settings import HOUR_MS, MINUTE_MS
+from tally.core.segments import Segment
+from tally.core.settings import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 MINUTE = Bucket.of_minute(T0 // MINUTE_MS)

@@ -7,7 +7,7 @@ import pytest
 from moto_tables import COUNTS, read_counts
 from factories import LambdaContext, counter_record, image, stream_record, window_event
 from tally import handler as handler_module
-from tally.settings import HOUR_MS
+from tally.core.settings import HOUR_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 

@@ -5,8 +5,8 @@ import pytest
 from moto_tables import read_counts
 from factories import counter_record, image, plain_event, stream_record, window_event
 from tally.invocation import process
-from tally.records import Reason
-from tally.settings import HOUR_MS, MINUTE_MS
+from tally.core.records import Reason
+from tally.core.settings import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR_KEY = "H#2026-11-18T11"

@@ -11,11 +11,11 @@ from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from factories import counter_record, window_event
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.plans import PlanKind, WindowUnavailable
+from tally.core.plans import PlanKind, WindowUnavailable
 from tally.query import count_windows, validate_query_counter
-from tally.records import InvalidCounter
-from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.windows import Window, parse_instant
+from tally.core.records import InvalidCounter
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.windows import Window, parse_instant
 
 NOW = parse_instant("2026-11-22T14:37:12Z")
 

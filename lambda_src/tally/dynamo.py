@@ -15,11 +15,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally.commit import Outcome, classify_cancellation, transact_items
-from tally.retry import Backoff
-from tally.segments import Item, Segment
-from tally.settings import Settings
-from tally.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, TableDescription
+from tally.core.commit import Outcome, classify_cancellation, transact_items
+from tally.core.retry import Backoff
+from tally.core.segments import Item, Segment
+from tally.core.settings import Settings
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, TableDescription
 
 logger = logging.getLogger(__name__)
 

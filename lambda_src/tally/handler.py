@@ -1,6 +1,6 @@
 """The Lambda entry point: wires boto3, Powertools logs and metrics to ``invocation.process``.
 
-Environment: COUNTS_TABLE and the TALLY_* settings (see settings.py);
+Environment: COUNTS_TABLE and the TALLY_* settings (see core/settings.py);
 POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE name the logs and
 metrics (defaults: ``tally`` and ``Tally``).
 """
@@ -19,7 +19,7 @@ from botocore.config import Config
 
 from tally.dynamo import CountsTable
 from tally.invocation import Summary, process
-from tally.settings import Settings
+from tally.core.settings import Settings
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tally")
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tally")

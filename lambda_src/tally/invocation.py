@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.commit import source_id
+from tally.core.commit import source_id
 from tally.dynamo import CommitResult
-from tally.records import CounterEvent, Reason, Rejection, parse_record
-from tally.segments import Segment, SegmentFolder
-from tally.settings import Settings
+from tally.core.records import CounterEvent, Reason, Rejection, parse_record
+from tally.core.segments import Segment, SegmentFolder
+from tally.core.settings import Settings
 
 Commit = Callable[[Segment, str], CommitResult]
 

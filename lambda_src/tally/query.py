@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tally.buckets import iso_minute
+from tally.core.buckets import iso_minute
 from tally.dynamo import CountsTable, Fetched
-from tally.plans import Plan, PlanKind, make_plan
-from tally.records import InvalidCounter, Reason, validate_counter
-from tally.segments import REJECTED_COUNTER_PREFIX
-from tally.settings import HOUR_MS
-from tally.sums import sum_plan
-from tally.windows import DEFAULT_LENGTH_MS, Window, now_ms
+from tally.core.plans import Plan, PlanKind, make_plan
+from tally.core.records import InvalidCounter, Reason, validate_counter
+from tally.core.segments import REJECTED_COUNTER_PREFIX
+from tally.core.settings import HOUR_MS
+from tally.core.sums import sum_plan
+from tally.core.windows import DEFAULT_LENGTH_MS, Window, now_ms
 
 
 @dataclass(frozen=True)

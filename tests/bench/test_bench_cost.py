@@ -12,10 +12,10 @@ from bench.cost import (
     query_read_units,
     write_units,
 )
-from tally.commit import transact_items
-from tally.segments import Segment
-from tally.buckets import Bucket
-from tally.settings import Settings
+from tally.core.commit import transact_items
+from tally.core.segments import Segment
+from tally.core.buckets import Bucket
+from tally.core.settings import Settings
 
 
 @pytest.mark.parametrize(

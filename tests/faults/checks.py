@@ -6,17 +6,17 @@ import random
 from collections import Counter
 from typing import Any
 
-from tally.buckets import Bucket
-from tally.commit import MARKER_PREFIX
+from tally.core.buckets import Bucket
+from tally.core.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
-from tally.plans import PlanKind, WindowUnavailable
+from tally.core.plans import PlanKind, WindowUnavailable
 from tally.query import count_windows
-from tally.records import Reason
-from tally.segments import rejected_counter
-from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.tables import COUNT_ATTRIBUTE
-from tally.windows import Window
+from tally.core.records import Reason
+from tally.core.segments import rejected_counter
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.tables import COUNT_ATTRIBUTE
+from tally.core.windows import Window
 
 from .harness import STATS, FaultStats
 from .streams import Expected

@@ -29,13 +29,13 @@ from typing import Any
 from unittest import mock
 
 from botocore.exceptions import ClientError
-from tally import segments
-from tally.delivery import DeliveryConfig, cut_invocations
+from tally.core import segments
+from tally.local.delivery import DeliveryConfig, cut_invocations
 from tally.dynamo import CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
-from tally.retry import Backoff
-from tally.segments import Segment
-from tally.settings import Settings
+from tally.core.retry import Backoff
+from tally.core.segments import Segment
+from tally.core.settings import Settings
 
 
 class FaultKind(str, Enum):

@@ -19,11 +19,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
-from tally.buckets import buckets_of
-from tally.records import MAX_COUNTER_LENGTH, Reason
-from tally.segments import rejected_counter
-from tally.settings import MINUTE_MS, Settings
-from tally.windows import Window
+from tally.core.buckets import buckets_of
+from tally.core.records import MAX_COUNTER_LENGTH, Reason
+from tally.core.segments import rejected_counter
+from tally.core.settings import MINUTE_MS, Settings
+from tally.core.windows import Window
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-01-01T00:00:00.000"
 TTL_DELETION_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}

@@ -22,12 +22,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from moto import mock_aws
 from tally import handler as lambda_handler
-from tally.commit import MARKER_PREFIX
+from tally.core.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.records import MAX_COUNTER_LENGTH, CounterEvent, Rejection, parse_record
-from tally.segments import REJECTED_COUNTER_PREFIX
-from tally.settings import Settings
+from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Rejection, parse_record
+from tally.core.segments import REJECTED_COUNTER_PREFIX
+from tally.core.settings import Settings
 
 from . import profiles
 from .checks import table_buckets

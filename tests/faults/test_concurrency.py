@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
-from tally.delivery import DeliveryConfig
+from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.settings import Settings
+from tally.core.settings import Settings
 
 from .checks import check_table
 from .harness import FaultKind, FaultSchedule, FaultyClient, FaultyHandler, LambdaShard, quick_backoff

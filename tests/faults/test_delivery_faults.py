@@ -9,7 +9,7 @@ import boto3
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
-from tally.delivery import DeliveryConfig, ShardDelivery
+from tally.local.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 
 from . import profiles

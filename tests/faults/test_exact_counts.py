@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
-from tally.delivery import DeliveryConfig
+from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.records import CounterEvent, parse_record
-from tally.segments import MAX_PART_ITEMS, MAX_SEGMENT_ITEMS
-from tally.settings import HOUR_MS, Settings
+from tally.core.records import CounterEvent, parse_record
+from tally.core.segments import MAX_PART_ITEMS, MAX_SEGMENT_ITEMS
+from tally.core.settings import HOUR_MS, Settings
 
 from . import profiles
 from .checks import check_summaries, check_table, check_windows

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from tally.dynamo import create_tables
 from tally.query import validate_query_counter
-from tally.settings import MINUTE_MS
-from tally.windows import Window, parse_instant, parse_length
+from tally.core.settings import MINUTE_MS
+from tally.core.windows import Window, parse_instant, parse_length
 
 from . import profiles
 from .harness import STATS

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tally.dynamo import create_tables
-from tally.local import MotoServer, Tables, client
+from tally.local.aws import MotoServer, Tables, client
 
 
 @pytest.fixture(scope="module")

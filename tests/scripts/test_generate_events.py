@@ -8,10 +8,10 @@ import pytest
 from factories import image, stream_record
 from script_support import load_script
 
-from tally.local import client, scan_items
-from tally.records import Reason, parse_record
-from tally.settings import HOUR_MS, Settings
-from tally.workload import BAD_KINDS, DEFAULT_COUNTERS, Workload, bad_items, expected_rejections
+from tally.local.aws import client, scan_items
+from tally.core.records import Reason, parse_record
+from tally.core.settings import HOUR_MS, Settings
+from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, Workload, bad_items, expected_rejections
 
 END_MS = 1_795_341_600_000  # 2026-11-22T10:00Z
 

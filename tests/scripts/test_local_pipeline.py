@@ -8,7 +8,7 @@ import time
 import pytest
 from script_support import load_script
 
-from tally.local import local_handler
+from tally.local.aws import local_handler
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
 

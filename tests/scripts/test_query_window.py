@@ -7,9 +7,9 @@ import json
 import pytest
 from script_support import load_script
 
-from tally.local import client, scan_items
-from tally.windows import Window, now_ms
-from tally.workload import brute_force_counts
+from tally.local.aws import client, scan_items
+from tally.core.windows import Window, now_ms
+from tally.local.workload import brute_force_counts
 
 query_window = load_script("query_window")
 

@@ -7,17 +7,17 @@ import json
 import pytest
 from script_support import load_script
 
-from tally.delivery import DeliveryConfig
+from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable
-from tally.local import LocalContext, client, local_handler, scan_items, stream_arn_of
-from tally.plans import PlanKind
+from tally.local.aws import LocalContext, client, local_handler, scan_items, stream_arn_of
+from tally.core.plans import PlanKind
 from tally.query import count_windows
-from tally.segments import rejected_counter
-from tally.records import Reason
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
-from tally.stream_reader import StreamReader
-from tally.windows import Window, now_ms
-from tally.workload import brute_force_counts
+from tally.core.segments import rejected_counter
+from tally.core.records import Reason
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.local.stream_reader import StreamReader
+from tally.core.windows import Window, now_ms
+from tally.local.workload import brute_force_counts
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
 

@@ -49,6 +49,21 @@ class Synthesis:
     def template(self, stack_name: str = STACK_NAME) -> Template:
         return Template.from_json(self.templates[stack_name])
 
+    def function_asset(self, stack_name: str = STACK_NAME) -> dict[str, Any]:
+        """The assets manifest's entry for the code of the stack's one function."""
+        template = self.templates[stack_name]
+        (function,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+        key = function["Properties"]["Code"]["S3Key"]
+        assets = json.loads((self.outdir / f"{stack_name}.assets.json").read_text())["files"]
+        (asset,) = [
+            entry for entry in assets.values() if any(d["objectKey"] == key for d in entry["destinations"].values())
+        ]
+        return asset
+
+    def function_asset_folder(self, stack_name: str = STACK_NAME) -> Path:
+        """Where the synthesis staged that code."""
+        return self.outdir / self.function_asset(stack_name)["source"]["path"]
+
     @property
     def validation_report(self) -> dict[str, Any]:
         return json.loads((self.outdir / "validation-report.json").read_text())

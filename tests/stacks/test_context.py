@@ -9,7 +9,7 @@ import pytest
 
 from stacks import TallyStack
 from stacks.context import DEFAULT_CONTEXT, ContextError, StackSettings, stack_name_from_context
-from tally.settings import HOUR_MS
+from tally.core.settings import HOUR_MS
 
 
 def settings_with(**overrides: Any) -> StackSettings:

@@ -18,9 +18,9 @@ from cdk_synthesis import (
 )
 
 from stacks.context import DEFAULT_CONTEXT
-from tally import settings as tally_settings
-from tally.stack_outputs import STACK_OUTPUT_KEYS
-from tally.tables import COUNTS_TABLE, EVENTS_TABLE
+from tally.core import settings as tally_settings
+from tally.local.stack_outputs import STACK_OUTPUT_KEYS
+from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE
 
 pytestmark = pytest.mark.cdk
 
@@ -189,20 +189,13 @@ def test_function_logs_to_its_own_log_group_with_retention(template, ids):
     assert log_group["DeletionPolicy"] == "Delete"
 
 
-def test_code_asset_is_the_tally_package_without_caches(default_synthesis, template, ids):
-    assets = json.loads((default_synthesis.outdir / f"{STACK_NAME}.assets.json").read_text())["files"]
-    key = template["Resources"][ids["function"]]["Properties"]["Code"]["S3Key"]
-    (asset,) = [
-        entry
-        for entry in assets.values()
-        if any(destination["objectKey"] == key for destination in entry["destinations"].values())
-    ]
-    staged = default_synthesis.outdir / asset["source"]["path"]
+def test_code_asset_is_the_tally_package_without_caches(default_synthesis):
+    staged = default_synthesis.function_asset_folder()
     staged_files = {path.relative_to(staged).as_posix() for path in staged.rglob("*")}
 
-    assert {"tally/settings.py", "tally/tables.py"} <= staged_files
+    assert {"tally/core/settings.py", "tally/core/tables.py", "tally/handler.py"} <= staged_files
     assert not [name for name in staged_files if "__pycache__" in name or ".egg-info" in name or name.endswith(".pyc")]
-    assert asset["source"]["packaging"] == "zip"
+    assert default_synthesis.function_asset()["source"]["packaging"] == "zip"
 
 
 # --- event source mapping ------------------------------------------------------------

@@ -1,9 +1,9 @@
 import pytest
 
-from tally.buckets import Bucket
-from tally.commit import MARKER_PREFIX, Outcome, classify_cancellation, marker_key, source_id, transact_items
-from tally.segments import Segment
-from tally.settings import HOUR_MS, Settings
+from tally.core.buckets import Bucket
+from tally.core.commit import MARKER_PREFIX, Outcome, classify_cancellation, marker_key, source_id, transact_items
+from tally.core.segments import Segment
+from tally.core.settings import HOUR_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 

@@ -3,8 +3,8 @@ from decimal import Decimal
 
 import pytest
 
-from tally.buckets import Bucket, Granularity, InvalidTime, buckets_of, parse_event_time
-from tally.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.buckets import Bucket, Granularity, InvalidTime, buckets_of, parse_event_time
+from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
 
 def ms(text: str) -> int:

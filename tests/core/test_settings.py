@@ -1,6 +1,6 @@
 import pytest
 
-from tally.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+from tally.core.settings import DAY_MS, HOUR_MS, Settings, SettingsError
 
 
 def test_defaults_are_documented_values():

@@ -1,10 +1,10 @@
 import json
 
 from factories import counter_record, stream_record
-from tally.buckets import Bucket
-from tally.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
-from tally.segments import MAX_PART_ITEMS, STATE_BUDGET_BYTES, Segment, SegmentFolder, contribution
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.buckets import Bucket
+from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
+from tally.core.segments import MAX_PART_ITEMS, STATE_BUDGET_BYTES, Segment, SegmentFolder, contribution
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
 
@@ -65,7 +65,7 @@ def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
 
 
 def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
-    monkeypatch.setattr("tally.segments.MAX_SEGMENT_ITEMS", 5)
+    monkeypatch.setattr("tally.core.segments.MAX_SEGMENT_ITEMS", 5)
     folder = SegmentFolder()
     closed = list(folder.fold([event("a", T0, 1), event("b", T0, 2), event("c", T0, 3), event("a", T0, 4)]))
     assert [(s.first_sequence, s.last_sequence, len(s.deltas)) for s in closed] == [("1", "2", 4)]
@@ -84,7 +84,7 @@ def test_a_segment_closes_early_before_its_state_outgrows_the_budget():
 
 
 def test_events_of_known_buckets_never_close_a_segment(monkeypatch):
-    monkeypatch.setattr("tally.segments.MAX_SEGMENT_ITEMS", 4)
+    monkeypatch.setattr("tally.core.segments.MAX_SEGMENT_ITEMS", 4)
     folder = SegmentFolder()
     assert list(folder.fold([event("a", T0, 1), event("b", T0, 2)] + [event("a", T0, 3)] * 10)) == []
     assert folder.open.records == 12

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tally.plans import Plan
+from tally.core.plans import Plan
 
 
 def sum_plan(plan: Plan, counts: Mapping[str, int]) -> tuple[int, dict[int, int]]:

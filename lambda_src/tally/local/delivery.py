@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tally.records import arrival_of
+from tally.core.records import arrival_of
 
 Handler = Callable[[dict, Any], "dict | None"]
 RetryHook = Callable[[dict, BaseException, int], None]

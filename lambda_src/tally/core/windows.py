@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tally.buckets import MAX_EPOCH_MS, InvalidTime, iso_minute, parse_event_time
-from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, iso_minute, parse_event_time
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 DEFAULT_LENGTH_MS = DAY_MS
 _DURATION = re.compile(r"^\s*(\d+)\s*([mhd])\s*$")

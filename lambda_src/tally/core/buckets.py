@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import NamedTuple
 
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 MINUTES_PER_HOUR = 60
 

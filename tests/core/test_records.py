@@ -1,8 +1,8 @@
 import pytest
 
 from factories import counter_record, image, stream_record
-from tally.records import CounterEvent, Reason, Rejection, parse_record, validate_counter
-from tally.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.records import CounterEvent, Reason, Rejection, parse_record, validate_counter
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 ARRIVAL_MS = 1_795_000_000_000
 SETTINGS = Settings()

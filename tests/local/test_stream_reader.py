@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from botocore.exceptions import ClientError
 
-from tally.delivery import DeliveryConfig
-from tally.stream_reader import StreamReader, lambda_record
+from tally.local.delivery import DeliveryConfig
+from tally.local.stream_reader import StreamReader, lambda_record
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
 ARRIVAL = datetime(2026, 11, 22, 10, 0, 5, 250_000, tzinfo=UTC)

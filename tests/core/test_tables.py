@@ -1,4 +1,4 @@
-from tally.tables import COUNTS_TABLE, EVENTS_TABLE
+from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE
 
 
 def test_events_table_has_a_new_image_stream_and_no_ttl():

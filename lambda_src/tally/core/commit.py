@@ -16,9 +16,9 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from tally.segments import Item, Segment
-from tally.settings import DAY_MS, STREAM_RETENTION_MS, Settings
-from tally.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
+from tally.core.segments import Item, Segment
+from tally.core.settings import DAY_MS, STREAM_RETENTION_MS, Settings
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
 
 MARKER_PREFIX = "#segment#"
 # Markers must outlive every retry of their records (stream retention), with a day to spare.

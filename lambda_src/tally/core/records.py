@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.buckets import MAX_EPOCH_MS, InvalidTime, parse_event_time
-from tally.settings import Settings
+from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, parse_event_time
+from tally.core.settings import Settings
 
 MAX_COUNTER_LENGTH = 255
 # DynamoDB Streams sequence numbers are 21 to 40 digits. Anything else cannot come

@@ -6,7 +6,7 @@ import pytest
 
 from factories import SHARD_ID, STREAM_ARN, LambdaContext, counter_record, stream_record
 from moto_tables import COUNTS, read_counts
-from tally.delivery import DeliveryConfig, DeliveryFailed, ShardDelivery, cut_invocations
+from tally.local.delivery import DeliveryConfig, DeliveryFailed, ShardDelivery, cut_invocations
 
 T0 = 1_795_000_040  # epoch seconds: 2026-11-18T11:07:20Z
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tally.buckets import MINUTES_PER_HOUR, Bucket, Granularity, iso_minute
-from tally.settings import MINUTE_MS, Settings
-from tally.windows import Window
+from tally.core.buckets import MINUTES_PER_HOUR, Bucket, Granularity, iso_minute
+from tally.core.settings import MINUTE_MS, Settings
+from tally.core.windows import Window
 
 
 class PlanKind(str, Enum):

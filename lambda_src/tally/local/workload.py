@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from tally.records import Reason
-from tally.settings import DAY_MS, HOUR_MS, Settings
-from tally.windows import Window
+from tally.core.records import Reason
+from tally.core.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.windows import Window
 
 DEFAULT_COUNTERS = ("page-views", "sign-ups", "checkouts")
 DEFAULT_HOURS = 37

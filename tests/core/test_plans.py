@@ -6,11 +6,11 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from tally.buckets import buckets_of
-from tally.plans import PlanKind, WindowUnavailable, make_plan
-from tally.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.sums import sum_plan
-from tally.windows import Window, parse_instant
+from tally.core.buckets import buckets_of
+from tally.core.plans import PlanKind, WindowUnavailable, make_plan
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.sums import sum_plan
+from tally.core.windows import Window, parse_instant
 
 SETTINGS = Settings()
 NO_SKEW = Settings(max_clock_skew_ms=0)

@@ -26,7 +26,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally.delivery import DeliveryConfig, Handler, RetryHook, ShardDelivery
+from tally.local.delivery import DeliveryConfig, Handler, RetryHook, ShardDelivery
 
 logger = logging.getLogger(__name__)
 

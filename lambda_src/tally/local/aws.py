@@ -4,7 +4,7 @@ Configuration follows boto3's own conventions, so the scripts point at moto or
 at a real account the same way: ``AWS_ENDPOINT_URL`` for the endpoint,
 ``AWS_REGION``/``AWS_DEFAULT_REGION`` for the region, the usual credential chain.
 Table names come from flags, else ``EVENTS_TABLE``/``COUNTS_TABLE``, else a
-deployed stack's outputs (``--stack``), else the defaults in settings.py.
+deployed stack's outputs (``--stack``), else the defaults in tally.core.settings.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
-from tally import moto_fixes
-from tally.retry import Backoff
-from tally.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
+from tally.local import moto_fixes
+from tally.core.retry import Backoff
+from tally.core.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 
 DEFAULT_REGION = "us-east-1"
 # moto accepts any credentials; these only keep boto3 from looking for real ones.
@@ -93,7 +93,7 @@ def resolve_tables(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     env = os.environ if env is None else env
     defaults = Settings()
     if getattr(args, "stack", None):
-        from tally.stack_outputs import table_names_from_stack
+        from tally.local.stack_outputs import table_names_from_stack
 
         outputs = table_names_from_stack(args.stack, client("cloudformation"))
         return Tables(outputs["EventsTableName"], outputs["CountsTableName"], outputs["EventsStreamArn"])

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.buckets import Bucket, buckets_of
-from tally.records import CounterEvent, Reason, Rejection
+from tally.core.buckets import Bucket, buckets_of
+from tally.core.records import CounterEvent, Reason, Rejection
 
 MAX_PART_ITEMS = 99
 MAX_SEGMENT_ITEMS = 50 * MAX_PART_ITEMS

@@ -1,0 +1,94 @@
+"""The function's asset holds the runtime alone, and the handler runs from it.
+
+A subprocess imports the handler from the staged asset folder with an import
+guard that lets through only the standard library, boto3 (with what it needs)
+and Powertools: what the Lambda runtime and the Powertools layer provide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tally.dynamo import create_tables
+from tally.local.aws import MotoServer, client
+
+pytestmark = [pytest.mark.cdk, pytest.mark.server]
+
+RECORDED_EVENT = Path(__file__).resolve().parents[1] / "events" / "dynamodb_stream_tumbling_window.json"
+
+# Runs inside the subprocess: argv = asset folder, event file.
+RUN_FROM_ASSET = r"""
+import importlib.abc, json, sys
+
+RUNTIME = {"boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six",
+           "aws_lambda_powertools", "typing_extensions", "tally"}
+
+class OnlyTheRuntime(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in RUNTIME or top in sys.stdlib_module_names or top.startswith("_"):
+            return None
+        raise ImportError(f"{name} is not in the Lambda runtime")
+
+asset, event_file = sys.argv[1], sys.argv[2]
+sys.meta_path.insert(0, OnlyTheRuntime())
+sys.path.insert(0, asset)
+import tally.handler
+assert tally.handler.__file__.startswith(asset), tally.handler.__file__
+
+class Context:
+    function_name = "tally"; memory_limit_in_mb = 256; aws_request_id = "req-1"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:tally"
+    def get_remaining_time_in_millis(self): return 60_000
+
+with open(event_file) as source:
+    response = tally.handler.handler(json.load(source), Context())
+print(json.dumps({"response": response, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))
+"""
+
+
+def test_the_asset_holds_no_local_toolkit_and_no_test_or_infrastructure_import(default_synthesis):
+    folder = default_synthesis.function_asset_folder()
+    files = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*.py"))
+
+    assert "tally/handler.py" in files and "tally/core/records.py" in files
+    assert not [name for name in files if name.startswith("tally/local")]
+    forbidden = ("moto", "rich", "hypothesis", "aws_cdk", "cdk_nag", "freezegun", "tally.local")
+    for name in files:
+        source = (folder / name).read_text()
+        imports = [line.strip() for line in source.splitlines() if line.strip().startswith(("import ", "from "))]
+        assert not [line for line in imports if any(f" {module}" in line for module in forbidden)], name
+
+
+def test_the_handler_runs_a_recorded_event_from_the_asset_alone(default_synthesis, tmp_path):
+    folder = default_synthesis.function_asset_folder()
+    counts = f"counts-{uuid.uuid4().hex[:8]}"
+    with MotoServer() as server:
+        env = {**os.environ, **server.environment(), "COUNTS_TABLE": counts, "POWERTOOLS_METRICS_DISABLED": "true"}
+        env.pop("PYTHONPATH", None)
+        dynamodb = client("dynamodb", server.endpoint_url)
+        create_tables(dynamodb, f"events-{counts}", counts)
+
+        run = subprocess.run(
+            [sys.executable, "-c", RUN_FROM_ASSET, str(folder), str(RECORDED_EVENT)],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        result = json.loads(run.stdout.strip().splitlines()[-1])
+        items = dynamodb.query(
+            TableName=counts,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": "page-views"}},
+        )["Items"]
+
+    assert not {"moto", "rich", "hypothesis", "aws_cdk"} & set(result["modules"])
+    assert result["response"] == {"state": {}}
+    by_key = {item["sk"]["S"]: int(item["count"]["N"]) for item in items}
+    assert by_key == {"H#2026-11-18T11": 2, "M#2026-11-18T11:06": 2}
