@@ -6,7 +6,7 @@ from moto_tables import read_counts
 from factories import counter_record, image, plain_event, stream_record, window_event
 from tally.invocation import process
 from tally.core.records import Reason
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR_KEY = "H#2026-11-18T11"
@@ -111,7 +111,7 @@ def test_modify_remove_and_bad_records_are_counted_and_never_fail_the_batch(coun
         stream_record(image(id="3", counter="#segment#x", ts=T0), arrival_s=arrival_s),
         stream_record(image(id="4", counter="c", ts="later"), arrival_s=arrival_s),
         stream_record(image(id="5", counter="c", ts=T0 + 40 * MINUTE_MS), arrival_s=arrival_s),
-        stream_record(image(id="6", counter="c", ts=T0 - 24 * HOUR_MS), arrival_s=arrival_s),
+        stream_record(image(id="6", counter="c", ts=T0 - 91 * DAY_MS), arrival_s=arrival_s),
         {"eventName": "INSERT"},
     ]
     response, summary = process(plain_event(records), counts_table.commit, settings)

@@ -1,8 +1,9 @@
 import pytest
 
 from factories import counter_record, image, stream_record
+from tally.core.buckets import Bucket
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record, validate_counter
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 ARRIVAL_MS = 1_795_000_000_000
 SETTINGS = Settings()
@@ -15,7 +16,9 @@ def parse(new_image=None, **kwargs):
 
 def test_an_insert_becomes_an_event_with_its_own_time_and_sequence():
     record = counter_record("page-views", ARRIVAL_MS - 5_000, arrival_s=ARRIVAL_MS / 1000, sequence="4242")
-    assert parse_record(record, SETTINGS) == CounterEvent("page-views", ARRIVAL_MS - 5_000, "4242", ARRIVAL_MS)
+    minute, hour = Bucket.of_minute((ARRIVAL_MS - 5_000) // MINUTE_MS), Bucket.of_hour((ARRIVAL_MS - 5_000) // HOUR_MS)
+    expected = CounterEvent("page-views", ARRIVAL_MS - 5_000, "4242", ARRIVAL_MS, (minute, hour))
+    assert parse_record(record, SETTINGS) == expected
 
 
 def test_iso_time_with_offset_is_accepted():
@@ -65,7 +68,7 @@ def test_ttl_deletion_by_the_service_is_a_skipped_remove():
         ({"counter": {"S": "c"}, "ts": {"N": "-5"}}, Reason.INVALID_TIME),
         ({"counter": {"S": "c"}, "ts": {"B": b"x"}}, Reason.INVALID_TIME),
         (image(id="1", counter="c", ts=ARRIVAL_MS + 5 * MINUTE_MS + 1), Reason.FUTURE_TIME),
-        (image(id="1", counter="c", ts=ARRIVAL_MS - 23 * HOUR_MS - 1), Reason.LATE_EVENT),
+        (image(id="1", counter="c", ts=ARRIVAL_MS - 91 * DAY_MS), Reason.LATE_EVENT),
     ],
 )
 def test_every_rejection_has_its_reason_and_keeps_the_record_identity(new_image, reason):
@@ -78,7 +81,7 @@ def test_every_rejection_has_its_reason_and_keeps_the_record_identity(new_image,
 
 
 @pytest.mark.parametrize(
-    "offset_ms", [5 * MINUTE_MS, 0, -23 * HOUR_MS], ids=["skew limit", "at arrival", "age limit"]
+    "offset_ms", [5 * MINUTE_MS, 0, -23 * HOUR_MS, -89 * DAY_MS], ids=["skew limit", "at arrival", "a day", "89 days"]
 )
 def test_the_limits_themselves_are_accepted(offset_ms):
     assert isinstance(parse(image(id="1", counter="c", ts=ARRIVAL_MS + offset_ms)), CounterEvent)

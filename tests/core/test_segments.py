@@ -10,7 +10,7 @@ T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
 
 
 def event(counter, ms, seq):
-    return CounterEvent(counter, ms, str(seq), ms)
+    return CounterEvent(counter, ms, str(seq), ms, (Bucket.of_minute(ms // MINUTE_MS), Bucket.of_hour(ms // HOUR_MS)))
 
 
 def test_an_event_adds_one_to_its_minute_and_its_hour():

@@ -33,9 +33,9 @@ def test_environment_overrides_every_setting():
     assert settings.max_clock_skew_ms == 60_000
 
 
-def test_events_older_than_23_hours_at_arrival_cannot_be_counted_by_default():
-    # 48 h minute retention - 24 h stream retention - 1 h margin.
-    assert Settings().max_event_age_ms == 23 * HOUR_MS
+def test_a_minute_retention_of_one_day_answers_the_default_window():
+    """The 24 h window ending now reads minutes up to 24 h old; counting needs nothing more."""
+    assert Settings.from_env({"TALLY_MINUTE_RETENTION_HOURS": "24"}).minute_retention_ms == DAY_MS
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_events_older_than_23_hours_at_arrival_cannot_be_counted_by_default():
     [
         ({"TALLY_MINUTE_RETENTION_HOURS": "two"}, "TALLY_MINUTE_RETENTION_HOURS must be a whole number"),
         ({"TALLY_MINUTE_RETENTION_HOURS": "-1"}, "must not be negative"),
-        ({"TALLY_MINUTE_RETENTION_HOURS": "24"}, "minute retention must exceed 25 hours"),
+        ({"TALLY_MINUTE_RETENTION_HOURS": "23"}, "minute retention must be at least 24 hours"),
         ({"TALLY_HOUR_RETENTION_DAYS": "1"}, "hour retention must be at least"),
         ({"TALLY_MAX_CLOCK_SKEW_SECONDS": "7200"}, "max clock skew"),
         ({"TALLY_TIME_ATTRIBUTE": "counter"}, "distinct names"),

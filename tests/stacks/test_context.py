@@ -58,7 +58,7 @@ def test_bad_values_name_their_key(key: str, value: Any, message: str):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"minuteRetentionHours": 24}, "minute retention must exceed 25 hours"),
+        ({"minuteRetentionHours": 23}, "minute retention must be at least 24 hours"),
         ({"minuteRetentionHours": 100, "hourRetentionDays": 3}, "hour retention must be at least"),
         ({"maxClockSkewSeconds": 3601}, "max clock skew"),
         ({"valueAttribute": "counter"}, "distinct names"),

@@ -219,7 +219,7 @@ def test_event_source_mapping_keeps_retries_on_the_same_batch(template, ids):
 
 
 def test_records_are_committed_within_the_age_the_retentions_assume(template):
-    """Settings.max_event_age_ms assumes a record commits within the stream retention."""
+    """Segment markers outlive every retry only if a record is committed within the stream retention."""
     _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
     assert mapping["Properties"]["MaximumRecordAgeInSeconds"] * 1000 <= tally_settings.STREAM_RETENTION_MS
 

@@ -68,8 +68,18 @@ class Bucket(NamedTuple):
 
     def ttl_seconds(self, settings: Settings) -> int:
         """Expiry (epoch seconds): bucket end plus the retention of its granularity."""
-        retention = settings.minute_retention_ms if self.kind == "M" else settings.hour_retention_ms
-        return (self.end_ms + retention) // 1000
+        if self.kind == "M":
+            return ((self.index + 1) * MINUTE_MS + settings.minute_retention_ms) // 1000
+        return ((self.index + 1) * HOUR_MS + settings.hour_retention_ms) // 1000
+
+    def alive_at(self, instant_ms: int, settings: Settings) -> bool:
+        """Whether the bucket is still within its retention at ``instant_ms``.
+
+        Until its TTL a query may read it; from its TTL on DynamoDB may delete it
+        at any moment, so no query reads it again. Writes and reads both decide
+        with this one test.
+        """
+        return self.ttl_seconds(settings) * 1000 > instant_ms
 
     @classmethod
     def of_minute(cls, index: int) -> Bucket:
@@ -92,8 +102,31 @@ class Bucket(NamedTuple):
 
 
 def buckets_of(event_ms: int) -> tuple[Bucket, Bucket]:
-    """The minute and hour buckets an event at ``event_ms`` counts in."""
+    """The minute and hour buckets an instant lies in."""
     return Bucket("M", event_ms // MINUTE_MS), Bucket("H", event_ms // HOUR_MS)
+
+
+def counted_buckets(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Bucket, ...]:
+    """The buckets an event counts in, decided by its stream record's arrival.
+
+    - minute and hour while the minute is within the minute retention;
+    - the hour alone once only the hour is (its minute is past the minute
+      retention: no query reads that minute again, at arrival or after);
+    - none past the hour retention: the event is late and rejected.
+
+    Why it is exact: a query reads a minute only while ``alive_at(now)``, and
+    ``now`` is never before the arrival of an event it can see, so every minute
+    a query reads holds every event of that minute its hour holds. A retry that
+    commits after the minute's TTL writes an item no query reads again. The
+    decision uses the record's arrival, never a clock, so a retried invocation
+    rebuilds the same segments.
+    """
+    minute, hour = Bucket("M", event_ms // MINUTE_MS), Bucket("H", event_ms // HOUR_MS)
+    if minute.alive_at(arrival_ms, settings):
+        return minute, hour
+    if hour.alive_at(arrival_ms, settings):
+        return (hour,)
+    return ()
 
 
 class InvalidTime(ValueError):

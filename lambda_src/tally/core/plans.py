@@ -125,8 +125,12 @@ def _last_whole_hour_end(window: Window) -> str:
 
 
 def _alive(bucket: Bucket, now_ms: int, settings: Settings) -> bool:
-    """A bucket can be trusted until its TTL: after it DynamoDB may delete it at any moment."""
-    return bucket.ttl_seconds(settings) * 1000 > now_ms
+    """A bucket can be trusted until its TTL: after it DynamoDB may delete it at any moment.
+
+    The write path places events with the same test at their arrival, which is
+    what keeps every minute read here equal to its share of its hour.
+    """
+    return bucket.alive_at(now_ms, settings)
 
 
 def _require_alive(bucket: Bucket, now_ms: int, settings: Settings) -> None:

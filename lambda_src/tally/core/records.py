@@ -1,9 +1,10 @@
 """Stream record -> counter event, or a rejection with its reason. No I/O.
 
 Parsing must be deterministic for a given record: a retried invocation has to
-rebuild exactly the same segments, so the acceptance checks measure an event's
-time against the record's own arrival time (``ApproximateCreationDateTime``),
-never against the clock of whichever invocation happens to read it.
+rebuild exactly the same segments, so the acceptance checks (and the choice of
+buckets, minute and hour or hour alone) measure an event's time against the
+record's own arrival time (``ApproximateCreationDateTime``), never against the
+clock of whichever invocation happens to read it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, parse_event_time
-from tally.core.settings import Settings
+from tally.core.buckets import MAX_EPOCH_MS, Bucket, InvalidTime, counted_buckets, parse_event_time
+from tally.core.settings import DAY_MS, Settings
 
 MAX_COUNTER_LENGTH = 255
 # DynamoDB Streams sequence numbers are 21 to 40 digits. Anything else cannot come
@@ -50,6 +51,8 @@ class Reason(str, Enum):
 class CounterEvent(NamedTuple):
     """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``.
 
+    ``buckets`` are the ones it counts in: its minute and hour, or its hour
+    alone once the minute was past the minute retention at arrival.
     A named tuple: one is built per counted record, and a tuple builds fastest.
     """
 
@@ -57,6 +60,7 @@ class CounterEvent(NamedTuple):
     event_ms: int
     sequence: str
     arrival_ms: int
+    buckets: tuple[Bucket, ...]
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,24 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     except (InvalidTime, ValueError) as error:
         return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms)
 
+    placed = place_in_time(event_ms, arrival_ms, sequence, settings)
+    if type(placed) is Rejection:
+        return placed
+    return CounterEvent(counter, event_ms, sequence, arrival_ms, placed)
+
+
+def place_in_time(event_ms: int, arrival_ms: int, sequence: str, settings: Settings) -> tuple[Bucket, ...] | Rejection:
+    """The buckets an event counts in, or why its time is refused (future or late), judged at its arrival."""
     if event_ms > arrival_ms + settings.max_clock_skew_ms:
         return Rejection(Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival", sequence, arrival_ms)
-    if arrival_ms - event_ms > settings.max_event_age_ms:
-        return Rejection(Reason.LATE_EVENT, f"{arrival_ms - event_ms} ms before arrival", sequence, arrival_ms)
-    return CounterEvent(counter, event_ms, sequence, arrival_ms)
+    buckets = counted_buckets(event_ms, arrival_ms, settings)
+    if not buckets:
+        detail = (
+            f"{arrival_ms - event_ms} ms before arrival: its hour is past the hour retention "
+            f"({settings.hour_retention_ms // DAY_MS} d)"
+        )
+        return Rejection(Reason.LATE_EVENT, detail, sequence, arrival_ms)
+    return buckets
 
 
 def _is_sequence_number(value: Any) -> bool:

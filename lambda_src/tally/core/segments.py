@@ -107,21 +107,33 @@ class Segment:
         )
 
 
-def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, Item] | None:
+def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, ...] | None:
     """The bucket items one parsed record adds 1 to.
 
-    An event counts in its minute and its hour. A rejection counts, by arrival
-    time, under its reason's reserved counter, so rejections are queryable like
-    any counter. Routine skips (MODIFY, REMOVE) and unreadable records add nothing (None).
+    An event counts in the buckets its parse chose (minute and hour, or the
+    hour alone). A rejection counts, by arrival time, in the minute and hour of
+    its reason's reserved counter, so rejections are queryable like any
+    counter. Routine skips (MODIFY, REMOVE) and unreadable records add nothing (None).
     """
     if type(outcome) is CounterEvent:
-        minute, hour = buckets_of(outcome.event_ms)
-        return ((outcome.counter, minute), (outcome.counter, hour))
+        counter, buckets = outcome.counter, outcome.buckets
+        if len(buckets) == 2:
+            return ((counter, buckets[0]), (counter, buckets[1]))
+        return tuple([(counter, bucket) for bucket in buckets])
     if outcome.reason.is_rejection and outcome.arrival_ms is not None:
         name = rejected_counter(outcome.reason)
         minute, hour = buckets_of(outcome.arrival_ms)
         return ((name, minute), (name, hour))
     return None
+
+
+def _adds_an_item(segment: Segment, items: tuple[Item, ...]) -> bool:
+    """Whether ``items`` name a bucket item the segment lacks (a loop: this runs once per record)."""
+    known = segment.deltas
+    for item in items:
+        if item not in known:
+            return True
+    return False
 
 
 class SegmentFolder:
@@ -137,12 +149,9 @@ class SegmentFolder:
             if items is None:
                 continue
             segment = self.open
-            if segment is not None:
-                minute, hour = items
-                known = segment.deltas
-                if (minute not in known or hour not in known) and segment.would_overflow(items):
-                    yield segment
-                    self.open = None
+            if segment is not None and _adds_an_item(segment, items) and segment.would_overflow(items):
+                yield segment
+                self.open = None
             if self.open is None:
                 assert outcome.sequence is not None and outcome.arrival_ms is not None
                 self.open = Segment(outcome.sequence, outcome.arrival_ms, outcome.sequence)

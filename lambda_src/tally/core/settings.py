@@ -38,8 +38,9 @@ class SettingsError(ValueError):
 class Settings:
     """Attribute names, retentions and the clock-skew allowance.
 
-    minute_retention_ms must exceed the stream retention (a retry can commit a
-    day after arrival) plus the longest minute-precision window a query reads.
+    Counts stay exact with any retentions (see ``buckets.counted_buckets``);
+    the minute retention must still cover the default window, 24 h ending now,
+    or the default query would be refused for want of its oldest minutes.
     """
 
     counts_table: str = "tally-counts"
@@ -57,26 +58,15 @@ class Settings:
                 raise SettingsError(f"{name} must not be empty")
         if len({self.counter_attribute, self.time_attribute, self.value_attribute}) != 3:
             raise SettingsError("counter, time and value attributes must have distinct names")
-        if self.minute_retention_ms <= STREAM_RETENTION_MS + HOUR_MS:
+        if self.minute_retention_ms < DAY_MS:
             raise SettingsError(
-                "minute retention must exceed 25 hours: a retried invocation may commit "
-                "a day after its records arrived"
+                "minute retention must be at least 24 hours: the default window, 24 h ending now, "
+                "reads minutes that old"
             )
         if self.hour_retention_ms < self.minute_retention_ms:
             raise SettingsError("hour retention must be at least the minute retention")
         if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds")
-
-    @property
-    def max_event_age_ms(self) -> int:
-        """How far before its arrival an event may be stamped and still be counted.
-
-        Its minute bucket must still be alive when the last possible retry commits
-        it (arrival + stream retention), with an hour to spare; otherwise the
-        minute item could expire before the write and the hour would outgrow the
-        sum of its minutes.
-        """
-        return self.minute_retention_ms - STREAM_RETENTION_MS - HOUR_MS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
