@@ -6,7 +6,6 @@ import random
 from collections import Counter
 from typing import Any
 
-from tally.core.buckets import Bucket
 from tally.core.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
@@ -15,12 +14,13 @@ from tally.query import count_windows
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.core.tables import COUNT_ATTRIBUTE
+from tally.core.tables import COUNT_ATTRIBUTE, TTL_ATTRIBUTE
 from tally.core.windows import Window
 
 from .harness import STATS, FaultStats
 from .streams import Expected
 
+HOURLY_LENGTHS_MIN = (60, 24 * 60, 49 * 60, 72 * 60, 7 * 24 * 60, 30 * 24 * 60, 90 * 24 * 60)
 NOTABLE_LENGTHS_MIN = (
     1,
     2,
@@ -37,6 +37,9 @@ NOTABLE_LENGTHS_MIN = (
     24 * 60 + 1,
     36 * 60,
     48 * 60,
+    49 * 60 + 1,
+    7 * 24 * 60,
+    30 * 24 * 60,
 )
 
 
@@ -50,10 +53,12 @@ def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     return buckets
 
 
-def check_table(client: Any, table_name: str, expected: Expected, context: str, stats: FaultStats = STATS) -> None:
+def check_table(
+    client: Any, table_name: str, expected: Expected, settings: Settings, context: str, stats: FaultStats = STATS
+) -> None:
     """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist)."""
     actual = table_buckets(client, table_name)
-    truth = expected.buckets()
+    truth = expected.buckets(settings)
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {
         key: (actual.get(key), truth.get(key))
@@ -82,6 +87,7 @@ def check_summaries(summaries: list[Summary], records: int, expected: Expected, 
 
 def check_windows(
     table: CountsTable,
+    client: Any,
     expected: Expected,
     settings: Settings,
     rng: random.Random,
@@ -89,26 +95,33 @@ def check_windows(
     context: str,
     stats: FaultStats = STATS,
 ) -> None:
-    """Windows at random instants after the stream drained, by both plans, against the brute-force count."""
-    counters = sorted({name for name, _ in expected.events}) + ["never-written"]
+    """Windows at random instants after the stream drained, by both plans, against the brute-force count.
+
+    The instants go forward in time, and before each one DynamoDB's TTL
+    deletion is played on ``client``: any item whose TTL has passed may be gone.
+    """
+    counters = sorted({name for name, _, _ in expected.events}) + ["never-written"]
     counters += sorted({rejected_counter(reason) for reason, _ in expected.rejections})
     counters.append(rejected_counter(Reason.FUTURE_TIME))
-    for _ in range(instants):
-        now, at, length_ms = _instant(rng, expected.last_arrival_ms, settings)
+    moments = [_instant(rng, expected.last_arrival_ms) for _ in range(instants)]
+    for now, at, length_ms in sorted(moments, key=lambda moment: moment[0]):
+        stats.add("items_expired", expire(client, table.table_name, now, rng))
         chosen = rng.sample(counters, min(len(counters), 5))
         window = Window.ending(now if at is None else at, length_ms)
+        past_minutes = _readable_until(window.start_ms, MINUTE_MS, settings.minute_retention_ms) <= now
         for plan in (PlanKind.BATCH, PlanKind.RANGE):
             try:
                 results = count_windows(table, chosen, length_ms=length_ms, at_ms=at, plan=plan, now=now)
             except WindowUnavailable:
-                oldest = Bucket.of_minute(window.first_minute)
-                assert oldest.ttl_seconds(settings) * 1000 <= now, (
+                assert not must_be_answered(window, now, settings), (
                     f"refused a window within retention: {window}; {context}"
                 )
                 stats.add("windows_refused")
                 continue
+            assert not must_be_refused(window, now, settings), f"answered {window} at {now}; {context}"
             for result in results:
                 stats.add("windows_compared")
+                stats.add("windows_past_minute_retention", past_minutes)
                 truth = expected.count(result.counter, window)
                 by_hour = Counter(
                     at_ms // HOUR_MS for name, at_ms in _occurrences(expected, result.counter) if window.covers(at_ms)
@@ -125,23 +138,66 @@ def check_windows(
                 )
 
 
+def expire(client: Any, table_name: str, now_ms: int, rng: random.Random) -> int:
+    """DynamoDB's TTL deletion, which moto lacks: some, or all, of the items whose TTL has passed go."""
+    everything = rng.random() < 0.5
+    deleted = 0
+    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
+        for item in page["Items"]:
+            if int(item[TTL_ATTRIBUTE]["N"]) * 1000 <= now_ms and (everything or rng.random() < 0.5):
+                client.delete_item(TableName=table_name, Key={"pk": item["pk"], "sk": item["sk"]})
+                deleted += 1
+    return deleted
+
+
+def _readable_until(bucket_start_ms: int, length_ms: int, retention_ms: int) -> int:
+    """Stated from the design, not from Bucket: a bucket lives until its end plus its retention."""
+    return bucket_start_ms - bucket_start_ms % length_ms + length_ms + retention_ms
+
+
+def must_be_answered(window: Window, now_ms: int, settings: Settings) -> bool:
+    """Every hour is within the hour retention, and every hour the window covers in part keeps all its minutes."""
+    for hour in range(window.first_minute // 60, window.last_minute // 60 + 1):
+        start = hour * HOUR_MS
+        if _readable_until(start, HOUR_MS, settings.hour_retention_ms) <= now_ms:
+            return False
+        whole = window.start_ms <= start and start + HOUR_MS <= window.end_ms
+        if not whole and _readable_until(start, MINUTE_MS, settings.minute_retention_ms) <= now_ms:
+            return False
+    return True
+
+
+def must_be_refused(window: Window, now_ms: int, settings: Settings) -> bool:
+    """Minute precision where minutes are past retention (a start inside an hour), or an hour past retention."""
+    start = window.start_ms
+    if start % HOUR_MS and _readable_until(start, MINUTE_MS, settings.minute_retention_ms) <= now_ms:
+        return True
+    return _readable_until(start, HOUR_MS, settings.hour_retention_ms) <= now_ms
+
+
 def _occurrences(expected: Expected, counter: str) -> list[tuple[str, int]]:
     if counter.startswith("#rejected#"):
         return [(counter, at) for reason, at in expected.rejections if rejected_counter(reason) == counter]
-    return [(name, at) for name, at in expected.events if name == counter]
+    return [(name, at) for name, at, _ in expected.events if name == counter]
 
 
-def _instant(rng: random.Random, last_arrival_ms: int, settings: Settings) -> tuple[int, int | None, int]:
+def _instant(rng: random.Random, last_arrival_ms: int) -> tuple[int, int | None, int]:
     """(now, window end or None for now, length): now is never before the last record arrived."""
-    now = last_arrival_ms + rng.choice([0, rng.randint(0, settings.max_clock_skew_ms), rng.randint(0, 2 * DAY_MS)])
-    kind = rng.randrange(4)
+    later = rng.choice([0, rng.randint(0, 5 * MINUTE_MS), rng.randint(0, 2 * DAY_MS), rng.randint(0, 95 * DAY_MS)])
+    now = last_arrival_ms + later
+    kind = rng.randrange(5)
     if kind == 0:
         at = None
     elif kind == 1:
         at = now - rng.randint(0, DAY_MS + 2 * HOUR_MS)
     elif kind == 2:
         at = now + rng.randint(0, 2 * HOUR_MS)
-    else:
+    elif kind == 3:
         at = now - now % HOUR_MS - rng.choice([0, 1, MINUTE_MS])  # right at, or just before, an hour boundary
-    minutes = rng.choice(NOTABLE_LENGTHS_MIN) if rng.random() < 0.6 else rng.randint(1, 48 * 60)
+    else:
+        at = now - rng.randint(0, 92 * DAY_MS)
+        at = at - at % HOUR_MS - 1  # the end of an hour, far back
+    if kind >= 3 and rng.random() < 0.6:
+        return now, at, rng.choice(HOURLY_LENGTHS_MIN) * MINUTE_MS  # hour-aligned where minutes have expired
+    minutes = rng.choice(NOTABLE_LENGTHS_MIN) if rng.random() < 0.6 else rng.randint(1, 31 * 24 * 60)
     return now, at, minutes * MINUTE_MS

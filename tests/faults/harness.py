@@ -94,7 +94,12 @@ class FaultStats:
     failed_attempts: int = 0
     windows_compared: int = 0
     windows_refused: int = 0
+    windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
     buckets_compared: int = 0
+    events_in_minute_and_hour: int = 0
+    events_in_hour_only: int = 0  # arrived after their minute's retention
+    late_rejections: int = 0  # arrived after their hour's retention
+    items_expired: int = 0  # deleted as DynamoDB's TTL would, before windows were read
     discrepancies: int = 0
     fuzzed_records: int = 0
     fuzzed_queries: int = 0
@@ -117,7 +122,12 @@ class FaultStats:
             "faults_by_kind": dict(sorted(self.faults.items())),
             "windows_compared": self.windows_compared,
             "windows_refused": self.windows_refused,
+            "windows_past_minute_retention": self.windows_past_minute_retention,
             "buckets_compared": self.buckets_compared,
+            "events_in_minute_and_hour": self.events_in_minute_and_hour,
+            "events_in_hour_only": self.events_in_hour_only,
+            "late_rejections": self.late_rejections,
+            "items_expired": self.items_expired,
             "fuzzed_records": self.fuzzed_records,
             "fuzzed_queries": self.fuzzed_queries,
             "discrepancies": self.discrepancies,

@@ -7,7 +7,8 @@ emits a MODIFY; a TTL expiry by the service emits a REMOVE. Only INSERTs count.
 
 Each generated record carries the outcome the generator intended (counted, or
 the rejection reason it must get), an oracle independent of
-``tally.records.parse_record``.
+``tally.records.parse_record``: ``placement`` states the rule for late and
+future events from the design, in plain arithmetic.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
-from tally.core.buckets import buckets_of
+from tally.core.buckets import Bucket, buckets_of
 from tally.core.records import MAX_COUNTER_LENGTH, Reason
 from tally.core.segments import rejected_counter
-from tally.core.settings import MINUTE_MS, Settings
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-01-01T00:00:00.000"
@@ -62,7 +63,7 @@ class StreamSpec:
 class Expected:
     """Brute-force truth: accepted events and rejections, straight from the generator's intent."""
 
-    events: list[tuple[str, int]] = field(default_factory=list)  # (counter, event_ms)
+    events: list[tuple[str, int, int]] = field(default_factory=list)  # (counter, event_ms, arrival_ms)
     rejections: list[tuple[Reason, int]] = field(default_factory=list)  # (reason, arrival_ms)
     intents: dict[str, Reason | None] = field(default_factory=dict)  # sequence -> rejection reason, None = counted
     last_arrival_ms: int = 0  # the stream's start until a record arrives
@@ -71,14 +72,14 @@ class Expected:
         """Events of ``counter`` whose minute is in the window; for '#rejected#...' rejections by arrival."""
         if counter.startswith("#rejected#"):
             return sum(1 for reason, at in self.rejections if rejected_counter(reason) == counter and window.covers(at))
-        return sum(1 for name, at in self.events if name == counter and window.covers(at))
+        return sum(1 for name, at, _ in self.events if name == counter and window.covers(at))
 
-    def buckets(self) -> dict[tuple[str, str], int]:
+    def buckets(self, settings: Settings) -> dict[tuple[str, str], int]:
         """Every bucket item the counts table must hold, with its count."""
         totals: Counter[tuple[str, str]] = Counter()
-        for counter, at in self.events:
-            for bucket in buckets_of(at):
-                totals[(counter, bucket.sort_key)] += 1
+        for counter, at, arrival in self.events:
+            for sort_key in placement(at, arrival, settings) or ():
+                totals[(counter, sort_key)] += 1
         for reason, at in self.rejections:
             for bucket in buckets_of(at):
                 totals[(rejected_counter(reason), bucket.sort_key)] += 1
@@ -136,7 +137,7 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
             items[item_id] = image or {}
             record = _record(record_name, item_id, sequence, arrival_ms, image)
             if intent is None:
-                expected.events.append((counter, event_ms))
+                expected.events.append((counter, event_ms, _arrival_ms(record)))
             elif intent is not Reason.NOT_INSERT:
                 expected.rejections.append((intent, _arrival_ms(record)))
         expected.intents[str(sequence)] = intent
@@ -191,8 +192,8 @@ def _new_image(
     """An event item and the outcome it must get: None when counted, else its rejection reason."""
     arrival_ms -= arrival_ms % 1000  # Lambda reports arrival in whole seconds
     counter = names[0] if rng.random() < spec.hot_share else rng.choice(names)
-    offset, intent = _time_offset(rng, spec, settings)
-    event_ms = arrival_ms + offset
+    event_ms = arrival_ms + _time_offset(rng, spec, settings)
+    intent = time_verdict(event_ms, arrival_ms, settings)
     attributes: dict[str, Any] = {
         "id": {"S": item_id},
         settings.counter_attribute: {"S": counter},
@@ -229,26 +230,55 @@ def _new_image(
     return attributes, intent, event_ms, counter
 
 
-def _time_offset(rng: random.Random, spec: StreamSpec, settings: Settings) -> tuple[int, Reason | None]:
-    """Event time minus arrival, and whether that is accepted: mostly recent, sometimes at or past a limit."""
-    max_age, skew = settings.max_event_age_ms, settings.max_clock_skew_ms
-    roll = rng.random()
-    if roll >= spec.odd_share:
-        return -rng.randint(0, 120_000), None
-    choice = rng.randrange(8)
+def _time_offset(rng: random.Random, spec: StreamSpec, settings: Settings) -> int:
+    """Event time minus arrival: mostly recent, sometimes late by any amount, at a retention's edge, or ahead."""
+    skew, minutes, hours = settings.max_clock_skew_ms, settings.minute_retention_ms, settings.hour_retention_ms
+    if rng.random() >= spec.odd_share:
+        return -rng.randint(0, 120_000)
+    choice = rng.randrange(10)
     if choice == 0:
-        return -max_age, None  # as late as accepted
+        return -minutes + rng.randint(-2 * MINUTE_MS, 2 * MINUTE_MS)  # around the minute retention's edge
     if choice == 1:
-        return -max_age - rng.choice([1, 1000, 3_600_000, 40 * 86_400_000]), Reason.LATE_EVENT
+        return -hours + rng.randint(-2 * HOUR_MS, 2 * HOUR_MS)  # around the hour retention's edge
     if choice == 2:
-        return skew, None  # as far ahead as accepted
+        return skew  # as far ahead as accepted
     if choice == 3:
-        return skew + rng.choice([1, 1000, 86_400_000]), Reason.FUTURE_TIME
+        return skew + rng.choice([1, 1000, DAY_MS])
     if choice == 4:
-        return -rng.randint(0, max_age), None
+        return -rng.randint(0, minutes + HOUR_MS)
     if choice == 5:
-        return rng.randint(0, skew), None
-    return -rng.randint(0, 3_600_000), None
+        return rng.randint(0, skew)
+    if choice == 6:
+        return -rng.randint(0, hours + 2 * DAY_MS)  # late by any amount
+    if choice == 7:
+        return -rng.choice([1, 1000, 23 * HOUR_MS + 30 * MINUTE_MS, 3 * DAY_MS, 8 * DAY_MS, 40 * DAY_MS, 400 * DAY_MS])
+    return -rng.randint(0, 3_600_000)
+
+
+def time_verdict(event_ms: int, arrival_ms: int, settings: Settings) -> Reason | None:
+    """Future past the clock skew, late once the hour is past the hour retention at arrival, else counted."""
+    if event_ms - arrival_ms > settings.max_clock_skew_ms:
+        return Reason.FUTURE_TIME
+    if placement(event_ms, arrival_ms, settings) is None:
+        return Reason.LATE_EVENT
+    return None
+
+
+def placement(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[str, ...] | None:
+    """Sort keys of the buckets an event counts in, stated from the design, or None when it is late.
+
+    A bucket is readable until its end plus its retention. The event counts in
+    its minute and hour while its minute is readable at arrival, in its hour
+    alone while only the hour is, and nowhere after that.
+    """
+    minute_end = (event_ms // MINUTE_MS + 1) * MINUTE_MS
+    hour_end = (event_ms // HOUR_MS + 1) * HOUR_MS
+    minute, hour = Bucket.of_minute(event_ms // MINUTE_MS).sort_key, Bucket.of_hour(event_ms // HOUR_MS).sort_key
+    if minute_end + settings.minute_retention_ms > arrival_ms:
+        return minute, hour
+    if hour_end + settings.hour_retention_ms > arrival_ms:
+        return (hour,)
+    return None
 
 
 def _time_value(rng: random.Random, event_ms: int) -> dict[str, Any]:

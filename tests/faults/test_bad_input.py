@@ -191,12 +191,15 @@ def independently_countable(record: Any, event: CounterEvent, settings: Settings
         return f"time attribute {raw_time!r} is neither a number nor a string"
     if event.event_ms != expected_ms:
         return f"event time {event.event_ms} is not the record's {expected_ms}"
-    if (
-        not event.arrival_ms - settings.max_event_age_ms
-        <= event.event_ms
-        <= event.arrival_ms + settings.max_clock_skew_ms
-    ):
-        return "event time outside the accepted range around arrival"
+    if event.event_ms > event.arrival_ms + settings.max_clock_skew_ms:
+        return "event time further ahead of arrival than the clock skew"
+    hour_end = (event.event_ms // 3_600_000 + 1) * 3_600_000
+    minute_end = (event.event_ms // 60_000 + 1) * 60_000
+    if hour_end + settings.hour_retention_ms <= event.arrival_ms:
+        return "its hour was past the hour retention at arrival"
+    kinds = "MH" if minute_end + settings.minute_retention_ms > event.arrival_ms else "H"
+    if "".join(bucket.kind for bucket in event.buckets) != kinds:
+        return f"counted in {event.buckets}, not in the {kinds!r} buckets its arrival allows"
     return None
 
 
@@ -204,7 +207,7 @@ def expected_from(outcomes: list[CounterEvent | Rejection]) -> Expected:
     expected = Expected()
     for outcome in outcomes:
         if isinstance(outcome, CounterEvent):
-            expected.events.append((outcome.counter, outcome.event_ms))
+            expected.events.append((outcome.counter, outcome.event_ms, outcome.arrival_ms))
         elif outcome.reason.is_rejection and outcome.arrival_ms is not None:
             expected.rejections.append((outcome.reason, outcome.arrival_ms))
     return expected
@@ -246,8 +249,8 @@ def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
 
     actual = table_buckets(client, COUNTS_TABLE)
     expected = expected_from(outcomes)
-    assert actual == expected.buckets()
-    counted_names = {name for name, _ in expected.events}
+    assert actual == expected.buckets(SETTINGS)
+    counted_names = {name for name, _, _ in expected.events}
     assert all(pk in counted_names or pk.startswith(REJECTED_COUNTER_PREFIX) for pk, _ in actual)
 
 

@@ -117,7 +117,7 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
             finished.result()
 
     context = f"seed {seed}, {conflicts!r}"
-    check_table(server_client(endpoint), counts, stream.expected, context)
+    check_table(server_client(endpoint), counts, stream.expected, settings, context)
     retries = sum(summary.commit_retries for shard in shards for summary in shard.summaries)
     native = sum(client.native_retryable for client in clients)
     assert in_flight["max"] > 1, "the shards never committed at the same time"

@@ -78,7 +78,7 @@ def test_shard_delivery_through_faults_counts_exactly(
             f"reproduce with {spec!r}, batch {batch_size}, window {window_seconds}, "
             f"chunks {chunking_seed}; {schedule!r}"
         )
-        check_table(client, COUNTS_TABLE, stream.expected, context)
+        check_table(client, COUNTS_TABLE, stream.expected, SETTINGS, context)
         check_summaries(summaries, stream.records, stream.expected, context)
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.core.records import CounterEvent, parse_record
+from tally.core.records import CounterEvent, Reason, parse_record
 from tally.core.segments import MAX_PART_ITEMS, MAX_SEGMENT_ITEMS
 from tally.core.settings import HOUR_MS, Settings
 
@@ -37,7 +37,7 @@ from .harness import (
     quick_backoff,
     segment_limit,
 )
-from .streams import STREAM_ARN, Stream, StreamSpec, build_stream
+from .streams import STREAM_ARN, Stream, StreamSpec, build_stream, placement
 
 EVENTS_TABLE = "tally-events"
 COUNTS_TABLE = "tally-counts"
@@ -124,6 +124,10 @@ def run_and_check(
     STATS.add("streams")
     STATS.add("records", stream.records)
     STATS.add("identical_rewrites", stream.identical_rewrites)
+    for _, event_ms, arrival_ms in stream.expected.events:
+        hour_only = len(placement(event_ms, arrival_ms, settings) or ()) == 1
+        STATS.add("events_in_hour_only" if hour_only else "events_in_minute_and_hour")
+    STATS.add("late_rejections", stream.expected.rejections_by_reason()[Reason.LATE_EVENT])
     context = f"reproduce with {spec!r}, {deployment!r}"
     for records in stream.shards.values():
         for record in records:
@@ -137,7 +141,7 @@ def run_and_check(
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         summaries, schedule = drain(stream, deployment, client, settings, write_faults)
         context += f"; {schedule!r}"
-        check_table(client, COUNTS_TABLE, stream.expected, context)
+        check_table(client, COUNTS_TABLE, stream.expected, settings, context)
         check_summaries(summaries, stream.records, stream.expected, context)
 
         read_rates = {kind: 0.3 for kind in READ_FAULTS}
@@ -145,7 +149,7 @@ def run_and_check(
         table = CountsTable(
             FaultyClient(client, reads), COUNTS_TABLE, settings, backoff=quick_backoff(deployment.query_seed)
         )
-        check_windows(table, stream.expected, settings, random.Random(deployment.query_seed), instants, context)
+        check_windows(table, client, stream.expected, settings, random.Random(deployment.query_seed), instants, context)
 
 
 @profiles.for_test(weight=0.5)
