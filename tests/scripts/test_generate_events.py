@@ -50,8 +50,9 @@ def test_each_bad_record_is_rejected_for_the_reason_it_was_made_for():
 
 def test_expected_rejections_follow_the_arrival_of_each_record():
     settings = Settings()
-    young = {"id": "young", "counter": "a", "ts": END_MS - settings.max_event_age_ms}
-    old = {"id": "old", "counter": "a", "ts": END_MS - settings.max_event_age_ms - 1}
+    edge = END_MS - settings.hour_retention_ms  # its hour ends after it: still readable at arrival
+    young = {"id": "young", "counter": "a", "ts": edge}
+    old = {"id": "old", "counter": "a", "ts": edge - edge % HOUR_MS - 1}  # the hour before, readable until END_MS
     ahead = {"id": "ahead", "counter": "a", "ts": END_MS + settings.max_clock_skew_ms + 1}
     arrivals = {"young": END_MS, "old": END_MS, "ahead": END_MS}
     rejected = expected_rejections([young, old, ahead, *bad_items(2, END_MS)], arrivals)

@@ -101,7 +101,7 @@ def bad_items(count: int, end_ms: int, seed: int = 0, settings: Settings = Setti
         elif kind == "future_time":
             item[time] = end_ms + HOUR_MS
         elif kind == "late_event":
-            item[time] = end_ms - 30 * DAY_MS
+            item[time] = end_ms - settings.hour_retention_ms - 10 * DAY_MS  # its hour expired before it arrived
         items.append(item)
     return items
 
@@ -118,10 +118,10 @@ def brute_force_counts(
 
     Only epoch-millisecond times are understood (what the generator writes).
     With ``arrivals_ms`` (item id -> when its stream record was created),
-    events stamped more than the allowed age before their arrival, or more
+    events whose hour was past the hour retention at arrival, or stamped more
     than the clock skew after it, are split out as ``late``/``future``: tally
     rejects those by design (DESIGN.md, section 3). ``expected`` is what the
-    buckets must hold.
+    window must count.
     """
     wanted = set(counters)
     result = {counter: {"in_window": 0, "late": 0, "future": 0, "expected": 0} for counter in wanted}
@@ -165,8 +165,13 @@ def expected_rejections(
 
 
 def _arrival_verdict(ts_ms: int, arrival_ms: int, settings: Settings) -> Reason | None:
-    """The stated acceptance rule, restated independently of the parser it checks."""
-    if arrival_ms - ts_ms > settings.max_event_age_ms:
+    """The stated acceptance rule, restated independently of the parser it checks.
+
+    An hour bucket is readable until its end plus the hour retention; an event
+    whose hour is no longer readable when its record arrives is late.
+    """
+    hour_end = (ts_ms // HOUR_MS + 1) * HOUR_MS
+    if hour_end + settings.hour_retention_ms <= arrival_ms:
         return Reason.LATE_EVENT
     if ts_ms - arrival_ms > settings.max_clock_skew_ms:
         return Reason.FUTURE_TIME
