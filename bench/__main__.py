@@ -96,9 +96,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run() -> dict[str, Any]:
     settings, config, described = deployment()
-    mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
+    mock, steady, hot, backfill = workloads.origin_mock(), workloads.steady(), workloads.hot(), workloads.backfill()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
-    results["writes"] = [timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot)]
+    results["writes"] = [
+        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot, backfill)
+    ]
     results["writes_checked_against_moto"] = timed(
         "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
     )

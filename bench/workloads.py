@@ -2,7 +2,8 @@
 
 Every record reaches the stream at its own event time
 (ApproximateCreationDateTime = event time, whole seconds as DynamoDB reports
-it), so tumbling windows cut the events as they would in production. Records
+it), so tumbling windows cut the events as they would in production, except
+in the backfill, where a month of history reaches the stream at once. Records
 are built directly as Lambda's JSON, in chunks, so the 600,000 records of the
 hot counter never sit in memory at once.
 """
@@ -16,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from bench import origin
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.buckets import counted_buckets
+from tally.core.settings import DAY_MS, Settings
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
 SHARD_ID = "shardId-00000001795000000000-bench000"
@@ -26,12 +28,23 @@ CHUNK = 10_000
 Event = tuple[str, int]  # (counter, event time in epoch ms)
 
 
+def at_event_time(index: int, event_ms: int) -> int:
+    """Arrival of the index-th event: live traffic reaches the stream as it happens."""
+    return event_ms
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
     description: str
     events: Callable[[], Iterator[Event]]  # a fresh, identical iteration each call
     total: int
+    arrival: Callable[[int, int], int] = at_event_time  # (index, event ms) -> when its record reaches the stream
+
+    def arrivals(self) -> Iterator[tuple[str, int, int]]:
+        """(counter, event ms, arrival ms) in stream order."""
+        for index, (counter, event_ms) in enumerate(self.events()):
+            yield counter, event_ms, self.arrival(index, event_ms)
 
 
 def origin_mock(hours: int = 37) -> Workload:
@@ -67,7 +80,30 @@ def hot(per_second: int = 2000, seconds: int = 300) -> Workload:
     return Workload("hot counter", f"1 counter, {per_second} events/s for {seconds // 60} min", events, per_second * seconds)
 
 
-def stream_record(counter: str, event_ms: int, sequence: int) -> dict:
+def backfill(counters: int = 10, days: int = 30, total: int = 100_000, per_second: int = 1000, seed: int = 30) -> Workload:
+    """A month of history written at once (a replay, a queue draining after an outage), oldest first."""
+    arrives_from = START_MS + days * DAY_MS
+
+    def events() -> Iterator[Event]:
+        rng = random.Random(seed)
+        names = [f"counter-{index:02d}" for index in range(counters)]
+        times = sorted(rng.randrange(START_MS, arrives_from) for _ in range(total))
+        for event_ms in times:
+            yield rng.choice(names), event_ms
+
+    def arrival(index: int, event_ms: int) -> int:
+        return arrives_from + index * 1000 // per_second
+
+    return Workload(
+        "backfill",
+        f"{counters} counters, {days} days of history written at {per_second} events/s",
+        events,
+        total,
+        arrival,
+    )
+
+
+def stream_record(counter: str, event_ms: int, sequence: int, arrival_ms: int | None = None) -> dict:
     """An INSERT of an event item, as Lambda hands it to the function."""
     item_id = f"e-{sequence}"
     return {
@@ -77,7 +113,7 @@ def stream_record(counter: str, event_ms: int, sequence: int) -> dict:
         "eventSource": "aws:dynamodb",
         "awsRegion": "us-east-1",
         "dynamodb": {
-            "ApproximateCreationDateTime": event_ms // 1000,
+            "ApproximateCreationDateTime": (event_ms if arrival_ms is None else arrival_ms) // 1000,
             "Keys": {"id": {"S": item_id}},
             "NewImage": {"id": {"S": item_id}, "counter": {"S": counter}, "ts": {"N": str(event_ms)}},
             "SequenceNumber": str(100_000_000_000_000_000_000 + sequence),
@@ -88,21 +124,33 @@ def stream_record(counter: str, event_ms: int, sequence: int) -> dict:
     }
 
 
-def record_chunks(events: Iterable[Event], size: int = CHUNK) -> Iterator[list[dict]]:
-    """Stream records of ``events``, numbered in order, ``size`` at a time."""
-    numbered = enumerate(events)
-    while chunk := [stream_record(counter, ms, sequence) for sequence, (counter, ms) in itertools.islice(numbered, size)]:
+def record_chunks(workload: Workload, size: int = CHUNK) -> Iterator[list[dict]]:
+    """Stream records of the workload, numbered in order, ``size`` at a time."""
+    numbered = enumerate(workload.arrivals())
+    while chunk := [
+        stream_record(counter, ms, sequence, arrival) for sequence, (counter, ms, arrival) in itertools.islice(numbered, size)
+    ]:
         yield chunk
 
 
-def floor_writes(events: Iterable[Event], window_seconds: int) -> int:
-    """One write per distinct bucket item per tumbling window it is touched in."""
+def floor_writes(workload: Workload, window_seconds: int, settings: Settings) -> int:
+    """One write per distinct bucket item per tumbling window it is touched in.
+
+    The bucket items are those an exact count needs: an event's minute and
+    hour, or its hour alone once its minute is past the minute retention at
+    arrival (no query reads that minute again).
+    """
     touched = set()
-    for counter, event_ms in events:
-        window = event_ms // 1000 // window_seconds
-        touched.add((counter, "M", event_ms // MINUTE_MS, window))
-        touched.add((counter, "H", event_ms // HOUR_MS, window))
+    for counter, event_ms, arrival_ms in workload.arrivals():
+        window = arrival_ms // 1000 // window_seconds
+        for bucket in counted_buckets(event_ms, arrival_ms, settings):
+            touched.add((counter, bucket, window))
     return len(touched)
+
+
+def hour_only_events(workload: Workload, settings: Settings) -> int:
+    """Events whose minute is past the minute retention when they reach the stream."""
+    return sum(len(counted_buckets(ms, arrival, settings)) == 1 for _, ms, arrival in workload.arrivals())
 
 
 def busiest_item_per_second(events: Iterable[Event]) -> int:

@@ -18,7 +18,15 @@ from moto import mock_aws
 
 from bench import origin
 from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient
-from bench.workloads import SHARD_ID, STREAM_ARN, Workload, busiest_item_per_second, floor_writes, record_chunks
+from bench.workloads import (
+    SHARD_ID,
+    STREAM_ARN,
+    Workload,
+    busiest_item_per_second,
+    floor_writes,
+    hour_only_events,
+    record_chunks,
+)
 from tally.local.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
@@ -41,7 +49,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         return response
 
     delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in record_chunks(workload.events()):
+    for chunk in record_chunks(workload):
         delivery.deliver(chunk)
     delivery.close()
     return client
@@ -50,7 +58,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
     handler = origin.OriginHandler(client, ORIGIN_TABLE)
-    for batch in record_chunks(workload.events(), batch_size):
+    for batch in record_chunks(workload, batch_size):
         handler({"Records": batch})
     return client
 
@@ -64,7 +72,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     events = workload.total
     tally = run_tally(workload, settings, config).meter
     origin_run = run_origin(workload, config.batch_size).meter
-    floor = floor_writes(workload.events(), config.window_seconds)
+    floor = floor_writes(workload, config.window_seconds, settings)
     origin_peak = busiest_item_per_second(workload.events())
     markers = tally.requests  # one marker per transaction (a segment commits in parts of 99 buckets)
     bucket_writes = tally.item_writes - markers
@@ -73,6 +81,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         "workload": workload.name,
         "description": workload.description,
         "events": events,
+        "events_in_hour_only": hour_only_events(workload, settings),
         "origin": {
             "requests": origin_run.requests,
             "item_writes": origin_run.item_writes,
