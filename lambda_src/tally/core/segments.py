@@ -127,15 +127,6 @@ def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, ...] | None:
     return None
 
 
-def _adds_an_item(segment: Segment, items: tuple[Item, ...]) -> bool:
-    """Whether ``items`` name a bucket item the segment lacks (a loop: this runs once per record)."""
-    known = segment.deltas
-    for item in items:
-        if item not in known:
-            return True
-    return False
-
-
 class SegmentFolder:
     """Folds parsed records, in stream order, into segments."""
 
@@ -149,9 +140,14 @@ class SegmentFolder:
             if items is None:
                 continue
             segment = self.open
-            if segment is not None and _adds_an_item(segment, items) and segment.would_overflow(items):
-                yield segment
-                self.open = None
+            if segment is not None:
+                known = segment.deltas
+                for item in items:  # a plain loop: this runs once per record
+                    if item not in known:
+                        if segment.would_overflow(items):
+                            yield segment
+                            self.open = None
+                        break
             if self.open is None:
                 assert outcome.sequence is not None and outcome.arrival_ms is not None
                 self.open = Segment(outcome.sequence, outcome.arrival_ms, outcome.sequence)
