@@ -205,6 +205,7 @@ class TallyStack(Stack):
                 tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
                 tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
                 tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
+                tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             },
