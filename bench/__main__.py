@@ -115,6 +115,7 @@ def run() -> dict[str, Any]:
         lambda: {
             "counter_length": len(reads.COUNTER),
             "cost": reads.costs(settings),
+            "cost_with_8_bucket_lanes": reads.costs(replace(settings, bucket_lanes=8)),
             "batch_keys_ending_now": {
                 "default_skew": reads.batch_keys_ending_now(settings),
                 "no_skew": reads.batch_keys_ending_now(replace(settings, max_clock_skew_ms=0)),
