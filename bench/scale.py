@@ -356,7 +356,6 @@ def window_commit(
 class Invocation:
     shard: int
     window: int
-    segments: list[Segment]
     started: float
     steps: Generator[CommitStep, Outcome | None, CommitResult]
 
@@ -386,7 +385,7 @@ class Simulation:
         self,
         scenario: Scenario,
         table: SimulatedTable,
-        config: CommitConfig = RETRIES_ONLY,
+        config: CommitConfig,
         invoke_delay_mean_seconds: float = 0.2,
     ) -> None:
         self.scenario, self.table = scenario, table
@@ -454,7 +453,7 @@ class Simulation:
         window, segments = state.pending[0]
         state.busy = True
         steps = window_commit(segments, state.source, self.settings, state.backoff)
-        self._step(now, Invocation(shard, window, segments, now, steps), None)
+        self._step(now, Invocation(shard, window, now, steps), None)
 
     def _step(self, now: float, invocation: Invocation, reply: Outcome | None) -> None:
         if now - invocation.started > FUNCTION_TIMEOUT_SECONDS:
@@ -481,9 +480,10 @@ class Simulation:
             self._at(now + step.seconds, self._step, invocation, None)
 
     def _retry(self, failed_at: float, invocation: Invocation) -> None:
-        """Lambda retries the failed invocation with the same records; committed parts are found by their markers."""
-        state = self.shards[invocation.shard]
-        state.busy = False
+        """Lambda retries the failed invocation with the same records; committed parts are found by their markers.
+
+        The shard stays busy meanwhile: its next window waits for this one, as Lambda keeps a shard in order.
+        """
         self._at(failed_at + LAMBDA_RETRY_DELAY_SECONDS, lambda now, shard: self._invoke(now, shard), invocation.shard)
 
     def _finished(self, now: float, invocation: Invocation) -> None:

@@ -59,7 +59,8 @@ HANDLER_METRICS = (
 # of 128 MB, which keeps the cold-start imports short.
 MEMORY_MB = 256
 # A handful of transactions take well under a second; 60 s leaves room for the
-# commit's exponential backoff on conflicts and throttling, yet a hung invocation
+# commit's retries on conflicts and throttling (at most about 21 s of pauses per
+# transaction, tally.core.retry.commit_backoff), yet a hung invocation
 # stalls its shard for at most a minute before Lambda retries it, and a retry is
 # safe because commits are idempotent.
 TIMEOUT = Duration.seconds(60)
