@@ -91,7 +91,8 @@ def commit_steps(
     """
     transactions = duplicates = retries = 0
     for part, deltas in enumerate(segment.parts()):
-        attempt = Attempt(f"{segment.first_sequence}#{part}", transact_items(segment, part, deltas, table_name, source, settings))
+        items = transact_items(segment, part, deltas, table_name, source, settings)
+        attempt = Attempt(f"{segment.first_sequence}#{part}", items)
         for delay in backoff().delays():
             if delay:
                 yield Pause(delay)
