@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tally.core.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError
 
 DEFAULT_CONTEXT: dict[str, Any] = {
     "stackName": "Tally",
@@ -28,6 +28,7 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "minuteRetentionHours": 48,
     "hourRetentionDays": 90,
     "maxClockSkewSeconds": 300,
+    "bucketLanes": 1,
     "eventsTableRemovalPolicy": "retain",
     "countsTableRemovalPolicy": "destroy",
     "powertoolsLayerVersion": 27,
@@ -67,6 +68,7 @@ class StackSettings:
         minute_retention_hours = reader.integer("minuteRetentionHours", minimum=1)
         hour_retention_days = reader.integer("hourRetentionDays", minimum=1)
         max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
+        bucket_lanes = reader.integer("bucketLanes", minimum=1, maximum=MAX_BUCKET_LANES)
         try:
             handler_settings = Settings(
                 counter_attribute=reader.text("counterAttribute"),
@@ -75,6 +77,7 @@ class StackSettings:
                 minute_retention_ms=minute_retention_hours * HOUR_MS,
                 hour_retention_ms=hour_retention_days * DAY_MS,
                 max_clock_skew_ms=max_clock_skew_seconds * 1000,
+                bucket_lanes=bucket_lanes,
             )
         except SettingsError as error:
             raise ContextError(f"invalid handler settings in CDK context: {error}") from None

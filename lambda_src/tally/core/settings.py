@@ -28,6 +28,10 @@ ENV_VALUE_ATTRIBUTE = "TALLY_VALUE_ATTRIBUTE"
 ENV_MINUTE_RETENTION_HOURS = "TALLY_MINUTE_RETENTION_HOURS"
 ENV_HOUR_RETENTION_DAYS = "TALLY_HOUR_RETENTION_DAYS"
 ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
+ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
+
+# A query reads every lane of every bucket it needs: the batch plan's keys grow with them.
+MAX_BUCKET_LANES = 32
 
 
 class SettingsError(ValueError):
@@ -36,11 +40,19 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Attribute names, retentions and the clock-skew allowance.
+    """Attribute names, retentions, the clock-skew allowance and the bucket lanes.
 
     Counts stay exact with any retentions (see ``buckets.counted_buckets``);
     the minute retention must still cover the default window, 24 h ending now,
     or the default query would be refused for want of its oldest minutes.
+
+    bucket_lanes > 1 splits every bucket into that many items: each stream
+    shard adds to one of them (chosen by the shard), and reads sum them all.
+    Every shard commits its window at the same instant and DynamoDB runs one
+    transaction at a time on an item, so a bucket that hundreds of shards
+    write is committed lane by lane in parallel instead of shard after shard.
+    It may be raised at any time, never lowered while lanes written before
+    can still be read (the hour retention).
     """
 
     counts_table: str = "tally-counts"
@@ -51,6 +63,7 @@ class Settings:
     minute_retention_ms: int = 48 * HOUR_MS
     hour_retention_ms: int = 90 * DAY_MS
     max_clock_skew_ms: int = 5 * MINUTE_MS
+    bucket_lanes: int = 1
 
     def __post_init__(self) -> None:
         for name in ("counter_attribute", "time_attribute", "value_attribute"):
@@ -67,6 +80,8 @@ class Settings:
             raise SettingsError("hour retention must be at least the minute retention")
         if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds")
+        if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
+            raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -81,6 +96,7 @@ class Settings:
             minute_retention_ms=_whole(env, ENV_MINUTE_RETENTION_HOURS, defaults.minute_retention_ms, HOUR_MS),
             hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
+            bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
         )
 
 
