@@ -1,12 +1,15 @@
 """``make bench``: tally against the origin design, cost and speed, in one run.
 
 Prints the figures and the targets they meet or miss, and writes them to
-bench/results.json (the published figures). Settings come from cdk.json's
-context, so the figures describe what ``cdk deploy`` would run.
+bench/latest.json (untracked: a run on this machine). ``--publish`` (``make
+bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
+README quotes, so a plain run never leaves a clone dirty. Settings come from
+cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -23,7 +26,8 @@ from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results.json"
+PUBLISHED = Path(__file__).resolve().parent / "results.json"
+LATEST = Path(__file__).resolve().parent / "latest.json"
 console = Console(stderr=True)
 
 
@@ -186,13 +190,17 @@ def report(results: dict[str, Any]) -> None:
     out.print(table)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
+    args = parser.parse_args(argv)
     start = time.perf_counter()
     results = run()
     results["seconds"] = round(time.perf_counter() - start)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     report(results)
-    console.log(f"wrote {RESULTS.relative_to(ROOT)} in {results['seconds']} s")
+    for path in (LATEST, PUBLISHED) if args.publish else (LATEST,):
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        console.log(f"wrote {path.relative_to(ROOT)} in {results['seconds']} s")
 
 
 if __name__ == "__main__":
