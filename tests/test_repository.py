@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Infrastructure and test tooling (moto's CloudFormation pulls cfn-lint and sympy): hundreds of MB the demo never imports.
-NOT_FOR_THE_DEMO = ("aws-cdk-lib", "cdk-nag", "cfn-lint", "constructs", "pytest", "hypothesis", "cloudformation")
+NOT_FOR_THE_DEMO = ("aws-cdk-lib", "cdk-nag", "cfn-lint", "constructs", "pytest", "hypothesis", "cloudformation", "server")
 
 
 def dry_run(target: str, venv: Path) -> str:
