@@ -51,6 +51,7 @@ HANDLER_METRICS = (
     "TransactionsCommitted",
     "DuplicateTransactions",
     "CommitRetries",
+    "WindowStatesDiscarded",
 )
 
 # The handler folds a batch in memory and commits one TransactWriteItems of at most
@@ -270,6 +271,12 @@ class TallyStack(Stack):
                 "RecordsRejectedAlarm",
                 "Events were rejected as malformed, too late or in the future; the dashboard shows the reasons",
                 self._handler_metric("RecordsRejected"),
+            ),
+            self._alarm_above(
+                "WindowStateDiscardedAlarm",
+                "A tumbling-window state could not be read and was discarded: the records it held are not "
+                "counted; the function's log names their sequence range",
+                self._handler_metric("WindowStatesDiscarded"),
             ),
         ]
         if self.settings.alarm_topic_arn:

@@ -51,3 +51,27 @@ def test_a_lost_record_is_a_mismatch_and_exit_status_1(capsys):
 
     assert local_pipeline.main(SMALL, handler_factory=losing_one_record) == 1
     assert "VERDICT: MISMATCH" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["TALLY_MINUTE_RETENTION_HOURS=24", "TALLY_MAX_CLOCK_SKEW_SECONDS=60", "TALLY_COUNTER_ATTRIBUTE=name"],
+)
+def test_the_pipeline_checks_the_settings_it_is_given(setting, monkeypatch, capsys):
+    # The handler reads its settings from the environment; so must the generator and the brute force.
+    name, value = setting.split("=")
+    monkeypatch.setenv(name, value)
+    assert local_pipeline.main(SMALL) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: MATCH" in out and "MISMATCH" not in out
+    if name == "TALLY_MINUTE_RETENTION_HOURS":
+        # Half of the 50 hours are past a 24 h minute retention: counted in their hour alone, none late.
+        assert "workload events rejected as late: 0." in out
+        assert "51 h window to the last whole hour (minutes are kept 24 h)" in out
+
+
+def test_piped_output_keeps_long_lines_whole(capsys):
+    assert local_pipeline.main([*SMALL, "--hours", "2"]) == 0
+    out = capsys.readouterr().out
+    explanation = next(line for line in out.splitlines() if line.lstrip().startswith("batch plan:"))
+    assert "range plan:" in explanation and "Query request(s) per counter" in explanation

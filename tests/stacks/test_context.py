@@ -85,3 +85,19 @@ def test_the_stack_refuses_bad_context_before_building_anything():
 
     with pytest.raises(ContextError, match="tumblingWindowSeconds"):
         TallyStack(app, "Tally")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"minuteRetentionHours": "23"}, "minuteRetentionHours=23"),
+        ({"hourRetentionDays": "1"}, "hourRetentionDays=1"),
+        ({"maxClockSkewSeconds": "3601"}, "maxClockSkewSeconds=3601"),
+        ({"timeAttribute": "counter"}, "timeAttribute=counter"),
+    ],
+)
+def test_a_handler_rule_names_the_context_key_that_broke_it(overrides: dict[str, Any], named: str):
+    with pytest.raises(ContextError) as raised:
+        settings_with(**overrides)
+    message = str(raised.value)
+    assert message.startswith("context ") and named in message.split(": ")[0]

@@ -26,6 +26,9 @@ MAX_COUNTER_LENGTH = 255
 # from a stream, and a longer one would make a segment marker key DynamoDB refuses.
 MAX_SEQUENCE_LENGTH = 40
 RESERVED_PREFIX = "#"
+# An epoch-seconds time read as milliseconds lands in January 1970; within a year of its
+# record's arrival once multiplied by 1000, it was almost surely meant as seconds.
+SECONDS_MISTAKE_TOLERANCE_MS = 366 * DAY_MS
 
 _deserializer = TypeDeserializer()
 
@@ -113,11 +116,17 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     stream = record["dynamodb"]
     sequence = stream.get("SequenceNumber")
     arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
-    if not _is_sequence_number(sequence) or arrival_ms is None:
-        return Rejection(Reason.MALFORMED_RECORD, "record lacks a SequenceNumber or ApproximateCreationDateTime")
-
     if record.get("eventName") != "INSERT":
-        return Rejection(Reason.NOT_INSERT, f"eventName {str(record.get('eventName'))[:32]}", sequence, arrival_ms)
+        # A routine skip adds to no bucket, so it needs neither field: checking them first
+        # would turn every MODIFY or REMOVE without them into a rejection.
+        readable = _is_sequence_number(sequence) and arrival_ms is not None
+        detail = f"eventName {str(record.get('eventName'))[:32]}"
+        return Rejection(Reason.NOT_INSERT, detail, *((sequence, arrival_ms) if readable else (None, None)))
+    if not _is_sequence_number(sequence):
+        return Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.SequenceNumber")
+    if arrival_ms is None:
+        return Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.ApproximateCreationDateTime")
+
     image = stream.get("NewImage")
     if not _is_mapping(image):
         detail = "INSERT without NewImage (stream view must include NEW_IMAGE)"
@@ -155,8 +164,15 @@ def place_in_time(event_ms: int, arrival_ms: int, sequence: str, settings: Setti
             f"{arrival_ms - event_ms} ms before arrival: its hour is past the hour retention "
             f"({settings.hour_retention_ms // DAY_MS} d)"
         )
+        if _looks_like_epoch_seconds(event_ms, arrival_ms):
+            detail += f"; {settings.time_attribute} looks like epoch seconds, tally reads numbers as epoch milliseconds"
         return Rejection(Reason.LATE_EVENT, detail, sequence, arrival_ms)
     return buckets
+
+
+def _looks_like_epoch_seconds(event_ms: int, arrival_ms: int) -> bool:
+    """A time read as milliseconds that lands near 1970, but within a year of arrival read as seconds."""
+    return abs(event_ms * 1000 - arrival_ms) <= SECONDS_MISTAKE_TOLERANCE_MS
 
 
 def _is_sequence_number(value: Any) -> bool:
