@@ -17,9 +17,10 @@ from botocore.exceptions import ClientError
 
 from tally.core.commit import Outcome, classify_cancellation, transact_items
 from tally.core.retry import Backoff
-from tally.core.segments import Item, Segment
+from tally.core.amounts import stored_units
+from tally.core.segments import Delta, Segment
 from tally.core.settings import Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, TableDescription
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_ATTRIBUTE, TableDescription
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +55,19 @@ class CommitResult:
 
 @dataclass
 class Fetched:
-    """Counts read for some keys, and what reading them cost in requests and items."""
+    """Counts (and the sums of summing counters' buckets, in units) read for some keys, and what that cost."""
 
     counts: dict[Key, int] = field(default_factory=dict)
+    sums: dict[Key, int] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
+
+    def add(self, key: Key, item: dict[str, Any]) -> None:
+        """One bucket item as DynamoDB returned it."""
+        self.counts[key] = int(item[COUNT_ATTRIBUTE]["N"])
+        if SUM_ATTRIBUTE in item:
+            self.sums[key] = stored_units(item[SUM_ATTRIBUTE]["N"])
+        self.items += 1
 
 
 class CountsTable:
@@ -86,7 +95,7 @@ class CountsTable:
             retries += part_retries
         return CommitResult(transactions, duplicates, retries)
 
-    def _commit_part(self, segment: Segment, part: int, deltas: list[tuple[Item, int]], source: str) -> tuple[bool, int]:
+    def _commit_part(self, segment: Segment, part: int, deltas: list[Delta], source: str) -> tuple[bool, int]:
         """One TransactWriteItems, retried on conflict or throttling; (was it a duplicate, retries)."""
         items = transact_items(segment, part, deltas, self.table_name, source, self.settings)
         name = f"{segment.first_sequence}#{part}"
@@ -116,19 +125,19 @@ class CountsTable:
                     self.table_name: {
                         "Keys": pending,
                         "ConsistentRead": consistent,
-                        "ProjectionExpression": "#pk, #sk, #count",
+                        "ProjectionExpression": "#pk, #sk, #count, #sum",
                         "ExpressionAttributeNames": {
                             "#pk": COUNTS_TABLE.partition_key,
                             "#sk": COUNTS_TABLE.sort_key,
                             "#count": COUNT_ATTRIBUTE,
+                            "#sum": SUM_ATTRIBUTE,
                         },
                     }
                 }
                 response = self._call(self.client.batch_get_item, RequestItems=request)
                 fetched.requests += 1
                 for item in response.get("Responses", {}).get(self.table_name, []):
-                    fetched.counts[(item["pk"]["S"], item["sk"]["S"])] = int(item[COUNT_ATTRIBUTE]["N"])
-                    fetched.items += 1
+                    fetched.add((item["pk"]["S"], item["sk"]["S"]), item)
                 pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
                 if not pending:
                     break
@@ -142,11 +151,12 @@ class CountsTable:
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
-            "ProjectionExpression": "#sk, #count",
+            "ProjectionExpression": "#sk, #count, #sum",
             "ExpressionAttributeNames": {
                 "#pk": COUNTS_TABLE.partition_key,
                 "#sk": COUNTS_TABLE.sort_key,
                 "#count": COUNT_ATTRIBUTE,
+                "#sum": SUM_ATTRIBUTE,
             },
             "ExpressionAttributeValues": {":pk": {"S": counter}, ":first": {"S": first_sk}, ":last": {"S": last_sk}},
             "ConsistentRead": consistent,
@@ -155,8 +165,7 @@ class CountsTable:
             response = self._call(self.client.query, **request)
             fetched.requests += 1
             for item in response.get("Items", []):
-                fetched.counts[(counter, item["sk"]["S"])] = int(item[COUNT_ATTRIBUTE]["N"])
-                fetched.items += 1
+                fetched.add((counter, item["sk"]["S"]), item)
             if "LastEvaluatedKey" not in response:
                 return fetched
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]

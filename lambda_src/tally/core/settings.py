@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -36,7 +38,9 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Attribute names, retentions and the clock-skew allowance.
+    """Attribute names, counter rules, retentions and the clock-skew allowance.
+
+    ``rules`` None means the classic rule: the counter attribute names the counter.
 
     minute_retention_ms must exceed the stream retention (a retry can commit a
     day after arrival) plus the longest minute-precision window a query reads.
@@ -50,6 +54,8 @@ class Settings:
     minute_retention_ms: int = 48 * HOUR_MS
     hour_retention_ms: int = 90 * DAY_MS
     max_clock_skew_ms: int = 5 * MINUTE_MS
+    rules: Rules | None = None
+    counter_rules: Rules = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("counter_attribute", "time_attribute", "value_attribute"):
@@ -66,6 +72,8 @@ class Settings:
             raise SettingsError("hour retention must be at least the minute retention")
         if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds")
+        # Built once: every record goes through these rules.
+        object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
 
     @property
     def max_event_age_ms(self) -> int:
@@ -91,6 +99,7 @@ class Settings:
             minute_retention_ms=_whole(env, ENV_MINUTE_RETENTION_HOURS, defaults.minute_retention_ms, HOUR_MS),
             hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
+            rules=_rules(env),
         )
 
 
@@ -105,3 +114,13 @@ def _whole(env: Mapping[str, str], name: str, default_ms: int, unit_ms: int) -> 
     if value < 0:
         raise SettingsError(f"{name} must not be negative, got {value}")
     return value * unit_ms
+
+
+def _rules(env: Mapping[str, str]) -> Rules | None:
+    raw = env.get(ENV_RULES)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return parse_rules(raw)
+    except RulesError as error:
+        raise SettingsError(f"{ENV_RULES}: {error}") from None
