@@ -32,6 +32,7 @@ from constructs import Construct
 from stacks.context import StackSettings
 from tally.core import settings as tally_settings
 from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE, TableDescription
+from tally.core.rules import ENV_RULES
 
 LAMBDA_SOURCE = Path(__file__).resolve().parent.parent / "lambda_src"
 HANDLER = "tally.handler.handler"
@@ -207,6 +208,7 @@ class TallyStack(Stack):
                 tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
             },
         )
         Validations.of(function).acknowledge(
