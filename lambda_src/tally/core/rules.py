@@ -338,7 +338,7 @@ def _rule(index: int, entry: Any) -> Rule:
 
     counter_text = entry.get("counter")
     if not isinstance(counter_text, str) or not counter_text:
-        raise RulesError(f"{where}: field 'counter': must be a non-empty template string, got {counter_text!r}")
+        raise RulesError(f"{where}: field 'counter': must be a non-empty template string, got {_short(counter_text)}")
     try:
         template = Template(counter_text)
     except ValueError as error:
@@ -366,7 +366,7 @@ def _rule(index: int, entry: Any) -> Rule:
     when = _conditions(where, entry.get("when", {}))
     total = entry.get("sum")
     if total is not None and (not isinstance(total, str) or not total):
-        raise RulesError(f"{where}: field 'sum': must be an attribute name, got {total!r}")
+        raise RulesError(f"{where}: field 'sum': must be an attribute name, got {_short(total)}")
     return Rule(name, template, when, total)
 
 
@@ -402,4 +402,7 @@ def _conditions(where: str, raw: Any) -> tuple[Condition, ...]:
 
 
 def _short(value: Any) -> str:
+    """A value as the JSON it came from (numbers are read as Decimals)."""
+    if isinstance(value, Decimal):
+        return str(value)
     return repr(value)[:80]
