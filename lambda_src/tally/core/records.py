@@ -139,7 +139,7 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
 def parse_image(image: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> list[Outcome]:
     """Outcomes of one new item image in DynamoDB JSON (a stream record's NewImage, an export's Item)."""
     values: dict[str, Any] = {}
-    for name in (*settings.counter_rules.attributes, settings.time_attribute):
+    for name in settings.image_attributes:
         if name in image:
             try:
                 values[name] = _deserialize(image[name])
@@ -157,10 +157,11 @@ def parse_item(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings
     """
     counted: list[Counted] = []
     outcomes: list[Outcome] = []
-    for result in settings.counter_rules.apply(item):
+    for rule in settings.counter_rules.rules:
+        result = rule.apply(item)
         if type(result) is Counted:
             counted.append(result)
-        else:
+        elif result is not None:
             outcomes.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))
     if not counted:
         return outcomes or [Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -83,12 +83,16 @@ class Template:
         self.text = text
         self.parts = _parse_template(text) if parts is None else parts  # (is placeholder, literal or attribute)
         self.attributes = tuple(dict.fromkeys(name for is_name, name in self.parts if is_name))
+        # The classic rule and many others are one placeholder: rendered without assembling pieces.
+        self._whole = self.parts[0][1] if len(self.parts) == 1 and self.parts[0][0] else None
         self._pattern = re.compile(
             "".join("(.+)" if is_name else re.escape(literal) for is_name, literal in self.parts), re.DOTALL
         )
 
     def render(self, values: Mapping[str, Any], strings_only: bool = False) -> str:
         """The counter name for an item; raises KeyError for a missing attribute, InvalidCounter otherwise."""
+        if self._whole is not None:
+            return validate_counter(_text_of(self._whole, values[self._whole], strings_only))
         pieces = []
         for is_name, part in self.parts:
             if not is_name:
@@ -265,23 +269,16 @@ class Rules:
     """The rules every item goes through, in order; each matching rule adds to its counter."""
 
     rules: tuple[Rule, ...]
+    attributes: tuple[str, ...] = field(init=False, compare=False, repr=False)  # every attribute the rules read
 
-    @property
-    def attributes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(name for rule in self.rules for name in rule.attributes))
+    def __post_init__(self) -> None:
+        # Computed once: every record reads these attributes.
+        names = tuple(dict.fromkeys(name for rule in self.rules for name in rule.attributes))
+        object.__setattr__(self, "attributes", names)
 
     @property
     def classic(self) -> bool:
         return len(self.rules) == 1 and self.rules[0].name is None
-
-    def apply(self, values: Mapping[str, Any]) -> list[Counted | Refused]:
-        """Every matching rule's outcome, in rule order (empty when no rule matches)."""
-        outcomes = []
-        for rule in self.rules:
-            outcome = rule.apply(values)
-            if outcome is not None:
-                outcomes.append(outcome)
-        return outcomes
 
     def sums(self, counter: str) -> bool:
         """Whether a summing rule can write ``counter`` (the query then reports its sum and average)."""

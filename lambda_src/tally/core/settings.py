@@ -56,6 +56,7 @@ class Settings:
     max_clock_skew_ms: int = 5 * MINUTE_MS
     rules: Rules | None = None
     counter_rules: Rules = field(init=False, repr=False, compare=False)
+    image_attributes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what a record's image needs
 
     def __post_init__(self) -> None:
         for name in ("counter_attribute", "time_attribute", "value_attribute"):
@@ -74,6 +75,7 @@ class Settings:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds")
         # Built once: every record goes through these rules.
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
+        object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
 
     @property
     def max_event_age_ms(self) -> int:
