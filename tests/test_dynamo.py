@@ -233,3 +233,30 @@ def test_a_large_segment_commits_in_parts_each_exactly_once(dynamodb, settings):
     assert (result.duplicates, result.transactions) == (2, 2)
     assert client.calls["transact_write_items"] == 2 + 4
     assert all(read_counts(dynamodb, f"c{i:03d}") == {MINUTE.sort_key: 1, HOUR.sort_key: 1} for i in range(150))
+
+
+LARGEST_AMOUNT_UNITS = 10**26 - 1  # 999999999999999999.99999999: the largest amount a rule sums
+
+
+def test_sums_of_the_largest_amounts_are_stored_and_read_back_exactly(counts_table, dynamodb):
+    many = 10**10 * LARGEST_AMOUNT_UNITS  # 10^10 of them in one bucket: 31 digits, past Python's default 28
+    for first in ("100", "200"):
+        summing = Segment(first, T0, first, 1, {("rev", MINUTE): 10**10, ("rev", HOUR): 10**10})
+        summing.sums = {("rev", MINUTE): many, ("rev", HOUR): many}
+        counts_table.commit(summing, "src")
+    stored = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "rev"}, "sk": {"S": MINUTE.sort_key}})["Item"]
+    assert stored["sum"] == {"N": "19999999999999999999999999999.98"}  # 2 x 10^10 x (10^18 - 10^-8)
+    fetched = counts_table.batch_get([("rev", MINUTE.sort_key), ("rev", HOUR.sort_key)], consistent=True)
+    assert fetched.sums == {("rev", MINUTE.sort_key): 2 * many, ("rev", HOUR.sort_key): 2 * many}
+    assert counts_table.query("rev", MINUTE.sort_key, MINUTE.sort_key, consistent=True).sums == {
+        ("rev", MINUTE.sort_key): 2 * many
+    }
+
+
+def test_a_sum_past_38_digits_is_refused_as_dynamodb_refuses_it(dynamodb):
+    # The local toolkit adds numbers as DynamoDB does; amounts.py keeps real sums far from this.
+    key = {"pk": {"S": "x"}, "sk": {"S": "y"}}
+    update = {"TableName": COUNTS, "Key": key, "UpdateExpression": "ADD #s :v", "ExpressionAttributeNames": {"#s": "sum"}}
+    dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "9" * 38}})
+    with pytest.raises(ClientError, match="Number overflow"):
+        dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "0.1"}})
