@@ -239,13 +239,14 @@ LARGEST_AMOUNT_UNITS = 10**26 - 1  # 999999999999999999.99999999: the largest am
 
 
 def test_sums_of_the_largest_amounts_are_stored_and_read_back_exactly(counts_table, dynamodb):
-    many = 10**10 * LARGEST_AMOUNT_UNITS  # 10^10 of them in one bucket: 31 digits, past Python's default 28
+    # 10^10 of them and a little more in one bucket: 36 digits, past Python's default 28 and DynamoDB's way to 38.
+    many = 10**10 * LARGEST_AMOUNT_UNITS + 99
     for first in ("100", "200"):
         summing = Segment(first, T0, first, 1, {("rev", MINUTE): 10**10, ("rev", HOUR): 10**10})
         summing.sums = {("rev", MINUTE): many, ("rev", HOUR): many}
         counts_table.commit(summing, "src")
     stored = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "rev"}, "sk": {"S": MINUTE.sort_key}})["Item"]
-    assert stored["sum"] == {"N": "19999999999999999999999999999.98"}  # 2 x 10^10 x (10^18 - 10^-8)
+    assert stored["sum"] == {"N": "19999999999999999999999999800.00000198"}  # 2 x (10^28 - 100 + 99 x 10^-8)
     fetched = counts_table.batch_get([("rev", MINUTE.sort_key), ("rev", HOUR.sort_key)], consistent=True)
     assert fetched.sums == {("rev", MINUTE.sort_key): 2 * many, ("rev", HOUR.sort_key): 2 * many}
     assert counts_table.query("rev", MINUTE.sort_key, MINUTE.sort_key, consistent=True).sums == {
