@@ -44,6 +44,7 @@ def test_shard_delivery_through_faults_counts_exactly(
     settings = settings_for(spec, SETTINGS)
     stream = build_stream(spec, settings)
     STATS.add("streams")
+    STATS.add("streams_with_rules", spec.rules)
     STATS.add("records", stream.records)
     STATS.add("identical_rewrites", stream.identical_rewrites)
     schedule = FaultSchedule(fault_seed, {kind: 0.2 for kind in INVOCATION_FAULTS}, budget=60)

@@ -124,6 +124,7 @@ def run_and_check(
     settings = settings_for(spec, settings)
     stream = build_stream(spec, settings)
     STATS.add("streams")
+    STATS.add("streams_with_rules", spec.rules)
     STATS.add("records", stream.records)
     STATS.add("identical_rewrites", stream.identical_rewrites)
     context = f"reproduce with {spec!r}, {deployment!r}"
