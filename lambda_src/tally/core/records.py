@@ -152,37 +152,41 @@ def parse_item(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings
     """Outcomes of one decoded item (as boto3's TypeDeserializer gives it) arriving at ``arrival_ms``.
 
     Every rule whose conditions hold counts the item or refuses it with a
-    reason. The time is read only when some rule counts it, and a bad or
-    unacceptable time rejects the record once, whatever the number of rules.
+    reason. A bad or unacceptable time rejects the record once, whatever the
+    number of rules, and only when some rule would have counted it.
     """
-    counted: list[Counted] = []
-    outcomes: list[Outcome] = []
+    time = _time_of(item, arrival_ms, sequence, settings)
+    counted = False
+    events: list[Outcome] = []
+    refusals: list[Outcome] = []
     for rule in settings.counter_rules.rules:
         result = rule.apply(item)
         if type(result) is Counted:
-            counted.append(result)
+            counted = True
+            if type(time) is int:
+                events.append(CounterEvent(result.counter, time, sequence, arrival_ms, result.units))
         elif result is not None:
-            outcomes.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))
+            refusals.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))
     if not counted:
-        return outcomes or [Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)]
+        return refusals or [Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)]
+    if type(time) is not int:
+        return [time, *refusals]
+    return events + refusals if refusals else events
 
+
+def _time_of(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> int | Rejection:
+    """The item's event time in epoch ms, or the rejection its time earns."""
     if settings.time_attribute not in item:
-        return [
-            Rejection(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}", sequence, arrival_ms),
-            *outcomes,
-        ]
+        return Rejection(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}", sequence, arrival_ms)
     try:
         event_ms = parse_event_time(item[settings.time_attribute])
     except (InvalidTime, ValueError) as error:
-        return [Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms), *outcomes]
+        return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms)
     rejected = time_rejection(event_ms, arrival_ms, settings)
     if rejected is not None:
         reason, detail = rejected
-        return [Rejection(reason, detail, sequence, arrival_ms), *outcomes]
-    events: list[Outcome] = [
-        CounterEvent(result.counter, event_ms, sequence, arrival_ms, result.units) for result in counted
-    ]
-    return events + outcomes
+        return Rejection(reason, detail, sequence, arrival_ms)
+    return event_ms
 
 
 def time_rejection(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Reason, str] | None:
