@@ -16,7 +16,7 @@ import aws_cdk as cdk  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from stacks import TallyStack  # noqa: E402
-from stacks.context import stack_name_from_context  # noqa: E402
+from stacks.context import ContextError, stack_name_from_context  # noqa: E402
 
 
 def build_app(**app_props) -> cdk.App:
@@ -27,5 +27,15 @@ def build_app(**app_props) -> cdk.App:
     return app
 
 
+def main() -> int:
+    """Synthesize; a bad context value is one line naming its key, not a traceback through jsii."""
+    try:
+        build_app().synth()
+    except ContextError as error:
+        print(f"tally: {error} (set it in cdk.json or with -c key=value)", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    build_app().synth()
+    sys.exit(main())

@@ -1,16 +1,18 @@
 """Write synthetic events into the events table: by default the origin's workload.
 
-    python scripts/generate_events.py                      # 3 counters, 37 h ending now, 20-100/h each
-    python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 12
-    python scripts/generate_events.py --shape origin     # the origin's jobs: {id, insertUtcTime, providerId, ...}
-    python scripts/generate_events.py --shape blog       # page views: {id, url, time, clientId, status, loadMs}
+    .venv/bin/python scripts/generate_events.py            # 3 counters, 37 h ending now, 20-100/h each, 6 bad
+    .venv/bin/python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 0
+    .venv/bin/python scripts/generate_events.py --shape origin   # the origin's jobs: {id, insertUtcTime, providerId, ...}
+    .venv/bin/python scripts/generate_events.py --shape blog     # page views: {id, url, time, clientId, status, loadMs}
 
-A shape writes items of another table's making, with statuses and amounts;
-it prints the TALLY_RULES and TALLY_TIME_ATTRIBUTE that count them.
+A shape writes items of another table's making, with statuses and amounts (and
+no bad records); it prints the TALLY_RULES and TALLY_TIME_ATTRIBUTE that count them.
 
 The same --seed (and end time) writes the same events, ids included. Items
 are written with BatchWriteItem only (moto turns an UpdateItem on a new key
-into two INSERTs), and unprocessed items are retried with backoff.
+into two INSERTs), and unprocessed items are retried with backoff. Attribute
+names come from TALLY_COUNTER_ATTRIBUTE / TALLY_TIME_ATTRIBUTE, as the handler
+reads them.
 """
 
 from __future__ import annotations
@@ -21,18 +23,19 @@ import shlex
 import sys
 from collections import Counter
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tally.core.buckets import iso_minute
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
+from tally.local.cli import console as make_console
+from tally.local.cli import entry_point, require_table
 from tally.core.records import InvalidCounter, validate_counter
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.windows import InvalidWindow, now_ms, parse_instant
-from tally.local.workload import DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, SHAPES, Workload, bad_items
+from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, SHAPES, Workload, bad_items
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,7 +67,13 @@ def parser() -> argparse.ArgumentParser:
         metavar=("COUNTER", "RATE"),
         help="also write RATE events per hour to COUNTER (repeatable)",
     )
-    parser.add_argument("--bad", type=int, default=0, metavar="N", help="also write N records tally must reject")
+    parser.add_argument(
+        "--bad",
+        type=int,
+        metavar="N",
+        help=f"also write N records tally must reject, cycling through their kinds (default {len(BAD_KINDS)}: "
+        "one of each, as make demo writes; none with --shape)",
+    )
     return parser
 
 
@@ -75,6 +84,8 @@ def parse_workload(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         counters = [validate_counter(name) for name in args.counters or default_counters]
         if args.shape and (args.bad or args.hot):
             raise ValueError("--bad and --hot write tally's own event shape; leave them out with --shape")
+        if args.bad is None:
+            args.bad = 0 if args.shape else len(BAD_KINDS)
         hot = {validate_counter(name): int(rate) for name, rate in args.hot}
         if args.start and args.end:
             raise ValueError("give --start or --end, not both")
@@ -91,6 +102,7 @@ def parse_workload(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return workload, end_ms
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     argument_parser = parser()
     args = argument_parser.parse_args(argv)
@@ -107,10 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     except LookupError as error:  # no such stack
         argument_parser.error(str(error))
 
+    dynamodb = client("dynamodb")
+    require_table(dynamodb, table, "--table or EVENTS_TABLE")
     console.print(
         f"writing {len(items)} events to {table}: {workload.hours} h ending {iso_minute(end_ms)}, seed {workload.seed}"
     )
-    write_with_progress(client("dynamodb"), table, items)
+    write_with_progress(dynamodb, table, items)
     print_totals(Counter(event.counter for event in events), args.bad)
     if args.shape:
         print(f"export TALLY_TIME_ATTRIBUTE={shape.time_attribute} TALLY_RULES={shlex.quote(shape.rules_json)}")
@@ -133,7 +147,7 @@ def print_totals(per_counter: Counter[str], bad: int) -> None:
     if bad:
         table.add_row("[dim](records tally must reject)", str(bad))
     table.add_row("[bold]total", f"[bold]{sum(per_counter.values()) + bad}")
-    Console().print(table)
+    make_console().print(table)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ by design, and show up under the #rejected#late_event counter. The brute force
 applies that same stated rule, with each record's arrival as the stream
 reports it, and says how many events in the window it set aside.
 
+The handler, the generator and the brute force read the same settings from
+the environment (TALLY_MINUTE_RETENTION_HOURS, TALLY_COUNTER_ATTRIBUTE, ...),
+so the demo checks whatever configuration it is given.
+
 --shape origin|blog counts another table's items with counter rules instead:
 the origin's jobs ({id, insertUtcTime, counterKeyPrefix, providerId, status,
 amount}) or a blog's page views ({id, url, time, clientId, status, loadMs}),
@@ -37,7 +41,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -47,6 +50,8 @@ from tally.core.buckets import iso_minute
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
+from tally.local.cli import console as make_console
+from tally.local.cli import entry_point
 from tally.core.plans import PlanKind
 from tally.query import count_windows
 from tally.core.records import Reason
@@ -72,7 +77,7 @@ EVENTS_TABLE = "tally-events"
 COUNTS_TABLE = "tally-counts"
 REJECTION_REASONS = [reason for reason in Reason if reason.is_rejection]
 
-console = Console()
+console = make_console()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,8 +99,10 @@ def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
     return local_handler(counts_table, log_level="ERROR")
 
 
+@entry_point
 def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any] = quiet_handler) -> int:
     args = parser().parse_args(argv)
+    settings = Settings.from_env()  # as the handler reads them, so generator and brute force agree with it
     shape = SHAPES[args.shape] if args.shape else None
     counters = args.counters or list(shape.keys if shape else DEFAULT_COUNTERS)
     workload = Workload(counters=counters, hours=args.hours, rate=tuple(args.rate), seed=args.seed)
@@ -125,7 +132,8 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
             for rule in shape.rules:
                 console.print(f"   {escape(json.dumps(rule))}")
         else:
-            items = [event.item() for event in workload.events(end_ms)] + bad_items(args.bad, end_ms, args.seed)
+            events = workload.events(end_ms)
+            items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, args.seed, settings)
             write(dynamodb, items)
             console.print(
                 f"2. wrote {len(items) - args.bad:,} events ({len(workload.counters)} counters, {workload.hours} h "
@@ -151,7 +159,7 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
         if shape:
             matched = verify_shaped(dynamodb, shape, list(zip(times, items, strict=True)), arrivals)
         else:
-            matched = verify(dynamodb, workload.counters, arrivals)
+            matched = verify(dynamodb, workload.counters, arrivals, settings)
         console.print(f"finished in {time.monotonic() - started:.1f} s")
         if args.keep_running:
             keep_running(server, reader)
@@ -181,9 +189,8 @@ def recording_arrivals(handler: Callable[[dict, Any], Any], arrivals: dict[str, 
     return handle
 
 
-def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int]) -> bool:
+def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings) -> bool:
     """Both plans against brute force for the 24 h window ending now, and the rejection counters."""
-    settings = Settings()
     table = CountsTable(dynamodb, COUNTS_TABLE, settings)
     now = now_ms()
     window = Window.ending(now)
@@ -316,8 +323,8 @@ def keep_running(server: MotoServer, reader: StreamReader) -> None:
     console.print("\nServer and runner keep running. In another shell:")
     print("export " + " ".join(f"{name}={value}" for name, value in environment.items()), flush=True)
     console.print(
-        "then e.g. [bold]python scripts/generate_events.py --hours 1[/] and "
-        "[bold]python scripts/query_window.py page-views[/]. Ctrl-C to stop."
+        "then e.g. [bold].venv/bin/python scripts/generate_events.py --hours 1[/] and "
+        "[bold].venv/bin/python scripts/query_window.py page-views[/]. Ctrl-C to stop."
     )
 
     def interrupted(signum: int, frame: object) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.core.rules import RulesError, parse_rules
-from tally.core.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError
 
 DEFAULT_CONTEXT: dict[str, Any] = {
     "stackName": "Tally",
@@ -30,11 +30,22 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "minuteRetentionHours": 48,
     "hourRetentionDays": 90,
     "maxClockSkewSeconds": 300,
+    "bucketLanes": 1,
     "eventsTableRemovalPolicy": "retain",
     "countsTableRemovalPolicy": "destroy",
     "powertoolsLayerVersion": 27,
     "alarmTopicArn": "",
     "rules": [],
+}
+
+# The context key each handler setting is read from, so a rule the handler enforces names the key to fix.
+HANDLER_SETTING_KEYS = {
+    "counter_attribute": "counterAttribute",
+    "time_attribute": "timeAttribute",
+    "value_attribute": "valueAttribute",
+    "minute_retention_ms": "minuteRetentionHours",
+    "hour_retention_ms": "hourRetentionDays",
+    "max_clock_skew_ms": "maxClockSkewSeconds",
 }
 
 REMOVAL_POLICIES = ("retain", "destroy")
@@ -73,6 +84,7 @@ class StackSettings:
         minute_retention_hours = reader.integer("minuteRetentionHours", minimum=1)
         hour_retention_days = reader.integer("hourRetentionDays", minimum=1)
         max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
+        bucket_lanes = reader.integer("bucketLanes", minimum=1, maximum=MAX_BUCKET_LANES)
         rules_json = reader.rules("rules")
         try:
             handler_settings = Settings(
@@ -82,10 +94,12 @@ class StackSettings:
                 minute_retention_ms=minute_retention_hours * HOUR_MS,
                 hour_retention_ms=hour_retention_days * DAY_MS,
                 max_clock_skew_ms=max_clock_skew_seconds * 1000,
+                bucket_lanes=bucket_lanes,
                 rules=parse_rules(rules_json) if rules_json else None,
             )
         except SettingsError as error:
-            raise ContextError(f"invalid handler settings in CDK context: {error}") from None
+            named = error.naming({field: f"{key}={reader.shown(key)}" for field, key in HANDLER_SETTING_KEYS.items()})
+            raise ContextError(f"context {named}") from None
         return cls(
             tumbling_window_seconds=reader.integer(
                 "tumblingWindowSeconds", minimum=0, maximum=MAX_TUMBLING_WINDOW_SECONDS
@@ -133,6 +147,10 @@ class _ContextReader:
     def _raw(self, key: str) -> Any:
         value = self._lookup(key)
         return DEFAULT_CONTEXT[key] if value is None else value
+
+    def shown(self, key: str) -> str:
+        """The value as the operator gave it, for an error message."""
+        return str(self._raw(key))
 
     def integer(self, key: str, *, minimum: int, maximum: int | None = None) -> int:
         raw = self._raw(key)

@@ -147,7 +147,7 @@ def test_sums_survive_the_window_state_exactly():
     big = 10**26 - 1  # the largest amount: 18 integer digits, 8 fraction digits
     list(folder.fold([[event("rev", T0, 1, units=big)], [event("rev", T0, 2, units=big)], [event("n", T0, 3)]]))
     state = json.loads(json.dumps(folder.open.to_state()))
-    assert state["v"] == 2
+    assert state["v"] == 2  # a segment with sums; one without keeps version 1 (tests/test_window_state.py)
     restored = Segment.from_state(state)
     assert restored == folder.open
     assert restored.sums[("rev", Bucket.of_minute(T0 // MINUTE_MS))] == 2 * big

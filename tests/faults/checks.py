@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from tally.core.buckets import Bucket
+from tally.core.buckets import Bucket, bucket_sort_key
 from tally.core.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
@@ -42,21 +42,21 @@ NOTABLE_LENGTHS_MIN = (
 
 
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
-    """Every bucket item's count (segment markers left out)."""
+    """Every bucket of the counts table, its lanes summed (segment markers left out)."""
     return table_contents(client, table_name)[0]
 
 
 def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-    """Every bucket item's count, and the sum (in units) of those that keep one."""
+    """Every bucket's count, its lanes summed, and the sum (in units) of those that keep one."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
-            key = (item["pk"]["S"], item["sk"]["S"])
-            if not key[0].startswith(MARKER_PREFIX):
-                counts[key] = int(item[COUNT_ATTRIBUTE]["N"])
+            if not item["pk"]["S"].startswith(MARKER_PREFIX):
+                key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
+                counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
-                    sums[key] = stored_units(item[SUM_ATTRIBUTE]["N"])
+                    sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
     return counts, sums
 
 

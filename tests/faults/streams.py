@@ -12,6 +12,7 @@ the rejection reason it must get), an oracle independent of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import Counter
@@ -215,7 +216,7 @@ def settings_for(spec: StreamSpec, settings: Settings) -> Settings:
     """The handler's settings for a stream: with FAULT_RULES when its items are made for them."""
     if not spec.rules:
         return settings
-    return Settings(counts_table=settings.counts_table, events_table=settings.events_table, rules=FAULT_RULES)
+    return dataclasses.replace(settings, rules=FAULT_RULES)
 
 
 def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[tuple[str, int | None]], list[Reason]]:

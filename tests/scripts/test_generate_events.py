@@ -90,6 +90,16 @@ def test_bad_arguments_exit_with_status_2(argv, capsys):
     assert "error:" in capsys.readouterr().err
 
 
+def test_the_default_writes_one_bad_record_of_each_kind_as_the_demo_does():
+    parser = generate_events.parser()
+    args = parser.parse_args([])
+    generate_events.parse_workload(args, parser)
+    assert args.bad == len(BAD_KINDS)
+    shaped = parser.parse_args(["--shape", "blog"])
+    generate_events.parse_workload(shaped, parser)
+    assert shaped.bad == 0  # a shape is another table's items: tally's bad records do not belong in it
+
+
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_shaped_items_are_counted_by_their_rules_as_restated_by_hand(name):
     shape = SHAPES[name]

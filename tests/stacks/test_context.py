@@ -40,6 +40,7 @@ def test_command_line_strings_are_read_as_numbers_and_choices():
         ("tumblingWindowSeconds", True, "whole number"),
         ("tumblingWindowSeconds", 1.5, "whole number"),
         ("batchSize", 0, "between 1 and 10000"),
+        ("bucketLanes", 33, "between 1 and 32"),
         ("batchSize", "10001", "between 1 and 10000"),
         ("maxBatchingWindowSeconds", 301, "between 0 and 300"),
         ("powertoolsLayerVersion", 0, "at least 1"),
@@ -84,6 +85,22 @@ def test_the_stack_refuses_bad_context_before_building_anything():
 
     with pytest.raises(ContextError, match="tumblingWindowSeconds"):
         TallyStack(app, "Tally")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"minuteRetentionHours": "25"}, "minuteRetentionHours=25"),
+        ({"hourRetentionDays": "1"}, "hourRetentionDays=1"),
+        ({"maxClockSkewSeconds": "3601"}, "maxClockSkewSeconds=3601"),
+        ({"timeAttribute": "counter"}, "timeAttribute=counter"),
+    ],
+)
+def test_a_handler_rule_names_the_context_key_that_broke_it(overrides: dict[str, Any], named: str):
+    with pytest.raises(ContextError) as raised:
+        settings_with(**overrides)
+    message = str(raised.value)
+    assert message.startswith("context ") and named in message.split(": ")[0]
 
 
 @pytest.mark.parametrize(

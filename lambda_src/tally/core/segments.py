@@ -28,9 +28,11 @@ MAX_PART_ITEMS = 99
 MAX_SEGMENT_ITEMS = 50 * MAX_PART_ITEMS
 STATE_BUDGET_BYTES = 512_000
 REJECTED_COUNTER_PREFIX = "#rejected#"
-# Version 2 adds a fourth field to summing entries; version 1 (counts only) is still read.
+# Version 2 adds a fourth field to summing entries. A segment without sums is written as
+# version 1, unchanged, so a release that reads only version 1 can still take it over.
 STATE_VERSION = 2
-READABLE_STATE_VERSIONS = (1, 2)
+COUNTS_ONLY_STATE_VERSION = 1
+READABLE_STATE_VERSIONS = (COUNTS_ONLY_STATE_VERSION, STATE_VERSION)
 # JSON of one state entry beyond its counter name: sort key, delta, brackets, commas.
 _ENTRY_OVERHEAD_BYTES = 48
 # ... and of a summing entry's sum: up to 38 digits, sign, quotes, comma.
@@ -39,6 +41,10 @@ _SUM_OVERHEAD_BYTES = 44
 Item = tuple[str, Bucket]  # (counter, bucket)
 Contribution = tuple[Item, Item, int | None]  # minute item, hour item, units added to their sums (or None)
 Delta = tuple[Item, int, int | None]  # item, count delta, sum delta in units (None: the item keeps no sum)
+
+
+class UnreadableState(ValueError):
+    """A tumbling-window state this release cannot read (another format version, or damaged)."""
 
 
 def rejected_counter(reason: Reason) -> str:
@@ -115,7 +121,7 @@ class Segment:
             entry = [counter, bucket.sort_key, delta]
             entries.append(entry if units is None else [*entry, str(units)])
         return {
-            "v": STATE_VERSION,
+            "v": STATE_VERSION if self.sums else COUNTS_ONLY_STATE_VERSION,
             "first": self.first_sequence,
             "arrival": self.first_arrival_ms,
             "last": self.last_sequence,
@@ -124,25 +130,35 @@ class Segment:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Segment:
+    def from_state(cls, state: Any) -> Segment:
+        """Read what ``to_state`` wrote (this version or the previous); raise UnreadableState for anything else."""
+        if not isinstance(state, dict):
+            raise UnreadableState(f"segment state is a {type(state).__name__}, not an object")
         if state.get("v") not in READABLE_STATE_VERSIONS:
-            raise ValueError(f"unknown segment state version {state.get('v')!r}")
-        deltas: dict[Item, int] = {}
-        sums: dict[Item, int] = {}
-        for counter, sk, delta, *units in state["deltas"]:
-            item = (counter, Bucket.from_sort_key(sk))
-            deltas[item] = int(delta)
-            if units:
-                sums[item] = int(units[0])
-        return cls(
-            first_sequence=state["first"],
-            first_arrival_ms=int(state["arrival"]),
-            last_sequence=state["last"],
-            records=int(state["records"]),
-            deltas=deltas,
-            sums=sums,
-            state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas) + _SUM_OVERHEAD_BYTES * len(sums),
-        )
+            raise UnreadableState(
+                f"segment state version {state.get('v')!r}, this release reads "
+                + " and ".join(str(v) for v in READABLE_STATE_VERSIONS)
+            )
+        try:
+            deltas: dict[Item, int] = {}
+            sums: dict[Item, int] = {}
+            for counter, sk, delta, *units in state["deltas"]:
+                item = (str(counter), Bucket.from_sort_key(sk))
+                deltas[item] = int(delta)
+                if units:
+                    [unit_text] = units
+                    sums[item] = int(unit_text)
+            return cls(
+                first_sequence=str(state["first"]),
+                first_arrival_ms=int(state["arrival"]),
+                last_sequence=str(state["last"]),
+                records=int(state["records"]),
+                deltas=deltas,
+                sums=sums,
+                state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas) + _SUM_OVERHEAD_BYTES * len(sums),
+            )
+        except Exception as error:
+            raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
 
 
 def contribution(outcome: Outcome) -> Contribution | None:

@@ -30,20 +30,56 @@ ENV_VALUE_ATTRIBUTE = "TALLY_VALUE_ATTRIBUTE"
 ENV_MINUTE_RETENTION_HOURS = "TALLY_MINUTE_RETENTION_HOURS"
 ENV_HOUR_RETENTION_DAYS = "TALLY_HOUR_RETENTION_DAYS"
 ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
+ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
+
+# A query reads every lane of every bucket it needs: the batch plan's keys grow with them.
+MAX_BUCKET_LANES = 32
+
+
+# The variable each field is read from: an error names what the operator set, not a field.
+ENV_NAMES = {
+    "counter_attribute": ENV_COUNTER_ATTRIBUTE,
+    "time_attribute": ENV_TIME_ATTRIBUTE,
+    "value_attribute": ENV_VALUE_ATTRIBUTE,
+    "minute_retention_ms": ENV_MINUTE_RETENTION_HOURS,
+    "hour_retention_ms": ENV_HOUR_RETENTION_DAYS,
+    "max_clock_skew_ms": ENV_MAX_CLOCK_SKEW_SECONDS,
+    "bucket_lanes": ENV_BUCKET_LANES,
+}
 
 
 class SettingsError(ValueError):
-    """A setting has a value tally cannot work with."""
+    """A setting has a value tally cannot work with; ``fields`` are the Settings fields at fault."""
+
+    def __init__(self, reason: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fields = fields
+
+    def naming(self, shown: Mapping[str, str]) -> SettingsError:
+        """The same error led by how the operator spelled each field at fault (``shown``: field -> text)."""
+        names = [shown[field] for field in self.fields if field in shown]
+        if not names:
+            return self
+        return SettingsError(f"{', '.join(names)}: {self.reason}", self.fields)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Attribute names, counter rules, retentions and the clock-skew allowance.
+    """Attribute names, counter rules, retentions, the clock-skew allowance and the bucket lanes.
 
     ``rules`` None means the classic rule: the counter attribute names the counter.
 
     minute_retention_ms must exceed the stream retention (a retry can commit a
     day after arrival) plus the longest minute-precision window a query reads.
+
+    bucket_lanes > 1 splits every bucket into that many items: each stream
+    shard adds to one of them (chosen by the shard), and reads sum them all.
+    Every shard commits its window at the same instant and DynamoDB runs one
+    transaction at a time on an item, so a bucket that hundreds of shards
+    write is committed lane by lane in parallel instead of shard after shard.
+    It may be raised at any time, never lowered while lanes written before
+    can still be read (the hour retention).
     """
 
     counts_table: str = "tally-counts"
@@ -54,25 +90,32 @@ class Settings:
     minute_retention_ms: int = 48 * HOUR_MS
     hour_retention_ms: int = 90 * DAY_MS
     max_clock_skew_ms: int = 5 * MINUTE_MS
+    bucket_lanes: int = 1
     rules: Rules | None = None
     counter_rules: Rules = field(init=False, repr=False, compare=False)
     image_attributes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what a record's image needs
 
     def __post_init__(self) -> None:
-        for name in ("counter_attribute", "time_attribute", "value_attribute"):
+        attributes = ("counter_attribute", "time_attribute", "value_attribute")
+        for name in attributes:
             if not getattr(self, name):
-                raise SettingsError(f"{name} must not be empty")
+                raise SettingsError("attribute name must not be empty", (name,))
         if len({self.counter_attribute, self.time_attribute, self.value_attribute}) != 3:
-            raise SettingsError("counter, time and value attributes must have distinct names")
+            raise SettingsError("counter, time and value attributes must have distinct names", attributes)
         if self.minute_retention_ms <= STREAM_RETENTION_MS + HOUR_MS:
             raise SettingsError(
                 "minute retention must exceed 25 hours: a retried invocation may commit "
-                "a day after its records arrived"
+                "a day after its records arrived",
+                ("minute_retention_ms",),
             )
         if self.hour_retention_ms < self.minute_retention_ms:
-            raise SettingsError("hour retention must be at least the minute retention")
+            raise SettingsError(
+                "hour retention must be at least the minute retention", ("hour_retention_ms", "minute_retention_ms")
+            )
         if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
-            raise SettingsError("max clock skew must be between 0 and 3600 seconds")
+            raise SettingsError("max clock skew must be between 0 and 3600 seconds", ("max_clock_skew_ms",))
+        if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
+            raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}", ("bucket_lanes",))
         # Built once: every record goes through these rules.
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
         object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
@@ -92,6 +135,14 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         defaults = cls()
+        try:
+            return cls._read_env(env, defaults)
+        except SettingsError as error:
+            set_here = {field: f"{name}={env[name]!r}" for field, name in ENV_NAMES.items() if name in env}
+            raise error.naming(set_here) from None
+
+    @classmethod
+    def _read_env(cls, env: Mapping[str, str], defaults: Settings) -> Settings:
         return cls(
             counts_table=env.get(ENV_COUNTS_TABLE, defaults.counts_table),
             events_table=env.get(ENV_EVENTS_TABLE, defaults.events_table),
@@ -101,6 +152,7 @@ class Settings:
             minute_retention_ms=_whole(env, ENV_MINUTE_RETENTION_HOURS, defaults.minute_retention_ms, HOUR_MS),
             hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
+            bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
             rules=_rules(env),
         )
 
