@@ -297,7 +297,8 @@ def shard_windows(scenario: Scenario) -> Iterator[tuple[int, int, list[CounterEv
 
 def _event(counter: str, event_ms: int, sequence: str, arrival_ms: int) -> CounterEvent:
     """An event as parsing would make it, in the buckets its arrival allows."""
-    return CounterEvent(counter, event_ms, sequence, arrival_ms, counted_buckets(event_ms, arrival_ms, _PLACEMENT))
+    hour_only = len(counted_buckets(event_ms, arrival_ms, _PLACEMENT)) == 1
+    return CounterEvent(counter, event_ms, sequence, arrival_ms, hour_only=hour_only)
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -313,7 +314,7 @@ def _poisson(rng: random.Random, mean: float) -> int:
 def fold(events: list[CounterEvent]) -> list[Segment]:
     """tally's fold of one window: the segments it closed early, then the one the window's end closes."""
     folder = SegmentFolder()
-    segments = list(folder.fold(events))
+    segments = list(folder.fold([event] for event in events))  # each event is its record's only outcome
     last = folder.close()
     return segments + ([last] if last is not None else [])
 

@@ -11,10 +11,12 @@ hot counter never sit in memory at once.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bench import origin
 from tally.core.buckets import counted_buckets
@@ -33,18 +35,40 @@ def at_event_time(index: int, event_ms: int) -> int:
     return event_ms
 
 
+def classic_image(counter: str, event_ms: int, item_id: str, sequence: int) -> dict[str, Any]:
+    return {"id": {"S": item_id}, "counter": {"S": counter}, "ts": {"N": str(event_ms)}}
+
+
+def classic_counters(image: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    return [(image["counter"]["S"], None)]
+
+
 @dataclass(frozen=True)
 class Workload:
+    """Events as (key, time); ``image`` makes each an item, ``rules`` (TALLY_RULES) count it in tally,
+    and ``counters`` restates those rules for the origin and the floor: (counter, amount or None) per item."""
+
     name: str
     description: str
     events: Callable[[], Iterator[Event]]  # a fresh, identical iteration each call
     total: int
+    rules: str | None = None
+    image: Callable[[str, int, str, int], dict[str, Any]] = classic_image
+    counters: Callable[[Mapping[str, Any]], list[tuple[str, str | None]]] = classic_counters
+
     arrival: Callable[[int, int], int] = at_event_time  # (index, event ms) -> when its record reaches the stream
 
-    def arrivals(self) -> Iterator[tuple[str, int, int]]:
-        """(counter, event ms, arrival ms) in stream order."""
-        for index, (counter, event_ms) in enumerate(self.events()):
-            yield counter, event_ms, self.arrival(index, event_ms)
+    def counted(self) -> Iterator[Event]:
+        """Every (counter, time) the events add to: one per rule that counts an item."""
+        for counter, event_ms, _ in self.counted_arrivals():
+            yield counter, event_ms
+
+    def counted_arrivals(self) -> Iterator[tuple[str, int, int]]:
+        """Every (counter, time, arrival of its record) the events add to."""
+        for sequence, (key, event_ms) in enumerate(self.events()):
+            arrival = self.arrival(sequence, event_ms)
+            for counter, _ in self.counters(self.image(key, event_ms, f"e-{sequence}", sequence)):
+                yield counter, event_ms, arrival
 
 
 def origin_mock(hours: int = 37) -> Workload:
@@ -80,6 +104,50 @@ def hot(per_second: int = 2000, seconds: int = 300) -> Workload:
     return Workload("hot counter", f"1 counter, {per_second} events/s for {seconds // 60} min", events, per_second * seconds)
 
 
+# Jobs as the origin's table holds them, counted three ways: per provider, in all, and revenue of done jobs.
+FAN_OUT_RULES = json.dumps(
+    [
+        {"name": "jobs", "counter": "jobs/{providerId}"},
+        {"name": "jobs-all", "counter": "jobs/all"},
+        {"name": "revenue", "counter": "revenue/{providerId}", "when": {"status": {"equals": "done"}}, "sum": "amount"},
+    ]
+)
+
+
+def job_image(provider: str, event_ms: int, item_id: str, sequence: int) -> dict[str, Any]:
+    """Seven jobs in ten are done; amounts run through 0.00-99.99 by sequence."""
+    status = "done" if sequence % 10 < 7 else "failed"
+    return {
+        "id": {"S": item_id},
+        "insertUtcTime": {"N": str(event_ms)},
+        "counterKeyPrefix": {"S": "jobs"},
+        "providerId": {"S": provider},
+        "status": {"S": status},
+        "amount": {"N": f"{sequence % 100}.{sequence * 7 % 100:02d}"},
+    }
+
+
+def job_counters(image: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    provider = image["providerId"]["S"]
+    counters: list[tuple[str, str | None]] = [(f"jobs/{provider}", None), ("jobs/all", None)]
+    if image["status"]["S"] == "done":
+        counters.append((f"revenue/{provider}", image["amount"]["N"]))
+    return counters
+
+
+def fan_out(providers: int = 100, per_second: int = 200, seconds: int = 600, seed: int = 7) -> Workload:
+    base = steady(providers, per_second, seconds, seed)
+    return Workload(
+        "fan-out",
+        f"{providers} providers, {per_second} jobs/s for {seconds // 60} min, 3 rules per job (one summing)",
+        base.events,
+        base.total,
+        rules=FAN_OUT_RULES,
+        image=job_image,
+        counters=job_counters,
+    )
+
+
 def backfill(counters: int = 10, days: int = 30, total: int = 100_000, per_second: int = 1000, seed: int = 30) -> Workload:
     """A month of history written at once (a replay, a queue draining after an outage), oldest first."""
     arrives_from = START_MS + days * DAY_MS
@@ -99,11 +167,13 @@ def backfill(counters: int = 10, days: int = 30, total: int = 100_000, per_secon
         f"{counters} counters, {days} days of history written at {per_second} events/s",
         events,
         total,
-        arrival,
+        arrival=arrival,
     )
 
 
-def stream_record(counter: str, event_ms: int, sequence: int, arrival_ms: int | None = None) -> dict:
+def stream_record(
+    counter: str, event_ms: int, sequence: int, image: Callable[..., dict] = classic_image, arrival_ms: int | None = None
+) -> dict:
     """An INSERT of an event item, as Lambda hands it to the function."""
     item_id = f"e-{sequence}"
     return {
@@ -115,7 +185,7 @@ def stream_record(counter: str, event_ms: int, sequence: int, arrival_ms: int | 
         "dynamodb": {
             "ApproximateCreationDateTime": (event_ms if arrival_ms is None else arrival_ms) // 1000,
             "Keys": {"id": {"S": item_id}},
-            "NewImage": {"id": {"S": item_id}, "counter": {"S": counter}, "ts": {"N": str(event_ms)}},
+            "NewImage": image(counter, event_ms, item_id, sequence),
             "SequenceNumber": str(100_000_000_000_000_000_000 + sequence),
             "SizeBytes": 80,
             "StreamViewType": "NEW_IMAGE",
@@ -124,24 +194,30 @@ def stream_record(counter: str, event_ms: int, sequence: int, arrival_ms: int | 
     }
 
 
-def record_chunks(workload: Workload, size: int = CHUNK) -> Iterator[list[dict]]:
-    """Stream records of the workload, numbered in order, ``size`` at a time."""
-    numbered = enumerate(workload.arrivals())
+def record_chunks(
+    events: Iterable[Event],
+    size: int = CHUNK,
+    image: Callable[..., dict] = classic_image,
+    arrival: Callable[[int, int], int] = at_event_time,
+) -> Iterator[list[dict]]:
+    """Stream records of ``events``, numbered in order, ``size`` at a time."""
+    numbered = enumerate(events)
     while chunk := [
-        stream_record(counter, ms, sequence, arrival) for sequence, (counter, ms, arrival) in itertools.islice(numbered, size)
+        stream_record(counter, ms, sequence, image, arrival(sequence, ms))
+        for sequence, (counter, ms) in itertools.islice(numbered, size)
     ]:
         yield chunk
 
 
-def floor_writes(workload: Workload, window_seconds: int, settings: Settings) -> int:
+def floor_writes(events: Iterable[tuple[str, int, int]], window_seconds: int, settings: Settings) -> int:
     """One write per distinct bucket item per tumbling window it is touched in.
 
-    The bucket items are those an exact count needs: an event's minute and
-    hour, or its hour alone once its minute is past the minute retention at
-    arrival (no query reads that minute again).
+    ``events`` are (counter, time, arrival). The bucket items are those an
+    exact count needs: an event's minute and hour, or its hour alone once its
+    minute is past the minute retention at arrival (no query reads it again).
     """
     touched = set()
-    for counter, event_ms, arrival_ms in workload.arrivals():
+    for counter, event_ms, arrival_ms in events:
         window = arrival_ms // 1000 // window_seconds
         for bucket in counted_buckets(event_ms, arrival_ms, settings):
             touched.add((counter, bucket, window))
@@ -149,8 +225,8 @@ def floor_writes(workload: Workload, window_seconds: int, settings: Settings) ->
 
 
 def hour_only_events(workload: Workload, settings: Settings) -> int:
-    """Events whose minute is past the minute retention when they reach the stream."""
-    return sum(len(counted_buckets(ms, arrival, settings)) == 1 for _, ms, arrival in workload.arrivals())
+    """Counted events whose minute is past the minute retention when they reach the stream."""
+    return sum(len(counted_buckets(ms, arrival, settings)) == 1 for _, ms, arrival in workload.counted_arrivals())
 
 
 def busiest_item_per_second(events: Iterable[Event]) -> int:

@@ -10,6 +10,7 @@ moto client, also stores them there.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from bench.workloads import (
 from tally.local.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
+from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 
 ORIGIN_TABLE = "origin-counts"
@@ -38,6 +40,8 @@ ORIGIN_TABLE = "origin-counts"
 def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, forward_to: Any = None) -> MeteredClient:
     """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
     client = MeteredClient(("pk", "sk"), forward_to)
+    if workload.rules:
+        settings = dataclasses.replace(settings, time_attribute="insertUtcTime", rules=parse_rules(workload.rules))
     table = CountsTable(client, settings.counts_table, settings)
 
     def handler(event: dict, context: Any) -> dict:
@@ -49,7 +53,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         return response
 
     delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in record_chunks(workload):
+    for chunk in record_chunks(workload.events(), image=workload.image, arrival=workload.arrival):
         delivery.deliver(chunk)
     delivery.close()
     return client
@@ -57,8 +61,9 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
-    handler = origin.OriginHandler(client, ORIGIN_TABLE)
-    for batch in record_chunks(workload, batch_size):
+    time_attribute = "insertUtcTime" if workload.rules else "ts"
+    handler = origin.OriginHandler(client, ORIGIN_TABLE, time_attribute=time_attribute, counters=workload.counters)
+    for batch in record_chunks(workload.events(), batch_size, workload.image, workload.arrival):
         handler({"Records": batch})
     return client
 
@@ -72,8 +77,8 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     events = workload.total
     tally = run_tally(workload, settings, config).meter
     origin_run = run_origin(workload, config.batch_size).meter
-    floor = floor_writes(workload, config.window_seconds, settings)
-    origin_peak = busiest_item_per_second(workload.events())
+    floor = floor_writes(workload.counted_arrivals(), config.window_seconds, settings)
+    origin_peak = busiest_item_per_second(workload.counted())
     markers = tally.requests  # one marker per transaction (a segment commits in parts of 99 buckets)
     bucket_writes = tally.item_writes - markers
     tally_peak = tally.busiest_item_writes()
@@ -81,6 +86,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         "workload": workload.name,
         "description": workload.description,
         "events": events,
+        "counter_events": sum(1 for _ in workload.counted()),
         "events_in_hour_only": hour_only_events(workload, settings),
         "origin": {
             "requests": origin_run.requests,

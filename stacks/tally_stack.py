@@ -32,6 +32,7 @@ from constructs import Construct
 from stacks.context import StackSettings
 from tally.core import settings as tally_settings
 from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE, TableDescription
+from tally.core.rules import ENV_RULES
 
 LAMBDA_SOURCE = Path(__file__).resolve().parent.parent / "lambda_src"
 HANDLER = "tally.handler.handler"
@@ -210,6 +211,7 @@ class TallyStack(Stack):
                 tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
             },
         )
         Validations.of(function).acknowledge(

@@ -12,7 +12,7 @@ CONFIG = DeliveryConfig(batch_size=1000, window_seconds=60)
 
 def test_backfill_records_arrive_at_once_after_the_history_they_carry():
     workload = workloads.backfill(counters=2, days=30, total=300, per_second=100)
-    arrivals = list(workload.arrivals())
+    arrivals = list(workload.counted_arrivals())
     assert len(arrivals) == workload.total == 300
     first_arrival = arrivals[0][2]
     assert all(event_ms < first_arrival for _, event_ms, _ in arrivals)

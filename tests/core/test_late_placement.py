@@ -15,10 +15,11 @@ import pytest
 from freezegun import freeze_time
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from factories import counter_record
+from factories import counter_record, parse_one
 from tally.core.buckets import Bucket, counted_buckets
 from tally.core.plans import PlanKind, WindowUnavailable, make_plan
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
+from tally.core.segments import contribution
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, STREAM_RETENTION_MS, Settings
 from tally.core.sums import sum_plan
 from tally.core.windows import Window, parse_instant
@@ -62,20 +63,21 @@ def test_an_event_is_late_exactly_when_its_hour_is_past_the_hour_retention_at_ar
 
 def test_an_event_23_and_a_half_hours_late_is_parsed_into_its_minute_and_hour():
     event = NOW - 23 * HOUR_MS - 30 * MINUTE_MS
-    outcome = parse_record(counter_record("c", event, arrival_s=NOW // 1000), SETTINGS)
-    assert isinstance(outcome, CounterEvent)
-    assert [bucket.kind for bucket in outcome.buckets] == ["M", "H"]
+    outcome = parse_one(counter_record("c", event, arrival_s=NOW // 1000), SETTINGS)
+    assert isinstance(outcome, CounterEvent) and not outcome.hour_only
+    minute, hour = Bucket.of_minute(event // MINUTE_MS), Bucket.of_hour(event // HOUR_MS)
+    assert contribution(outcome) == (("c", minute), ("c", hour), None)
 
 
 def test_an_event_3_days_late_is_parsed_into_its_hour_alone():
     event = NOW - 3 * DAY_MS
-    outcome = parse_record(counter_record("c", event, arrival_s=NOW // 1000), SETTINGS)
-    assert isinstance(outcome, CounterEvent)
-    assert outcome.buckets == (Bucket.of_hour(event // HOUR_MS),)
+    outcome = parse_one(counter_record("c", event, arrival_s=NOW // 1000), SETTINGS)
+    assert isinstance(outcome, CounterEvent) and outcome.hour_only
+    assert contribution(outcome) == (None, ("c", Bucket.of_hour(event // HOUR_MS)), None)
 
 
 def test_an_event_past_the_hour_retention_is_rejected_as_late_with_its_reason():
-    outcome = parse_record(counter_record("c", NOW - 91 * DAY_MS, arrival_s=NOW // 1000, sequence="55"), SETTINGS)
+    outcome = parse_one(counter_record("c", NOW - 91 * DAY_MS, arrival_s=NOW // 1000, sequence="55"), SETTINGS)
     assert isinstance(outcome, Rejection)
     assert outcome.reason is Reason.LATE_EVENT
     assert "past the hour retention (90 d)" in outcome.detail
@@ -200,7 +202,7 @@ def test_every_readable_window_is_exact_when_commits_land_after_minute_ttls(raw,
                     assert not must_be_answered(window, now, settings), (window, now, kind)
                     continue
                 assert not must_be_refused(window, now, settings), (window, now, kind)
-                assert sum_plan(plan, table.counts())[0] == brute_force(arrivals, window, settings), (window, now)
+                assert sum_plan(plan, table.counts()).count == brute_force(arrivals, window, settings), (window, now)
 
 
 def random_window(rng: random.Random, now_ms: int) -> Window:
@@ -244,6 +246,6 @@ def test_a_retry_after_the_minute_ttl_writes_only_what_no_plan_reads():
                 except WindowUnavailable:
                     continue
                 assert minute not in plan.buckets
-                assert sum_plan(plan, table.counts())[0] == brute_force(arrivals, window, settings)
+                assert sum_plan(plan, table.counts()).count == brute_force(arrivals, window, settings)
                 answered += 1
     assert answered > 100

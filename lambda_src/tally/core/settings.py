@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -64,7 +66,9 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Attribute names, retentions, the clock-skew allowance and the bucket lanes.
+    """Attribute names, counter rules, retentions, the clock-skew allowance and the bucket lanes.
+
+    ``rules`` None means the classic rule: the counter attribute names the counter.
 
     Counts stay exact with any retentions (see ``buckets.counted_buckets``);
     the minute retention must still cover the default window, 24 h ending now,
@@ -88,6 +92,9 @@ class Settings:
     hour_retention_ms: int = 90 * DAY_MS
     max_clock_skew_ms: int = 5 * MINUTE_MS
     bucket_lanes: int = 1
+    rules: Rules | None = None
+    counter_rules: Rules = field(init=False, repr=False, compare=False)
+    image_attributes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what a record's image needs
 
     def __post_init__(self) -> None:
         attributes = ("counter_attribute", "time_attribute", "value_attribute")
@@ -110,6 +117,9 @@ class Settings:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds", ("max_clock_skew_ms",))
         if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
             raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}", ("bucket_lanes",))
+        # Built once: every record goes through these rules.
+        object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
+        object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -133,6 +143,7 @@ class Settings:
             hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
             bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
+            rules=_rules(env),
         )
 
 
@@ -147,3 +158,13 @@ def _whole(env: Mapping[str, str], name: str, default_ms: int, unit_ms: int) -> 
     if value < 0:
         raise SettingsError(f"{name} must not be negative, got {value}")
     return value * unit_ms
+
+
+def _rules(env: Mapping[str, str]) -> Rules | None:
+    raw = env.get(ENV_RULES)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return parse_rules(raw)
+    except RulesError as error:
+        raise SettingsError(f"{ENV_RULES}: {error}") from None
