@@ -116,3 +116,14 @@ def test_acceptance_depends_on_arrival_not_on_when_the_record_is_read(monkeypatc
 @pytest.mark.parametrize("name", ["a", "page-views", "ünïcode ✓", "x" * 255, "with space", "#".join("ab")])
 def test_valid_counter_names(name):
     assert validate_counter(name) == name
+
+
+def test_records_that_arrived_before_count_from_are_routine_skips_and_the_cutoff_second_counts():
+    settings = Settings(count_from_ms=ARRIVAL_MS)
+    before = stream_record(image(id="1", counter="c", ts=ARRIVAL_MS - 5_000), arrival_s=ARRIVAL_MS / 1000 - 1)
+    at = stream_record(image(id="2", counter="c", ts=ARRIVAL_MS - 5_000), arrival_s=ARRIVAL_MS / 1000)
+
+    skipped = parse_record(before, settings)
+    assert skipped.reason is Reason.BEFORE_COUNT_FROM
+    assert not skipped.reason.is_rejection
+    assert isinstance(parse_record(at, settings), CounterEvent)

@@ -30,9 +30,10 @@ _deserializer = TypeDeserializer()
 
 
 class Reason(str, Enum):
-    """Why a record is not counted. NOT_INSERT is routine; the rest are rejections."""
+    """Why a record is not counted. NOT_INSERT and BEFORE_COUNT_FROM are routine; the rest are rejections."""
 
     NOT_INSERT = "not_insert"
+    BEFORE_COUNT_FROM = "before_count_from"  # arrived before the cutoff: the backfill counts it
     MALFORMED_RECORD = "malformed_record"
     MISSING_IMAGE = "missing_image"
     MISSING_COUNTER = "missing_counter"
@@ -44,7 +45,10 @@ class Reason(str, Enum):
 
     @property
     def is_rejection(self) -> bool:
-        return self is not Reason.NOT_INSERT
+        return self not in _ROUTINE
+
+
+_ROUTINE = frozenset({Reason.NOT_INSERT, Reason.BEFORE_COUNT_FROM})
 
 
 class CounterEvent(NamedTuple):
@@ -111,6 +115,8 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
     if not _is_sequence_number(sequence) or arrival_ms is None:
         return Rejection(Reason.MALFORMED_RECORD, "record lacks a SequenceNumber or ApproximateCreationDateTime")
+    if settings.count_from_ms is not None and arrival_ms < settings.count_from_ms:
+        return Rejection(Reason.BEFORE_COUNT_FROM, "arrived before count-from", sequence, arrival_ms)
 
     if record.get("eventName") != "INSERT":
         return Rejection(Reason.NOT_INSERT, f"eventName {str(record.get('eventName'))[:32]}", sequence, arrival_ms)
