@@ -73,7 +73,7 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     folder = SegmentFolder(Segment.from_state(state["segment"]) if windowed and "segment" in state else None)
     source = source_id(_stream_arn(event, records), event.get("shardId"))
 
-    outcomes = [parse_record(record, settings) for record in records]
+    outcomes = outcomes_of(records, settings)
     for outcome in outcomes:
         _tally(summary, outcome)
 
@@ -86,6 +86,11 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     if not windowed:
         return {}, summary
     return {"state": {"segment": folder.open.to_state()} if folder.open else {}}, summary
+
+
+def outcomes_of(records: list[Any], settings: Settings) -> list[CounterEvent | Rejection]:
+    """Stream records -> what each one counts as. The backfill parses exported items through here too."""
+    return [parse_record(record, settings) for record in records]
 
 
 def _tally(summary: Summary, outcome: CounterEvent | Rejection) -> None:

@@ -63,12 +63,15 @@ def region() -> str:
 
 
 def client(service: str, endpoint_url: str | None = None) -> Any:
-    """A boto3 client with standard retries; the endpoint defaults to AWS_ENDPOINT_URL (boto3 reads it)."""
+    """A boto3 client with standard retries; the endpoint defaults to AWS_ENDPOINT_URL (boto3 reads it).
+
+    S3 addresses buckets by path, which a loopback endpoint (moto's server) needs and AWS accepts.
+    """
     return boto3.client(
         service,
         region_name=region(),
         endpoint_url=endpoint_url,
-        config=Config(retries={"mode": "standard", "max_attempts": 8}),
+        config=Config(retries={"mode": "standard", "max_attempts": 8}, s3={"addressing_style": "path"}),
     )
 
 

@@ -1,0 +1,187 @@
+"""Count a table's history from a point-in-time export, exactly once together with the stream.
+
+The stream counts only records that arrived at or after the count-from instant
+(``Settings.count_from_ms``); everything the table held at that instant is in an
+export taken at it. Each exported item is wrapped into the INSERT record the
+stream would have delivered, stamped with the count-from instant as its arrival,
+and goes through the handler's own parsing (``invocation.outcomes_of``) and
+folding, so the same rules accept or reject it.
+
+Exactly once across interruptions: items are read in chunks of CHUNK_ITEMS
+lines of one export file; a chunk is folded into segments whose marker keys
+derive from the export, the file and the line where the segment starts, and
+committed with the counts table's own marker protocol. A rerun rebuilds the
+very same segments and finds their markers, so it adds nothing twice. A claim
+item ties the table's count-from instant to one export, so a second export of
+the same instant cannot be counted on top of the first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tally.core.commit import source_id
+from tally.core.records import CounterEvent, Reason, Rejection
+from tally.core.segments import Segment, SegmentFolder
+from tally.core.settings import Settings
+from tally.dynamo import CommitResult
+from tally.invocation import outcomes_of
+
+CHUNK_ITEMS = 1000
+# A transactional write costs 2 WCU per started KB of each item; bucket items and markers stay under 1 KB.
+WCU_PER_TRANSACTION_ITEM = 2
+
+Commit = Callable[[Segment, str], CommitResult]
+
+
+def export_record(image: Mapping[str, Any], position: int, arrival_ms: int) -> dict[str, Any]:
+    """The INSERT record the stream would have delivered for an exported item, arriving at ``arrival_ms``.
+
+    The item's line number in its export file stands in for the sequence number:
+    unique within the file, and the file's name is part of the segment source.
+    """
+    return {
+        "eventName": "INSERT",
+        "eventSource": "aws:dynamodb",
+        "dynamodb": {
+            "ApproximateCreationDateTime": arrival_ms // 1000,
+            "SequenceNumber": str(position),
+            "NewImage": image,
+            "StreamViewType": "NEW_IMAGE",
+        },
+    }
+
+
+def fold_chunk(
+    images: Iterable[Mapping[str, Any]], first_position: int, arrival_ms: int, settings: Settings
+) -> tuple[list[Segment], list[CounterEvent | Rejection]]:
+    """One chunk of consecutive export lines -> its segments (deterministic) and each item's outcome."""
+    records = [export_record(image, first_position + offset, arrival_ms) for offset, image in enumerate(images)]
+    outcomes = outcomes_of(records, settings)
+    folder = SegmentFolder()
+    segments = list(folder.fold(outcomes))
+    last = folder.close()
+    if last is not None:
+        segments.append(last)
+    return segments, outcomes
+
+
+def file_source(export_arn: str, data_file: str) -> str:
+    """The segment source of one export file: markers of different files or exports never meet."""
+    return source_id(export_arn, data_file)
+
+
+def write_units(segment: Segment) -> int:
+    """WCU one segment's commit costs: every bucket update plus one marker per part, transactional."""
+    parts = segment.parts()
+    return WCU_PER_TRANSACTION_ITEM * (sum(len(part) for part in parts) + len(parts))
+
+
+class WriteRateLimit:
+    """Keeps write units per second at or below ``per_second``, averaged from the start (a second of burst)."""
+
+    def __init__(
+        self,
+        per_second: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if per_second <= 0:
+            raise ValueError(f"write rate must be positive, got {per_second}")
+        self.per_second = per_second
+        self._clock = clock
+        self._sleep = sleep
+        self._start: float | None = None
+        self.spent = 0
+        self.waited = 0.0
+
+    def spend(self, units: int) -> None:
+        """Wait, if need be, until ``units`` more may be written."""
+        now = self._clock()
+        if self._start is None:
+            self._start = now
+        allowed_at = self._start + (self.spent + units) / self.per_second - 1.0
+        if allowed_at > now:
+            self._sleep(allowed_at - now)
+            self.waited += allowed_at - now
+        self.spent += units
+
+
+@dataclass
+class BackfillSummary:
+    """What a backfill read, counted and wrote."""
+
+    items: int = 0
+    counted: Counter[str] = field(default_factory=Counter)  # per counter
+    rejected: Counter[Reason] = field(default_factory=Counter)
+    skipped: Counter[Reason] = field(default_factory=Counter)
+    files: int = 0
+    transactions_committed: int = 0
+    duplicate_transactions: int = 0  # committed by an earlier, interrupted run
+    commit_retries: int = 0
+    write_units: int = 0
+
+    @property
+    def counted_total(self) -> int:
+        return sum(self.counted.values())
+
+    def add(self, outcomes: Iterable[CounterEvent | Rejection]) -> None:
+        for outcome in outcomes:
+            self.items += 1
+            if isinstance(outcome, CounterEvent):
+                self.counted[outcome.counter] += 1
+            elif outcome.reason.is_rejection:
+                self.rejected[outcome.reason] += 1
+            else:
+                self.skipped[outcome.reason] += 1
+
+    def add_commit(self, result: CommitResult, units: int) -> None:
+        self.transactions_committed += result.transactions
+        self.duplicate_transactions += result.duplicates
+        self.commit_retries += result.retries
+        self.write_units += units
+
+
+def chunks(lines: Iterable[Mapping[str, Any]], size: int | None = None) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
+    """(first position, images) for consecutive runs of ``size`` (default CHUNK_ITEMS) items."""
+    size = size or CHUNK_ITEMS
+    chunk: list[Mapping[str, Any]] = []
+    first = 0
+    for position, image in enumerate(lines):
+        if not chunk:
+            first = position
+        chunk.append(image)
+        if len(chunk) == size:
+            yield first, chunk
+            chunk = []
+    if chunk:
+        yield first, chunk
+
+
+def backfill_file(
+    export_arn: str,
+    data_file: str,
+    images: Iterable[Mapping[str, Any]],
+    *,
+    count_from_ms: int,
+    settings: Settings,
+    commit: Commit,
+    limit: WriteRateLimit,
+    summary: BackfillSummary,
+    on_items: Callable[[int], None] = lambda n: None,
+) -> None:
+    """Count one export file's items, chunk by chunk; a chunk's segments commit before the next is read."""
+    source = file_source(export_arn, data_file)
+    for first, chunk in chunks(images):
+        segments, outcomes = fold_chunk(chunk, first, count_from_ms, settings)
+        for segment in segments:
+            units = write_units(segment)
+            limit.spend(units)
+            summary.add_commit(commit(segment, source), units)
+        summary.add(outcomes)
+        on_items(len(chunk))
+    summary.files += 1
