@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lambda_src"))
 import aws_cdk as cdk  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from stacks import TallyStack  # noqa: E402
-from stacks.context import stack_name_from_context  # noqa: E402
+from stacks import TallyConfigurationError, TallyStack  # noqa: E402
+from stacks.context import ContextError, stack_name_from_context  # noqa: E402
 
 
 def build_app(**app_props) -> cdk.App:
@@ -27,5 +27,15 @@ def build_app(**app_props) -> cdk.App:
     return app
 
 
+def main(**app_props) -> int:
+    """Synthesize; a setting the stack cannot be built from is one line on stderr, not a traceback."""
+    try:
+        build_app(**app_props).synth()
+    except (ContextError, TallyConfigurationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    build_app().synth()
+    sys.exit(main())
