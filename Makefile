@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install test demo bench synth deploy destroy
+.PHONY: install test demo adopt-demo bench synth deploy destroy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(STAMP)
 # moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.
 demo: $(STAMP)
 	$(BIN)/python scripts/local_pipeline.py $(DEMO_ARGS)
+
+# Adoption on moto: a table with history, count-from, export, live stream, backfill, audit.
+adopt-demo: $(STAMP)
+	$(BIN)/python scripts/adopt_demo.py $(DEMO_ARGS)
 
 # Cost and speed against the origin design, side by side; writes bench/results.json (not part of `make test`).
 bench: $(STAMP)
