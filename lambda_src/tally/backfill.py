@@ -7,10 +7,11 @@ stream would have delivered, stamped with the count-from instant as its arrival,
 and goes through the handler's own parsing (``invocation.outcomes_of``) and
 folding, so the same rules accept or reject it.
 
-Exactly once across interruptions: items are read in chunks of CHUNK_ITEMS
-lines of one export file; a chunk is folded into segments whose marker keys
-derive from the export, the file and the line where the segment starts, and
-committed with the counts table's own marker protocol. A rerun rebuilds the
+Exactly once across interruptions: the items of one export file are folded,
+in file order, into segments as the stream folds records (a segment closes at
+BACKFILL_SEGMENT_ITEMS buckets); a segment's marker keys derive from the export, the
+file and the position of its first item, and it is committed with the counts
+table's own marker protocol. A rerun rebuilds the
 very same segments and finds their markers, so it adds nothing twice. A claim
 item ties the table's count-from instant to one export, so a second export of
 the same instant cannot be counted on top of the first.
@@ -31,7 +32,12 @@ from tally.core.settings import Settings
 from tally.dynamo import CommitResult
 from tally.invocation import outcomes_of
 
-CHUNK_ITEMS = 1000
+CHUNK_ITEMS = 1000  # items parsed at a time; segments span chunks
+# A backfill keeps its open segment in memory, not in a window state, so it lets one grow
+# to this many buckets (a few dozen MB) before committing it: an export lists items in
+# hash order, not time order, and a bigger segment writes each bucket fewer times.
+BACKFILL_SEGMENT_ITEMS = 200_000
+BACKFILL_STATE_BUDGET_BYTES = 10**9
 # A transactional write costs 2 WCU per started KB of each item; bucket items and markers stay under 1 KB.
 WCU_PER_TRANSACTION_ITEM = 2
 
@@ -56,18 +62,12 @@ def export_record(image: Mapping[str, Any], position: int, arrival_ms: int) -> d
     }
 
 
-def fold_chunk(
+def export_outcomes(
     images: Iterable[Mapping[str, Any]], first_position: int, arrival_ms: int, settings: Settings
-) -> tuple[list[Segment], list[CounterEvent | Rejection]]:
-    """One chunk of consecutive export lines -> its segments (deterministic) and each item's outcome."""
+) -> list[CounterEvent | Rejection]:
+    """Consecutive exported items -> what each counts as, by the handler's own parsing."""
     records = [export_record(image, first_position + offset, arrival_ms) for offset, image in enumerate(images)]
-    outcomes = outcomes_of(records, settings)
-    folder = SegmentFolder()
-    segments = list(folder.fold(outcomes))
-    last = folder.close()
-    if last is not None:
-        segments.append(last)
-    return segments, outcomes
+    return outcomes_of(records, settings)
 
 
 def file_source(export_arn: str, data_file: str) -> str:
@@ -174,14 +174,28 @@ def backfill_file(
     summary: BackfillSummary,
     on_items: Callable[[int], None] = lambda n: None,
 ) -> None:
-    """Count one export file's items, chunk by chunk; a chunk's segments commit before the next is read."""
+    """Count one export file's items: one fold over the whole file, each segment committed as it closes.
+
+    A segment closes at BACKFILL_SEGMENT_ITEMS buckets, and each bucket is
+    written once per segment however many items fall in it; the fold is
+    deterministic, so a rerun rebuilds the same segments and skips the parts
+    already committed.
+    """
     source = file_source(export_arn, data_file)
+    folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES)
+
+    def commit_segment(segment: Segment) -> None:
+        units = write_units(segment)
+        limit.spend(units)
+        summary.add_commit(commit(segment, source), units)
+
     for first, chunk in chunks(images):
-        segments, outcomes = fold_chunk(chunk, first, count_from_ms, settings)
-        for segment in segments:
-            units = write_units(segment)
-            limit.spend(units)
-            summary.add_commit(commit(segment, source), units)
+        outcomes = export_outcomes(chunk, first, count_from_ms, settings)
+        for segment in folder.fold(outcomes):
+            commit_segment(segment)
         summary.add(outcomes)
         on_items(len(chunk))
+    last = folder.close()
+    if last is not None:
+        commit_segment(last)
     summary.files += 1

@@ -55,14 +55,16 @@ class Segment:
     deltas: dict[Item, int] = field(default_factory=dict)
     state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
 
-    def would_overflow(self, items: tuple[Item, ...]) -> bool:
+    def would_overflow(
+        self, items: tuple[Item, ...], max_items: int | None = None, state_budget: int | None = None
+    ) -> bool:
+        """Whether adding ``items`` would pass the limits (default MAX_SEGMENT_ITEMS, STATE_BUDGET_BYTES)."""
         new = [item for item in items if item not in self.deltas]
         if not new:
             return False
         added_bytes = sum(_entry_bytes(counter) for counter, _ in new)
-        return (
-            len(self.deltas) + len(new) > MAX_SEGMENT_ITEMS
-            or self.state_bytes + added_bytes > STATE_BUDGET_BYTES
+        return len(self.deltas) + len(new) > (max_items or MAX_SEGMENT_ITEMS) or (
+            self.state_bytes + added_bytes > (state_budget or STATE_BUDGET_BYTES)
         )
 
     def add(self, sequence: str, items: tuple[Item, ...]) -> None:
@@ -125,10 +127,18 @@ def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, Item] | None:
 
 
 class SegmentFolder:
-    """Folds parsed records, in stream order, into segments."""
+    """Folds parsed records, in stream order, into segments.
 
-    def __init__(self, open_segment: Segment | None = None) -> None:
+    The limits default to the handler's (a segment must fit in a tumbling
+    window's state); a backfill, which keeps its segment in memory, may raise them.
+    """
+
+    def __init__(
+        self, open_segment: Segment | None = None, *, max_items: int | None = None, state_budget: int | None = None
+    ) -> None:
         self.open: Segment | None = open_segment
+        self.max_items = max_items
+        self.state_budget = state_budget
 
     def fold(self, outcomes: Iterable[CounterEvent | Rejection]) -> Iterator[Segment]:
         """Yield each segment that had to close early; the last one stays in ``open``."""
@@ -140,7 +150,9 @@ class SegmentFolder:
             if segment is not None:
                 minute, hour = items
                 known = segment.deltas
-                if (minute not in known or hour not in known) and segment.would_overflow(items):
+                if (minute not in known or hour not in known) and segment.would_overflow(
+                    items, self.max_items, self.state_budget
+                ):
                     yield segment
                     self.open = None
             if self.open is None:

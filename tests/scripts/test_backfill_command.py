@@ -103,6 +103,7 @@ def test_history_from_an_export_and_the_live_stream_count_every_event_once(table
 
     # The backfill, cut off after three transactions, then run again to the end.
     monkeypatch.setattr("tally.backfill.CHUNK_ITEMS", 250)
+    monkeypatch.setattr("tally.backfill.BACKFILL_SEGMENT_ITEMS", 300)  # several segments, each in parts
     settings = Settings(count_from_ms=count_from)
     cut_short = CountsTable(FailingAfter(dynamodb, allowed=3), tables.counts, settings)
     with pytest.raises(Interrupted):
