@@ -190,8 +190,13 @@ def show(summary: BackfillSummary) -> None:
     out.print(per_counter)
 
 
+_reported: set[tuple[str, str]] = set()
+
+
 def _report_status(export: exports.Export) -> None:
-    if export.status != "COMPLETED":
+    """Each status once: an export takes minutes, polled every --poll-seconds."""
+    if export.status != "COMPLETED" and (export.arn, export.status) not in _reported:
+        _reported.add((export.arn, export.status))
         console.print(f"export {export.status.lower().replace('_', ' ')} …")
 
 
