@@ -11,7 +11,9 @@ the table as it was at that very instant, read from an export taken at it
 own parsing and acceptance, with the count-from instant as its arrival.
 
 Rerunning with the same --export-arn after an interruption resumes: what was
-committed is found by its markers and not counted again. --max-wcu caps the
+committed is found by its markers and not counted again. A backfill must run
+(and finish) within a day of count-from, as a stream record is committed
+within a day of its arrival. --max-wcu caps the
 write units per second it spends on the counts table. Bad input, an export
 that failed or was taken at another instant, or a table already backfilled
 from another export: one line on stderr, exit status 2.
@@ -30,8 +32,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tally.backfill import BackfillSummary, WriteRateLimit, backfill_file
+from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms, backfill_file
 from tally.core.settings import Settings, SettingsError, parse_count_from
+from tally.core.windows import now_ms
 from tally.dynamo import BackfillClaimed, CountsTable
 from tally.local import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
@@ -86,6 +89,11 @@ def run(args: argparse.Namespace) -> BackfillSummary:
             raise UsageError("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
         if args.max_wcu <= 0:
             raise UsageError("--max-wcu must be positive")
+        if now_ms() > backfill_deadline_ms(count_from_ms):
+            raise UsageError(
+                f"count-from {_iso(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
+                "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
+            )
         settings = dataclasses.replace(settings, count_from_ms=count_from_ms)
         tables = resolve_tables(args)
         dynamodb, s3 = client("dynamodb"), client("s3")

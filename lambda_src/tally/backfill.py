@@ -9,12 +9,16 @@ folding, so the same rules accept or reject it.
 
 Exactly once across interruptions: the items of one export file are folded,
 in file order, into segments as the stream folds records (a segment closes at
-BACKFILL_SEGMENT_ITEMS buckets); a segment's marker keys derive from the export, the
-file and the position of its first item, and it is committed with the counts
-table's own marker protocol. A rerun rebuilds the
-very same segments and finds their markers, so it adds nothing twice. A claim
-item ties the table's count-from instant to one export, so a second export of
-the same instant cannot be counted on top of the first.
+BACKFILL_SEGMENT_ITEMS buckets); a segment's marker keys derive from the
+export, the file and the position of its first item, and it is committed with
+the counts table's own marker protocol. A rerun rebuilds the very same
+segments and finds their markers, so it adds nothing twice. A claim item ties
+the table's count-from instant to one export, so a second export of the same
+instant cannot be counted on top of the first.
+
+Like a stream record, an exported item must be committed within a day of its
+arrival (the count-from instant): the late limit assumes it, and the markers
+that make a rerun safe live two days from arrival (``backfill_deadline_ms``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 from tally.core.commit import source_id
 from tally.core.records import CounterEvent, Reason, Rejection
 from tally.core.segments import Segment, SegmentFolder
-from tally.core.settings import Settings
+from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.dynamo import CommitResult
 from tally.invocation import outcomes_of
 
@@ -42,6 +46,11 @@ BACKFILL_STATE_BUDGET_BYTES = 10**9
 WCU_PER_TRANSACTION_ITEM = 2
 
 Commit = Callable[[Segment, str], CommitResult]
+
+
+def backfill_deadline_ms(count_from_ms: int) -> int:
+    """The last instant a backfill of ``count_from_ms`` may start or resume, as a retried record may commit."""
+    return count_from_ms + STREAM_RETENTION_MS
 
 
 def export_record(image: Mapping[str, Any], position: int, arrival_ms: int) -> dict[str, Any]:

@@ -178,3 +178,6 @@ def test_the_count_from_instant_is_required_and_checked(tables, capsys, monkeypa
     assert "--count-from" in capsys.readouterr().err
     assert backfill.main(["--export-to", "s3://b/p", "--count-from", "2026-11-23T10:00:00.5Z"]) == 2
     assert "whole second" in capsys.readouterr().err
+    two_days_ago = str(now_ms() // 1000 - 2 * 86_400)
+    assert backfill.main(["--export-to", "s3://b/p", "--count-from", two_days_ago]) == 2
+    assert "within a day" in capsys.readouterr().err
