@@ -138,7 +138,7 @@ def test_the_rule_counts_only_the_named_counter_as_a_string_inside_the_window():
         {"counter": {"S": "refunds"}},
         {"ts": {"N": str(T)}},
     ]
-    assert audit.recount_items(items, ["orders", "refunds"], ("counter", "ts"), minute, minute) == {
+    assert audit.recount_items(items, ["orders", "refunds"], [audit.classic_rule("counter")], "ts", minute, minute) == {
         "orders": 1,
         "refunds": 0,
     }
@@ -148,3 +148,63 @@ def test_bad_arguments_are_one_line(capsys):
     assert audit.main(["orders", "--at", "yesterday"]) == 2
     assert audit.main(["orders", "--segments", "0"]) == 2
     assert capsys.readouterr().err.count("\n") == 2
+
+
+RULES = json.dumps(
+    [
+        {"name": "jobs", "counter": "jobs/{providerId}"},
+        {"name": "paid", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
+        {"name": "all", "counter": "{{all}}", "when": {"kind": {"oneOf": ["a", 2]}, "test": {"exists": False}}},
+    ]
+)
+
+
+def item(**values):
+    from boto3.dynamodb.types import TypeSerializer
+
+    return {name: TypeSerializer().serialize(value) for name, value in {"ts": Decimal(T), **values}.items()}
+
+
+def test_rules_name_counters_from_templates_conditions_and_sums_on_their_own():
+    rules = audit.read_rules(RULES)
+    minute = T // MINUTE_MS
+    items = [
+        item(providerId="acme"),  # jobs/acme
+        item(providerId=Decimal("7.50")),  # jobs/7.5
+        item(providerId=""),  # an empty string names nothing
+        item(providerId=True),  # nor does a boolean
+        item(shop="s1", status="paid", amount=Decimal("12.34")),  # revenue/s1
+        item(shop="s1", status="open", amount=Decimal("1")),  # condition fails
+        item(shop="s1", status="paid", amount=Decimal("0.000000001")),  # 9 digits after the point: refused
+        item(shop="s1", status="paid"),  # nothing to sum: refused
+        item(kind="a"),  # {all}
+        item(kind=Decimal(2), providerId="acme"),  # {all} and jobs/acme
+        item(kind="2"),  # a string is not the number 2
+        item(kind="a", test="x"),  # must not exist
+    ]
+    counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}"]
+    assert audit.recount_items(items, counters, rules, "ts", minute, minute) == {
+        "jobs/acme": 2,
+        "jobs/7.5": 1,
+        "revenue/s1": 1,
+        "{all}": 2,
+    }
+
+
+def test_the_scan_filter_asks_for_every_attribute_some_rule_needs():
+    rules = audit.read_rules(RULES)
+    request = audit.scan_filter(["jobs/acme"], rules, False, "ts", 10, 20)
+    names = request["ExpressionAttributeNames"]
+    assert set(names.values()) == {"ts", "providerId", "shop", "status", "amount", "kind", "test"}
+    assert request["FilterExpression"].count("attribute_exists") == 1 + 3 + 1  # "test" must be absent
+    constant = audit.read_rules(json.dumps([{"counter": "views/all"}]))
+    assert "attribute_exists" not in audit.scan_filter(["views/all"], constant, False, "ts", 10, 20)["FilterExpression"]
+
+
+def test_rules_the_audit_cannot_read_are_one_line(monkeypatch, capsys, server_env):
+    monkeypatch.setenv("TALLY_RULES", "[1, 2]")
+    assert audit.main(["orders"]) == 2
+    assert "TALLY_RULES" in capsys.readouterr().err
+    monkeypatch.setenv("TALLY_RULES", RULES)
+    assert audit.main(["orders", "--index", "by-counter"]) == 2
+    assert "--index" in capsys.readouterr().err
