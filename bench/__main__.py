@@ -3,6 +3,9 @@
 Prints the figures and the targets they meet or miss, and writes them to
 bench/results.json (the published figures). Settings come from cdk.json's
 context, so the figures describe what ``cdk deploy`` would run.
+
+``python -m bench scale`` runs the scale model alone (about a minute) and
+replaces only its figures in bench/results.json.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import latency, reads, speed, workloads, writes
+from bench import latency, reads, scale, speed, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -79,6 +83,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     )
     keys = results["reads"]["batch_keys_ending_now"]
     cpu = results["cpu"]["parse_and_fold_records_per_second"]
+    [at_1000] = [entry for entry in results["scale"] if entry["shards"] == 1000]
     rows = [
         ("steady: origin WCU / tally WCU", ">= 25", steady["ratios"]["origin_units_over_tally_units"], lambda v: v >= 25),
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
@@ -90,6 +95,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("range plan requests, any 24 h window", "<= 3", range_requests, lambda v: v <= 3),
         ("range plan RCU (strong), any 24 h window", "<= 3", range_units, lambda v: v <= 3),
         ("parse + fold records/s per core", ">= 200000", cpu, lambda v: v >= 200_000),
+        ("1,000 shards: failed invocations", "0", at_1000["failed_invocations"], lambda v: v == 0),
+        ("1,000 shards: p99 window end to committed (s)", "<= 10", at_1000["p99_commit_seconds"], lambda v: v <= 10),
     ]
     return [{"target": name, "wanted": wanted, "figure": figure, "met": bool(check(figure))} for name, wanted, figure, check in rows]
 
@@ -108,6 +115,7 @@ def run() -> dict[str, Any]:
         lambda: {
             "counter_length": len(reads.COUNTER),
             "cost": reads.costs(settings),
+            "cost_with_8_bucket_lanes": reads.costs(replace(settings, bucket_lanes=8)),
             "batch_keys_ending_now": {
                 "default_skew": reads.batch_keys_ending_now(settings),
                 "no_skew": reads.batch_keys_ending_now(replace(settings, max_clock_skew_ms=0)),
@@ -118,8 +126,13 @@ def run() -> dict[str, Any]:
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
+    results.update(timed("scale model", scale_results))
     results["targets"] = targets(results)
     return results
+
+
+def scale_results() -> dict[str, Any]:
+    return {"scale_model": scale.model_description(), **scale.results()}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -178,6 +191,8 @@ def report(results: dict[str, Any]) -> None:
                       str(run["origin_ms"]), f"{run['origin_over_range']}x")
     out.print(table)
 
+    report_scale(out, results)
+
     table = Table(title="Targets")
     for column in ("target", "wanted", "figure", "met"):
         table.add_column(column, justify="right")
@@ -186,14 +201,56 @@ def report(results: dict[str, Any]) -> None:
     out.print(table)
 
 
-def main() -> None:
+def report_scale(out: Console, results: dict[str, Any]) -> None:
+    model = results["scale_model"]
+    table = Table(title=f"Scale: shards committing {model['window_seconds']} s windows at once ({model['mix']}, "
+                        f"{model['events_per_shard_second']:g} events/s per shard)")
+    for column in ("shards", "events/s", "WCU/1k events", "config", "transactions", "conflicts", "retries",
+                   "p50 s", "p99 s", "all shards s", "failed invocations"):
+        table.add_column(column, justify="right")
+    for entry in results["scale"]:
+        for label, figures in (("before", entry["before"]), ("after", entry)):
+            table.add_row(
+                f"{entry['shards']:,}", f"{entry['events_per_second']:,g}", f"{figures['write_units_per_1000_events']:,}",
+                f"{label}: {figures['bucket_lanes']} lane(s)", f"{figures['transactions']:,}", f"{figures['conflicts']:,}",
+                f"{figures['retries']:,}", str(figures["p50_commit_seconds"]), str(figures["p99_commit_seconds"]),
+                str(figures["all_shards_committed_seconds"]), f"{figures['failed_invocations']:,}",
+            )
+    for figures in results["scale_one_mitigation_at_1000_shards"]:
+        table.add_row("1,000", f"{figures['events_per_second']:,g}", f"{figures['write_units_per_1000_events']:,}",
+                      figures["configuration"], f"{figures['transactions']:,}", f"{figures['conflicts']:,}",
+                      f"{figures['retries']:,}", str(figures["p50_commit_seconds"]), str(figures["p99_commit_seconds"]),
+                      str(figures["all_shards_committed_seconds"]), f"{figures['failed_invocations']:,}")
+    out.print(table)
+
+    table = Table(title="Scale: write cost at a fixed 5,000 events/s over more shards (WCU per 1,000 events)")
+    for column in ("mix", "shards", "tally", "origin", "origin/tally"):
+        table.add_column(column, justify="right")
+    for entry in results["scale_fixed_rate"]:
+        table.add_row(entry["mix"], f"{entry['shards']:,}", f"{entry['write_units_per_1000_events']:,}",
+                      f"{entry['origin_write_units_per_1000_events']:,}", f"{entry['origin_over_tally']}x")
+    out.print(table)
+
+
+def main(arguments: list[str]) -> int:
+    if arguments not in ([], ["scale"]):
+        print(f"usage: python -m bench [scale] (got {' '.join(arguments)!r})", file=sys.stderr)
+        return 2
     start = time.perf_counter()
+    if arguments == ["scale"]:
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        results.update(timed("scale model", scale_results))
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        report_scale(Console(width=150), results)
+        console.log(f"wrote the scale figures to {RESULTS.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
+        return 0
     results = run()
     results["seconds"] = round(time.perf_counter() - start)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     report(results)
     console.log(f"wrote {RESULTS.relative_to(ROOT)} in {results['seconds']} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tally.backfill import BackfillSummary, WriteRateLimit, backfill_file
 from tally.core.settings import HOUR_MS, Settings
-from tally.dynamo import CommitResult
+from tally.core.commit import CommitResult
 from tally.local.workload import Workload
 
 COUNT_FROM_MS = 1_795_428_000_000

@@ -18,7 +18,7 @@ from typing import Any
 from bench import origin
 from bench.cost import batch_get_read_units, item_size, query_read_units
 from bench.workloads import START_MS, Event
-from tally.core.buckets import Bucket
+from tally.core.buckets import Bucket, lane_sort_key
 from tally.dynamo import BATCH_GET_LIMIT
 from tally.core.plans import Plan, PlanKind, make_plan
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
@@ -32,15 +32,20 @@ NOW_HOUR_MS = START_MS + 36 * HOUR_MS  # the last hour of the origin's mock data
 SECONDS_INTO_MINUTE_MS = 30_000
 
 
-def tally_item_size(bucket: Bucket, settings: Settings, counter: str = COUNTER) -> int:
+def tally_item_size(bucket: Bucket, settings: Settings, counter: str = COUNTER, lane: int = 0) -> int:
     return item_size(
         {
             "pk": {"S": counter},
-            "sk": {"S": bucket.sort_key},
+            "sk": {"S": lane_sort_key(bucket.sort_key, lane)},
             "count": {"N": str(LARGE_COUNT)},
             "ttl": {"N": str(bucket.ttl_seconds(settings))},
         }
     )
+
+
+def tally_item_sizes(bucket: Bucket, settings: Settings) -> list[int]:
+    """Every item a read of this bucket returns: one per lane (all assumed written, the worst case)."""
+    return [tally_item_size(bucket, settings, lane=lane) for lane in range(settings.bucket_lanes)]
 
 
 def origin_item_size(key: str) -> int:
@@ -59,7 +64,11 @@ def batch_cost(sizes: list[int]) -> dict[str, float]:
 
 def range_cost(plan: Plan, settings: Settings) -> dict[str, float]:
     run_sizes = [
-        [tally_item_size(Bucket(run.first.granularity, index), settings) for index in range(run.first.index, run.last.index + 1)]
+        [
+            size
+            for index in range(run.first.index, run.last.index + 1)
+            for size in tally_item_sizes(Bucket(run.first.granularity, index), settings)
+        ]
         for run in plan.runs()
     ]
     return {
@@ -76,7 +85,7 @@ def window_costs(now_ms: int, at_ms: int, settings: Settings) -> dict[str, dict[
     ranged = make_plan(window, now_ms, settings, PlanKind.RANGE)
     return {
         "origin": batch_cost([origin_item_size(key) for key in origin.query_keys(COUNTER, at_ms)]),
-        "tally_batch": batch_cost([tally_item_size(bucket, settings) for bucket in batch.buckets]),
+        "tally_batch": batch_cost([size for bucket in batch.buckets for size in tally_item_sizes(bucket, settings)]),
         "tally_range": range_cost(ranged, settings),
     }
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tally.core.settings import DAY_MS, HOUR_MS, Settings, SettingsError, parse_count_from
+from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
 
 DEFAULT_CONTEXT: dict[str, Any] = {
     "stackName": "Tally",
@@ -28,6 +28,7 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "minuteRetentionHours": 48,
     "hourRetentionDays": 90,
     "maxClockSkewSeconds": 300,
+    "bucketLanes": 1,
     "eventsTableRemovalPolicy": "retain",
     "countsTableRemovalPolicy": "destroy",
     "powertoolsLayerVersion": 27,
@@ -76,6 +77,7 @@ class StackSettings:
         hour_retention_days = reader.integer("hourRetentionDays", minimum=1)
         max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
         events_table_name, events_stream_arn = reader.events_table()
+        bucket_lanes = reader.integer("bucketLanes", minimum=1, maximum=MAX_BUCKET_LANES)
         try:
             handler_settings = Settings(
                 counter_attribute=reader.text("counterAttribute"),
@@ -85,6 +87,7 @@ class StackSettings:
                 hour_retention_ms=hour_retention_days * DAY_MS,
                 max_clock_skew_ms=max_clock_skew_seconds * 1000,
                 count_from_ms=reader.count_from("countFrom"),
+                bucket_lanes=bucket_lanes,
             )
         except SettingsError as error:
             raise ContextError(f"invalid handler settings in CDK context: {error}") from None

@@ -65,7 +65,8 @@ HANDLER_METRICS = (
 # of 128 MB, which keeps the cold-start imports short.
 MEMORY_MB = 256
 # A handful of transactions take well under a second; 60 s leaves room for the
-# commit's exponential backoff on conflicts and throttling, yet a hung invocation
+# commit's retries on conflicts and throttling (at most about 21 s of pauses per
+# transaction, tally.core.retry.commit_backoff), yet a hung invocation
 # stalls its shard for at most a minute before Lambda retries it, and a retry is
 # safe because commits are idempotent.
 TIMEOUT = Duration.seconds(60)
@@ -203,6 +204,7 @@ class Tally(Construct):
                 tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
                 tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
                 tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
+                tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             },

@@ -8,7 +8,7 @@ from factories import image
 from tally.backfill import BackfillSummary, WriteRateLimit, backfill_file, chunks, export_outcomes, write_units
 from tally.core.records import CounterEvent, Reason
 from tally.core.settings import HOUR_MS, Settings
-from tally.dynamo import CommitResult
+from tally.core.commit import CommitResult
 
 COUNT_FROM = 1_795_000_000_000
 

@@ -4,7 +4,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from moto_tables import COUNTS, no_sleep_backoff, read_counts
+from dataclasses import replace
+
 from tally.core.buckets import Bucket
+from tally.core.retry import Backoff, commit_backoff
 from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
 from tally.core.segments import Segment
 from tally.core.settings import HOUR_MS, MINUTE_MS
@@ -233,3 +236,26 @@ def test_a_large_segment_commits_in_parts_each_exactly_once(dynamodb, settings):
     assert (result.duplicates, result.transactions) == (2, 2)
     assert client.calls["transact_write_items"] == 2 + 4
     assert all(read_counts(dynamodb, f"c{i:03d}") == {MINUTE.sort_key: 1, HOUR.sort_key: 1} for i in range(150))
+
+
+def test_a_commit_waits_its_turn_behind_many_shards_within_the_function_timeout(dynamodb, settings):
+    # The commit schedule: many short pauses (at most a second each), and all of them well inside 60 s.
+    schedule = commit_backoff()
+    worst = sum(min(schedule.cap_seconds, schedule.base_seconds * 2 ** (n - 1)) for n in range(1, schedule.attempts))
+    assert schedule.attempts >= 20 and worst <= 30
+    client = Faulty(dynamodb)
+    client.faults["transact_write_items"] = [cancelled("None", "TransactionConflict", "None")] * (schedule.attempts - 1)
+    pauses = []
+    table = CountsTable(client, COUNTS, settings)
+    table.commit_backoff = lambda: replace(commit_backoff(), sleep=pauses.append)
+    result = table.commit(segment(), "src")
+    assert (result.transactions, result.retries) == (1, schedule.attempts - 1)
+    assert len(pauses) == schedule.attempts - 1 and max(pauses) <= schedule.cap_seconds
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
+
+
+def test_commits_and_reads_retry_on_their_own_schedules_unless_one_is_given(dynamodb, settings):
+    table = CountsTable(dynamodb, COUNTS, settings)
+    assert table.commit_backoff is commit_backoff and table.backoff is Backoff
+    given = CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+    assert given.commit_backoff is given.backoff is no_sleep_backoff

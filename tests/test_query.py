@@ -127,3 +127,27 @@ def test_json_form_names_the_window_and_cost(counts_table, workload):
     assert (as_json["start"], as_json["end"]) == ("2026-11-21T14:38Z", "2026-11-22T14:38Z")
     assert as_json["total"] == result.total
     assert (as_json["plan"], as_json["keys"], as_json["requests"]) == ("batch", result.keys, 1)
+
+
+@freeze_time("2026-11-22T14:37:12Z")
+def test_with_bucket_lanes_shards_write_apart_and_both_plans_sum_the_lanes():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, "lanes-events", "lanes-counts")  # the module's own tables may share this mock
+        settings = Settings(counts_table="lanes-counts", events_table="lanes-events", bucket_lanes=4)
+        table = CountsTable(client, "lanes-counts", settings, backoff=no_sleep_backoff)
+        rng = random.Random(14)
+        events = sorted((("hot", NOW - rng.randrange(3 * HOUR_MS)) for _ in range(240)), key=lambda e: e[1])
+        for shard in range(6):  # every shard carries the hot counter, as random event ids spread it
+            records = [counter_record(counter, ms) for counter, ms in events[shard::6]]
+            process(window_event(records, final=True, shard_id=f"shardId-{shard:04d}"), table.commit, settings)
+
+        stored = [item["sk"]["S"] for item in client.scan(TableName="lanes-counts")["Items"] if item["pk"]["S"] == "hot"]
+        lanes = {sk.count("#") == 2 and sk.rsplit("#", 1)[1] for sk in stored}
+        assert len(lanes) > 1  # the shards' writes to one bucket went to several items
+        for offset in range(0, 180, 7):
+            at = NOW - offset * MINUTE_MS
+            window = Window.ending(at, 90 * MINUTE_MS)
+            for plan in PlanKind:
+                [result] = count_windows(table, ["hot"], at_ms=at, length_ms=90 * MINUTE_MS, plan=plan)
+                assert result.total == brute_force(events, "hot", window), (offset, plan)

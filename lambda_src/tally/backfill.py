@@ -33,7 +33,7 @@ from tally.core.commit import source_id
 from tally.core.records import CounterEvent, Reason, Rejection
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
-from tally.dynamo import CommitResult
+from tally.core.commit import CommitResult
 from tally.invocation import outcomes_of
 
 CHUNK_ITEMS = 1000  # items parsed at a time; segments span chunks

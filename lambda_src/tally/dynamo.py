@@ -15,9 +15,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally.core.commit import Outcome, classify_cancellation, transact_items
-from tally.core.retry import Backoff
-from tally.core.segments import Item, Segment
+from tally.core.commit import (
+    Attempt,
+    CommitResult,
+    Outcome,
+    Pause,
+    RetriesExhausted,
+    classify_cancellation,
+    commit_steps,
+)
+from tally.core.buckets import bucket_sort_key, last_lane_bound, lane_sort_keys
+from tally.core.retry import Backoff, commit_backoff
+from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, TTL_ATTRIBUTE, TableDescription
 
@@ -41,22 +50,11 @@ class CommitFailed(RuntimeError):
     """A segment could not be committed; the invocation must fail so Lambda retries it."""
 
 
-class RetriesExhausted(RuntimeError):
-    """DynamoDB kept pushing back after every retry."""
-
-
 class BackfillClaimed(RuntimeError):
     """The table's history at this instant is being, or was, counted from another export."""
 
 
 BACKFILL_PREFIX = "#backfill#"
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    transactions: int  # parts of the segment committed now
-    duplicates: int  # parts found committed before (a retry)
-    retries: int  # conflicted or throttled attempts
 
 
 @dataclass
@@ -67,6 +65,11 @@ class Fetched:
     requests: int = 0
     items: int = 0
 
+    def add(self, key: Key, count: int) -> None:
+        """One item read: a bucket, or one lane of it."""
+        self.counts[key] = self.counts.get(key, 0) + count
+        self.items += 1
+
 
 class CountsTable:
     """The counts table as tally uses it, over a low-level boto3 DynamoDB client."""
@@ -76,41 +79,43 @@ class CountsTable:
         client: Any,
         table_name: str,
         settings: Settings,
-        backoff: Callable[[], Backoff] = Backoff,
+        backoff: Callable[[], Backoff] | None = None,
     ) -> None:
+        """``backoff`` paces every retry when given; by default reads use ``Backoff`` and commits ``commit_backoff``."""
         self.client = client
         self.table_name = table_name
         self.settings = settings
-        self.backoff = backoff
+        self.backoff = backoff or Backoff
+        self.commit_backoff = backoff or commit_backoff
 
     def commit(self, segment: Segment, source: str) -> CommitResult:
-        """Commit every part of a segment exactly once, in order."""
-        transactions = duplicates = retries = 0
-        for part, deltas in enumerate(segment.parts()):
-            duplicate, part_retries = self._commit_part(segment, part, deltas, source)
-            duplicates += duplicate
-            transactions += not duplicate
-            retries += part_retries
-        return CommitResult(transactions, duplicates, retries)
+        """Commit every part of a segment exactly once, in order (the policy is ``commit_steps``)."""
+        steps = commit_steps(segment, source, self.table_name, self.settings, self.commit_backoff)
+        sleep = self.commit_backoff().sleep
+        reply: Outcome | None = None
+        try:
+            while True:
+                step = steps.send(reply)
+                if isinstance(step, Pause):
+                    sleep(step.seconds)
+                    reply = None
+                else:
+                    reply = self._attempt(step)
+        except StopIteration as done:
+            return done.value
 
-    def _commit_part(self, segment: Segment, part: int, deltas: list[tuple[Item, int]], source: str) -> tuple[bool, int]:
-        """One TransactWriteItems, retried on conflict or throttling; (was it a duplicate, retries)."""
-        items = transact_items(segment, part, deltas, self.table_name, source, self.settings)
-        name = f"{segment.first_sequence}#{part}"
-        retries = 0
-        for _ in self.backoff().pauses():
-            try:
-                self.client.transact_write_items(TransactItems=items)
-                return False, retries
-            except ClientError as error:
-                outcome = _commit_outcome(error)
-                if outcome is Outcome.DUPLICATE:
-                    return True, retries
-                if outcome is Outcome.FAIL:
-                    raise CommitFailed(f"segment part {name}: {_describe(error)}") from error
-                retries += 1
-                logger.warning("commit of segment part %s retried: %s", name, _describe(error))
-        raise RetriesExhausted(f"segment part {name} still conflicted or throttled after {retries} tries")
+    def _attempt(self, attempt: Attempt) -> Outcome:
+        """One TransactWriteItems: its outcome, or CommitFailed for anything not worth another try."""
+        try:
+            self.client.transact_write_items(TransactItems=attempt.items)
+        except ClientError as error:
+            outcome = _commit_outcome(error)
+            if outcome is Outcome.FAIL:
+                raise CommitFailed(f"segment part {attempt.name}: {_describe(error)}") from error
+            if outcome is Outcome.RETRY:
+                logger.warning("commit of segment part %s retried: %s", attempt.name, _describe(error))
+            return outcome
+        return Outcome.COMMITTED
 
     def claim_backfill(self, table_arn: str, count_from_iso: str, export_arn: str, expires_s: int) -> None:
         """Tie a table's count-from instant to one export, or raise BackfillClaimed naming the other one.
@@ -139,9 +144,13 @@ class CountsTable:
             ) from None
 
     def batch_get(self, keys: Iterable[Key], consistent: bool = False) -> Fetched:
-        """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left."""
+        """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.
+
+        With bucket lanes, every lane of every bucket is read and a bucket's count is the sum of its lanes.
+        """
         fetched = Fetched()
-        unique = list(dict.fromkeys(keys))
+        lanes = self.settings.bucket_lanes
+        unique = list(dict.fromkeys((pk, lane_sk) for pk, sk in keys for lane_sk in lane_sort_keys(sk, lanes)))
         for start in range(0, len(unique), BATCH_GET_LIMIT):
             pending = [_key(pk, sk) for pk, sk in unique[start : start + BATCH_GET_LIMIT]]
             for _ in self.backoff().pauses():
@@ -160,8 +169,7 @@ class CountsTable:
                 response = self._call(self.client.batch_get_item, RequestItems=request)
                 fetched.requests += 1
                 for item in response.get("Responses", {}).get(self.table_name, []):
-                    fetched.counts[(item["pk"]["S"], item["sk"]["S"])] = int(item[COUNT_ATTRIBUTE]["N"])
-                    fetched.items += 1
+                    fetched.add((item["pk"]["S"], bucket_sort_key(item["sk"]["S"])), int(item[COUNT_ATTRIBUTE]["N"]))
                 pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
                 if not pending:
                     break
@@ -170,8 +178,10 @@ class CountsTable:
         return fetched
 
     def query(self, counter: str, first_sk: str, last_sk: str, consistent: bool = False) -> Fetched:
-        """Counts of every bucket of ``counter`` with first_sk <= sk <= last_sk, all pages."""
+        """Counts of every bucket of ``counter`` with first_sk <= sk <= last_sk, all pages (lanes summed)."""
         fetched = Fetched()
+        if self.settings.bucket_lanes > 1:
+            last_sk = last_lane_bound(last_sk)
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
@@ -188,8 +198,7 @@ class CountsTable:
             response = self._call(self.client.query, **request)
             fetched.requests += 1
             for item in response.get("Items", []):
-                fetched.counts[(counter, item["sk"]["S"])] = int(item[COUNT_ATTRIBUTE]["N"])
-                fetched.items += 1
+                fetched.add((counter, bucket_sort_key(item["sk"]["S"])), int(item[COUNT_ATTRIBUTE]["N"]))
             if "LastEvaluatedKey" not in response:
                 return fetched
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]

@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.core.commit import source_id
-from tally.dynamo import CommitResult
+from tally.core.commit import CommitResult, source_id
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import Settings

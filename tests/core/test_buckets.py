@@ -3,7 +3,20 @@ from decimal import Decimal
 
 import pytest
 
-from tally.core.buckets import Bucket, Granularity, InvalidTime, buckets_of, parse_event_time
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.core.buckets import (
+    Bucket,
+    Granularity,
+    InvalidTime,
+    bucket_sort_key,
+    buckets_of,
+    last_lane_bound,
+    lane_sort_key,
+    parse_event_time,
+)
+from tally.core.settings import MAX_BUCKET_LANES
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
 
@@ -113,3 +126,16 @@ def test_iso_and_epoch_forms_land_in_the_same_buckets():
         sign = "+" if offset_hours >= 0 else "-"
         text = f"{zone_text}{sign}{abs(offset_hours):02d}:00"
         assert buckets_of(parse_event_time(text)) == buckets_of(int(moment.timestamp() * 1000))
+
+
+@given(
+    kind=st.sampled_from("MH"),
+    index=st.integers(min_value=0, max_value=4_000_000),
+    lane=st.integers(min_value=0, max_value=MAX_BUCKET_LANES - 1),
+)
+def test_a_lane_sorts_within_its_bucket_and_reads_back_as_it(kind, index, lane):
+    bucket, following = Bucket(kind, index).sort_key, Bucket(kind, index + 1).sort_key
+    key = lane_sort_key(bucket, lane)
+    assert bucket_sort_key(key) == bucket
+    assert bucket <= key <= last_lane_bound(bucket) < following
+    assert (key == bucket) == (lane == 0)

@@ -1,7 +1,15 @@
 import pytest
 
-from tally.core.buckets import Bucket
-from tally.core.commit import MARKER_PREFIX, Outcome, classify_cancellation, marker_key, source_id, transact_items
+from tally.core.buckets import Bucket, lane_sort_key
+from tally.core.commit import (
+    MARKER_PREFIX,
+    Outcome,
+    classify_cancellation,
+    lane_of,
+    marker_key,
+    source_id,
+    transact_items,
+)
 from tally.core.segments import Segment
 from tally.core.settings import HOUR_MS, Settings
 
@@ -71,3 +79,25 @@ def codes(*names):
 )
 def test_only_a_lone_marker_condition_failure_means_already_committed(reasons, outcome):
     assert classify_cancellation(reasons) is outcome
+
+
+def test_one_lane_writes_the_buckets_own_items():
+    [part] = segment().parts()
+    items = transact_items(segment(), 0, part, "counts", "src", Settings(bucket_lanes=1))
+    assert [item["Update"]["Key"]["sk"]["S"] for item in items[1:]] == [
+        Bucket.of_minute(T0 // 60_000).sort_key,
+        Bucket.of_hour(T0 // HOUR_MS).sort_key,
+    ]
+
+
+def test_with_lanes_a_shard_writes_its_own_lane_of_every_bucket_every_time():
+    [part] = segment().parts()
+    settings = Settings(bucket_lanes=8)
+    sources = [source_id("arn", f"shardId-{n}") for n in range(200)]
+    lanes = {source: lane_of(source, 8) for source in sources}
+    assert set(lanes.values()) == set(range(8))  # shards spread over every lane
+    for source in sources[:20]:
+        items = transact_items(segment(), 0, part, "counts", source, settings)
+        keys = [item["Update"]["Key"]["sk"]["S"] for item in items[1:]]
+        assert keys == [lane_sort_key(b.sort_key, lanes[source]) for b in (Bucket.of_minute(T0 // 60_000), Bucket.of_hour(T0 // HOUR_MS))]
+        assert keys == [item["Update"]["Key"]["sk"]["S"] for item in transact_items(segment(), 0, part, "counts", source, settings)[1:]]

@@ -24,6 +24,7 @@ def test_environment_overrides_every_setting():
             "TALLY_MINUTE_RETENTION_HOURS": "72",
             "TALLY_HOUR_RETENTION_DAYS": "400",
             "TALLY_MAX_CLOCK_SKEW_SECONDS": "60",
+            "TALLY_BUCKET_LANES": "8",
         }
     )
     assert (settings.counts_table, settings.events_table) == ("c", "e")
@@ -31,6 +32,7 @@ def test_environment_overrides_every_setting():
     assert settings.minute_retention_ms == 72 * HOUR_MS
     assert settings.hour_retention_ms == 400 * DAY_MS
     assert settings.max_clock_skew_ms == 60_000
+    assert settings.bucket_lanes == 8
 
 
 def test_events_older_than_23_hours_at_arrival_cannot_be_counted_by_default():
@@ -48,6 +50,8 @@ def test_events_older_than_23_hours_at_arrival_cannot_be_counted_by_default():
         ({"TALLY_MAX_CLOCK_SKEW_SECONDS": "7200"}, "max clock skew"),
         ({"TALLY_TIME_ATTRIBUTE": "counter"}, "distinct names"),
         ({"TALLY_COUNTER_ATTRIBUTE": ""}, "counter_attribute must not be empty"),
+        ({"TALLY_BUCKET_LANES": "0"}, "bucket lanes must be between 1 and 32"),
+        ({"TALLY_BUCKET_LANES": "33"}, "bucket lanes must be between 1 and 32"),
     ],
 )
 def test_bad_settings_fail_fast_with_the_variable_named(env, message):

@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from tally.core.buckets import Bucket
+from tally.core.buckets import Bucket, bucket_sort_key
 from tally.core.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
@@ -41,12 +41,13 @@ NOTABLE_LENGTHS_MIN = (
 
 
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
-    """Every bucket item of the counts table (segment markers left out)."""
+    """Every bucket of the counts table, its lanes summed (segment markers left out)."""
     buckets: dict[tuple[str, str], int] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
             if not item["pk"]["S"].startswith(MARKER_PREFIX):
-                buckets[(item["pk"]["S"], item["sk"]["S"])] = int(item[COUNT_ATTRIBUTE]["N"])
+                key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
+                buckets[key] = buckets.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
     return buckets
 
 

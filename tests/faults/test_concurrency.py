@@ -2,6 +2,7 @@
 
 moto never reports a TransactionConflict of its own, so conflicts are injected
 while the threads run; each must be retried (and counted as a retry), never lost.
+With bucket lanes the shards write apart, and the lanes must sum exactly.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import pytest
 from moto.server import ThreadedMotoServer
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
+from tally.core.buckets import bucket_sort_key
 from tally.core.settings import Settings
 
-from .checks import check_table
+from .checks import check_table, check_windows
 from .harness import FaultKind, FaultSchedule, FaultyClient, FaultyHandler, LambdaShard, quick_backoff
 from .streams import STREAM_ARN, StreamSpec, build_stream
 
@@ -73,10 +75,10 @@ def server_client(endpoint: str):
     )
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpoint: str, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "lanes"), [(1, 1), (2, 1), (3, 4)])
+def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpoint: str, seed: int, lanes: int) -> None:
     counts = f"hot-counts-{seed}"
-    settings = Settings(counts_table=counts, events_table=f"hot-events-{seed}")
+    settings = Settings(counts_table=counts, events_table=f"hot-events-{seed}", bucket_lanes=lanes)
     create_tables(server_client(endpoint), settings.events_table, counts)
     spec = StreamSpec(
         seed=seed,
@@ -116,8 +118,14 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
         for finished in [pool.submit(shard.run) for shard in shards]:
             finished.result()
 
-    context = f"seed {seed}, {conflicts!r}"
+    context = f"seed {seed}, {lanes} lanes, {conflicts!r}"
     check_table(server_client(endpoint), counts, stream.expected, context)
+    check_windows(
+        CountsTable(server_client(endpoint), counts, settings), stream.expected, settings, random.Random(seed), 2, context
+    )
+    stored = server_client(endpoint).scan(TableName=counts)["Items"]
+    written_lanes = {item["sk"]["S"] for item in stored if not item["pk"]["S"].startswith("#")}
+    assert (len({bucket_sort_key(sk) for sk in written_lanes}) < len(written_lanes)) == (lanes > 1), context
     retries = sum(summary.commit_retries for shard in shards for summary in shard.summaries)
     native = sum(client.native_retryable for client in clients)
     assert in_flight["max"] > 1, "the shards never committed at the same time"

@@ -40,6 +40,7 @@ def test_command_line_strings_are_read_as_numbers_and_choices():
         ("tumblingWindowSeconds", True, "whole number"),
         ("tumblingWindowSeconds", 1.5, "whole number"),
         ("batchSize", 0, "between 1 and 10000"),
+        ("bucketLanes", 33, "between 1 and 32"),
         ("batchSize", "10001", "between 1 and 10000"),
         ("maxBatchingWindowSeconds", 301, "between 0 and 300"),
         ("powertoolsLayerVersion", 0, "at least 1"),

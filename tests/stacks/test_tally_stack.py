@@ -159,6 +159,7 @@ def test_function_environment_comes_from_the_settings_contract(template, ids):
         tally_settings.ENV_MINUTE_RETENTION_HOURS: "48",
         tally_settings.ENV_HOUR_RETENTION_DAYS: "90",
         tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: "300",
+        tally_settings.ENV_BUCKET_LANES: "1",
         "POWERTOOLS_SERVICE_NAME": "tally",
         "POWERTOOLS_METRICS_NAMESPACE": "Tally",
     }

@@ -7,6 +7,7 @@ lexicographic order is time order within a counter's item collection.
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -19,6 +20,17 @@ MINUTES_PER_HOUR = 60
 
 # Year 10000 does not fit the fixed-width keys; refuse anything at or after it.
 MAX_EPOCH_MS = 253_402_300_800_000
+
+
+# By kind, without building the enum: every committed bucket computes its end for the TTL.
+_LENGTH_MS = {"M": MINUTE_MS, "H": HOUR_MS}
+
+
+@functools.lru_cache(maxsize=8192)
+def _sort_key(kind: str, index: int) -> str:
+    """Cached: a commit sorts and writes every bucket of its segment by this key, a window's buckets are few."""
+    start = datetime.fromtimestamp(index * _LENGTH_MS[kind] / 1000, UTC)
+    return start.strftime("M#%Y-%m-%dT%H:%M" if kind == "M" else "H#%Y-%m-%dT%H")
 
 
 class Granularity(str, Enum):
@@ -46,18 +58,15 @@ class Bucket(NamedTuple):
 
     @property
     def start_ms(self) -> int:
-        return self.index * self.granularity.length_ms
+        return self.index * _LENGTH_MS[self.kind]
 
     @property
     def end_ms(self) -> int:
-        return self.start_ms + self.granularity.length_ms
+        return (self.index + 1) * _LENGTH_MS[self.kind]
 
     @property
     def sort_key(self) -> str:
-        moment = datetime.fromtimestamp(self.start_ms / 1000, UTC)
-        if self.kind == "M":
-            return moment.strftime("M#%Y-%m-%dT%H:%M")
-        return moment.strftime("H#%Y-%m-%dT%H")
+        return _sort_key(self.kind, self.index)
 
     @property
     def hour_index(self) -> int:
@@ -160,3 +169,31 @@ def _epoch_ms(moment: datetime) -> int:
 def iso_minute(ms: int) -> str:
     """``YYYY-MM-DDTHH:MMZ`` for display."""
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+LANE_SEPARATOR = "#"
+
+
+def lane_sort_key(sort_key: str, lane: int) -> str:
+    """The sort key of one lane of a bucket. Lane 0 is the bucket's own item, so one lane reads as no lanes.
+
+    ``M#2026-11-22T13:17#3`` sorts after its bucket and before the next one, so
+    a range of buckets in a Query holds their lanes too.
+    """
+    return sort_key if lane == 0 else f"{sort_key}{LANE_SEPARATOR}{lane}"
+
+
+def lane_sort_keys(sort_key: str, lanes: int) -> list[str]:
+    return [lane_sort_key(sort_key, lane) for lane in range(lanes)]
+
+
+def bucket_sort_key(sort_key: str) -> str:
+    """The bucket a stored sort key belongs to: itself, or the bucket of a lane."""
+    kind, _, rest = sort_key.partition("#")
+    start, _, _lane = rest.partition(LANE_SEPARATOR)
+    return f"{kind}#{start}"
+
+
+def last_lane_bound(sort_key: str) -> str:
+    """An upper bound for a key range that must hold every lane of ``sort_key`` and nothing after it."""
+    return f"{sort_key}{LANE_SEPARATOR}~"

@@ -1,21 +1,29 @@
-"""Segment part -> one TransactWriteItems request, and what its cancellation means. No I/O.
+"""Segment part -> one TransactWriteItems request, what its cancellation means, and when to try again. No I/O.
 
 Each part of a segment (at most 99 bucket items) is one transaction: it puts a
 marker item under a key derived from the segment's source, its first record
 and the part's number (condition: it must not exist yet) and adds every delta
 to its bucket. Either all of it happens once, or none of it: a retried part
 finds its marker and is skipped.
+
+``commit_steps`` is the whole commit of a segment as a sequence of steps
+(send this transaction, wait this long) driven by whoever does the I/O:
+``CountsTable`` against DynamoDB with real sleeps, the scale model against a
+simulated DynamoDB in simulated time. Both run the same policy.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
+from tally.core.buckets import lane_sort_key
+from tally.core.retry import Backoff
 from tally.core.segments import Item, Segment
 from tally.core.settings import DAY_MS, STREAM_RETENTION_MS, Settings
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
@@ -32,15 +40,86 @@ _RETRYABLE_REASONS = frozenset(
 
 
 class Outcome(str, Enum):
+    COMMITTED = "committed"  # the transaction succeeded
     DUPLICATE = "duplicate"  # the marker exists: this segment was committed before
     RETRY = "retry"  # conflict or throttling: try again after a pause
     FAIL = "fail"  # anything else: must not be mistaken for either
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    transactions: int  # parts of the segment committed now
+    duplicates: int  # parts found committed before (a retry)
+    retries: int  # conflicted or throttled attempts
+
+
+class RetriesExhausted(RuntimeError):
+    """DynamoDB kept pushing back after every retry."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Send this TransactWriteItems; the driver answers with its Outcome (and raises on FAIL)."""
+
+    name: str  # the part, for logs: first sequence number and part number
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait this long before the next step."""
+
+    seconds: float
+
+
+CommitStep = Attempt | Pause
+
+
+def commit_steps(
+    segment: Segment,
+    source: str,
+    table_name: str,
+    settings: Settings,
+    backoff: Callable[[], Backoff],
+) -> Generator[CommitStep, Outcome | None, CommitResult]:
+    """Commit every part of a segment exactly once, in order: the steps, and the result once done.
+
+    Each part is tried up to ``backoff().attempts`` times, pausing as the
+    backoff says between tries while DynamoDB answers conflict or throttling;
+    after the last try RetriesExhausted is raised so that Lambda retries the
+    invocation. A part whose marker exists was committed before: skipped.
+    """
+    transactions = duplicates = retries = 0
+    for part, deltas in enumerate(segment.parts()):
+        items = transact_items(segment, part, deltas, table_name, source, settings)
+        attempt = Attempt(f"{segment.first_sequence}#{part}", items)
+        for delay in backoff().delays():
+            if delay:
+                yield Pause(delay)
+            outcome = yield attempt
+            if outcome is Outcome.COMMITTED:
+                transactions += 1
+                break
+            if outcome is Outcome.DUPLICATE:
+                duplicates += 1
+                break
+            if outcome is not Outcome.RETRY:
+                raise ValueError(f"a commit step needs an outcome of its attempt, not {outcome!r}")
+            retries += 1
+        else:
+            raise RetriesExhausted(f"segment part {attempt.name} still conflicted or throttled after {retries} tries")
+    return CommitResult(transactions, duplicates, retries)
 
 
 def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
     """A short, stable name for the stream shard a segment came from."""
     text = f"{event_source_arn or ''}|{shard_id or ''}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def lane_of(source: str, lanes: int) -> int:
+    """The lane a shard adds to: fixed per shard, so its retries write where its first try did."""
+    return int(hashlib.sha256(source.encode("utf-8")).hexdigest()[:8], 16) % lanes
 
 
 def marker_key(segment: Segment, source: str, part: int) -> dict[str, str]:
@@ -71,8 +150,9 @@ def transact_items(
             }
         }
     ]
+    lane = lane_of(source, settings.bucket_lanes)
     for (counter, bucket), delta in deltas:
-        key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: bucket.sort_key}
+        key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
         items.append(
             {
                 "Update": {

@@ -18,9 +18,25 @@ class Backoff:
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
 
+    def delays(self) -> Iterator[float]:
+        """The pause before each attempt, 0 before the first; the caller waits (or simulates waiting)."""
+        for attempt in range(self.attempts):
+            yield self.rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1))) if attempt else 0.0
+
     def pauses(self) -> Iterator[int]:
         """Yield the attempt number (0-based), sleeping before every attempt but the first."""
-        for attempt in range(self.attempts):
+        for attempt, delay in enumerate(self.delays()):
             if attempt:
-                self.sleep(self.rng.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** (attempt - 1))))
+                self.sleep(delay)
             yield attempt
+
+
+def commit_backoff() -> Backoff:
+    """The schedule of a commit's retries: many short pauses, at most about 20 s in all.
+
+    Every shard commits its window at the same instant, and a bucket that many
+    shards write takes one transaction at a time: a commit waits its turn in
+    pauses of at most a second, and still gives up well inside the function's
+    60 s timeout, so Lambda retries the invocation rather than kill it.
+    """
+    return Backoff(attempts=25, cap_seconds=1.0)

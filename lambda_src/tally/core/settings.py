@@ -30,6 +30,10 @@ ENV_MINUTE_RETENTION_HOURS = "TALLY_MINUTE_RETENTION_HOURS"
 ENV_HOUR_RETENTION_DAYS = "TALLY_HOUR_RETENTION_DAYS"
 ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
 ENV_COUNT_FROM = "TALLY_COUNT_FROM"
+ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
+
+# A query reads every lane of every bucket it needs: the batch plan's keys grow with them.
+MAX_BUCKET_LANES = 32
 
 
 class SettingsError(ValueError):
@@ -38,10 +42,18 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Attribute names, retentions and the clock-skew allowance.
+    """Attribute names, retentions, the clock-skew allowance and the bucket lanes.
 
     minute_retention_ms must exceed the stream retention (a retry can commit a
     day after arrival) plus the longest minute-precision window a query reads.
+
+    bucket_lanes > 1 splits every bucket into that many items: each stream
+    shard adds to one of them (chosen by the shard), and reads sum them all.
+    Every shard commits its window at the same instant and DynamoDB runs one
+    transaction at a time on an item, so a bucket that hundreds of shards
+    write is committed lane by lane in parallel instead of shard after shard.
+    It may be raised at any time, never lowered while lanes written before
+    can still be read (the hour retention).
     """
 
     counts_table: str = "tally-counts"
@@ -55,6 +67,7 @@ class Settings:
     # Records that arrived before this instant (epoch ms, whole seconds) are skipped:
     # a backfill counts the table as it was then. None counts every record.
     count_from_ms: int | None = None
+    bucket_lanes: int = 1
 
     def __post_init__(self) -> None:
         for name in ("counter_attribute", "time_attribute", "value_attribute"):
@@ -73,6 +86,8 @@ class Settings:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds")
         if self.count_from_ms is not None and (self.count_from_ms < 0 or self.count_from_ms % 1000):
             raise SettingsError("count-from must be a non-negative whole number of seconds since the epoch")
+        if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
+            raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}")
 
     @property
     def max_event_age_ms(self) -> int:
@@ -99,6 +114,7 @@ class Settings:
             hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
             count_from_ms=_count_from(env.get(ENV_COUNT_FROM)),
+            bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
         )
 
 
