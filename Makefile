@@ -3,35 +3,51 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# What each command needs, installed once and again when pyproject.toml changes:
+# the demo, the scripts and the bench need tally with moto's server and rich (.[scripts]);
+# the tests and the CDK app add aws-cdk-lib, cdk-nag, cfn-lint and pytest (.[dev]), ten times the size.
+DEMO_STAMP := $(VENV)/.installed-scripts
+DEV_STAMP := $(VENV)/.installed-dev
+# pip's own progress, one line per package, without its "already satisfied" chatter.
+PIP_INSTALL = set -o pipefail; $(BIN)/python -m pip install --disable-pip-version-check -e
+PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; }
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install test demo adopt-demo bench synth deploy destroy
+.PHONY: install install-scripts test demo adopt-demo bench synth deploy destroy
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing tally with boto3, Powertools, moto's server and rich into $(VENV) (what the demo and scripts need)"
+	@$(PIP_INSTALL) '.[scripts]' $(PIP_PROGRESS)
+	@touch $@
 
-install: $(STAMP)
+$(DEV_STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing tally with the tests' and the CDK app's dependencies (pytest, aws-cdk-lib, cdk-nag, cfn-lint) into $(VENV)"
+	@$(PIP_INSTALL) '.[dev]' $(PIP_PROGRESS)
+	@touch $@ $(DEMO_STAMP)
 
-test: $(STAMP)
+install-scripts: $(DEMO_STAMP)
+
+install: $(DEV_STAMP)
+
+test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/local_pipeline.py $(DEMO_ARGS)
 
 # Adoption on moto: a table with history, count-from, export, live stream, backfill, audit.
-adopt-demo: $(STAMP)
+adopt-demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/adopt_demo.py $(DEMO_ARGS)
 
-# Cost and speed against the origin design, side by side; writes bench/results.json (not part of `make test`).
-bench: $(STAMP)
-	$(BIN)/python -m bench
+# Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;
+# PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.
+bench: $(DEMO_STAMP)
+	$(BIN)/python -m bench $(if $(PUBLISH),--publish)
 
 # The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
 node_modules/.package-lock.json: package.json package-lock.json
@@ -42,12 +58,12 @@ CDK := npx --no-install cdk
 CDK_FLAGS := --no-notices --no-version-reporting $(CDK_ARGS)
 
 # Offline: needs neither AWS credentials nor a bootstrap stack.
-synth: $(STAMP) node_modules/.package-lock.json
+synth: $(DEV_STAMP) node_modules/.package-lock.json
 	$(CDK) synth $(CDK_FLAGS) --quiet
 
-deploy: $(STAMP) node_modules/.package-lock.json
+deploy: $(DEV_STAMP) node_modules/.package-lock.json
 	$(CDK) deploy $(CDK_FLAGS)
 
 # The events table is retained (README, "Tearing it down"); everything else is deleted.
-destroy: $(STAMP) node_modules/.package-lock.json
+destroy: $(DEV_STAMP) node_modules/.package-lock.json
 	$(CDK) destroy $(CDK_FLAGS)

@@ -28,11 +28,14 @@ def build_app(**app_props) -> cdk.App:
 
 
 def main(**app_props) -> int:
-    """Synthesize; a setting the stack cannot be built from is one line on stderr, not a traceback."""
+    """Synthesize; a bad context value is one line naming its key, not a traceback through jsii."""
     try:
         build_app(**app_props).synth()
-    except (ContextError, TallyConfigurationError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except ContextError as error:
+        print(f"tally: {error} (set it in cdk.json or with -c key=value)", file=sys.stderr)
+        return 1
+    except TallyConfigurationError as error:
+        print(f"tally: {error}", file=sys.stderr)
         return 1
     return 0
 

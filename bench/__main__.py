@@ -1,15 +1,18 @@
 """``make bench``: tally against the origin design, cost and speed, in one run.
 
 Prints the figures and the targets they meet or miss, and writes them to
-bench/results.json (the published figures). Settings come from cdk.json's
-context, so the figures describe what ``cdk deploy`` would run.
+bench/latest.json (untracked: a run on this machine). ``--publish`` (``make
+bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
+README quotes, so a plain run never leaves a clone dirty. Settings come from
+cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
 ``python -m bench scale`` runs the scale model alone (about a minute) and
-replaces only its figures in bench/results.json.
+replaces only its figures in the file(s) it writes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -27,7 +30,8 @@ from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results.json"
+PUBLISHED = Path(__file__).resolve().parent / "results.json"
+LATEST = Path(__file__).resolve().parent / "latest.json"
 console = Console(stderr=True)
 
 
@@ -232,23 +236,28 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
     out.print(table)
 
 
-def main(arguments: list[str]) -> int:
-    if arguments not in ([], ["scale"]):
-        print(f"usage: python -m bench [scale] (got {' '.join(arguments)!r})", file=sys.stderr)
-        return 2
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("part", nargs="?", choices=["scale"], help="run only the scale model")
+    parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
+    args = parser.parse_args(argv)
+    targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)
     start = time.perf_counter()
-    if arguments == ["scale"]:
-        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        results.update(timed("scale model", scale_results))
-        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    if args.part == "scale":
+        figures = timed("scale model", scale_results)
+        for path in targets:
+            results = json.loads(path.read_text()) if path.exists() else {}
+            results.update(figures)
+            path.write_text(json.dumps(results, indent=2) + "\n")
+            console.log(f"wrote the scale figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
         report_scale(Console(width=150), results)
-        console.log(f"wrote the scale figures to {RESULTS.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
         return 0
     results = run()
     results["seconds"] = round(time.perf_counter() - start)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     report(results)
-    console.log(f"wrote {RESULTS.relative_to(ROOT)} in {results['seconds']} s")
+    for path in targets:
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        console.log(f"wrote {path.relative_to(ROOT)} in {results['seconds']} s")
     return 0
 
 

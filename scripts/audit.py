@@ -1,7 +1,7 @@
 """Recount a window straight from the events table and compare it with tally's answer.
 
-    python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
-    python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
+    .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
+    .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
 
 The operator's independent proof: the recount shares none of tally's parsing,
 bucketing or window code. The rule it applies, stated once:
@@ -48,13 +48,14 @@ from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
-from botocore.exceptions import BotoCoreError, ClientError
-from rich.console import Console
+from botocore.exceptions import ClientError
 from rich.table import Table
 
 from tally.core.settings import Settings, SettingsError
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
+from tally.local.cli import ScriptError, entry_point, explain
+from tally.local.cli import console as cli_console
 from tally.local.stack_outputs import StackOutputsError
 from tally.query import count_windows
 
@@ -71,10 +72,6 @@ _LENGTH = re.compile(r"^(\d+)([mhd])$")
 _LENGTH_MINUTES = {"m": 1, "h": 60, "d": 1440}
 
 
-class UsageError(Exception):
-    """Reported in one line, exit status 2."""
-
-
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
@@ -87,14 +84,10 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
-    argument_parser = parser()
-    args = argument_parser.parse_args(argv)
-    try:
-        rows = audit(args)
-    except UsageError as error:
-        print(f"{argument_parser.prog}: error: {error}", file=sys.stderr)
-        return 2
+    args = parser().parse_args(argv)
+    rows = audit(args)
     show(rows, args.json)
     return 0 if all(row["difference"] == 0 for row in rows) else 1
 
@@ -102,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     counters = list(dict.fromkeys(args.counters))
     if len(counters) > MAX_FILTER_VALUES:
-        raise UsageError(f"at most {MAX_FILTER_VALUES} counters at a time")
+        raise ScriptError(f"at most {MAX_FILTER_VALUES} counters at a time")
     if args.segments < 1:
-        raise UsageError("--segments must be at least 1")
+        raise ScriptError("--segments must be at least 1")
     minutes = window_minutes(args.window)
     at_ms = instant_ms(args.at) if args.at else int(datetime.now(UTC).timestamp() * 1000)
     last_minute = at_ms // MINUTE_MS
@@ -114,7 +107,7 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
         rules_text = os.environ.get(RULES_VARIABLE, "").strip()
         rules = read_rules(rules_text) if rules_text else [classic_rule(settings.counter_attribute)]
         if args.index and rules_text:
-            raise UsageError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
+            raise ScriptError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
         tables = resolve_tables(args)
         dynamodb = client("dynamodb")
         answers = count_windows(
@@ -129,12 +122,12 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             items = parallel_scan(dynamodb, tables.events, args.segments, condition)
         recount = recount_items(items, counters, rules, settings.time_attribute, first_minute, last_minute)
     except (SettingsError, StackOutputsError, ValueError) as error:
-        raise UsageError(str(error)) from None
+        raise ScriptError(str(error)) from None
     except ClientError as error:
+        if explain(error) is not None:  # a missing table, refused credentials: the shared edge says it
+            raise
         detail = error.response.get("Error", {})
-        raise UsageError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
-    except BotoCoreError as error:
-        raise UsageError(str(error)) from None
+        raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
     start, end = _iso(first_minute * MINUTE_MS), _iso((last_minute + 1) * MINUTE_MS)
     return [
         {
@@ -152,14 +145,14 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
 def window_minutes(text: str) -> int:
     match = _LENGTH.match(text.strip())
     if not match or int(match.group(1)) == 0:
-        raise UsageError(f"--window must look like 90m, 24h or 7d, got {text!r}")
+        raise ScriptError(f"--window must look like 90m, 24h or 7d, got {text!r}")
     return int(match.group(1)) * _LENGTH_MINUTES[match.group(2)]
 
 
 def instant_ms(text: str) -> int:
     moment = _iso_instant(text)
     if moment is None:
-        raise UsageError(f"--at must be ISO-8601 with a UTC offset, got {text!r}")
+        raise ScriptError(f"--at must be ISO-8601 with a UTC offset, got {text!r}")
     return moment
 
 
@@ -371,10 +364,10 @@ def query_index(
     indexes = description.get("GlobalSecondaryIndexes", []) + description.get("LocalSecondaryIndexes", [])
     schema = next((entry["KeySchema"] for entry in indexes if entry["IndexName"] == index), None)
     if schema is None:
-        raise UsageError(f"table {table!r} has no index {index!r}")
+        raise ScriptError(f"table {table!r} has no index {index!r}")
     keys = {key["KeyType"]: key["AttributeName"] for key in schema}
     if keys.get("HASH") != attributes[0]:
-        raise UsageError(f"index {index!r} must have the counter attribute {attributes[0]!r} as its partition key")
+        raise ScriptError(f"index {index!r} must have the counter attribute {attributes[0]!r} as its partition key")
     types = {entry["AttributeName"]: entry["AttributeType"] for entry in description["AttributeDefinitions"]}
     numeric_sort = keys.get("RANGE") == attributes[1] and types.get(attributes[1]) == "N"
     items = []
@@ -417,7 +410,7 @@ def show(rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         verdict = "[green]EQUAL" if row["difference"] == 0 else "[red]DIFFERENT"
         table.add_row(row["counter"], f"{row['tally']:,}", f"{row['recount']:,}", f"{row['difference']:+,}", verdict)
-    Console().print(table)
+    cli_console().print(table)
 
 
 def _iso_instant(text: str) -> int | None:

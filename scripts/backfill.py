@@ -1,7 +1,7 @@
 """Count the history the stream will never deliver: a point-in-time export of the events table.
 
-    python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-to s3://my-bucket/tally-backfill
-    python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-arn arn:aws:dynamodb:...:export/...
+    .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-to s3://my-bucket/tally-backfill
+    .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-arn arn:aws:dynamodb:...:export/...
 
 The counting function counts only records that arrived at or after the
 count-from instant (TALLY_COUNT_FROM, context countFrom); this command counts
@@ -27,8 +27,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-from rich.console import Console
+from botocore.exceptions import ClientError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -38,15 +37,13 @@ from tally.core.windows import now_ms
 from tally.dynamo import BackfillClaimed, CountsTable
 from tally.local import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
+from tally.local.cli import ScriptError, entry_point, explain
+from tally.local.cli import console as cli_console
 from tally.local.stack_outputs import StackOutputsError
 
-console = Console(stderr=True)
+console = cli_console(stderr=True)
 
 DEFAULT_MAX_WCU = 1000
-
-
-class UsageError(Exception):
-    """Reported in one line, exit status 2."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,14 +66,10 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
-    argument_parser = parser()
-    args = argument_parser.parse_args(argv)
-    try:
-        summary = run(args)
-    except UsageError as error:
-        print(f"{argument_parser.prog}: error: {error}", file=sys.stderr)
-        return 2
+    args = parser().parse_args(argv)
+    summary = run(args)
     show(summary)
     return 0
 
@@ -86,11 +79,11 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         settings = Settings.from_env()
         count_from_ms = _count_from(args.count_from) if args.count_from else settings.count_from_ms
         if count_from_ms is None:
-            raise UsageError("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
+            raise ScriptError("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
         if args.max_wcu <= 0:
-            raise UsageError("--max-wcu must be positive")
+            raise ScriptError("--max-wcu must be positive")
         if now_ms() > backfill_deadline_ms(count_from_ms):
-            raise UsageError(
+            raise ScriptError(
                 f"count-from {_iso(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
                 "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
             )
@@ -102,7 +95,7 @@ def run(args: argparse.Namespace) -> BackfillSummary:
             dynamodb, export.arn, poll_seconds=args.poll_seconds, on_poll=_report_status
         )
         if export.export_time_ms is not None and export.export_time_ms != count_from_ms:
-            raise UsageError(
+            raise ScriptError(
                 f"export {export.arn} shows the table at {_iso(export.export_time_ms)}, but the stream counts "
                 f"from {_iso(count_from_ms)}: items in between would be counted twice or never"
             )
@@ -111,19 +104,19 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         counts.claim_backfill(export.table_arn, _iso(count_from_ms), export.arn, expires_s)
         return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu))
     except (SettingsError, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
-        raise UsageError(str(error)) from None
+        raise ScriptError(str(error)) from None
     except ClientError as error:
+        if explain(error) is not None:  # a missing table, refused credentials: the shared edge says it
+            raise
         detail = error.response.get("Error", {})
-        raise UsageError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
-    except BotoCoreError as error:
-        raise UsageError(str(error)) from None
+        raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
 
 
 def _count_from(text: str) -> int:
     try:
         return parse_count_from(text)
     except ValueError as error:
-        raise UsageError(f"--count-from {error}") from None
+        raise ScriptError(f"--count-from {error}") from None
 
 
 def _export(args: argparse.Namespace, dynamodb: Any, events_table: str, count_from_ms: int) -> exports.Export:
@@ -131,7 +124,7 @@ def _export(args: argparse.Namespace, dynamodb: Any, events_table: str, count_fr
         return exports.describe(dynamodb, args.export_arn)
     bucket, _, prefix = args.export_to.removeprefix("s3://").partition("/")
     if not args.export_to.startswith("s3://") or not bucket:
-        raise UsageError(f"--export-to must look like s3://BUCKET/PREFIX, got {args.export_to!r}")
+        raise ScriptError(f"--export-to must look like s3://BUCKET/PREFIX, got {args.export_to!r}")
     table_arn = dynamodb.describe_table(TableName=events_table)["Table"]["TableArn"]
     export = exports.start_export(dynamodb, table_arn, bucket, prefix.strip("/"), count_from_ms)
     console.print(f"started export {export.arn}\n  (if interrupted, resume with --export-arn {export.arn})")
@@ -173,7 +166,7 @@ def count_export(
 
 
 def show(summary: BackfillSummary) -> None:
-    out = Console()
+    out = cli_console()
     table = Table(title="backfill", show_header=False)
     table.add_column("what")
     table.add_column("how many", justify="right")

@@ -1,11 +1,13 @@
 """Write synthetic events into the events table: by default the origin's workload.
 
-    python scripts/generate_events.py                      # 3 counters, 37 h ending now, 20-100/h each
-    python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 12
+    .venv/bin/python scripts/generate_events.py            # 3 counters, 37 h ending now, 20-100/h each, 6 bad
+    .venv/bin/python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 0
 
 The same --seed (and end time) writes the same events, ids included. Items
 are written with BatchWriteItem only (moto turns an UpdateItem on a new key
-into two INSERTs), and unprocessed items are retried with backoff.
+into two INSERTs), and unprocessed items are retried with backoff. Attribute
+names come from TALLY_COUNTER_ATTRIBUTE / TALLY_TIME_ATTRIBUTE, as the handler
+reads them.
 """
 
 from __future__ import annotations
@@ -15,18 +17,19 @@ import random
 import sys
 from collections import Counter
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tally.core.buckets import iso_minute
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
+from tally.local.cli import console as make_console
+from tally.local.cli import entry_point, require_table
 from tally.core.records import InvalidCounter, validate_counter
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.windows import InvalidWindow, now_ms, parse_instant
-from tally.local.workload import DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, Workload, bad_items
+from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, Workload, bad_items
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,7 +56,14 @@ def parser() -> argparse.ArgumentParser:
         metavar=("COUNTER", "RATE"),
         help="also write RATE events per hour to COUNTER (repeatable)",
     )
-    parser.add_argument("--bad", type=int, default=0, metavar="N", help="also write N records tally must reject")
+    parser.add_argument(
+        "--bad",
+        type=int,
+        default=len(BAD_KINDS),
+        metavar="N",
+        help=f"also write N records tally must reject, cycling through their kinds (default {len(BAD_KINDS)}: "
+        "one of each, as make demo writes)",
+    )
     return parser
 
 
@@ -77,6 +87,7 @@ def parse_workload(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return workload, end_ms
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     argument_parser = parser()
     args = argument_parser.parse_args(argv)
@@ -89,10 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     except LookupError as error:  # no such stack
         argument_parser.error(str(error))
 
+    dynamodb = client("dynamodb")
+    require_table(dynamodb, table, "--table or EVENTS_TABLE")
     console.print(
         f"writing {len(items)} events to {table}: {workload.hours} h ending {iso_minute(end_ms)}, seed {workload.seed}"
     )
-    write_with_progress(client("dynamodb"), table, items)
+    write_with_progress(dynamodb, table, items)
     print_totals(Counter(event.counter for event in events), args.bad)
     return 0
 
@@ -113,7 +126,7 @@ def print_totals(per_counter: Counter[str], bad: int) -> None:
     if bad:
         table.add_row("[dim](records tally must reject)", str(bad))
     table.add_row("[bold]total", f"[bold]{sum(per_counter.values()) + bad}")
-    Console().print(table)
+    make_console().print(table)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ by design, and show up under the #rejected#late_event counter. The brute force
 applies that same stated rule, with each record's arrival as the stream
 reports it, and says how many events in the window it set aside.
 
+The handler, the generator and the brute force read the same settings from
+the environment (TALLY_MINUTE_RETENTION_HOURS, TALLY_COUNTER_ATTRIBUTE, ...),
+so the demo checks whatever configuration it is given.
+
 --keep-running leaves the server and a following runner up and prints the
 environment the other scripts need to use them.
 """
@@ -30,7 +34,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
@@ -39,6 +42,8 @@ from tally.core.buckets import iso_minute
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
+from tally.local.cli import console as make_console
+from tally.local.cli import entry_point
 from tally.core.plans import PlanKind
 from tally.query import count_windows
 from tally.core.records import Reason
@@ -60,7 +65,7 @@ EVENTS_TABLE = "tally-events"
 COUNTS_TABLE = "tally-counts"
 REJECTION_REASONS = [reason for reason in Reason if reason.is_rejection]
 
-console = Console()
+console = make_console()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -81,8 +86,10 @@ def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
     return local_handler(counts_table, log_level="ERROR")
 
 
+@entry_point
 def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any] = quiet_handler) -> int:
     args = parser().parse_args(argv)
+    settings = Settings.from_env()  # as the handler reads them, so generator and brute force agree with it
     workload = Workload(counters=args.counters, hours=args.hours, rate=tuple(args.rate), seed=args.seed)
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
     started = time.monotonic()
@@ -97,7 +104,8 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
         console.print(f"1. created {EVENTS_TABLE} (stream NEW_IMAGE) and {COUNTS_TABLE} (TTL), as the stack does")
 
         end_ms = now_ms()
-        items = [event.item() for event in workload.events(end_ms)] + bad_items(args.bad, end_ms, args.seed)
+        events = workload.events(end_ms)
+        items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, args.seed, settings)
         write(dynamodb, items)
         console.print(
             f"2. wrote {len(items) - args.bad:,} events ({len(workload.counters)} counters, {workload.hours} h "
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
             f"{reader.attempts - reader.invocations} retried) in {time.monotonic() - stream_started:.1f} s"
         )
 
-        matched = verify(dynamodb, workload.counters, arrivals)
+        matched = verify(dynamodb, workload.counters, arrivals, settings)
         console.print(f"finished in {time.monotonic() - started:.1f} s")
         if args.keep_running:
             keep_running(server, reader)
@@ -150,9 +158,8 @@ def recording_arrivals(handler: Callable[[dict, Any], Any], arrivals: dict[str, 
     return handle
 
 
-def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int]) -> bool:
+def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings) -> bool:
     """Both plans against brute force for the 24 h window ending now, and the rejection counters."""
-    settings = Settings()
     table = CountsTable(dynamodb, COUNTS_TABLE, settings)
     now = now_ms()
     window = Window.ending(now)
@@ -231,8 +238,8 @@ def keep_running(server: MotoServer, reader: StreamReader) -> None:
     console.print("\nServer and runner keep running. In another shell:")
     print("export " + " ".join(f"{name}={value}" for name, value in environment.items()), flush=True)
     console.print(
-        "then e.g. [bold]python scripts/generate_events.py --hours 1[/] and "
-        "[bold]python scripts/query_window.py page-views[/]. Ctrl-C to stop."
+        "then e.g. [bold].venv/bin/python scripts/generate_events.py --hours 1[/] and "
+        "[bold].venv/bin/python scripts/query_window.py page-views[/]. Ctrl-C to stop."
     )
 
     def interrupted(signum: int, frame: object) -> None:

@@ -1,11 +1,13 @@
 """Count counters over a rolling window from the counts table.
 
-    python scripts/query_window.py page-views sign-ups                 # last 24 h, batch plan
-    python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
+    .venv/bin/python scripts/query_window.py page-views sign-ups                 # last 24 h, batch plan
+    .venv/bin/python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
 
 A window of length L ending at --at (default now) covers the minutes
 (at - L, at]. The table is --table, else COUNTS_TABLE, else a stack's outputs
 (--stack), else tally-counts. Bad input exits with status 2 and one line on stderr.
+A count of 0 says why on stderr when it can: a window that has not begun, or a
+counter without a single bucket.
 """
 
 from __future__ import annotations
@@ -14,25 +16,22 @@ import argparse
 import json
 import sys
 
-from rich.console import Console
+from botocore.exceptions import ClientError
 from rich.markup import escape
 from rich.table import Table
 
 from tally.core.buckets import iso_minute
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, client, resolve_tables
+from tally.local.cli import ScriptError, console, entry_point, is_missing_table, missing_table
 from tally.core.plans import PlanKind, WindowUnavailable
 from tally.query import WindowCount, count_windows, validate_query_counter
 from tally.core.records import InvalidCounter
 from tally.core.settings import HOUR_MS, Settings, SettingsError
 from tally.local.stack_outputs import StackOutputsError
-from tally.core.windows import InvalidWindow, parse_instant, parse_length
+from tally.core.windows import InvalidWindow, now_ms, parse_instant, parse_length
 
 BAR_WIDTH = 40
-
-
-class UsageError(Exception):
-    """Input the command cannot answer: reported in one line, exit status 2."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -48,14 +47,12 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
-    argument_parser = parser()
-    args = argument_parser.parse_args(argv)
-    try:
-        results = query(args)
-    except UsageError as error:
-        print(f"{argument_parser.prog}: error: {error}", file=sys.stderr)
-        return 2
+    args = parser().parse_args(argv)
+    table, results = query(args)
+    for note in notes(table, results):
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         for result in results:
             print(json.dumps(result.as_json()))
@@ -64,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def query(args: argparse.Namespace) -> list[WindowCount]:
+def query(args: argparse.Namespace) -> tuple[CountsTable, list[WindowCount]]:
     try:
         counters = [validate_query_counter(name) for name in args.counters]
         length_ms = parse_length(args.window)
@@ -72,15 +69,34 @@ def query(args: argparse.Namespace) -> list[WindowCount]:
         settings = Settings.from_env()
         tables = resolve_tables(args)
         table = CountsTable(client("dynamodb"), tables.counts, settings)
-        return count_windows(
+        return table, count_windows(
             table, counters, length_ms=length_ms, at_ms=at_ms, plan=PlanKind(args.plan), consistent=args.consistent
         )
     except (InvalidCounter, InvalidWindow, WindowUnavailable, SettingsError, StackOutputsError) as error:
-        raise UsageError(str(error)) from None
+        raise ScriptError(str(error)) from None
+    except ClientError as error:
+        if is_missing_table(error):
+            raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
+        raise
+
+
+def notes(table: CountsTable, results: list[WindowCount]) -> list[str]:
+    """Why a count is 0, where that is knowable: a 0 that is an answer and a 0 that is a mistake look alike."""
+    if not results:
+        return []
+    window = results[0].window
+    if window.start_ms > now_ms():
+        return [f"the window {window} lies entirely in the future: nothing can be counted in it yet"]
+    return [
+        f"no bucket of {result.counter!r} exists at all: no event has been counted under that name "
+        "(names are case-sensitive)"
+        for result in results
+        if result.items_read == 0 and not table.has_counter(result.counter)
+    ]
 
 
 def show(results: list[WindowCount]) -> None:
-    console = Console()
+    out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     for column in ("counter", "total", "plan", "keys", "requests", "items read"):
         summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
@@ -93,9 +109,9 @@ def show(results: list[WindowCount]) -> None:
             str(result.requests),
             str(result.items_read),
         )
-    console.print(summary)
+    out.print(summary)
     for result in results:
-        console.print(hour_chart(result))
+        out.print(hour_chart(result))
 
 
 def hour_chart(result: WindowCount) -> Table:

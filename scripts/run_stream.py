@@ -1,13 +1,14 @@
 """Run tally's handler over an events table's stream, here, the way Lambda's event source mapping would.
 
-    python scripts/run_stream.py --until-idle            # drain what is there, then exit
-    python scripts/run_stream.py                         # follow the stream until Ctrl-C
+    .venv/bin/python scripts/run_stream.py --until-idle            # drain what is there, then exit
+    .venv/bin/python scripts/run_stream.py                         # follow the stream until Ctrl-C
 
 Works against moto's server (AWS_ENDPOINT_URL) and against a real table
 (--table, EVENTS_TABLE or --stack). The handler runs in this process and
 writes to the counts table (--counts-table, COUNTS_TABLE or --stack). On
 Ctrl-C the current invocation finishes, open windows are committed, and the
-exit status is 0.
+exit status is 0. The handler's log lines and progress go to stderr; the
+summary line goes to stdout.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import signal
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from tally.local.delivery import DeliveryConfig, DeliveryFailed
 from tally.local.aws import ArgumentParser, LocalContext, add_table_arguments, client, local_handler, resolve_tables, stream_arn_of
+from tally.local.cli import console as make_console
+from tally.local.cli import entry_point, is_permanent, require_table
 from tally.local.stream_reader import GET_RECORDS_LIMIT, StreamReader
+from tally.core.settings import Settings
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,15 +48,19 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    Settings.from_env()  # the handler's settings, checked before any record is read
     try:
         config = DeliveryConfig(args.batch_size, args.window_seconds, args.max_attempts)
     except ValueError as error:
         parser().error(str(error))
     try:
         tables = resolve_tables(args)
-        stream_arn = tables.stream_arn or stream_arn_of(client("dynamodb"), tables.events)
+        dynamodb = client("dynamodb")
+        stream_arn = tables.stream_arn or stream_arn_of(dynamodb, tables.events)
+        require_table(dynamodb, tables.counts, "--counts-table or COUNTS_TABLE")
     except LookupError as error:  # no such stack, or a table without a stream
         parser().error(str(error))
     checkpoints = json.loads(args.checkpoint.read_text()) if args.checkpoint and args.checkpoint.exists() else {}
@@ -65,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         local_handler(tables.counts, args.log_level),
         config=config,
         context=LocalContext(),
-        on_retry=lambda event, error, attempt: console.print(
-            f"[yellow]invocation failed (attempt {attempt}), retrying: {type(error).__name__}: {error}"
-        ),
+        on_retry=report_retry,
         limit=args.limit,
         checkpoints=checkpoints,
     )
@@ -84,6 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             args.checkpoint.write_text(json.dumps(reader.checkpoints, indent=2))
     print(summary(reader))
     return 0
+
+
+def report_retry(event: dict, error: Exception, attempt: int) -> None:
+    """Say a failed invocation is retried; give up at once on errors no retry heals (a missing table, say)."""
+    if is_permanent(error):
+        raise error
+    console.print(f"[yellow]invocation failed (attempt {attempt}), retrying: {type(error).__name__}: {error}")
 
 
 def stop_on_interrupt(reader: StreamReader) -> None:

@@ -38,6 +38,17 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "countFrom": "",
 }
 
+# The context key each handler setting is read from, so a rule the handler enforces names the key to fix.
+HANDLER_SETTING_KEYS = {
+    "counter_attribute": "counterAttribute",
+    "time_attribute": "timeAttribute",
+    "value_attribute": "valueAttribute",
+    "minute_retention_ms": "minuteRetentionHours",
+    "hour_retention_ms": "hourRetentionDays",
+    "max_clock_skew_ms": "maxClockSkewSeconds",
+    "count_from_ms": "countFrom",
+}
+
 REMOVAL_POLICIES = ("retain", "destroy")
 STACK_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,255}")
@@ -90,7 +101,8 @@ class StackSettings:
                 bucket_lanes=bucket_lanes,
             )
         except SettingsError as error:
-            raise ContextError(f"invalid handler settings in CDK context: {error}") from None
+            named = error.naming({field: f"{key}={reader.shown(key)}" for field, key in HANDLER_SETTING_KEYS.items()})
+            raise ContextError(f"context {named}") from None
         return cls(
             tumbling_window_seconds=reader.integer(
                 "tumblingWindowSeconds", minimum=0, maximum=MAX_TUMBLING_WINDOW_SECONDS
@@ -139,6 +151,10 @@ class _ContextReader:
     def _raw(self, key: str) -> Any:
         value = self._lookup(key)
         return DEFAULT_CONTEXT[key] if value is None else value
+
+    def shown(self, key: str) -> str:
+        """The value as the operator gave it, for an error message."""
+        return str(self._raw(key))
 
     def integer(self, key: str, *, minimum: int, maximum: int | None = None) -> int:
         raw = self._raw(key)

@@ -57,6 +57,7 @@ HANDLER_METRICS = (
     "TransactionsCommitted",
     "DuplicateTransactions",
     "CommitRetries",
+    "WindowStatesDiscarded",
 )
 
 # The handler folds a batch in memory and commits one TransactWriteItems of at most
@@ -273,6 +274,12 @@ class Tally(Construct):
                 "RecordsRejectedAlarm",
                 "Events were rejected as malformed, too late or in the future; the dashboard shows the reasons",
                 self._handler_metric("RecordsRejected"),
+            ),
+            self._alarm_above(
+                "WindowStateDiscardedAlarm",
+                "A tumbling-window state could not be read and was discarded: the records it held are not "
+                "counted; the function's log names their sequence range",
+                self._handler_metric("WindowStatesDiscarded"),
             ),
         ]
         if self.settings.alarm_topic_arn:

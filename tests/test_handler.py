@@ -70,3 +70,14 @@ def test_disabled_metrics_print_nothing_even_for_rejections(lambda_handler, caps
     records = [stream_record(image(id="x", counter="#bad", ts=T0), arrival_s=T0 / 1000)]
     lambda_handler(window_event(records, final=True), LambdaContext())
     assert [line for line in emitted(capsys) if "_aws" in line] == []
+
+
+def test_a_discarded_window_state_is_logged_as_an_error_and_published_as_a_metric(lambda_handler, capsys, caplog):
+    handler_module.metrics.clear_metrics()  # an earlier test with metrics disabled leaves its values behind
+    state = {"segment": {"v": 99, "first": "101", "last": "109", "records": 9}}
+    response = lambda_handler(window_event([counter_record("c", T0)], state=state, final=True), LambdaContext())
+    assert response == {"state": {}}
+    [logged] = [r for r in caplog.records if r.getMessage() == "window state discarded"]
+    assert logged.levelname == "ERROR" and "9 records from sequence 101 to 109" in logged.detail
+    totals = next(blob for blob in emitted(capsys) if "WindowStatesDiscarded" in blob)
+    assert (totals["WindowStatesDiscarded"], totals["RecordsCounted"]) == ([1], [1])

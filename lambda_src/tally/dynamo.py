@@ -203,6 +203,19 @@ class CountsTable:
                 return fetched
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
+    def has_counter(self, counter: str) -> bool:
+        """Whether any bucket of ``counter`` exists, at any time: one Query of at most one key."""
+        response = self._call(
+            self.client.query,
+            TableName=self.table_name,
+            KeyConditionExpression="#pk = :pk",
+            ProjectionExpression="#pk",
+            ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key},
+            ExpressionAttributeValues={":pk": {"S": counter}},
+            Limit=1,
+        )
+        return bool(response.get("Items"))
+
     def _call(self, operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         """One read request, retried while DynamoDB throttles it."""
         for attempt in self.backoff().pauses():

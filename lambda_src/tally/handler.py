@@ -49,6 +49,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 
 def _log(summary: Summary, event: dict[str, Any]) -> None:
+    if summary.discarded_states:
+        logger.error(
+            "window state discarded",
+            extra={"detail": summary.discarded_state_detail, "shard": event.get("shardId"), "window": event.get("window")},
+        )
     for rejection in summary.rejections[:MAX_LOGGED_REJECTIONS]:
         logger.warning(
             "record rejected",
@@ -72,6 +77,7 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="TransactionsCommitted", unit=MetricUnit.Count, value=summary.transactions_committed)
     metrics.add_metric(name="DuplicateTransactions", unit=MetricUnit.Count, value=summary.duplicate_transactions)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
+    metrics.add_metric(name="WindowStatesDiscarded", unit=MetricUnit.Count, value=summary.discarded_states)
     for reason, count in summary.rejected.items():
         # One blob per reason: EMF gives all metrics of a blob the same dimensions.
         by_reason = EphemeralMetrics(service=SERVICE, namespace=NAMESPACE)

@@ -19,7 +19,7 @@ from typing import Any
 
 from tally.core.commit import CommitResult, source_id
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
-from tally.core.segments import Segment, SegmentFolder
+from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.settings import Settings
 
 Commit = Callable[[Segment, str], CommitResult]
@@ -37,6 +37,8 @@ class Summary:
     duplicate_transactions: int = 0
     commit_retries: int = 0
     rejections: list[Rejection] = field(default_factory=list)
+    discarded_states: int = 0
+    discarded_state_detail: str = ""
 
     @property
     def rejected_total(self) -> int:
@@ -52,6 +54,7 @@ class Summary:
             "transactions_committed": self.transactions_committed,
             "duplicate_transactions": self.duplicate_transactions,
             "commit_retries": self.commit_retries,
+            "discarded_states": self.discarded_states,
         }
 
 
@@ -68,8 +71,7 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     summary = Summary()
     records = event.get("Records") or []
     windowed = is_windowed(event)
-    state = event.get("state") or {}
-    folder = SegmentFolder(Segment.from_state(state["segment"]) if windowed and "segment" in state else None)
+    folder = SegmentFolder(_resume(event.get("state"), summary) if windowed else None)
     source = source_id(_stream_arn(event, records), event.get("shardId"))
 
     outcomes = outcomes_of(records, settings)
@@ -90,6 +92,37 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
 def outcomes_of(records: list[Any], settings: Settings) -> list[CounterEvent | Rejection]:
     """Stream records -> what each one counts as. The backfill parses exported items through here too."""
     return [parse_record(record, settings) for record in records]
+
+
+def _resume(state: Any, summary: Summary) -> Segment | None:
+    """The window's open segment from the state Lambda hands back, or None.
+
+    A state this release cannot read (another release's format, or damage) is
+    discarded rather than raised on: raising would fail every retry with the
+    same state and block the shard for a day. Its records stay uncounted; the
+    summary says so, with whatever the state tells about them, for the log,
+    the WindowStatesDiscarded metric and its alarm. This invocation's own
+    records start a fresh segment, so a retry discards and commits the same.
+    """
+    if not state:
+        return None
+    try:
+        if not isinstance(state, Mapping):
+            raise UnreadableState(f"window state is a {type(state).__name__}, not an object")
+        return Segment.from_state(state["segment"]) if "segment" in state else None
+    except UnreadableState as error:
+        summary.discarded_states += 1
+        summary.discarded_state_detail = f"{error}; {_lost_records(state)}"
+        return None
+
+
+def _lost_records(state: Any) -> str:
+    """What an unreadable state still says about the records it held, for recounting them from the events."""
+    segment = state.get("segment") if isinstance(state, Mapping) else None
+    if not isinstance(segment, Mapping):
+        return "its records are unknown"
+    first, last, records = segment.get("first"), segment.get("last"), segment.get("records")
+    return f"{records} records from sequence {first} to {last} not counted"[:300]
 
 
 def _tally(summary: Summary, outcome: CounterEvent | Rejection) -> None:

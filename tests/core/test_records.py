@@ -127,3 +127,38 @@ def test_records_that_arrived_before_count_from_are_routine_skips_and_the_cutoff
     assert skipped.reason is Reason.BEFORE_COUNT_FROM
     assert not skipped.reason.is_rejection
     assert isinstance(parse_record(at, settings), CounterEvent)
+
+
+@pytest.mark.parametrize("event_name", ["MODIFY", "REMOVE"])
+def test_modify_and_remove_without_an_arrival_time_are_skipped_not_rejected(event_name):
+    # Routine skips must not fire the rejection alarm because a field they never use is absent.
+    record = stream_record(None, event_name=event_name)
+    del record["dynamodb"]["ApproximateCreationDateTime"]
+    outcome = parse_record(record, SETTINGS)
+    assert outcome.reason is Reason.NOT_INSERT
+
+
+@pytest.mark.parametrize(
+    ("missing", "named"),
+    [("ApproximateCreationDateTime", "ApproximateCreationDateTime"), ("SequenceNumber", "SequenceNumber")],
+)
+def test_a_malformed_record_names_the_field_it_lacks(missing, named):
+    record = counter_record("c", ARRIVAL_MS, arrival_s=ARRIVAL_MS / 1000)
+    del record["dynamodb"][missing]
+    outcome = parse_record(record, SETTINGS)
+    assert outcome.reason is Reason.MALFORMED_RECORD
+    assert named in outcome.detail
+    other = {"ApproximateCreationDateTime", "SequenceNumber"} - {named}
+    assert not any(field in outcome.detail for field in other)
+
+
+def test_an_event_time_in_epoch_seconds_is_called_out_in_the_rejection():
+    outcome = parse(image(id="1", counter="c", ts=ARRIVAL_MS // 1000 - 100))
+    assert outcome.reason is Reason.LATE_EVENT
+    assert "epoch seconds" in outcome.detail and "milliseconds" in outcome.detail
+
+
+def test_a_genuinely_old_millisecond_time_is_not_called_seconds():
+    outcome = parse(image(id="1", counter="c", ts=ARRIVAL_MS - 30 * 24 * HOUR_MS))
+    assert outcome.reason is Reason.LATE_EVENT
+    assert "seconds" not in outcome.detail

@@ -49,8 +49,8 @@ def test_events_older_than_23_hours_at_arrival_cannot_be_counted_by_default():
         ({"TALLY_HOUR_RETENTION_DAYS": "1"}, "hour retention must be at least"),
         ({"TALLY_MAX_CLOCK_SKEW_SECONDS": "7200"}, "max clock skew"),
         ({"TALLY_TIME_ATTRIBUTE": "counter"}, "distinct names"),
-        ({"TALLY_COUNTER_ATTRIBUTE": ""}, "counter_attribute must not be empty"),
-        ({"TALLY_BUCKET_LANES": "0"}, "bucket lanes must be between 1 and 32"),
+        ({"TALLY_COUNTER_ATTRIBUTE": ""}, "TALLY_COUNTER_ATTRIBUTE='': attribute name must not be empty"),
+        ({"TALLY_BUCKET_LANES": "0"}, "TALLY_BUCKET_LANES='0': bucket lanes must be between 1 and 32"),
         ({"TALLY_BUCKET_LANES": "33"}, "bucket lanes must be between 1 and 32"),
     ],
 )
@@ -81,3 +81,18 @@ def test_count_from_must_name_a_whole_second_with_an_offset(raw):
 def test_count_from_in_milliseconds_must_be_whole_seconds():
     with pytest.raises(SettingsError, match="whole number of seconds"):
         Settings(count_from_ms=1_795_000_000_500)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"TALLY_MINUTE_RETENTION_HOURS": "25"}, "TALLY_MINUTE_RETENTION_HOURS='25'"),
+        ({"TALLY_HOUR_RETENTION_DAYS": "1"}, "TALLY_HOUR_RETENTION_DAYS='1'"),
+        ({"TALLY_MAX_CLOCK_SKEW_SECONDS": "3601"}, "TALLY_MAX_CLOCK_SKEW_SECONDS='3601'"),
+        ({"TALLY_TIME_ATTRIBUTE": "counter"}, "TALLY_TIME_ATTRIBUTE='counter'"),
+    ],
+)
+def test_a_rule_spanning_settings_names_the_variable_that_broke_it(env, named):
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env(env)
+    assert str(raised.value).startswith(named + ": ")

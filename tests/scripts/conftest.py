@@ -48,9 +48,11 @@ def fresh_handler_cache():
     from tally import handler
 
     environment, level = dict(os.environ), handler.logger.log_level
+    stream = handler.logger.registered_handler.stream
     handler.counts_table.cache_clear()
     yield
     handler.counts_table.cache_clear()
     handler.logger.setLevel(level)
+    handler.logger.registered_handler.setStream(stream)
     os.environ.clear()
     os.environ.update(environment)

@@ -86,3 +86,7 @@ def test_bad_arguments_exit_with_status_2(argv, capsys):
         generate_events.main(argv)
     assert exit_.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_default_writes_one_bad_record_of_each_kind_as_the_demo_does():
+    assert generate_events.parser().parse_args([]).bad == len(BAD_KINDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -50,3 +51,26 @@ def test_a_lost_record_is_a_mismatch_and_exit_status_1(capsys):
 
     assert local_pipeline.main(SMALL, handler_factory=losing_one_record) == 1
     assert "VERDICT: MISMATCH" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["TALLY_MINUTE_RETENTION_HOURS=72", "TALLY_MAX_CLOCK_SKEW_SECONDS=60", "TALLY_COUNTER_ATTRIBUTE=name"],
+)
+def test_the_pipeline_checks_the_settings_it_is_given(setting, monkeypatch, capsys):
+    # The handler reads its settings from the environment; so must the generator and the brute force.
+    name, value = setting.split("=")
+    monkeypatch.setenv(name, value)
+    assert local_pipeline.main(SMALL) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: MATCH" in out and "MISMATCH" not in out
+    if name == "TALLY_MINUTE_RETENTION_HOURS":
+        # 25 hours are within the 47 h a 72 h retention accepts: only the injected bad record is late.
+        assert re.search(r"(?<![\d,])1 events were rejected as late: stamped more than 47 h", out)
+
+
+def test_piped_output_keeps_long_lines_whole(capsys):
+    assert local_pipeline.main([*SMALL, "--hours", "2"]) == 0
+    out = capsys.readouterr().out
+    [explanation] = [line for line in out.splitlines() if line.lstrip().startswith("raw: events whose time")]
+    assert "range plan:" in explanation and "Query per counter" in explanation

@@ -7,6 +7,8 @@ import json
 import pytest
 from script_support import load_script
 
+from tally.core.buckets import iso_minute
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.local.aws import client, scan_items
 from tally.core.windows import Window, now_ms
 from tally.local.workload import brute_force_counts
@@ -77,3 +79,35 @@ def test_argument_errors_are_one_line_too(argv, capsys):
     assert exited.value.code == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and ": error: " in captured.err
+
+
+@pytest.mark.server
+def test_an_unknown_counter_says_so_instead_of_a_silent_zero(counted, capsys):
+    assert query_window.main(["alpha", "Alpha", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line)["total"] == 0 for line in captured.out.splitlines()] == [False, True]
+    assert captured.err.count("\n") == 1
+    assert "no bucket of 'Alpha' exists at all" in captured.err
+
+
+@pytest.mark.server
+def test_a_counter_with_no_events_in_this_window_gets_no_such_note(counted, capsys):
+    five_days_ago = iso_minute((now_ms() - 5 * DAY_MS) // HOUR_MS * HOUR_MS + 59 * MINUTE_MS)
+    assert query_window.main(["alpha", "--at", five_days_ago, "--window", "2h", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["total"] == 0
+    assert captured.err == ""
+
+
+@pytest.mark.server
+def test_a_window_entirely_in_the_future_says_so(counted, capsys):
+    assert query_window.main(["alpha", "--at", "2099-01-01T00:00Z", "--window", "2h"]) == 0
+    assert "lies entirely in the future" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_piped_tables_are_not_wrapped_at_80_columns(counted, capsys):
+    long_name = "a-counter-name-long-enough-to-push-the-table-past-eighty-columns-" + "x" * 60
+    assert query_window.main([long_name, "alpha"]) == 0
+    out = capsys.readouterr().out
+    assert any(long_name in line for line in out.splitlines())

@@ -26,7 +26,9 @@ run_stream = load_script("run_stream")
 
 
 def generate(*args: str) -> None:
-    assert generate_events.main(["--seed", "11", "--counters", "alpha", "beta", *args]) == 0
+    """Events for alpha and beta; bad records only when asked for (the generator writes one of each by default)."""
+    bad = [] if "--bad" in args else ["--bad", "0"]
+    assert generate_events.main(["--seed", "11", "--counters", "alpha", "beta", *bad, *args]) == 0
 
 
 def assert_counts_match_brute_force(tables, counters, windows) -> None:
@@ -127,8 +129,18 @@ def test_a_runner_restarted_from_its_checkpoint_reads_only_what_is_new(tables, t
     first = json.loads(checkpoint.read_text())
     assert len(first) == 1
 
-    assert generate_events.main(["--seed", "12", "--counters", "alpha", "--hours", "1", "--rate", "9", "9"]) == 0
+    assert generate_events.main(["--seed", "12", "--counters", "alpha", "--hours", "1", "--rate", "9", "9", "--bad", "0"]) == 0
     assert run_stream.main(runner) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("9 records")
     assert json.loads(checkpoint.read_text()) != first
     assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
+
+
+def test_the_handlers_logs_go_to_stderr_and_stdout_holds_the_summary_alone(tables, capsys):
+    generate("--hours", "1", "--rate", "5", "5", "--bad", "6")
+    capsys.readouterr()
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--log-level", "INFO"]) == 0
+    captured = capsys.readouterr()
+    [summary] = captured.out.splitlines()
+    assert summary.startswith("16 records (INSERT 16)")
+    assert "record rejected" in captured.err and "invocation done" in captured.err

@@ -33,6 +33,7 @@ DEPLOYED_LOGICAL_IDS = {
     "FunctionErrorsAlarm60070EC7",
     "IteratorAgeAlarm6757AA2B",
     "RecordsRejectedAlarm3FC810F8",
+    "WindowStateDiscardedAlarm69FD38A2",
 }
 
 
@@ -134,4 +135,7 @@ def test_a_bad_context_value_stops_the_synth_with_one_line(tmp_path, capsys):
     import app
 
     assert app.main(outdir=str(tmp_path), context={"eventsTableName": "orders"}) == 1
-    assert capsys.readouterr().err == "error: context eventsTableName and eventsStreamArn go together: give both or neither\n"
+    assert capsys.readouterr().err == (
+        "tally: context eventsTableName and eventsStreamArn go together: give both or neither "
+        "(set it in cdk.json or with -c key=value)\n"
+    )

@@ -113,3 +113,19 @@ def test_an_existing_events_table_is_named_with_its_stream():
 def test_bad_adoption_context_names_the_key(overrides, message):
     with pytest.raises(ContextError, match=message):
         settings_with(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"minuteRetentionHours": "25"}, "minuteRetentionHours=25"),
+        ({"hourRetentionDays": "1"}, "hourRetentionDays=1"),
+        ({"maxClockSkewSeconds": "3601"}, "maxClockSkewSeconds=3601"),
+        ({"timeAttribute": "counter"}, "timeAttribute=counter"),
+    ],
+)
+def test_a_handler_rule_names_the_context_key_that_broke_it(overrides: dict[str, Any], named: str):
+    with pytest.raises(ContextError) as raised:
+        settings_with(**overrides)
+    message = str(raised.value)
+    assert message.startswith("context ") and named in message.split(": ")[0]

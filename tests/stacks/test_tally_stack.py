@@ -31,6 +31,7 @@ HANDLER_METRICS = {
     "TransactionsCommitted",
     "DuplicateTransactions",
     "CommitRetries",
+    "WindowStatesDiscarded",
 }
 
 
@@ -329,10 +330,16 @@ def alarms_by_metric(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {body["Properties"]["MetricName"]: body["Properties"] for body in resources(template, "AWS::CloudWatch::Alarm").values()}
 
 
-def test_four_alarms_watch_the_failure_signals(template, ids):
+def test_five_alarms_watch_the_failure_signals(template, ids):
     alarms = alarms_by_metric(template)
 
-    assert set(alarms) == {"IteratorAge", "Errors", "ApproximateNumberOfMessagesVisible", "RecordsRejected"}
+    assert set(alarms) == {
+        "IteratorAge",
+        "Errors",
+        "ApproximateNumberOfMessagesVisible",
+        "RecordsRejected",
+        "WindowStatesDiscarded",
+    }
     expected = {
         "IteratorAge": ("AWS/Lambda", "Maximum", 6 * 60 * 1000, [{"Name": "FunctionName", "Value": {"Ref": ids["function"]}}]),
         "Errors": ("AWS/Lambda", "Sum", 0, [{"Name": "FunctionName", "Value": {"Ref": ids["function"]}}]),
@@ -343,6 +350,7 @@ def test_four_alarms_watch_the_failure_signals(template, ids):
             [{"Name": "QueueName", "Value": {"Fn::GetAtt": [ids["queue"], "QueueName"]}}],
         ),
         "RecordsRejected": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
+        "WindowStatesDiscarded": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
     }
     for metric, (namespace, statistic, threshold, dimensions) in expected.items():
         alarm = alarms[metric]

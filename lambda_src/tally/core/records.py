@@ -18,13 +18,16 @@ from typing import Any, NamedTuple
 from boto3.dynamodb.types import TypeDeserializer
 
 from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, parse_event_time
-from tally.core.settings import Settings
+from tally.core.settings import DAY_MS, Settings
 
 MAX_COUNTER_LENGTH = 255
 # DynamoDB Streams sequence numbers are 21 to 40 digits. Anything else cannot come
 # from a stream, and a longer one would make a segment marker key DynamoDB refuses.
 MAX_SEQUENCE_LENGTH = 40
 RESERVED_PREFIX = "#"
+# An epoch-seconds time read as milliseconds lands in January 1970; within a year of its
+# record's arrival once multiplied by 1000, it was almost surely meant as seconds.
+SECONDS_MISTAKE_TOLERANCE_MS = 366 * DAY_MS
 
 _deserializer = TypeDeserializer()
 
@@ -113,13 +116,19 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     stream = record["dynamodb"]
     sequence = stream.get("SequenceNumber")
     arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
-    if not _is_sequence_number(sequence) or arrival_ms is None:
-        return Rejection(Reason.MALFORMED_RECORD, "record lacks a SequenceNumber or ApproximateCreationDateTime")
+    if record.get("eventName") != "INSERT":
+        # A routine skip adds to no bucket, so it needs neither field: checking them first
+        # would turn every MODIFY or REMOVE without them into a rejection.
+        readable = _is_sequence_number(sequence) and arrival_ms is not None
+        detail = f"eventName {str(record.get('eventName'))[:32]}"
+        return Rejection(Reason.NOT_INSERT, detail, *((sequence, arrival_ms) if readable else (None, None)))
+    if not _is_sequence_number(sequence):
+        return Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.SequenceNumber")
+    if arrival_ms is None:
+        return Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.ApproximateCreationDateTime")
     if settings.count_from_ms is not None and arrival_ms < settings.count_from_ms:
         return Rejection(Reason.BEFORE_COUNT_FROM, "arrived before count-from", sequence, arrival_ms)
 
-    if record.get("eventName") != "INSERT":
-        return Rejection(Reason.NOT_INSERT, f"eventName {str(record.get('eventName'))[:32]}", sequence, arrival_ms)
     image = stream.get("NewImage")
     if not _is_mapping(image):
         detail = "INSERT without NewImage (stream view must include NEW_IMAGE)"
@@ -144,8 +153,16 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
     if event_ms > arrival_ms + settings.max_clock_skew_ms:
         return Rejection(Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival", sequence, arrival_ms)
     if arrival_ms - event_ms > settings.max_event_age_ms:
-        return Rejection(Reason.LATE_EVENT, f"{arrival_ms - event_ms} ms before arrival", sequence, arrival_ms)
+        detail = f"{arrival_ms - event_ms} ms before arrival"
+        if _looks_like_epoch_seconds(event_ms, arrival_ms):
+            detail += f"; {settings.time_attribute} looks like epoch seconds, tally reads numbers as epoch milliseconds"
+        return Rejection(Reason.LATE_EVENT, detail, sequence, arrival_ms)
     return CounterEvent(counter, event_ms, sequence, arrival_ms)
+
+
+def _looks_like_epoch_seconds(event_ms: int, arrival_ms: int) -> bool:
+    """A time read as milliseconds that lands near 1970, but within a year of arrival read as seconds."""
+    return abs(event_ms * 1000 - arrival_ms) <= SECONDS_MISTAKE_TOLERANCE_MS
 
 
 def _is_sequence_number(value: Any) -> bool:

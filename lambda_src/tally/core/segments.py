@@ -35,6 +35,10 @@ _ENTRY_OVERHEAD_BYTES = 48
 Item = tuple[str, Bucket]  # (counter, bucket)
 
 
+class UnreadableState(ValueError):
+    """A tumbling-window state this release cannot read (another format version, or damaged)."""
+
+
 def rejected_counter(reason: Reason) -> str:
     """The reserved counter that counts rejections of one reason, by arrival time."""
     return REJECTED_COUNTER_PREFIX + reason.value
@@ -95,18 +99,24 @@ class Segment:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Segment:
+    def from_state(cls, state: Any) -> Segment:
+        """Read what ``to_state`` wrote; raise UnreadableState for anything else, whatever is wrong with it."""
+        if not isinstance(state, dict):
+            raise UnreadableState(f"segment state is a {type(state).__name__}, not an object")
         if state.get("v") != STATE_VERSION:
-            raise ValueError(f"unknown segment state version {state.get('v')!r}")
-        deltas = {(counter, Bucket.from_sort_key(sk)): int(delta) for counter, sk, delta in state["deltas"]}
-        return cls(
-            first_sequence=state["first"],
-            first_arrival_ms=int(state["arrival"]),
-            last_sequence=state["last"],
-            records=int(state["records"]),
-            deltas=deltas,
-            state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas),
-        )
+            raise UnreadableState(f"segment state version {state.get('v')!r}, this release reads {STATE_VERSION}")
+        try:
+            deltas = {(str(counter), Bucket.from_sort_key(sk)): int(delta) for counter, sk, delta in state["deltas"]}
+            return cls(
+                first_sequence=str(state["first"]),
+                first_arrival_ms=int(state["arrival"]),
+                last_sequence=str(state["last"]),
+                records=int(state["records"]),
+                deltas=deltas,
+                state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas),
+            )
+        except Exception as error:
+            raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
 
 
 def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, Item] | None:

@@ -36,8 +36,33 @@ ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
 MAX_BUCKET_LANES = 32
 
 
+# The variable each field is read from: an error names what the operator set, not a field.
+ENV_NAMES = {
+    "counter_attribute": ENV_COUNTER_ATTRIBUTE,
+    "time_attribute": ENV_TIME_ATTRIBUTE,
+    "value_attribute": ENV_VALUE_ATTRIBUTE,
+    "minute_retention_ms": ENV_MINUTE_RETENTION_HOURS,
+    "hour_retention_ms": ENV_HOUR_RETENTION_DAYS,
+    "max_clock_skew_ms": ENV_MAX_CLOCK_SKEW_SECONDS,
+    "bucket_lanes": ENV_BUCKET_LANES,
+    "count_from_ms": ENV_COUNT_FROM,
+}
+
+
 class SettingsError(ValueError):
-    """A setting has a value tally cannot work with."""
+    """A setting has a value tally cannot work with; ``fields`` are the Settings fields at fault."""
+
+    def __init__(self, reason: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fields = fields
+
+    def naming(self, shown: Mapping[str, str]) -> SettingsError:
+        """The same error led by how the operator spelled each field at fault (``shown``: field -> text)."""
+        names = [shown[field] for field in self.fields if field in shown]
+        if not names:
+            return self
+        return SettingsError(f"{', '.join(names)}: {self.reason}", self.fields)
 
 
 @dataclass(frozen=True)
@@ -70,24 +95,30 @@ class Settings:
     bucket_lanes: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("counter_attribute", "time_attribute", "value_attribute"):
+        attributes = ("counter_attribute", "time_attribute", "value_attribute")
+        for name in attributes:
             if not getattr(self, name):
-                raise SettingsError(f"{name} must not be empty")
+                raise SettingsError("attribute name must not be empty", (name,))
         if len({self.counter_attribute, self.time_attribute, self.value_attribute}) != 3:
-            raise SettingsError("counter, time and value attributes must have distinct names")
+            raise SettingsError("counter, time and value attributes must have distinct names", attributes)
         if self.minute_retention_ms <= STREAM_RETENTION_MS + HOUR_MS:
             raise SettingsError(
                 "minute retention must exceed 25 hours: a retried invocation may commit "
-                "a day after its records arrived"
+                "a day after its records arrived",
+                ("minute_retention_ms",),
             )
         if self.hour_retention_ms < self.minute_retention_ms:
-            raise SettingsError("hour retention must be at least the minute retention")
+            raise SettingsError(
+                "hour retention must be at least the minute retention", ("hour_retention_ms", "minute_retention_ms")
+            )
         if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
-            raise SettingsError("max clock skew must be between 0 and 3600 seconds")
+            raise SettingsError("max clock skew must be between 0 and 3600 seconds", ("max_clock_skew_ms",))
         if self.count_from_ms is not None and (self.count_from_ms < 0 or self.count_from_ms % 1000):
-            raise SettingsError("count-from must be a non-negative whole number of seconds since the epoch")
+            raise SettingsError(
+                "count-from must be a non-negative whole number of seconds since the epoch", ("count_from_ms",)
+            )
         if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
-            raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}")
+            raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}", ("bucket_lanes",))
 
     @property
     def max_event_age_ms(self) -> int:
@@ -104,6 +135,14 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         defaults = cls()
+        try:
+            return cls._read_env(env, defaults)
+        except SettingsError as error:
+            set_here = {field: f"{name}={env[name]!r}" for field, name in ENV_NAMES.items() if name in env}
+            raise error.naming(set_here) from None
+
+    @classmethod
+    def _read_env(cls, env: Mapping[str, str], defaults: Settings) -> Settings:
         return cls(
             counts_table=env.get(ENV_COUNTS_TABLE, defaults.counts_table),
             events_table=env.get(ENV_EVENTS_TABLE, defaults.events_table),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import urllib.request
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -23,10 +24,10 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
 from tally.local import moto_fixes
+from tally.local.cli import DEFAULT_REGION, preflight, region, require_table
 from tally.core.retry import Backoff
 from tally.core.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 
-DEFAULT_REGION = "us-east-1"
 # moto accepts any credentials; these only keep boto3 from looking for real ones.
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # Everything an in-process moto run needs from the environment (tests, benchmarks):
@@ -58,15 +59,14 @@ class UnprocessedItems(RuntimeError):
     """DynamoDB kept returning items unwritten after every retry."""
 
 
-def region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
-
-
 def client(service: str, endpoint_url: str | None = None) -> Any:
     """A boto3 client with standard retries; the endpoint defaults to AWS_ENDPOINT_URL (boto3 reads it).
 
     S3 addresses buckets by path, which a loopback endpoint (moto's server) needs and AWS accepts.
+    Refuses (tally.local.cli.ScriptError) when nothing answers at the endpoint or
+    no credentials exist for AWS, rather than let boto3 retry for a minute.
     """
+    preflight(endpoint_url)
     return boto3.client(
         service,
         region_name=region(),
@@ -107,7 +107,7 @@ def resolve_tables(args: argparse.Namespace, env: Mapping[str, str] | None = Non
 
 
 def stream_arn_of(dynamodb_client: Any, events_table: str) -> str:
-    arn = dynamodb_client.describe_table(TableName=events_table)["Table"].get("LatestStreamArn")
+    arn = require_table(dynamodb_client, events_table, "--table or EVENTS_TABLE").get("LatestStreamArn")
     if not arn:
         raise LookupError(f"table {events_table!r} has no stream (tally needs a NEW_IMAGE stream)")
     return arn
@@ -151,6 +151,16 @@ def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _serializer.serialize(value) for name, value in item.items()}
 
 
+class _CurrentStderr:
+    """sys.stderr as it is at each write: a redirection made later still receives the handler's logs."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 class LocalContext:
     """The attributes Powertools reads from Lambda's context object, for in-process invocations."""
 
@@ -173,6 +183,7 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     The handler reads its table from the environment once and caches its
     client, so the environment is set first and the cache cleared (the
     endpoint may have changed since). Metrics are off: they are CloudWatch's.
+    Its log lines go to stderr, leaving stdout to what the script reports.
     """
     os.environ[ENV_COUNTS_TABLE] = counts_table
     os.environ.setdefault("AWS_DEFAULT_REGION", region())  # the handler's client relies on boto3's own lookup
@@ -182,6 +193,7 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     from tally import handler as handler_module
 
     handler_module.logger.setLevel(log_level)
+    handler_module.logger.registered_handler.setStream(_CurrentStderr())
     handler_module.counts_table.cache_clear()
 
     return handler_module.handler

@@ -1,0 +1,171 @@
+"""The edge every script shares: one-line errors for infrastructure mistakes, and output fit for pipes.
+
+Wrap a script's ``main(argv) -> int`` in ``entry_point``. A missing table, an
+endpoint nobody answers at, missing or refused credentials, a bad setting or
+an unknown stack then end in one line on stderr that names the problem and
+the fix, with exit status 2, instead of a traceback. Anything else is a bug
+and still raises.
+
+``require_table`` names the table a script needs, and ``preflight`` (run by
+``tally.local.aws.client``) finds an unreachable endpoint or absent
+credentials before boto3 spends its retries on them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from rich.console import Console
+
+from tally.core.settings import SettingsError
+from tally.local.delivery import DeliveryFailed
+from tally.local.stack_outputs import StackOutputsError
+
+EXIT_USAGE = 2
+DEFAULT_REGION = "us-east-1"
+LOCAL_SERVER_FIX = (
+    "for moto's server on this machine, start `.venv/bin/python scripts/local_pipeline.py --keep-running` "
+    "and run the export line it prints"
+)
+REFUSED_CREDENTIAL_CODES = {
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "ExpiredTokenException",
+    "AccessDeniedException",
+}
+# Piped output is read by programs and pasted by people: lines as long as they are.
+PIPE_WIDTH = 10_000
+
+_reachable: set[str] = set()
+
+
+class ScriptError(Exception):
+    """A mistake in the script's surroundings, reported in one line with exit status 2."""
+
+
+def entry_point(main: Callable[..., int]) -> Callable[..., int]:
+    """``main(argv, ...)``, with the mistakes ``explain`` knows turned into one line on stderr and exit status 2."""
+
+    @functools.wraps(main)
+    def run(argv: list[str] | None = None, **options: Any) -> int:
+        try:
+            return main(argv, **options)
+        except Exception as error:
+            message = explain(error)
+            if message is None:
+                raise
+            print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
+
+
+def explain(error: BaseException) -> str | None:
+    """One line naming the problem and its fix, or None for an error that is a bug."""
+    while isinstance(error, DeliveryFailed) and error.__cause__ is not None:
+        error = error.__cause__
+    if isinstance(error, ScriptError | SettingsError | StackOutputsError):
+        return str(error)
+    if isinstance(error, EndpointConnectionError | ConnectTimeoutError | ConnectionClosedError):
+        return unreachable(str(error))
+    if isinstance(error, NoCredentialsError | PartialCredentialsError):
+        return no_credentials()
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        detail = error.response.get("Error", {}).get("Message", "") or code
+        if is_missing_table(error):
+            return f"{detail} at {where()}: check the table names (flags, EVENTS_TABLE/COUNTS_TABLE or --stack); {LOCAL_SERVER_FIX}"
+        if code in REFUSED_CREDENTIAL_CODES:
+            return f"{where()} refused the credentials ({code}: {detail}): check AWS_PROFILE or `aws configure`"
+    return None
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether retrying cannot help: the table, endpoint or credentials are wrong, not busy."""
+    return explain(error) is not None
+
+
+def region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+
+
+def where() -> str:
+    """The endpoint the scripts talk to, as the user would recognize it."""
+    return os.environ.get("AWS_ENDPOINT_URL") or f"AWS ({region()})"
+
+
+def unreachable(reason: str) -> str:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        return f"nothing answers at AWS_ENDPOINT_URL={endpoint} ({reason}): {LOCAL_SERVER_FIX}, or unset AWS_ENDPOINT_URL to use AWS"
+    return f"cannot reach {where()} ({reason}): check the network and AWS_REGION"
+
+
+def no_credentials() -> str:
+    return f"no AWS credentials and no AWS_ENDPOINT_URL: for AWS set AWS_PROFILE or run `aws configure`; {LOCAL_SERVER_FIX}"
+
+
+def preflight(endpoint_url: str | None = None) -> None:
+    """Raise ScriptError now if nothing listens at the endpoint, or AWS is meant and no credentials exist.
+
+    Otherwise boto3 retries a refused connection for the better part of a minute
+    and ends in a traceback. A reachable endpoint is checked once per process.
+    """
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        if boto3.Session().get_credentials() is None:
+            raise ScriptError(no_credentials())
+        return
+    if endpoint in _reachable:
+        return
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=3):
+            pass
+    except OSError as error:
+        raise ScriptError(unreachable(error.strerror or type(error).__name__)) from None
+    _reachable.add(endpoint)
+
+
+def require_table(dynamodb_client: Any, name: str, flag: str) -> dict[str, Any]:
+    """The table's description, or ScriptError naming the table, where it was looked for, and how to fix it."""
+    try:
+        return dynamodb_client.describe_table(TableName=name)["Table"]
+    except ClientError as error:
+        if not is_missing_table(error):
+            raise
+    raise missing_table(name, flag)
+
+
+def is_missing_table(error: BaseException) -> bool:
+    return isinstance(error, ClientError) and error.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+
+
+def missing_table(name: str, flag: str) -> ScriptError:
+    """The error for a table that is not there: ``flag`` says how the script is told the name."""
+    return ScriptError(f"no table {name!r} at {where()}: name it with {flag} or --stack; {LOCAL_SERVER_FIX}")
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich Console; when piped it wraps nothing, so commands and ARNs survive copying."""
+    probe = Console(stderr=stderr)
+    if probe.is_terminal:
+        return probe
+    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)

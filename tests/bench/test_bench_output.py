@@ -1,0 +1,44 @@
+"""Where `make bench` writes: a plain run leaves the published figures (tracked) alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import bench.__main__ as bench_main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    """The bench's two destinations moved into tmp_path, and a run that yields a small result."""
+    monkeypatch.setattr(bench_main, "ROOT", tmp_path)
+    monkeypatch.setattr(bench_main, "LATEST", tmp_path / "latest.json")
+    monkeypatch.setattr(bench_main, "PUBLISHED", tmp_path / "results.json")
+    monkeypatch.setattr(bench_main, "run", lambda: {"figures": {"reads": 3}})
+    monkeypatch.setattr(bench_main, "report", lambda results: None)
+    (tmp_path / "results.json").write_text('{"published": true}\n')
+    return tmp_path
+
+
+def test_a_plain_run_writes_latest_and_leaves_the_published_figures_alone(outputs):
+    bench_main.main([])
+    assert json.loads((outputs / "latest.json").read_text())["figures"] == {"reads": 3}
+    assert json.loads((outputs / "results.json").read_text()) == {"published": True}
+
+
+def test_publish_writes_both(outputs):
+    bench_main.main(["--publish"])
+    assert json.loads((outputs / "results.json").read_text())["figures"] == {"reads": 3}
+    assert (outputs / "latest.json").read_text() == (outputs / "results.json").read_text()
+
+
+def test_fresh_runs_are_ignored_by_git_and_the_published_figures_are_tracked():
+    ignored = subprocess.run(["git", "check-ignore", "-q", "bench/latest.json"], cwd=ROOT)
+    assert ignored.returncode == 0
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "bench/results.json"], cwd=ROOT, capture_output=True)
+    assert tracked.returncode == 0

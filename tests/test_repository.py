@@ -1,0 +1,56 @@
+"""The repository as a new user meets it: the README's commands and what each make target installs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Infrastructure and test tooling (moto's CloudFormation pulls cfn-lint and sympy): hundreds of MB the demo never imports.
+NOT_FOR_THE_DEMO = ("aws-cdk-lib", "cdk-nag", "cfn-lint", "constructs", "pytest", "hypothesis", "cloudformation", "server")
+
+
+def dry_run(target: str, venv: Path) -> str:
+    """What `make TARGET` would run in a fresh clone (a virtualenv that does not exist yet)."""
+    finished = subprocess.run(
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return finished.stdout
+
+
+def test_bare_python_appears_in_no_command_of_the_readme_or_the_scripts():
+    # A bare `python` fails unless .venv is activated; `.venv/bin/python` works as written.
+    texts = {"README.md": (ROOT / "README.md").read_text()}
+    texts |= {f"scripts/{p.name}": p.read_text() for p in (ROOT / "scripts").glob("*.py")}
+    bare = re.compile(r"(?<![\w/.-])python3?\s+(?:-m\s|scripts/|\S+\.py)")
+    offenders = {name: bare.findall(text) for name, text in texts.items() if bare.search(text)}
+    assert offenders == {}
+
+
+def test_the_demo_installs_the_scripts_extra_only(tmp_path):
+    commands = dry_run("demo", tmp_path / "venv")
+    assert "'.[scripts]'" in commands and "'.[dev]'" not in commands
+    assert "installing" in commands  # it says what it installs before the wait
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [(r, name) for r in extras["scripts"] for name in NOT_FOR_THE_DEMO if name in r] == []
+
+
+@pytest.mark.parametrize("target", ["test", "synth", "install"])
+def test_tests_and_the_cdk_app_install_the_dev_extra_even_after_the_demo(target, tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed-scripts").touch()  # `make demo` ran first
+    assert "'.[dev]'" in dry_run(target, venv)
+
+
+def test_the_demo_after_the_dev_install_installs_nothing_more(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    for stamp in (".installed-dev", ".installed-scripts"):
+        (venv / stamp).touch()
+    commands = dry_run("demo", venv)
+    assert "pip install" not in commands and "scripts/local_pipeline.py" in commands
