@@ -108,10 +108,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 def run() -> dict[str, Any]:
     settings, config, described = deployment()
     mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
+    fan_out = workloads.fan_out()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
-    results["writes"] = [timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot)]
+    results["writes"] = [
+        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot, fan_out)
+    ]
     results["writes_checked_against_moto"] = timed(
         "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
+    )
+    results["fan_out_writes_checked_against_moto"] = timed(
+        "fan-out writes into moto",
+        lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
     )
     mock_events = list(mock.events())
     results["reads"] = timed(
@@ -161,6 +168,11 @@ def report(results: dict[str, Any]) -> None:
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
+    checked = results["fan_out_writes_checked_against_moto"]
+    out.print(
+        f"fan-out: {results['writes'][-1]['counter_events']:,} counter events from {results['writes'][-1]['events']:,} "
+        f"jobs; moto stores what the meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
+    )
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",

@@ -82,6 +82,15 @@ class WriteMeter:
         return max(self.writes_per_item_slot.values(), default=0)
 
 
+TALLY_UPDATE = "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)"
+TALLY_SUM_UPDATE = "ADD #count :delta, #sum :sum SET #ttl = if_not_exists(#ttl, :ttl)"
+ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
+ORIGIN_SUM_UPDATE = (
+    "SET #count = if_not_exists(#count, :zero) + :one, #sum = if_not_exists(#sum, :zero) + :amount, "
+    "#ttl = if_not_exists(#ttl, :ttl)"
+)
+
+
 class MeteredClient:
     """A stand-in for the boto3 DynamoDB client's write calls, metering them by DynamoDB's rules.
 
@@ -145,14 +154,17 @@ class MeteredClient:
         identity = tuple(key[name]["S"] for name in self.key_attributes)
         item = {**self.items.get(identity, {}), **key}
         expression = request["UpdateExpression"]
-        if expression == "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)":
-            increment = int(values[":delta"]["N"])
-        elif expression == "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)":
-            increment = int(values[":one"]["N"])
+        if expression in (TALLY_UPDATE, TALLY_SUM_UPDATE):
+            increment, amount = int(values[":delta"]["N"]), values.get(":sum")
+        elif expression in (ORIGIN_UPDATE, ORIGIN_SUM_UPDATE):
+            increment, amount = int(values[":one"]["N"]), values.get(":amount")
         else:
             raise ValueError(f"unmetered update expression {expression!r}")
         count, ttl = names["#count"], names["#ttl"]
         item[count] = {"N": str(int(item.get(count, {"N": "0"})["N"]) + increment)}
+        if amount is not None:
+            total = Decimal(item.get(names["#sum"], {"N": "0"})["N"]) + Decimal(amount["N"])
+            item[names["#sum"]] = {"N": format(total, "f")}
         item.setdefault(ttl, values[":ttl"])
         return item
 

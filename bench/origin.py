@@ -15,7 +15,7 @@ them: 83 keys in all), and it never retries ``UnprocessedKeys``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
@@ -27,6 +27,10 @@ RETENTION_SECONDS = 2 * 86_400
 QUERY_HOURS = 24
 
 UPDATE_EXPRESSION = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
+SUM_UPDATE_EXPRESSION = (
+    "SET #count = if_not_exists(#count, :zero) + :one, #sum = if_not_exists(#sum, :zero) + :amount, "
+    "#ttl = if_not_exists(#ttl, :ttl)"
+)
 
 
 def hour_key(prefix: str, epoch_seconds: int) -> str:
@@ -47,34 +51,52 @@ def create_table_request(table_name: str) -> dict[str, Any]:
 
 
 class OriginHandler:
-    """The origin's Lambda handler over a boto3 client: ``counter`` and ``ts`` (epoch ms) name the event."""
+    """The origin's Lambda handler over a boto3 client: ``counter`` and ``ts`` (epoch ms) name the event.
 
-    def __init__(self, client: Any, table_name: str, counter_attribute: str = "counter", time_attribute: str = "ts"):
+    ``counters`` makes it do the work of counter rules in its own way: for each
+    (prefix, amount or None) it returns for an image, two more updates, the
+    amount added to a ``sum`` beside the count.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        counter_attribute: str = "counter",
+        time_attribute: str = "ts",
+        counters: Callable[[Mapping[str, Any]], list[tuple[str, str | None]]] | None = None,
+    ):
         self.client = client
         self.table_name = table_name
         self.counter_attribute = counter_attribute
         self.time_attribute = time_attribute
+        self.counters = counters or (lambda image: [(image[self.counter_attribute]["S"], None)])
 
     def __call__(self, event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         for record in event["Records"]:
             if record["eventName"] != "INSERT":
                 next  # noqa: B018 - the origin's defect, reproduced: it does not skip the record
             image = record["dynamodb"]["NewImage"]
-            prefix = image[self.counter_attribute]["S"]
             seconds = int(image[self.time_attribute]["N"]) // 1000
-            for key in (hour_key(prefix, seconds), minute_key(prefix, seconds)):
-                self.client.update_item(
-                    TableName=self.table_name,
-                    Key={KEY_ATTRIBUTE: {"S": key}},
-                    UpdateExpression=UPDATE_EXPRESSION,
-                    ExpressionAttributeNames={"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE},
-                    ExpressionAttributeValues={
-                        ":zero": {"N": "0"},
-                        ":one": {"N": "1"},
-                        ":ttl": {"N": str(seconds + RETENTION_SECONDS)},
-                    },
-                )
+            for prefix, amount in self.counters(image):
+                for key in (hour_key(prefix, seconds), minute_key(prefix, seconds)):
+                    self._update(key, seconds, amount)
         return {}
+
+    def _update(self, key: str, seconds: int, amount: str | None) -> None:
+        names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
+        values = {":zero": {"N": "0"}, ":one": {"N": "1"}, ":ttl": {"N": str(seconds + RETENTION_SECONDS)}}
+        expression = UPDATE_EXPRESSION
+        if amount is not None:
+            names["#sum"], values[":amount"] = "sum", {"N": amount}
+            expression = SUM_UPDATE_EXPRESSION
+        self.client.update_item(
+            TableName=self.table_name,
+            Key={KEY_ATTRIBUTE: {"S": key}},
+            UpdateExpression=expression,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
 
 
 def query_keys(prefix: str, now_ms: int) -> list[str]:

@@ -147,8 +147,8 @@ def accuracy(events: list[Event], settings: Settings) -> dict[str, Any]:
                 truths.append(truth)
                 stored = tally_counts.get(counter, Counter())
                 errors["origin"].append(origin.sum_keys(origin_counts.get(counter, Counter()), counter, at) - truth)
-                errors["tally_batch"].append(sum_plan(batch, stored)[0] - truth)
-                errors["tally_range"].append(sum_plan(ranged, stored)[0] - truth)
+                errors["tally_batch"].append(sum_plan(batch, stored).count - truth)
+                errors["tally_range"].append(sum_plan(ranged, stored).count - truth)
         mean_truth = statistics.fmean(truths)
         result[f"ending_{ending}"] = {
             "windows": len(truths),

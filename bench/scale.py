@@ -305,7 +305,7 @@ def _poisson(rng: random.Random, mean: float) -> int:
 def fold(events: list[CounterEvent]) -> list[Segment]:
     """tally's fold of one window: the segments it closed early, then the one the window's end closes."""
     folder = SegmentFolder()
-    segments = list(folder.fold(events))
+    segments = list(folder.fold([event] for event in events))  # each event is its record's only outcome
     last = folder.close()
     return segments + ([last] if last is not None else [])
 

@@ -10,6 +10,7 @@ moto client, also stores them there.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from bench.workloads import SHARD_ID, STREAM_ARN, Workload, busiest_item_per_sec
 from tally.local.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
+from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 
 ORIGIN_TABLE = "origin-counts"
@@ -30,6 +32,8 @@ ORIGIN_TABLE = "origin-counts"
 def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, forward_to: Any = None) -> MeteredClient:
     """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
     client = MeteredClient(("pk", "sk"), forward_to)
+    if workload.rules:
+        settings = dataclasses.replace(settings, time_attribute="insertUtcTime", rules=parse_rules(workload.rules))
     table = CountsTable(client, settings.counts_table, settings)
 
     def handler(event: dict, context: Any) -> dict:
@@ -41,7 +45,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         return response
 
     delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in record_chunks(workload.events()):
+    for chunk in record_chunks(workload.events(), image=workload.image):
         delivery.deliver(chunk)
     delivery.close()
     return client
@@ -49,8 +53,9 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
-    handler = origin.OriginHandler(client, ORIGIN_TABLE)
-    for batch in record_chunks(workload.events(), batch_size):
+    time_attribute = "insertUtcTime" if workload.rules else "ts"
+    handler = origin.OriginHandler(client, ORIGIN_TABLE, time_attribute=time_attribute, counters=workload.counters)
+    for batch in record_chunks(workload.events(), batch_size, workload.image):
         handler({"Records": batch})
     return client
 
@@ -64,8 +69,8 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     events = workload.total
     tally = run_tally(workload, settings, config).meter
     origin_run = run_origin(workload, config.batch_size).meter
-    floor = floor_writes(workload.events(), config.window_seconds)
-    origin_peak = busiest_item_per_second(workload.events())
+    floor = floor_writes(workload.counted(), config.window_seconds)
+    origin_peak = busiest_item_per_second(workload.counted())
     markers = tally.requests  # one marker per transaction (a segment commits in parts of 99 buckets)
     bucket_writes = tally.item_writes - markers
     tally_peak = tally.busiest_item_writes()
@@ -73,6 +78,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         "workload": workload.name,
         "description": workload.description,
         "events": events,
+        "counter_events": sum(1 for _ in workload.counted()),
         "origin": {
             "requests": origin_run.requests,
             "item_writes": origin_run.item_writes,

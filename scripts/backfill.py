@@ -175,6 +175,8 @@ def show(summary: BackfillSummary) -> None:
     table.add_row("counted", f"{summary.counted_total:,}")
     for reason, count in sorted(summary.rejected.items()):
         table.add_row(f"rejected: {reason.value}", f"{count:,}")
+    for rule, count in sorted(summary.rejected_by_rule.items()):
+        table.add_row(f"rejected by rule {rule}", f"{count:,}")
     for reason, count in sorted(summary.skipped.items()):
         table.add_row(f"skipped: {reason.value}", f"{count:,}")
     table.add_row("transactions committed", f"{summary.transactions_committed:,}")

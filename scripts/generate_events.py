@@ -2,6 +2,11 @@
 
     .venv/bin/python scripts/generate_events.py            # 3 counters, 37 h ending now, 20-100/h each, 6 bad
     .venv/bin/python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 0
+    .venv/bin/python scripts/generate_events.py --shape origin   # the origin's jobs: {id, insertUtcTime, providerId, ...}
+    .venv/bin/python scripts/generate_events.py --shape blog     # page views: {id, url, time, clientId, status, loadMs}
+
+A shape writes items of another table's making, with statuses and amounts (and
+no bad records); it prints the TALLY_RULES and TALLY_TIME_ATTRIBUTE that count them.
 
 The same --seed (and end time) writes the same events, ids included. Items
 are written with BatchWriteItem only (moto turns an UpdateItem on a new key
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shlex
 import sys
 from collections import Counter
 
@@ -27,7 +33,7 @@ from tally.local.cli import entry_point, require_table
 from tally.core.records import InvalidCounter, validate_counter
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.windows import InvalidWindow, now_ms, parse_instant
-from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, Workload, bad_items
+from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, SHAPES, Workload, bad_items
 
 console = make_console(stderr=True)
 
@@ -35,7 +41,12 @@ console = make_console(stderr=True)
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_table_arguments(parser, counts=False)
-    parser.add_argument("--counters", nargs="+", default=list(DEFAULT_COUNTERS), help="counter names")
+    parser.add_argument("--counters", nargs="+", help="counter names (with --shape: providers or pages)")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        help="write items shaped as the origin's jobs or a blog's page views, for counter rules",
+    )
     parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")
     parser.add_argument(
         "--rate",
@@ -59,10 +70,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bad",
         type=int,
-        default=len(BAD_KINDS),
         metavar="N",
         help=f"also write N records tally must reject, cycling through their kinds (default {len(BAD_KINDS)}: "
-        "one of each, as make demo writes)",
+        "one of each, as make demo writes; none with --shape)",
     )
     return parser
 
@@ -70,7 +80,12 @@ def parser() -> argparse.ArgumentParser:
 def parse_workload(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Workload, int]:
     """The workload and its end time (epoch ms), or parser.error with what is wrong."""
     try:
-        counters = [validate_counter(name) for name in args.counters]
+        default_counters = SHAPES[args.shape].keys if args.shape else DEFAULT_COUNTERS
+        counters = [validate_counter(name) for name in args.counters or default_counters]
+        if args.shape and (args.bad or args.hot):
+            raise ValueError("--bad and --hot write tally's own event shape; leave them out with --shape")
+        if args.bad is None:
+            args.bad = 0 if args.shape else len(BAD_KINDS)
         hot = {validate_counter(name): int(rate) for name, rate in args.hot}
         if args.start and args.end:
             raise ValueError("give --start or --end, not both")
@@ -94,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     workload, end_ms = parse_workload(args, argument_parser)
     settings = Settings.from_env()
     events = workload.events(end_ms)
-    items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, workload.seed, settings)
+    if args.shape:
+        shape = SHAPES[args.shape]
+        items = shape.items(workload, end_ms)
+    else:
+        items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, workload.seed, settings)
     try:
         table = resolve_tables(args).events
     except LookupError as error:  # no such stack
@@ -107,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     write_with_progress(dynamodb, table, items)
     print_totals(Counter(event.counter for event in events), args.bad)
+    if args.shape:
+        print(f"export TALLY_TIME_ATTRIBUTE={shape.time_attribute} TALLY_RULES={shlex.quote(shape.rules_json)}")
     return 0
 
 

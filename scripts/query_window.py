@@ -4,7 +4,8 @@
     .venv/bin/python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
 
 A window of length L ending at --at (default now) covers the minutes
-(at - L, at]. The table is --table, else COUNTS_TABLE, else a stack's outputs
+(at - L, at]. Counters that a summing counter rule writes (TALLY_RULES) also
+show their sum and average; --json carries them as decimal strings. The table is --table, else COUNTS_TABLE, else a stack's outputs
 (--stack), else tally-counts. Bad input exits with status 2 and one line on stderr.
 A count of 0 says why on stderr when it can: a window that has not begun, or a
 counter without a single bucket.
@@ -20,6 +21,7 @@ from botocore.exceptions import ClientError
 from rich.markup import escape
 from rich.table import Table
 
+from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, client, resolve_tables
@@ -98,12 +100,16 @@ def notes(table: CountsTable, results: list[WindowCount]) -> list[str]:
 def show(results: list[WindowCount]) -> None:
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
-    for column in ("counter", "total", "plan", "keys", "requests", "items read"):
+    summing = any(result.sum is not None for result in results)
+    columns = ("counter", "total", *(("sum", "average") if summing else ()), "plan", "keys", "requests", "items read")
+    for column in columns:
         summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
     for result in results:
+        sums = (text_of(result.sum) or "", text_of(result.average) or "") if summing else ()
         summary.add_row(
-            result.counter,
+            escape(result.counter),
             f"{result.total:,}",
+            *sums,
             result.plan.value,
             str(result.keys),
             str(result.requests),
@@ -116,15 +122,21 @@ def show(results: list[WindowCount]) -> None:
 
 def hour_chart(result: WindowCount) -> Table:
     """The window's count per hour as bars (first and last hour may be partial)."""
-    chart = Table(title=f"{result.counter} per hour", show_header=False, box=None, pad_edge=False)
+    chart = Table(title=escape(f"{result.counter} per hour"), show_header=False, box=None, pad_edge=False)
     chart.add_column("hour", style="dim")
     chart.add_column("bar")
     chart.add_column("count", justify="right")
+    if result.sum_by_hour is not None:
+        chart.add_column("sum", justify="right")
+        chart.add_column("average", justify="right")
     first_hour, last_hour = result.window.start_ms // HOUR_MS, (result.window.end_ms - 1) // HOUR_MS
     peak = max(result.by_hour.values(), default=0) or 1
     for hour in range(first_hour, last_hour + 1):
         count = result.by_hour.get(hour, 0)
-        chart.add_row(iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}")
+        sums = ()
+        if result.sum_by_hour is not None:
+            sums = (text_of(result.sum_by_hour.get(hour)) or "0", text_of(result.average_in_hour(hour)) or "")
+        chart.add_row(iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums)
     return chart
 
 

@@ -10,11 +10,13 @@ miscounts.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tally.core.rules import RulesError, parse_rules
 from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
 
 DEFAULT_CONTEXT: dict[str, Any] = {
@@ -33,6 +35,7 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "countsTableRemovalPolicy": "destroy",
     "powertoolsLayerVersion": 27,
     "alarmTopicArn": "",
+    "rules": [],
     "eventsTableName": "",
     "eventsStreamArn": "",
     "countFrom": "",
@@ -58,6 +61,8 @@ STREAM_ARN_PATTERN = re.compile(r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:\d{12}:tabl
 MAX_TUMBLING_WINDOW_SECONDS = 900
 MAX_BATCH_SIZE = 10_000
 MAX_BATCHING_WINDOW_SECONDS = 300
+# Lambda allows 4 KB for all environment variables together; the rules get most of it.
+MAX_RULES_BYTES = 3_000
 
 
 class ContextError(ValueError):
@@ -76,6 +81,7 @@ class StackSettings:
     powertools_layer_version: int
     alarm_topic_arn: str
     handler_settings: Settings
+    rules_json: str  # TALLY_RULES for the function; empty for the classic rule
     # An existing events table to count (its name and stream ARN); empty: the stack creates one.
     events_table_name: str = ""
     events_stream_arn: str = ""
@@ -89,6 +95,7 @@ class StackSettings:
         max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
         events_table_name, events_stream_arn = reader.events_table()
         bucket_lanes = reader.integer("bucketLanes", minimum=1, maximum=MAX_BUCKET_LANES)
+        rules_json = reader.rules("rules")
         try:
             handler_settings = Settings(
                 counter_attribute=reader.text("counterAttribute"),
@@ -99,6 +106,7 @@ class StackSettings:
                 max_clock_skew_ms=max_clock_skew_seconds * 1000,
                 count_from_ms=reader.count_from("countFrom"),
                 bucket_lanes=bucket_lanes,
+                rules=parse_rules(rules_json) if rules_json else None,
             )
         except SettingsError as error:
             named = error.naming({field: f"{key}={reader.shown(key)}" for field, key in HANDLER_SETTING_KEYS.items()})
@@ -116,6 +124,7 @@ class StackSettings:
             powertools_layer_version=reader.integer("powertoolsLayerVersion", minimum=1),
             alarm_topic_arn=reader.optional_arn("alarmTopicArn", service="sns"),
             handler_settings=handler_settings,
+            rules_json=rules_json,
             events_table_name=events_table_name,
             events_stream_arn=events_stream_arn,
         )
@@ -176,6 +185,25 @@ class _ContextReader:
         if not isinstance(raw, str) or not raw.strip():
             raise ContextError(f"context {key} must be a non-empty string, got {raw!r}")
         return raw.strip()
+
+    def rules(self, key: str) -> str:
+        """Counter rules as a JSON list (cdk.json) or its text (``-c rules='[...]'``); empty for none."""
+        raw = self._raw(key)
+        if isinstance(raw, str):
+            text = raw.strip()
+        elif isinstance(raw, list):
+            text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False) if raw else ""
+        else:
+            raise ContextError(f"context {key} must be a JSON list of counter rules, got {raw!r}")
+        if not text or text == "[]":
+            return ""
+        try:
+            parse_rules(text)
+        except RulesError as error:
+            raise ContextError(f"context {key}: {error}") from None
+        if len(text.encode("utf-8")) > MAX_RULES_BYTES:
+            raise ContextError(f"context {key} must fit {MAX_RULES_BYTES} bytes of JSON (Lambda's 4 KB environment)")
+        return text
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
         raw = self._raw(key)

@@ -37,6 +37,7 @@ from constructs import Construct
 
 from stacks.context import StackSettings
 from tally.core import settings as tally_settings
+from tally.core.rules import ENV_RULES
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
 LAMBDA_SOURCE = Path(__file__).resolve().parent.parent / "lambda_src"
@@ -208,6 +209,7 @@ class Tally(Construct):
                 tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
             },
         )
         Validations.of(function).acknowledge(

@@ -99,3 +99,11 @@ class LambdaContext:
     @staticmethod
     def get_remaining_time_in_millis() -> int:
         return 60_000
+
+
+def parse_one(record: dict[str, Any], settings: Any) -> Any:
+    """The single outcome of a record under the classic rule (one counter per record)."""
+    from tally.core.records import parse_record
+
+    [outcome] = parse_record(record, settings)
+    return outcome

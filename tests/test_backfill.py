@@ -38,8 +38,8 @@ def test_exported_items_are_judged_as_stream_records_arriving_at_count_from():
     ]
     outcomes = export_outcomes(images, 500, COUNT_FROM, settings)
 
-    assert outcomes[0] == CounterEvent("orders", 1_794_996_000_000, "500", COUNT_FROM)
-    assert [o.reason for o in outcomes[1:]] == [Reason.LATE_EVENT, Reason.FUTURE_TIME, Reason.MISSING_COUNTER]
+    assert outcomes[0] == [CounterEvent("orders", 1_794_996_000_000, "500", COUNT_FROM)]
+    assert [o.reason for (o,) in outcomes[1:]] == [Reason.LATE_EVENT, Reason.FUTURE_TIME, Reason.MISSING_COUNTER]
     ((segment, _),) = count_file([image(id="x", counter="a", ts=COUNT_FROM)] + images, settings)
     assert sum(delta for (counter, _), delta in segment.deltas.items() if counter == "orders") == 2
 

@@ -259,3 +259,31 @@ def test_commits_and_reads_retry_on_their_own_schedules_unless_one_is_given(dyna
     assert table.commit_backoff is commit_backoff and table.backoff is Backoff
     given = CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
     assert given.commit_backoff is given.backoff is no_sleep_backoff
+
+
+LARGEST_AMOUNT_UNITS = 10**26 - 1  # 999999999999999999.99999999: the largest amount a rule sums
+
+
+def test_sums_of_the_largest_amounts_are_stored_and_read_back_exactly(counts_table, dynamodb):
+    # 10^10 of them and a little more in one bucket: 36 digits, past Python's default 28 and DynamoDB's way to 38.
+    many = 10**10 * LARGEST_AMOUNT_UNITS + 99
+    for first in ("100", "200"):
+        summing = Segment(first, T0, first, 1, {("rev", MINUTE): 10**10, ("rev", HOUR): 10**10})
+        summing.sums = {("rev", MINUTE): many, ("rev", HOUR): many}
+        counts_table.commit(summing, "src")
+    stored = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "rev"}, "sk": {"S": MINUTE.sort_key}})["Item"]
+    assert stored["sum"] == {"N": "19999999999999999999999999800.00000198"}  # 2 x (10^28 - 100 + 99 x 10^-8)
+    fetched = counts_table.batch_get([("rev", MINUTE.sort_key), ("rev", HOUR.sort_key)], consistent=True)
+    assert fetched.sums == {("rev", MINUTE.sort_key): 2 * many, ("rev", HOUR.sort_key): 2 * many}
+    assert counts_table.query("rev", MINUTE.sort_key, MINUTE.sort_key, consistent=True).sums == {
+        ("rev", MINUTE.sort_key): 2 * many
+    }
+
+
+def test_a_sum_past_38_digits_is_refused_as_dynamodb_refuses_it(dynamodb):
+    # The local toolkit adds numbers as DynamoDB does; amounts.py keeps real sums far from this.
+    key = {"pk": {"S": "x"}, "sk": {"S": "y"}}
+    update = {"TableName": COUNTS, "Key": key, "UpdateExpression": "ADD #s :v", "ExpressionAttributeNames": {"#s": "sum"}}
+    dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "9" * 38}})
+    with pytest.raises(ClientError, match="Number overflow"):
+        dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "0.1"}})

@@ -81,3 +81,37 @@ def test_a_discarded_window_state_is_logged_as_an_error_and_published_as_a_metri
     assert logged.levelname == "ERROR" and "9 records from sequence 101 to 109" in logged.detail
     totals = next(blob for blob in emitted(capsys) if "WindowStatesDiscarded" in blob)
     assert (totals["WindowStatesDiscarded"], totals["RecordsCounted"]) == ([1], [1])
+
+
+RULES = (
+    '[{"name": "jobs", "counter": "jobs/{providerId}"},'
+    ' {"name": "revenue", "counter": "revenue/{providerId}", "when": {"status": {"equals": "done"}}, "sum": "amount"}]'
+)
+
+
+def test_with_rules_the_handler_fans_out_sums_and_names_the_refusing_rule(lambda_handler, monkeypatch, capsys, caplog):
+    from decimal import Decimal
+
+    monkeypatch.setenv("TALLY_RULES", RULES)
+    handler_module.counts_table.cache_clear()
+    records = [
+        stream_record(image(id="1", ts=T0, providerId="p", status="done", amount=Decimal("2.50")), arrival_s=T0 / 1000),
+        stream_record(image(id="2", ts=T0, providerId="p", status="done", amount="a lot"), arrival_s=T0 / 1000),
+    ]
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    [rejected] = [r for r in caplog.records if r.getMessage() == "record rejected"]
+    assert (rejected.reason, rejected.rule) == ("invalid_sum", "revenue")
+    [summary] = [r for r in caplog.records if r.getMessage() == "invocation done"]
+    assert (summary.records, summary.counted, summary.rejected) == (2, 3, 1)
+    assert summary.rejected_by_rule == {"revenue": 1}
+    by_rule = next(blob for blob in emitted(capsys) if blob.get("rule") == "revenue")
+    assert by_rule["RecordsRejected"] == [1]
+    assert sorted(by_rule["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["rule", "service"]
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_bad_rules_fail_the_cold_start_naming_rule_and_field(lambda_handler, monkeypatch):
+    monkeypatch.setenv("TALLY_RULES", '[{"name": "jobs", "counter": "jobs/{providerId"}]')
+    handler_module.counts_table.cache_clear()
+    with pytest.raises(ValueError, match=r"TALLY_RULES: rule 1 \('jobs'\): field 'counter'"):
+        lambda_handler(window_event([]), LambdaContext())

@@ -44,7 +44,7 @@ def test_a_window_opened_by_the_released_handler_is_finished_by_this_one(counts_
 
 UNREADABLE = {
     "not a mapping": {"segment": "x"},
-    "another version": {"segment": {**RELEASED_STATE["segment"], "v": 2}},
+    "another version": {"segment": {**RELEASED_STATE["segment"], "v": 99}},
     "a field missing": {"segment": {key: v for key, v in RELEASED_STATE["segment"].items() if key != "deltas"}},
     "a bad sort key": {"segment": {**RELEASED_STATE["segment"], "deltas": [["c", "X#never", 1]]}},
     "a bad delta": {"segment": {**RELEASED_STATE["segment"], "deltas": [["c", "H#2026-11-18T11", "many"]]}},

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.core.commit import source_id
-from tally.core.records import CounterEvent, Reason, Rejection
+from tally.core.records import CounterEvent, Outcome, Reason
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.core.commit import CommitResult
@@ -73,8 +73,8 @@ def export_record(image: Mapping[str, Any], position: int, arrival_ms: int) -> d
 
 def export_outcomes(
     images: Iterable[Mapping[str, Any]], first_position: int, arrival_ms: int, settings: Settings
-) -> list[CounterEvent | Rejection]:
-    """Consecutive exported items -> what each counts as, by the handler's own parsing."""
+) -> list[list[Outcome]]:
+    """Consecutive exported items -> what each counts as under every rule, by the handler's own parsing."""
     records = [export_record(image, first_position + offset, arrival_ms) for offset, image in enumerate(images)]
     return outcomes_of(records, settings)
 
@@ -125,8 +125,9 @@ class BackfillSummary:
     """What a backfill read, counted and wrote."""
 
     items: int = 0
-    counted: Counter[str] = field(default_factory=Counter)  # per counter
+    counted: Counter[str] = field(default_factory=Counter)  # per counter (one item may count in several)
     rejected: Counter[Reason] = field(default_factory=Counter)
+    rejected_by_rule: Counter[str] = field(default_factory=Counter)
     skipped: Counter[Reason] = field(default_factory=Counter)
     files: int = 0
     transactions_committed: int = 0
@@ -138,15 +139,19 @@ class BackfillSummary:
     def counted_total(self) -> int:
         return sum(self.counted.values())
 
-    def add(self, outcomes: Iterable[CounterEvent | Rejection]) -> None:
-        for outcome in outcomes:
+    def add(self, records: Iterable[list[Outcome]]) -> None:
+        """One entry per item: the outcomes of every rule that matched it."""
+        for outcomes in records:
             self.items += 1
-            if isinstance(outcome, CounterEvent):
-                self.counted[outcome.counter] += 1
-            elif outcome.reason.is_rejection:
-                self.rejected[outcome.reason] += 1
-            else:
-                self.skipped[outcome.reason] += 1
+            for outcome in outcomes:
+                if isinstance(outcome, CounterEvent):
+                    self.counted[outcome.counter] += 1
+                elif outcome.reason.is_rejection:
+                    self.rejected[outcome.reason] += 1
+                    if outcome.rule is not None:
+                        self.rejected_by_rule[outcome.rule] += 1
+                else:
+                    self.skipped[outcome.reason] += 1
 
     def add_commit(self, result: CommitResult, units: int) -> None:
         self.transactions_committed += result.transactions

@@ -25,10 +25,11 @@ from tally.core.commit import (
     commit_steps,
 )
 from tally.core.buckets import bucket_sort_key, last_lane_bound, lane_sort_keys
+from tally.core.amounts import stored_units
 from tally.core.retry import Backoff, commit_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, TTL_ATTRIBUTE, TableDescription
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, TableDescription
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +60,18 @@ BACKFILL_PREFIX = "#backfill#"
 
 @dataclass
 class Fetched:
-    """Counts read for some keys, and what reading them cost in requests and items."""
+    """Counts (and the sums of summing counters' buckets, in units) read for some keys, and what that cost."""
 
     counts: dict[Key, int] = field(default_factory=dict)
+    sums: dict[Key, int] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
 
-    def add(self, key: Key, count: int) -> None:
-        """One item read: a bucket, or one lane of it."""
-        self.counts[key] = self.counts.get(key, 0) + count
+    def add(self, key: Key, item: dict[str, Any]) -> None:
+        """One item read: a bucket, or one lane of it (lanes add up, sums as counts)."""
+        self.counts[key] = self.counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
+        if SUM_ATTRIBUTE in item:
+            self.sums[key] = self.sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
         self.items += 1
 
 
@@ -158,18 +162,19 @@ class CountsTable:
                     self.table_name: {
                         "Keys": pending,
                         "ConsistentRead": consistent,
-                        "ProjectionExpression": "#pk, #sk, #count",
+                        "ProjectionExpression": "#pk, #sk, #count, #sum",
                         "ExpressionAttributeNames": {
                             "#pk": COUNTS_TABLE.partition_key,
                             "#sk": COUNTS_TABLE.sort_key,
                             "#count": COUNT_ATTRIBUTE,
+                            "#sum": SUM_ATTRIBUTE,
                         },
                     }
                 }
                 response = self._call(self.client.batch_get_item, RequestItems=request)
                 fetched.requests += 1
                 for item in response.get("Responses", {}).get(self.table_name, []):
-                    fetched.add((item["pk"]["S"], bucket_sort_key(item["sk"]["S"])), int(item[COUNT_ATTRIBUTE]["N"]))
+                    fetched.add((item["pk"]["S"], bucket_sort_key(item["sk"]["S"])), item)
                 pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
                 if not pending:
                     break
@@ -185,11 +190,12 @@ class CountsTable:
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
-            "ProjectionExpression": "#sk, #count",
+            "ProjectionExpression": "#sk, #count, #sum",
             "ExpressionAttributeNames": {
                 "#pk": COUNTS_TABLE.partition_key,
                 "#sk": COUNTS_TABLE.sort_key,
                 "#count": COUNT_ATTRIBUTE,
+                "#sum": SUM_ATTRIBUTE,
             },
             "ExpressionAttributeValues": {":pk": {"S": counter}, ":first": {"S": first_sk}, ":last": {"S": last_sk}},
             "ConsistentRead": consistent,
@@ -198,7 +204,7 @@ class CountsTable:
             response = self._call(self.client.query, **request)
             fetched.requests += 1
             for item in response.get("Items", []):
-                fetched.add((counter, bucket_sort_key(item["sk"]["S"])), int(item[COUNT_ATTRIBUTE]["N"]))
+                fetched.add((counter, bucket_sort_key(item["sk"]["S"])), item)
             if "LastEvaluatedKey" not in response:
                 return fetched
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]

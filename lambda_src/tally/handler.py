@@ -57,7 +57,12 @@ def _log(summary: Summary, event: dict[str, Any]) -> None:
     for rejection in summary.rejections[:MAX_LOGGED_REJECTIONS]:
         logger.warning(
             "record rejected",
-            extra={"reason": rejection.reason.value, "detail": rejection.detail, "sequence": rejection.sequence},
+            extra={
+                "reason": rejection.reason.value,
+                "rule": rejection.rule,
+                "detail": rejection.detail,
+                "sequence": rejection.sequence,
+            },
         )
     logger.info(
         "invocation done",
@@ -84,3 +89,8 @@ def _publish(summary: Summary) -> None:
         by_reason.add_dimension(name="reason", value=reason.value)
         by_reason.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=count)
         by_reason.flush_metrics()
+    for rule, count in summary.rejected_by_rule.items():
+        by_rule = EphemeralMetrics(service=SERVICE, namespace=NAMESPACE)
+        by_rule.add_dimension(name="rule", value=rule)
+        by_rule.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=count)
+        by_rule.flush_metrics()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.core.commit import CommitResult, source_id
-from tally.core.records import CounterEvent, Reason, Rejection, parse_record
+from tally.core.records import CounterEvent, Outcome, Reason, Rejection, parse_record
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.settings import Settings
 
@@ -30,9 +30,10 @@ class Summary:
     """What an invocation did, for the log line and the metrics."""
 
     records: int = 0
-    counted: int = 0
+    counted: int = 0  # counter events: a record counted by three rules counts 3
     skipped: int = 0
     rejected: Counter[Reason] = field(default_factory=Counter)
+    rejected_by_rule: Counter[str] = field(default_factory=Counter)
     transactions_committed: int = 0
     duplicate_transactions: int = 0
     commit_retries: int = 0
@@ -51,6 +52,7 @@ class Summary:
             "skipped": self.skipped,
             "rejected": self.rejected_total,
             "rejected_by_reason": {reason.value: n for reason, n in sorted(self.rejected.items())},
+            "rejected_by_rule": dict(sorted(self.rejected_by_rule.items())),
             "transactions_committed": self.transactions_committed,
             "duplicate_transactions": self.duplicate_transactions,
             "commit_retries": self.commit_retries,
@@ -75,8 +77,10 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     source = source_id(_stream_arn(event, records), event.get("shardId"))
 
     outcomes = outcomes_of(records, settings)
-    for outcome in outcomes:
-        _tally(summary, outcome)
+    for record_outcomes in outcomes:
+        summary.records += 1
+        for outcome in record_outcomes:
+            _tally(summary, outcome)
 
     for segment in folder.fold(outcomes):
         _commit(segment, source, commit, summary)
@@ -89,8 +93,8 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     return {"state": {"segment": folder.open.to_state()} if folder.open else {}}, summary
 
 
-def outcomes_of(records: list[Any], settings: Settings) -> list[CounterEvent | Rejection]:
-    """Stream records -> what each one counts as. The backfill parses exported items through here too."""
+def outcomes_of(records: list[Any], settings: Settings) -> list[list[Outcome]]:
+    """Stream records -> what each one counts as, per rule. The backfill parses exported items through here too."""
     return [parse_record(record, settings) for record in records]
 
 
@@ -125,12 +129,13 @@ def _lost_records(state: Any) -> str:
     return f"{records} records from sequence {first} to {last} not counted"[:300]
 
 
-def _tally(summary: Summary, outcome: CounterEvent | Rejection) -> None:
-    summary.records += 1
+def _tally(summary: Summary, outcome: Outcome) -> None:
     if isinstance(outcome, CounterEvent):
         summary.counted += 1
     elif outcome.reason.is_rejection:
         summary.rejected[outcome.reason] += 1
+        if outcome.rule is not None:
+            summary.rejected_by_rule[outcome.rule] += 1
         summary.rejections.append(outcome)
     else:
         summary.skipped += 1

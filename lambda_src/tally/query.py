@@ -2,7 +2,8 @@
 
     table = CountsTable(boto3.client("dynamodb"), "tally-counts", Settings.from_env())
     [result] = count_windows(table, ["page-views"])          # last 24 h, batch plan
-    result.total, result.by_hour
+    result.total, result.by_hour                             # and for a summing counter
+    result.sum, result.average, result.sum_by_hour           # exact Decimals (None when it does not sum)
 
 With several counters the batch plan shares BatchGetItem requests among them
 (100 keys each), so ``requests`` is what the whole call made.
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
+from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute
 from tally.dynamo import CountsTable, Fetched
 from tally.core.plans import Plan, PlanKind, make_plan
@@ -33,19 +36,47 @@ class WindowCount:
     keys: int  # bucket items the plan reads for this counter
     requests: int  # requests the call made (shared by the counters of one batch call)
     items_read: int  # bucket items DynamoDB returned for this counter
+    sum: Decimal | None = None  # for a summing counter: the exact sum in the window
+    sum_by_hour: dict[int, Decimal] | None = None
+
+    @property
+    def average(self) -> Decimal | None:
+        """Sum / count (38 significant digits); None for a counter that does not sum or an empty window."""
+        if self.sum is None or not self.total:
+            return None
+        return average_of(self.sum, self.total)
+
+    def average_in_hour(self, hour: int) -> Decimal | None:
+        if self.sum_by_hour is None or not self.by_hour.get(hour):
+            return None
+        return average_of(self.sum_by_hour.get(hour, Decimal(0)), self.by_hour[hour])
 
     def as_json(self) -> dict[str, object]:
-        return {
+        """Counts as JSON numbers; sums and averages as decimal strings, so no JSON parser rounds them."""
+        result: dict[str, object] = {
             "counter": self.counter,
             "start": iso_minute(self.window.start_ms),
             "end": iso_minute(self.window.end_ms),
             "total": self.total,
-            "plan": self.plan.value,
-            "keys": self.keys,
-            "requests": self.requests,
-            "items_read": self.items_read,
-            "by_hour": {iso_minute(hour * HOUR_MS): count for hour, count in self.by_hour.items()},
         }
+        if self.sum is not None:
+            result["sum"] = text_of(self.sum)
+            result["average"] = text_of(self.average)
+        result.update(
+            {
+                "plan": self.plan.value,
+                "keys": self.keys,
+                "requests": self.requests,
+                "items_read": self.items_read,
+                "by_hour": {iso_minute(hour * HOUR_MS): count for hour, count in self.by_hour.items()},
+            }
+        )
+        if self.sum_by_hour is not None:
+            result["sum_by_hour"] = {iso_minute(h * HOUR_MS): text_of(v) for h, v in self.sum_by_hour.items()}
+            result["average_by_hour"] = {
+                iso_minute(hour * HOUR_MS): text_of(self.average_in_hour(hour)) for hour in self.by_hour
+            }
+        return result
 
 
 def validate_query_counter(name: str) -> str:
@@ -81,7 +112,7 @@ def count_windows(
 def _by_batch(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
     keys = [(counter, bucket.sort_key) for counter in dict.fromkeys(counters) for bucket in plan.buckets]
     fetched = table.batch_get(keys, consistent)
-    return [_result(counter, plan, fetched) for counter in counters]
+    return [_result(counter, plan, fetched, table.settings.counter_rules.sums(counter)) for counter in counters]
 
 
 def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
@@ -91,22 +122,28 @@ def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consisten
         for run in plan.runs():
             part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent)
             fetched.counts.update(part.counts)
+            fetched.sums.update(part.sums)
             fetched.requests += part.requests
             fetched.items += part.items
-        results.append(_result(counter, plan, fetched))
+        results.append(_result(counter, plan, fetched, table.settings.counter_rules.sums(counter)))
     return results
 
 
-def _result(counter: str, plan: Plan, fetched: Fetched) -> WindowCount:
+def _result(counter: str, plan: Plan, fetched: Fetched, sums: bool) -> WindowCount:
+    """``sums``: a rule sums this counter; a bucket that carries a sum says so too."""
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
-    total, by_hour = sum_plan(plan, counts)
+    units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
+    totals = sum_plan(plan, counts, units)
+    summing = sums or bool(units)
     return WindowCount(
         counter=counter,
         window=plan.window,
-        total=total,
-        by_hour=by_hour,
+        total=totals.count,
+        by_hour=totals.count_by_hour,
         plan=plan.kind,
         keys=len(plan.terms),
         requests=fetched.requests,
         items_read=len(counts),
+        sum=decimal_of(totals.units) if summing else None,
+        sum_by_hour={h: decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
     )

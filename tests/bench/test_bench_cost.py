@@ -76,9 +76,24 @@ def test_an_update_is_charged_for_the_whole_item_not_the_change():
 
 def test_tally_commits_are_metered_as_transactional_writes_of_marker_and_buckets():
     segment = Segment("100", 1_795_000_000_000, "101", records=2)
-    segment.add("100", (("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611))))
+    segment.add("100", [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), None)])
     client = MeteredClient(("pk", "sk"))
     [part] = segment.parts()
     client.transact_write_items(TransactItems=transact_items(segment, 0, part, "counts", "source", Settings()))
     assert (client.meter.requests, client.meter.item_writes, client.meter.units) == (1, 3, 6)
     assert client.count_of(("page", Bucket.of_hour(498_611).sort_key)) == 1
+
+
+def test_the_fan_out_workload_costs_what_moto_stores_and_writes_each_bucket_once_per_window():
+    from bench import workloads, writes
+    from tally.local.delivery import DeliveryConfig
+    from tally.core.settings import Settings
+
+    workload = workloads.fan_out(providers=4, per_second=2, seconds=240)
+    config = DeliveryConfig(batch_size=100, window_seconds=60)
+    checked = writes.verify_against_moto(workload, Settings(), config)
+    assert checked["tally_matches_moto"] and checked["origin_matches_moto"]
+    measured = writes.measure(workload, Settings(), config)
+    assert measured["counter_events"] > 2 * measured["events"]  # three rules, the third for done jobs only
+    assert measured["origin"]["item_writes"] == 2 * measured["counter_events"]
+    assert measured["tally"]["bucket_writes"] == measured["floor"]["writes"]

@@ -1,6 +1,6 @@
 import pytest
 
-from factories import counter_record, image, stream_record
+from factories import counter_record, image, parse_one, stream_record
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record, validate_counter
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
@@ -10,12 +10,12 @@ SETTINGS = Settings()
 
 def parse(new_image=None, **kwargs):
     kwargs.setdefault("arrival_s", ARRIVAL_MS / 1000)
-    return parse_record(stream_record(new_image, **kwargs), SETTINGS)
+    return parse_one(stream_record(new_image, **kwargs), SETTINGS)
 
 
 def test_an_insert_becomes_an_event_with_its_own_time_and_sequence():
     record = counter_record("page-views", ARRIVAL_MS - 5_000, arrival_s=ARRIVAL_MS / 1000, sequence="4242")
-    assert parse_record(record, SETTINGS) == CounterEvent("page-views", ARRIVAL_MS - 5_000, "4242", ARRIVAL_MS)
+    assert parse_one(record, SETTINGS) == CounterEvent("page-views", ARRIVAL_MS - 5_000, "4242", ARRIVAL_MS)
 
 
 def test_iso_time_with_offset_is_accepted():
@@ -27,8 +27,8 @@ def test_iso_time_with_offset_is_accepted():
 def test_attribute_names_come_from_settings():
     settings = Settings(counter_attribute="kind", time_attribute="at")
     record = stream_record(image(id="1", kind="signups", at=ARRIVAL_MS), arrival_s=ARRIVAL_MS / 1000)
-    assert parse_record(record, settings).counter == "signups"
-    assert parse_record(record, SETTINGS).reason is Reason.MISSING_COUNTER
+    assert parse_one(record, settings).counter == "signups"
+    assert parse_one(record, SETTINGS).reason is Reason.MISSING_COUNTER
 
 
 @pytest.mark.parametrize("event_name", ["MODIFY", "REMOVE"])
@@ -41,7 +41,7 @@ def test_modify_and_remove_are_skipped_not_rejected(event_name):
 def test_ttl_deletion_by_the_service_is_a_skipped_remove():
     record = stream_record(None, event_name="REMOVE", arrival_s=ARRIVAL_MS / 1000)
     record["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-    assert parse_record(record, SETTINGS).reason is Reason.NOT_INSERT
+    assert parse_one(record, SETTINGS).reason is Reason.NOT_INSERT
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_the_limits_themselves_are_accepted(offset_ms):
     ],
 )
 def test_unreadable_records_are_rejected_as_malformed_without_raising(record):
-    outcome = parse_record(record, SETTINGS)
+    outcome = parse_one(record, SETTINGS)
     assert outcome.reason is Reason.MALFORMED_RECORD
     assert outcome.sequence is None
 
@@ -107,9 +107,9 @@ def test_unreadable_records_are_rejected_as_malformed_without_raising(record):
 def test_acceptance_depends_on_arrival_not_on_when_the_record_is_read(monkeypatch):
     # The same record must parse the same way on a retry a day later.
     record = counter_record("c", ARRIVAL_MS - 22 * HOUR_MS, arrival_s=ARRIVAL_MS / 1000)
-    first = parse_record(record, SETTINGS)
+    first = parse_one(record, SETTINGS)
     monkeypatch.setattr("time.time", lambda: ARRIVAL_MS / 1000 + 86_400)
-    assert parse_record(record, SETTINGS) == first
+    assert parse_one(record, SETTINGS) == first
     assert isinstance(first, CounterEvent)
 
 
@@ -123,10 +123,11 @@ def test_records_that_arrived_before_count_from_are_routine_skips_and_the_cutoff
     before = stream_record(image(id="1", counter="c", ts=ARRIVAL_MS - 5_000), arrival_s=ARRIVAL_MS / 1000 - 1)
     at = stream_record(image(id="2", counter="c", ts=ARRIVAL_MS - 5_000), arrival_s=ARRIVAL_MS / 1000)
 
-    skipped = parse_record(before, settings)
+    (skipped,) = parse_record(before, settings)
     assert skipped.reason is Reason.BEFORE_COUNT_FROM
     assert not skipped.reason.is_rejection
-    assert isinstance(parse_record(at, settings), CounterEvent)
+    (counted,) = parse_record(at, settings)
+    assert isinstance(counted, CounterEvent)
 
 
 @pytest.mark.parametrize("event_name", ["MODIFY", "REMOVE"])
@@ -134,7 +135,7 @@ def test_modify_and_remove_without_an_arrival_time_are_skipped_not_rejected(even
     # Routine skips must not fire the rejection alarm because a field they never use is absent.
     record = stream_record(None, event_name=event_name)
     del record["dynamodb"]["ApproximateCreationDateTime"]
-    outcome = parse_record(record, SETTINGS)
+    outcome = parse_one(record, SETTINGS)
     assert outcome.reason is Reason.NOT_INSERT
 
 
@@ -145,7 +146,7 @@ def test_modify_and_remove_without_an_arrival_time_are_skipped_not_rejected(even
 def test_a_malformed_record_names_the_field_it_lacks(missing, named):
     record = counter_record("c", ARRIVAL_MS, arrival_s=ARRIVAL_MS / 1000)
     del record["dynamodb"][missing]
-    outcome = parse_record(record, SETTINGS)
+    outcome = parse_one(record, SETTINGS)
     assert outcome.reason is Reason.MALFORMED_RECORD
     assert named in outcome.detail
     other = {"ApproximateCreationDateTime", "SequenceNumber"} - {named}

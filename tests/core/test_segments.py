@@ -9,17 +9,27 @@ from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
 
 
-def event(counter, ms, seq):
-    return CounterEvent(counter, ms, str(seq), ms)
+def event(counter, ms, seq, units=None):
+    return CounterEvent(counter, ms, str(seq), ms, units)
+
+
+def one_each(events):
+    """Each event as the only outcome of its own record."""
+    return [[e] for e in events]
 
 
 def test_an_event_adds_one_to_its_minute_and_its_hour():
-    assert contribution(event("c", T0 + 61_000, 1)) == (("c", Bucket.of_minute((T0 + 61_000) // MINUTE_MS)), ("c", Bucket.of_hour(T0 // HOUR_MS)))
+    assert contribution(event("c", T0 + 61_000, 1)) == (
+        ("c", Bucket.of_minute((T0 + 61_000) // MINUTE_MS)),
+        ("c", Bucket.of_hour(T0 // HOUR_MS)),
+        None,
+    )
 
 
 def test_a_rejection_counts_under_its_reserved_counter_by_arrival_time():
     rejection = Rejection(Reason.LATE_EVENT, "old", "9", T0 + 5)
-    assert [counter for counter, _ in contribution(rejection)] == ["#rejected#late_event"] * 2
+    minute, hour, units = contribution(rejection)
+    assert [minute[0], hour[0], units] == ["#rejected#late_event"] * 2 + [None]
     assert contribution(rejection)[0][1] == Bucket.of_minute(T0 // MINUTE_MS)
 
 
@@ -30,7 +40,7 @@ def test_skips_and_unreadable_records_add_nothing():
 
 def test_folding_sums_deltas_per_bucket_in_one_segment():
     folder = SegmentFolder()
-    closed = list(folder.fold([event("a", T0, 1), event("a", T0 + 1, 2), event("b", T0 + MINUTE_MS, 3)]))
+    closed = list(folder.fold(one_each([event("a", T0, 1), event("a", T0 + 1, 2), event("b", T0 + MINUTE_MS, 3)])))
     assert closed == []
     segment = folder.close()
     assert (segment.first_sequence, segment.last_sequence, segment.records) == ("1", "3", 3)
@@ -46,34 +56,34 @@ def test_folding_sums_deltas_per_bucket_in_one_segment():
 def test_a_segment_grows_past_99_items_and_commits_in_parts_of_99():
     events = [event(f"c{i % 150}", T0 + (i % 7) * MINUTE_MS, i) for i in range(3000)]
     folder = SegmentFolder()
-    assert list(folder.fold(events)) == []  # nothing closes early: one segment for all of them
+    assert list(folder.fold(one_each(events))) == []  # nothing closes early: one segment for all of them
     segment = folder.close()
     assert len(segment.deltas) == 150 * 8  # 7 minutes and the hour of each counter
     parts = segment.parts()
     assert [len(part) for part in parts] == [MAX_PART_ITEMS] * 12 + [12]
-    assert sum(delta for part in parts for _, delta in part) == 2 * len(events)
-    keys = [(counter, bucket.sort_key) for part in parts for (counter, bucket), _ in part]
+    assert sum(delta for part in parts for _, delta, _ in part) == 2 * len(events)
+    keys = [(counter, bucket.sort_key) for part in parts for (counter, bucket), _, _ in part]
     assert keys == sorted(keys)  # a retry rebuilds the same parts
 
 
 def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
     events = [event("hot", T0 + i, i) for i in range(10_000)]
     folder = SegmentFolder()
-    list(folder.fold(events))
+    list(folder.fold(one_each(events)))
     hour, minute = ("hot", Bucket.of_hour(T0 // HOUR_MS)), ("hot", Bucket.of_minute(T0 // MINUTE_MS))
-    assert folder.close().parts() == [[(hour, 10_000), (minute, 10_000)]]
+    assert folder.close().parts() == [[(hour, 10_000, None), (minute, 10_000, None)]]
 
 
 def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
     monkeypatch.setattr("tally.core.segments.MAX_SEGMENT_ITEMS", 5)
     folder = SegmentFolder()
-    closed = list(folder.fold([event("a", T0, 1), event("b", T0, 2), event("c", T0, 3), event("a", T0, 4)]))
+    closed = list(folder.fold(one_each([event("a", T0, 1), event("b", T0, 2), event("c", T0, 3), event("a", T0, 4)])))
     assert [(s.first_sequence, s.last_sequence, len(s.deltas)) for s in closed] == [("1", "2", 4)]
     assert (folder.open.first_sequence, folder.open.records, len(folder.open.deltas)) == ("3", 2, 4)
 
 
 def test_a_folder_may_set_limits_of_its_own():
-    events = [event(f"c{i}", T0, i + 1) for i in range(10)]
+    events = one_each([event(f"c{i}", T0, i + 1) for i in range(10)])
     assert list(SegmentFolder().fold(events)) == []
     small = SegmentFolder(max_items=6)
     assert [len(s.deltas) for s in small.fold(events)] == [6, 6, 6]
@@ -87,7 +97,7 @@ def test_a_segment_closes_early_before_its_state_outgrows_the_budget():
     folder = SegmentFolder()
     name = "x" * (MAX_COUNTER_LENGTH - 6)
     events = [event(f"{name}{i:06d}", T0, i) for i in range(2000)]
-    closed = list(folder.fold(events))
+    closed = list(folder.fold(one_each(events)))
     assert closed, "2,000 long counters cannot travel in one window state"
     for segment in [*closed, folder.open]:
         assert len(json.dumps(segment.to_state())) <= STATE_BUDGET_BYTES
@@ -97,13 +107,13 @@ def test_a_segment_closes_early_before_its_state_outgrows_the_budget():
 def test_events_of_known_buckets_never_close_a_segment(monkeypatch):
     monkeypatch.setattr("tally.core.segments.MAX_SEGMENT_ITEMS", 4)
     folder = SegmentFolder()
-    assert list(folder.fold([event("a", T0, 1), event("b", T0, 2)] + [event("a", T0, 3)] * 10)) == []
+    assert list(folder.fold(one_each([event("a", T0, 1), event("b", T0, 2)] + [event("a", T0, 3)] * 10))) == []
     assert folder.open.records == 12
 
 
 def test_state_round_trips_through_json():
     folder = SegmentFolder()
-    list(folder.fold([event("a", T0, 1), event("ü", T0 + HOUR_MS, 2)]))
+    list(folder.fold(one_each([event("a", T0, 1), event("ü", T0 + HOUR_MS, 2)])))
     state = json.loads(json.dumps(folder.open.to_state()))
     assert Segment.from_state(state) == folder.open
     assert Segment.from_state(state).state_bytes == folder.open.state_bytes
@@ -120,3 +130,50 @@ def test_folding_is_deterministic_for_the_same_records():
         return [*out, folder.close()]
 
     assert segments() == segments()
+
+
+def test_one_record_counted_by_several_rules_adds_to_each_counter_once_and_sums_where_asked():
+    folder = SegmentFolder()
+    record = [event("jobs/p1", T0, 1), event("jobs/all", T0, 1, units=150_000_000), event("done", T0, 1)]
+    list(folder.fold([record, [event("jobs/all", T0 + 5, 2, units=-50_000_000)]]))
+    segment = folder.close()
+    assert segment.records == 2
+    minute = Bucket.of_minute(T0 // MINUTE_MS)
+    assert segment.deltas[("jobs/all", minute)] == 2
+    assert segment.sums == {("jobs/all", minute): 100_000_000, ("jobs/all", Bucket.of_hour(T0 // HOUR_MS)): 100_000_000}
+    assert ("jobs/all", minute, 2, 100_000_000) in [(c, b, d, u) for part in segment.parts() for (c, b), d, u in part]
+    assert ("jobs/p1", minute, 1, None) in [(c, b, d, u) for part in segment.parts() for (c, b), d, u in part]
+
+
+def test_all_outcomes_of_one_record_land_in_the_same_segment(monkeypatch):
+    monkeypatch.setattr("tally.core.segments.MAX_SEGMENT_ITEMS", 5)
+    folder = SegmentFolder()
+    closed = list(folder.fold([[event("a", T0, 1)], [event("b", T0, 2), event("c", T0, 2), event("d", T0, 2)]]))
+    assert [(s.first_sequence, len(s.deltas)) for s in closed] == [("1", 2)]
+    assert (folder.open.first_sequence, len(folder.open.deltas)) == ("2", 6)  # a record never splits
+
+
+def test_sums_survive_the_window_state_exactly():
+    folder = SegmentFolder()
+    big = 10**26 - 1  # the largest amount: 18 integer digits, 8 fraction digits
+    list(folder.fold([[event("rev", T0, 1, units=big)], [event("rev", T0, 2, units=big)], [event("n", T0, 3)]]))
+    state = json.loads(json.dumps(folder.open.to_state()))
+    assert state["v"] == 2  # a segment with sums; one without keeps version 1 (tests/test_window_state.py)
+    restored = Segment.from_state(state)
+    assert restored == folder.open
+    assert restored.sums[("rev", Bucket.of_minute(T0 // MINUTE_MS))] == 2 * big
+    assert restored.state_bytes == folder.open.state_bytes
+
+
+def test_a_version_1_window_state_is_still_read():
+    state = {"v": 1, "first": "5", "arrival": T0, "last": "9", "records": 3, "deltas": [["a", "M#2026-11-18T11:00", 3]]}
+    segment = Segment.from_state(state)
+    assert segment.deltas == {("a", Bucket.from_sort_key("M#2026-11-18T11:00")): 3}
+    assert segment.sums == {}
+
+
+def test_summing_entries_count_against_the_state_budget():
+    plain, summing = SegmentFolder(), SegmentFolder()
+    list(plain.fold([[event("c", T0, 1)]]))
+    list(summing.fold([[event("c", T0, 1, units=10**25)]]))
+    assert summing.open.state_bytes - plain.open.state_bytes >= len(json.dumps(str(10**25))) * 2

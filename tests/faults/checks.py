@@ -15,7 +15,8 @@ from tally.query import count_windows
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.core.tables import COUNT_ATTRIBUTE
+from tally.core.amounts import decimal_of, stored_units
+from tally.core.tables import COUNT_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
 
 from .harness import STATS, FaultStats
@@ -42,25 +43,40 @@ NOTABLE_LENGTHS_MIN = (
 
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     """Every bucket of the counts table, its lanes summed (segment markers left out)."""
-    buckets: dict[tuple[str, str], int] = {}
+    return table_contents(client, table_name)[0]
+
+
+def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """Every bucket's count, its lanes summed, and the sum (in units) of those that keep one."""
+    counts: dict[tuple[str, str], int] = {}
+    sums: dict[tuple[str, str], int] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
             if not item["pk"]["S"].startswith(MARKER_PREFIX):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
-                buckets[key] = buckets.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
-    return buckets
+                counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
+                if SUM_ATTRIBUTE in item:
+                    sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
+    return counts, sums
 
 
 def check_table(client: Any, table_name: str, expected: Expected, context: str, stats: FaultStats = STATS) -> None:
     """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist)."""
-    actual = table_buckets(client, table_name)
-    truth = expected.buckets()
+    actual, actual_sums = table_contents(client, table_name)
+    truth, truth_sums = expected.buckets(), expected.bucket_sums()
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {
         key: (actual.get(key), truth.get(key))
         for key in truth.keys() | actual.keys()
         if actual.get(key) != truth.get(key)
     }
+    wrong.update(
+        {
+            ("sum", *key): (actual_sums.get(key), truth_sums.get(key))
+            for key in truth_sums.keys() | actual_sums.keys()
+            if actual_sums.get(key) != truth_sums.get(key)
+        }
+    )
     if wrong:
         stats.add("discrepancies", len(wrong))
     sample = dict(sorted(wrong.items())[:8])
@@ -114,13 +130,22 @@ def check_windows(
                 by_hour = Counter(
                     at_ms // HOUR_MS for name, at_ms in _occurrences(expected, result.counter) if window.covers(at_ms)
                 )
-                if result.total != truth or +Counter(result.by_hour) != +by_hour:
+                summing = any(name == result.counter for name, _, _ in expected.amounts)
+                truth_sum = decimal_of(expected.sum_of(result.counter, window)) if summing else None
+                sums_differ = summing and (
+                    result.sum != truth_sum or result.average != expected.average(result.counter, window)
+                )
+                if result.total != truth or +Counter(result.by_hour) != +by_hour or sums_differ:
                     stats.add("discrepancies")
                 where = (
                     f"{result.counter!r} over {window} ({length_ms // MINUTE_MS} min), "
                     f"plan {plan.value}, now {now}, at {at}"
                 )
                 assert result.total == truth, f"{where}: counted {result.total}, brute force {truth}; {context}"
+                assert not sums_differ, (
+                    f"{where}: sum {result.sum} average {result.average}, brute force {truth_sum} "
+                    f"{expected.average(result.counter, window)}; {context}"
+                )
                 assert +Counter(result.by_hour) == +by_hour, (
                     f"{where}: by hour {result.by_hour} != {dict(by_hour)}; {context}"
                 )

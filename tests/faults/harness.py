@@ -89,6 +89,7 @@ class FaultStats:
     """What the fault suite exercised, summed over the session (printed and written by conftest.py)."""
 
     streams: int = 0
+    streams_with_rules: int = 0  # counted by fan-out rules with sums
     records: int = 0
     invocations: int = 0
     failed_attempts: int = 0
@@ -109,6 +110,7 @@ class FaultStats:
     def as_json(self) -> dict[str, Any]:
         return {
             "streams": self.streams,
+            "streams_with_rules": self.streams_with_rules,
             "records": self.records,
             "identical_rewrites": self.identical_rewrites,
             "invocations": self.invocations,

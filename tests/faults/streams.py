@@ -12,6 +12,8 @@ the rejection reason it must get), an oracle independent of
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,8 +21,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
+from tally.core.amounts import average_of, decimal_of
 from tally.core.buckets import buckets_of
-from tally.core.records import MAX_COUNTER_LENGTH, Reason
+from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Outcome, Reason
+from tally.core.rules import parse_rules
 from tally.core.segments import rejected_counter
 from tally.core.settings import MINUTE_MS, Settings
 from tally.core.windows import Window
@@ -41,6 +45,32 @@ INVALID_COUNTER_NAMES = (
 )
 VALID_ODD_COUNTER_NAMES = ("ünïcødé", "with space", "a#b", "x" * MAX_COUNTER_LENGTH, "😀", "M#2026-01-01T00:00")
 
+# The rules a stream with ``rules`` set is counted by: a template over the counter attribute,
+# a constant, and a conditional summing rule. The generator predicts their outcomes by hand.
+FAULT_RULES = parse_rules(
+    json.dumps(
+        [
+            {"name": "per-counter", "counter": "n/{counter}"},
+            {"name": "all", "counter": "all"},
+            {
+                "name": "revenue",
+                "counter": "revenue/{shop}",
+                "when": {"status": {"oneOf": ["paid", "refunded"]}},
+                "sum": "amount",
+            },
+        ]
+    )
+)
+AMOUNTS = (  # (attribute value, summed units or None when it must be refused)
+    (None, None),
+    ({"S": "12.50"}, None),
+    ({"N": "0.000000001"}, None),  # a ninth digit after the point
+    ({"N": "1000000000000000000"}, None),  # 10^18: a 19th digit before the point
+    ({"N": "999999999999999999.99999999"}, 99_999_999_999_999_999_999_999_999),
+    ({"N": "-0.00000001"}, -1),
+    ({"BOOL": True}, None),
+)
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -56,15 +86,17 @@ class StreamSpec:
     odd_share: float
     rewrite_share: float
     shards: int
+    rules: bool = False  # items carry shop, status and amount, counted by FAULT_RULES
 
 
 @dataclass
 class Expected:
     """Brute-force truth: accepted events and rejections, straight from the generator's intent."""
 
-    events: list[tuple[str, int]] = field(default_factory=list)  # (counter, event_ms)
+    events: list[tuple[str, int]] = field(default_factory=list)  # (counter, event_ms), one per counting rule
+    amounts: list[tuple[str, int, int]] = field(default_factory=list)  # (counter, event_ms, units) of summing rules
     rejections: list[tuple[Reason, int]] = field(default_factory=list)  # (reason, arrival_ms)
-    intents: dict[str, Reason | None] = field(default_factory=dict)  # sequence -> rejection reason, None = counted
+    intents: dict[str, list[str]] = field(default_factory=dict)  # sequence -> sorted outcome labels
     last_arrival_ms: int = 0  # the stream's start until a record arrives
 
     def count(self, counter: str, window: Window) -> int:
@@ -82,6 +114,21 @@ class Expected:
         for reason, at in self.rejections:
             for bucket in buckets_of(at):
                 totals[(rejected_counter(reason), bucket.sort_key)] += 1
+        return dict(totals)
+
+    def sum_of(self, counter: str, window: Window) -> int:
+        """Units summed into ``counter`` by events in the window."""
+        return sum(units for name, at, units in self.amounts if name == counter and window.covers(at))
+
+    def average(self, counter: str, window: Window):
+        return average_of(decimal_of(self.sum_of(counter, window)), self.count(counter, window))
+
+    def bucket_sums(self) -> dict[tuple[str, str], int]:
+        """The sum of every bucket item a summing rule writes, in units."""
+        totals: Counter[tuple[str, str]] = Counter()
+        for counter, at, units in self.amounts:
+            for bucket in buckets_of(at):
+                totals[(counter, bucket.sort_key)] += units
         return dict(totals)
 
     def rejections_by_reason(self) -> Counter[Reason]:
@@ -130,19 +177,104 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
             record = _record("REMOVE", item_id, sequence, arrival_ms, None, identity=TTL_DELETION_IDENTITY)
             intent: Reason | None = Reason.NOT_INSERT
         else:
-            image, intent, event_ms, counter = _new_image(rng, spec, names, item_id, arrival_ms, settings)
-            if record_name == "MODIFY":
-                intent = Reason.NOT_INSERT
+            image, intent, time_intent, event_ms, counter = _new_image(rng, spec, names, item_id, arrival_ms, settings)
             items[item_id] = image or {}
             record = _record(record_name, item_id, sequence, arrival_ms, image)
+            if record_name == "MODIFY":
+                intent = Reason.NOT_INSERT
+            elif spec.rules and image is not None:
+                counted, refusals = _rules_oracle(image, settings)
+                if counted and time_intent is not None:
+                    counted, refusals = [], [time_intent, *refusals]
+                for name, units in counted:
+                    expected.events.append((name, event_ms))
+                    if units is not None:
+                        expected.amounts.append((name, event_ms, units))
+                for reason in refusals:
+                    expected.rejections.append((reason, _arrival_ms(record)))
+                labels = [f"counter:{name}" for name, _ in counted] + [reason.value for reason in refusals]
+                expected.intents[str(sequence)] = sorted(labels)
+                expected.last_arrival_ms = max(expected.last_arrival_ms, _arrival_ms(record))
+                shards[shard].append(record)
+                continue
             if intent is None:
                 expected.events.append((counter, event_ms))
             elif intent is not Reason.NOT_INSERT:
                 expected.rejections.append((intent, _arrival_ms(record)))
-        expected.intents[str(sequence)] = intent
+        expected.intents[str(sequence)] = [f"counter:{counter}"] if intent is None else [intent.value]
         expected.last_arrival_ms = max(expected.last_arrival_ms, _arrival_ms(record))
         shards[shard].append(record)
     return Stream(spec, shards, expected, identical_rewrites)
+
+
+def outcome_labels(outcomes: list[Outcome]) -> list[str]:
+    """What parse_record made of a record, in the generator's terms."""
+    return sorted(f"counter:{o.counter}" if isinstance(o, CounterEvent) else o.reason.value for o in outcomes)
+
+
+def settings_for(spec: StreamSpec, settings: Settings) -> Settings:
+    """The handler's settings for a stream: with FAULT_RULES when its items are made for them."""
+    if not spec.rules:
+        return settings
+    return dataclasses.replace(settings, rules=FAULT_RULES)
+
+
+def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[tuple[str, int | None]], list[Reason]]:
+    """FAULT_RULES applied by hand: (counter, units) per counting rule, and each refusing rule's reason."""
+    counted: list[tuple[str, int | None]] = []
+    refusals: list[Reason] = []
+    counter = image.get(settings.counter_attribute)
+    if counter is None:
+        refusals.append(Reason.MISSING_COUNTER)
+    else:
+        name = _rendered("n/", counter)
+        if name is None:
+            refusals.append(Reason.INVALID_COUNTER)
+        else:
+            counted.append((name, None))
+    counted.append(("all", None))
+    if image.get("status") in ({"S": "paid"}, {"S": "refunded"}):
+        shop, amount = image.get("shop"), image.get("amount")
+        name = None if shop is None else _rendered("revenue/", shop)
+        if shop is None:
+            refusals.append(Reason.MISSING_COUNTER)
+        elif name is None:
+            refusals.append(Reason.INVALID_COUNTER)
+        elif amount is None:
+            refusals.append(Reason.MISSING_SUM)
+        else:
+            units = _units(amount)
+            if units is None:
+                refusals.append(Reason.INVALID_SUM)
+            else:
+                counted.append((name, units))
+    return counted, refusals
+
+
+def _units(amount: dict[str, Any]) -> int | None:
+    """The amount in 10^-8 units, restated from the documented limits: 18 digits before the point, 8 after."""
+    for value, units in AMOUNTS:
+        if value == amount:
+            return units
+    whole, _, fraction = amount["N"].lstrip("-").partition(".")
+    sign = -1 if amount["N"].startswith("-") else 1
+    return sign * (int(whole) * 10**8 + int(fraction.ljust(8, "0")))
+
+
+def _rendered(prefix: str, value: dict[str, Any]) -> str | None:
+    """prefix + the attribute's text, or None when a rule must refuse it."""
+    if "N" in value:
+        text = value["N"]
+    elif "S" in value and value["S"]:
+        text = value["S"]
+    else:
+        return None
+    name = prefix + text
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return name if len(name) <= MAX_COUNTER_LENGTH else None
 
 
 def hash_shard(item_id: str, shards: int) -> int:
@@ -187,11 +319,13 @@ def _record(
 
 def _new_image(
     rng: random.Random, spec: StreamSpec, names: list[str], item_id: str, arrival_ms: int, settings: Settings
-) -> tuple[dict[str, Any] | None, Reason | None, int, str]:
-    """An event item and the outcome it must get: None when counted, else its rejection reason."""
+) -> tuple[dict[str, Any] | None, Reason | None, Reason | None, int, str]:
+    """An event item, the outcome the classic rule must give it (None when counted, else its rejection
+    reason) and the rejection its time alone earns (None when acceptable)."""
     arrival_ms -= arrival_ms % 1000  # Lambda reports arrival in whole seconds
     counter = names[0] if rng.random() < spec.hot_share else rng.choice(names)
-    offset, intent = _time_offset(rng, spec, settings)
+    offset, time_intent = _time_offset(rng, spec, settings)
+    counter_intent: Reason | None = None
     event_ms = arrival_ms + offset
     attributes: dict[str, Any] = {
         "id": {"S": item_id},
@@ -200,6 +334,25 @@ def _new_image(
     }
     if rng.random() < 0.2:
         attributes[settings.value_attribute] = {"N": str(rng.randint(-5, 5))}
+    if spec.rules:
+        attributes["status"] = {"S": rng.choice(["paid", "paid", "refunded", "open"])}
+        attributes["shop"] = {"S": rng.choice(["s0", "s1", "ünï shop"])}
+        cents = rng.randint(-10**6, 10**7)
+        attributes["amount"] = {"N": f"{'-' if cents < 0 else ''}{abs(cents) // 100}.{abs(cents) % 100:02d}"}
+        if rng.random() < spec.odd_share:
+            odd = rng.randrange(4)
+            if odd == 0:
+                del attributes["shop"]
+            elif odd == 1:
+                attributes["shop"] = rng.choice([{"N": "5"}, {"BOOL": True}, {"S": ""}])
+            elif odd == 2:
+                amount = rng.choice(AMOUNTS)[0]
+                if amount is None:
+                    del attributes["amount"]
+                else:
+                    attributes["amount"] = amount
+            else:
+                del attributes["status"]
     if rng.random() < spec.odd_share:
         odd = rng.randrange(8)
         if odd == 0:
@@ -207,26 +360,26 @@ def _new_image(
             attributes[settings.counter_attribute] = {"S": counter}
         elif odd == 1:
             attributes[settings.counter_attribute] = {"S": rng.choice(INVALID_COUNTER_NAMES)}
-            intent = Reason.INVALID_COUNTER
+            counter_intent = Reason.INVALID_COUNTER
         elif odd == 2:
             attributes[settings.counter_attribute] = {"N": "7"}
-            intent = Reason.INVALID_COUNTER
+            counter_intent = Reason.INVALID_COUNTER
         elif odd == 3:
             del attributes[settings.counter_attribute]
-            intent = Reason.MISSING_COUNTER
+            counter_intent = Reason.MISSING_COUNTER
         elif odd == 4:
             del attributes[settings.time_attribute]
-            intent = Reason.MISSING_TIME
+            time_intent = Reason.MISSING_TIME
         elif odd == 5:
             attributes[settings.time_attribute] = rng.choice(
                 [{"S": "yesterday"}, {"S": "2026-03-28T13:17:00"}, {"N": "NaN"}, {"N": "-1"}, {"BOOL": True}]
             )
-            intent = Reason.INVALID_TIME
+            time_intent = Reason.INVALID_TIME
         elif odd == 6:
-            return None, Reason.MISSING_IMAGE, event_ms, counter
+            return None, Reason.MISSING_IMAGE, None, event_ms, counter
         else:
             attributes["extra"] = {"M": {"nested": {"L": [{"N": "1"}, {"S": "x"}]}}}
-    return attributes, intent, event_ms, counter
+    return attributes, counter_intent or time_intent, time_intent, event_ms, counter
 
 
 def _time_offset(rng: random.Random, spec: StreamSpec, settings: Settings) -> tuple[int, Reason | None]:

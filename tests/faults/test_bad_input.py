@@ -212,7 +212,9 @@ def expected_from(outcomes: list[CounterEvent | Rejection]) -> Expected:
 
 def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
     STATS.add("fuzzed_records", len(batch))
-    outcomes = [parse_record(record, SETTINGS) for record in batch]
+    per_record = [parse_record(record, SETTINGS) for record in batch]
+    assert all(len(record_outcomes) == 1 for record_outcomes in per_record)  # the classic rule: one each
+    outcomes = [outcome for record_outcomes in per_record for outcome in record_outcomes]
     for record, outcome in zip(batch, outcomes, strict=True):
         if isinstance(outcome, CounterEvent):
             assert independently_countable(record, outcome, SETTINGS) is None, (

@@ -22,7 +22,7 @@ from tally.core.settings import Settings
 
 from .checks import check_table, check_windows
 from .harness import FaultKind, FaultSchedule, FaultyClient, FaultyHandler, LambdaShard, quick_backoff
-from .streams import STREAM_ARN, StreamSpec, build_stream
+from .streams import STREAM_ARN, StreamSpec, build_stream, settings_for
 
 pytestmark = pytest.mark.server
 
@@ -79,6 +79,7 @@ def server_client(endpoint: str):
 def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpoint: str, seed: int, lanes: int) -> None:
     counts = f"hot-counts-{seed}"
     settings = Settings(counts_table=counts, events_table=f"hot-events-{seed}", bucket_lanes=lanes)
+    spec_rules = seed % 2 == 0  # one race under the classic rule, one under fan-out rules with sums
     create_tables(server_client(endpoint), settings.events_table, counts)
     spec = StreamSpec(
         seed=seed,
@@ -91,7 +92,9 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
         odd_share=0.1,
         rewrite_share=0.1,
         shards=4,
+        rules=spec_rules,
     )
+    settings = settings_for(spec, settings)
     stream = build_stream(spec, settings)
     conflicts = FaultSchedule(seed, {FaultKind.CONFLICT: 0.3}, budget=10**6)
     configs = [DeliveryConfig(batch_size=5, window_seconds=0), DeliveryConfig(batch_size=5, window_seconds=10)]

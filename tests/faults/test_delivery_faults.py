@@ -24,7 +24,7 @@ from .harness import (
     InjectedCrash,
     quick_backoff,
 )
-from .streams import STREAM_ARN, StreamSpec, build_stream
+from .streams import STREAM_ARN, StreamSpec, build_stream, settings_for
 from .test_exact_counts import COUNTS_TABLE, EVENTS_TABLE, SETTINGS, stream_specs
 
 
@@ -41,8 +41,10 @@ def test_shard_delivery_through_faults_counts_exactly(
     spec: StreamSpec, batch_size: int, window_seconds: int, fault_seed: int, chunking_seed: int
 ) -> None:
     """Records fed to ShardDelivery in random chunks, invocations failing as scheduled."""
-    stream = build_stream(spec, SETTINGS)
+    settings = settings_for(spec, SETTINGS)
+    stream = build_stream(spec, settings)
     STATS.add("streams")
+    STATS.add("streams_with_rules", spec.rules)
     STATS.add("records", stream.records)
     STATS.add("identical_rewrites", stream.identical_rewrites)
     schedule = FaultSchedule(fault_seed, {kind: 0.2 for kind in INVOCATION_FAULTS}, budget=60)
@@ -51,8 +53,8 @@ def test_shard_delivery_through_faults_counts_exactly(
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
-        table = CountsTable(FaultyClient(client, schedule), COUNTS_TABLE, SETTINGS, backoff=quick_backoff(fault_seed))
-        handler = FaultyHandler(table, SETTINGS, schedule)
+        table = CountsTable(FaultyClient(client, schedule), COUNTS_TABLE, settings, backoff=quick_backoff(fault_seed))
+        handler = FaultyHandler(table, settings, schedule)
         summaries = []
 
         def keep_summary(event, context):

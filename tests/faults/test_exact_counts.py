@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.core.records import CounterEvent, parse_record
+from tally.core.records import parse_record
 from tally.core.segments import MAX_PART_ITEMS, MAX_SEGMENT_ITEMS
 from tally.core.settings import HOUR_MS, Settings
 
@@ -37,7 +37,7 @@ from .harness import (
     quick_backoff,
     segment_limit,
 )
-from .streams import STREAM_ARN, Stream, StreamSpec, build_stream
+from .streams import STREAM_ARN, Stream, StreamSpec, build_stream, outcome_labels, settings_for
 
 EVENTS_TABLE = "tally-events"
 COUNTS_TABLE = "tally-counts"
@@ -75,6 +75,7 @@ stream_specs = st.builds(
     odd_share=st.sampled_from([0.0, 0.1, 0.3]),
     rewrite_share=st.sampled_from([0.0, 0.1, 0.3]),
     shards=st.integers(1, 3),
+    rules=st.booleans(),
 )
 
 deployments = st.builds(
@@ -120,17 +121,19 @@ def run_and_check(
     write_faults: frozenset | set = WRITE_FAULTS,
     instants: int = 4,
 ) -> None:
+    settings = settings_for(spec, settings)
     stream = build_stream(spec, settings)
     STATS.add("streams")
+    STATS.add("streams_with_rules", spec.rules)
     STATS.add("records", stream.records)
     STATS.add("identical_rewrites", stream.identical_rewrites)
     context = f"reproduce with {spec!r}, {deployment!r}"
     for records in stream.shards.values():
         for record in records:
-            outcome = parse_record(record, settings)
+            outcomes = parse_record(record, settings)
             intent = stream.expected.intents[record["dynamodb"]["SequenceNumber"]]
-            got = None if isinstance(outcome, CounterEvent) else outcome.reason
-            assert got == intent, f"record {record} parsed as {outcome}, meant {intent}; {context}"
+            got = outcome_labels(outcomes)
+            assert got == intent, f"record {record} parsed as {outcomes}, meant {intent}; {context}"
 
     with mock_aws(), segment_limit(deployment.segment_items, deployment.part_items):
         client = boto3.client("dynamodb", region_name="us-east-1")

@@ -208,3 +208,32 @@ def test_rules_the_audit_cannot_read_are_one_line(monkeypatch, capsys, server_en
     monkeypatch.setenv("TALLY_RULES", RULES)
     assert audit.main(["orders", "--index", "by-counter"]) == 2
     assert "--index" in capsys.readouterr().err
+
+
+def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, monkeypatch):
+    """tally's rules and the audit's own reading of them agree on every kind of item."""
+    monkeypatch.setenv("TALLY_RULES", RULES)
+    end = now_ms() - 5 * MINUTE_MS
+    items = []
+    for n in range(60):
+        ts = end - n * 97_000
+        items += [
+            {"id": f"j{n}", "ts": ts, "providerId": ["acme", "zeta", Decimal("7.50")][n % 3]},
+            {"id": f"p{n}", "ts": ts, "shop": "s1", "status": ["paid", "open"][n % 2], "amount": Decimal("12.34")},
+            {"id": f"b{n}", "ts": ts, "shop": "s1", "status": "paid", "amount": Decimal("0.000000001")},  # refused
+            {"id": f"k{n}", "ts": ts, "kind": ["a", Decimal(2), "2"][n % 3], **({"test": "x"} if n % 5 == 0 else {})},
+        ]
+    write_items(client("dynamodb"), tables.events, items)
+    run_stream(tables)
+    at_iso = audit._iso(end).replace("Z", ":00Z")
+
+    status = audit.main(["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "--json", "--window", "3h", "--at", at_iso])
+
+    rows = {row["counter"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert status == 0, rows
+    assert {counter: row["recount"] for counter, row in rows.items()} == {
+        "jobs/acme": 20,
+        "jobs/7.5": 20,
+        "revenue/s1": 30,
+        "{all}": sum(1 for n in range(60) if n % 3 != 2 and n % 5 != 0),
+    }

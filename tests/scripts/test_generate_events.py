@@ -11,7 +11,9 @@ from script_support import load_script
 from tally.local.aws import client, scan_items
 from tally.core.records import Reason, parse_record
 from tally.core.settings import HOUR_MS, Settings
-from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, Workload, bad_items, expected_rejections
+from tally.core.amounts import decimal_of
+from tally.core.rules import parse_rules
+from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, SHAPES, Workload, bad_items, expected_rejections
 
 END_MS = 1_795_341_600_000  # 2026-11-22T10:00Z
 
@@ -44,7 +46,7 @@ def test_each_bad_record_is_rejected_for_the_reason_it_was_made_for():
     items = bad_items(len(BAD_KINDS), END_MS)
     assert {item["bad"] for item in items} == set(BAD_KINDS)
     for item in items:
-        outcome = parse_record(stream_record(image(**item), arrival_s=END_MS / 1000), Settings())
+        [outcome] = parse_record(stream_record(image(**item), arrival_s=END_MS / 1000), Settings())
         assert outcome.reason is BAD_KINDS[item["bad"]], item
 
 
@@ -89,4 +91,25 @@ def test_bad_arguments_exit_with_status_2(argv, capsys):
 
 
 def test_the_default_writes_one_bad_record_of_each_kind_as_the_demo_does():
-    assert generate_events.parser().parse_args([]).bad == len(BAD_KINDS)
+    parser = generate_events.parser()
+    args = parser.parse_args([])
+    generate_events.parse_workload(args, parser)
+    assert args.bad == len(BAD_KINDS)
+    shaped = parser.parse_args(["--shape", "blog"])
+    generate_events.parse_workload(shaped, parser)
+    assert shaped.bad == 0  # a shape is another table's items: tally's bad records do not belong in it
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_shaped_items_are_counted_by_their_rules_as_restated_by_hand(name):
+    shape = SHAPES[name]
+    settings = Settings(time_attribute=shape.time_attribute, rules=parse_rules(shape.rules_json))
+    items = shape.items(Workload(counters=shape.keys, hours=2, seed=4), END_MS)
+    assert items == shape.items(Workload(counters=shape.keys, hours=2, seed=4), END_MS)
+    statuses = Counter(item["status"] for item in items)
+    assert len(statuses) == 3  # every status occurs, so every condition is exercised both ways
+    for item in items:
+        outcomes = parse_record(stream_record(image(**item), arrival_s=END_MS / 1000), settings)
+        counted = [(o.counter, None if o.units is None else decimal_of(o.units)) for o in outcomes]
+        assert counted == shape.truth(item), item
+        assert len(counted) >= 1 + (item["status"] in ("done", 200))

@@ -74,3 +74,27 @@ def test_piped_output_keeps_long_lines_whole(capsys):
     out = capsys.readouterr().out
     [explanation] = [line for line in out.splitlines() if line.lstrip().startswith("raw: events whose time")]
     assert "range plan:" in explanation and "Query per counter" in explanation
+
+
+@pytest.mark.parametrize("shape", ["origin", "blog"])
+def test_the_rules_demo_matches_counts_sums_and_averages(capsys, monkeypatch, shape):
+    monkeypatch.setattr(local_pipeline.console, "width", 200)
+    assert local_pipeline.main(["--shape", shape, "--hours", "25", "--rate", "3", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: MATCH" in out and "MISMATCH" not in out
+    assert ("revenue/provider-1" if shape == "origin" else "load/posts/about") in out
+
+
+def test_the_rules_demo_sees_a_lost_record(capsys):
+    def losing_one_record(counts_table):
+        handler = local_handler(counts_table, "ERROR")
+
+        def handle(event, context):
+            records = event["Records"]
+            return handler({**event, "Records": records[: len(records) // 2] + records[len(records) // 2 + 1 :]}, context)
+
+        return handle
+
+    args = ["--shape", "blog", "--hours", "3", "--rate", "3", "6"]
+    assert local_pipeline.main(args, handler_factory=losing_one_record) == 1
+    assert "VERDICT: MISMATCH" in capsys.readouterr().out

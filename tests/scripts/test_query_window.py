@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 from script_support import load_script
@@ -11,7 +12,8 @@ from tally.core.buckets import iso_minute
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.local.aws import client, scan_items
 from tally.core.windows import Window, now_ms
-from tally.local.workload import brute_force_counts
+from tally.core.settings import Settings
+from tally.local.workload import SHAPES, brute_force_counts, shaped_truth
 
 query_window = load_script("query_window")
 
@@ -111,3 +113,49 @@ def test_piped_tables_are_not_wrapped_at_80_columns(counted, capsys):
     assert query_window.main([long_name, "alpha"]) == 0
     out = capsys.readouterr().out
     assert any(long_name in line for line in out.splitlines())
+
+
+@pytest.fixture
+def counted_by_rules(tables, fresh_handler_cache, monkeypatch):
+    """The origin's jobs for two hours, counted by its shape's rules (set in the environment, as the stack does)."""
+    shape = SHAPES["origin"]
+    monkeypatch.setenv("TALLY_RULES", shape.rules_json)
+    monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
+    generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
+    assert generate_events.main(["--seed", "5", "--shape", "origin", "--hours", "2"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    return tables
+
+
+@pytest.mark.server
+def test_json_carries_total_sum_and_average_of_summing_counters(counted_by_rules, capsys):
+    items = scan_items(client("dynamodb"), counted_by_rules.events)
+    window = Window.ending(now_ms())
+    truth = shaped_truth(SHAPES["origin"], [(int(i["insertUtcTime"]), i) for i in items], window, {}, Settings())
+    capsys.readouterr()
+    counters = ["revenue/provider-1", "revenue/provider-2", "jobs/all"]
+    for plan in ("batch", "range"):
+        assert query_window.main([*counters, "--json", "--consistent", "--plan", plan]) == 0
+        results = {r["counter"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+        for counter in counters[:2]:
+            assert results[counter]["total"] == truth.expected[counter] > 0
+            assert Decimal(results[counter]["sum"]) == truth.sums[counter]
+            assert Decimal(results[counter]["average"]) == truth.average(counter)
+            assert isinstance(results[counter]["sum"], str)  # exact: no JSON parser makes it a float
+            assert sum(map(Decimal, results[counter]["sum_by_hour"].values())) == truth.sums[counter]
+        assert results["jobs/all"]["total"] == truth.expected["jobs/all"]
+        assert "sum" not in results["jobs/all"] and "average" not in results["jobs/all"]
+
+
+@pytest.mark.server
+def test_the_table_shows_sum_and_average(counted_by_rules, capsys):
+    assert query_window.main(["revenue/provider-1", "--window", "3h"]) == 0
+    out = capsys.readouterr().out
+    assert "sum" in out and "average" in out and "revenue/provider-1 per hour" in out
+
+
+def test_bad_rules_in_the_environment_are_one_line_and_status_2(capsys, monkeypatch):
+    monkeypatch.setenv("TALLY_RULES", '[{"name": "r", "counter": "x", "sum": 1}]')
+    assert query_window.main(["alpha"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TALLY_RULES: rule 1 ('r'): field 'sum'" in err

@@ -45,6 +45,8 @@ CONTEXT_OVERRIDES = {
     "countsTableRemovalPolicy": "retain",
     "powertoolsLayerVersion": "31",
     "alarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:tally-alarms",
+    "rules": '[{"name": "jobs", "counter": "jobs/{providerId}"}, '
+    '{"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"}]',
 }
 
 

@@ -129,3 +129,27 @@ def test_a_handler_rule_names_the_context_key_that_broke_it(overrides: dict[str,
         settings_with(**overrides)
     message = str(raised.value)
     assert message.startswith("context ") and named in message.split(": ")[0]
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ('[{"counter": "jobs/{providerId"}]', "context rules: rule 1: field 'counter': unclosed"),
+        ([{"name": "r", "counter": "x", "sum": 3}], "context rules: rule 1 ('r'): field 'sum'"),
+        ({"counter": "x"}, "context rules must be a JSON list of counter rules"),
+        ([{"counter": f"c{i}/{{a}}", "when": {"s": {"oneOf": ["v" * 90] * 3}}} for i in range(12)], "3000 bytes"),
+    ],
+)
+def test_bad_rules_stop_the_synth_with_the_rule_and_field_named(rules, message):
+    with pytest.raises(ContextError) as caught:
+        settings_with(rules=rules)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_rules_from_cdk_json_and_the_command_line_reach_the_handler_settings():
+    listed = settings_with(rules=[{"counter": "views/{url}"}, {"counter": "views/all", "when": {"n": {"equals": 1.5}}}])
+    typed = settings_with(rules='[{"counter": "views/{url}"}]')
+    assert [rule.counter.text for rule in listed.handler_settings.counter_rules.rules] == ["views/{url}", "views/all"]
+    assert str(listed.handler_settings.counter_rules.rules[1].when[0].values[0]) == "1.5"
+    assert typed.rules_json == '[{"counter": "views/{url}"}]'
+    assert settings_with(rules=[]).rules_json == "" and settings_with(rules="").handler_settings.counter_rules.classic

@@ -415,6 +415,11 @@ def test_context_overrides_reach_the_template(overridden_synthesis):
     assert mapping["Properties"]["BatchSize"] == 250
     assert variables[tally_settings.ENV_COUNTER_ATTRIBUTE] == "metric"
     assert variables[tally_settings.ENV_MINUTE_RETENTION_HOURS] == "72"
+    rules = tally_settings.Settings.from_env({"TALLY_RULES": variables["TALLY_RULES"]}).counter_rules
+    assert [(rule.name, rule.counter.text, rule.sum) for rule in rules.rules] == [
+        ("jobs", "jobs/{providerId}", None),
+        ("revenue", "revenue/{shop}", "amount"),
+    ]
     assert render(function["Properties"]["Layers"][0]).endswith("-python313-arm64:31")
     policies = {
         body["Properties"]["KeySchema"][0]["AttributeName"]: body["DeletionPolicy"]

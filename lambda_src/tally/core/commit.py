@@ -3,8 +3,9 @@
 Each part of a segment (at most 99 bucket items) is one transaction: it puts a
 marker item under a key derived from the segment's source, its first record
 and the part's number (condition: it must not exist yet) and adds every delta
-to its bucket. Either all of it happens once, or none of it: a retried part
-finds its marker and is skipped.
+to its bucket (the count, and the sum of a summing counter's bucket). Either
+all of it happens once, or none of it: a retried part finds its marker and is
+skipped.
 
 ``commit_steps`` is the whole commit of a segment as a sequence of steps
 (send this transaction, wait this long) driven by whoever does the I/O:
@@ -22,11 +23,12 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
+from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
 from tally.core.retry import Backoff
-from tally.core.segments import Item, Segment
+from tally.core.segments import Delta, Segment
 from tally.core.settings import DAY_MS, STREAM_RETENTION_MS, Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE
 
 MARKER_PREFIX = "#segment#"
 # Markers must outlive every retry of their records (stream retention), with a day to spare.
@@ -131,7 +133,7 @@ def marker_key(segment: Segment, source: str, part: int) -> dict[str, str]:
 
 
 def transact_items(
-    segment: Segment, part: int, deltas: list[tuple[Item, int]], table_name: str, source: str, settings: Settings
+    segment: Segment, part: int, deltas: list[Delta], table_name: str, source: str, settings: Settings
 ) -> list[dict[str, Any]]:
     """The TransactItems committing one part of a segment, marker first (index 0 in CancellationReasons)."""
     marker = {
@@ -151,16 +153,25 @@ def transact_items(
         }
     ]
     lane = lane_of(source, settings.bucket_lanes)
-    for (counter, bucket), delta in deltas:
+    for (counter, bucket), delta, units in deltas:
         key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
+        names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
+        values: dict[str, Any] = {":delta": delta, ":ttl": bucket.ttl_seconds(settings)}
+        adds = "#count :delta"
+        serialized = _serialize(values)
+        if units is not None:
+            # DynamoDB adds numbers exactly; amounts.py keeps every bucket's sum within its 38 digits.
+            names["#sum"] = SUM_ATTRIBUTE
+            serialized[":sum"] = {"N": text_of(decimal_of(units))}  # plain digits, never "1E-8"
+            adds += ", #sum :sum"
         items.append(
             {
                 "Update": {
                     "TableName": table_name,
                     "Key": _serialize(key),
-                    "UpdateExpression": "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)",
-                    "ExpressionAttributeNames": {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE},
-                    "ExpressionAttributeValues": _serialize({":delta": delta, ":ttl": bucket.ttl_seconds(settings)}),
+                    "UpdateExpression": f"ADD {adds} SET #ttl = if_not_exists(#ttl, :ttl)",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": serialized,
                 }
             }
         )

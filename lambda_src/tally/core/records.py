@@ -1,9 +1,15 @@
-"""Stream record -> counter event, or a rejection with its reason. No I/O.
+"""Stream record -> counter events and rejections, through the counter rules. No I/O.
 
-Parsing must be deterministic for a given record: a retried invocation has to
-rebuild exactly the same segments, so the acceptance checks measure an event's
-time against the record's own arrival time (``ApproximateCreationDateTime``),
-never against the clock of whichever invocation happens to read it.
+One record may add to several counters (one per matching rule) and be refused
+by some rules while others count it. Parsing must be deterministic for a given
+record: a retried invocation has to rebuild exactly the same segments, so the
+acceptance checks measure an event's time against the record's own arrival
+time (``ApproximateCreationDateTime``), never against the clock of whichever
+invocation happens to read it.
+
+``parse_record`` reads a Lambda stream record; ``parse_image`` and
+``parse_item`` apply the same rules and acceptance to an item image in
+DynamoDB JSON or to a decoded item, for anything that reads items elsewhere.
 """
 
 from __future__ import annotations
@@ -18,13 +24,35 @@ from typing import Any, NamedTuple
 from boto3.dynamodb.types import TypeDeserializer
 
 from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, parse_event_time
+from tally.core.rules import (
+    MAX_COUNTER_LENGTH,
+    RESERVED_PREFIX,
+    UNREADABLE,
+    Counted,
+    InvalidCounter,
+    validate_counter,
+)
 from tally.core.settings import DAY_MS, Settings
 
-MAX_COUNTER_LENGTH = 255
+__all__ = [
+    "MAX_COUNTER_LENGTH",
+    "RESERVED_PREFIX",
+    "CounterEvent",
+    "InvalidCounter",
+    "Outcome",
+    "Reason",
+    "Rejection",
+    "arrival_of",
+    "parse_image",
+    "parse_item",
+    "parse_record",
+    "time_rejection",
+    "validate_counter",
+]
+
 # DynamoDB Streams sequence numbers are 21 to 40 digits. Anything else cannot come
 # from a stream, and a longer one would make a segment marker key DynamoDB refuses.
 MAX_SEQUENCE_LENGTH = 40
-RESERVED_PREFIX = "#"
 # An epoch-seconds time read as milliseconds lands in January 1970; within a year of its
 # record's arrival once multiplied by 1000, it was almost surely meant as seconds.
 SECONDS_MISTAKE_TOLERANCE_MS = 366 * DAY_MS
@@ -33,14 +61,17 @@ _deserializer = TypeDeserializer()
 
 
 class Reason(str, Enum):
-    """Why a record is not counted. NOT_INSERT and BEFORE_COUNT_FROM are routine; the rest are rejections."""
+    """Why a record (or one rule's reading of it) is not counted. The first three are routine, the rest rejections."""
 
     NOT_INSERT = "not_insert"
-    BEFORE_COUNT_FROM = "before_count_from"  # arrived before the cutoff: the backfill counts it
+    NO_RULE_MATCHED = "no_rule_matched"
+    BEFORE_COUNT_FROM = "before_count_from"  # arrived before count-from: the backfill counts it
     MALFORMED_RECORD = "malformed_record"
     MISSING_IMAGE = "missing_image"
     MISSING_COUNTER = "missing_counter"
     INVALID_COUNTER = "invalid_counter"
+    MISSING_SUM = "missing_sum"
+    INVALID_SUM = "invalid_sum"
     MISSING_TIME = "missing_time"
     INVALID_TIME = "invalid_time"
     FUTURE_TIME = "future_time"
@@ -51,68 +82,52 @@ class Reason(str, Enum):
         return self not in _ROUTINE
 
 
-_ROUTINE = frozenset({Reason.NOT_INSERT, Reason.BEFORE_COUNT_FROM})
+_ROUTINE = frozenset({Reason.NOT_INSERT, Reason.NO_RULE_MATCHED, Reason.BEFORE_COUNT_FROM})
 
 
 class CounterEvent(NamedTuple):
     """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``.
 
-    A named tuple: one is built per counted record, and a tuple builds fastest.
+    ``units`` is the amount a summing rule adds (in 10^-8 units, see amounts.py), else None.
+    A named tuple: one is built per counted record and rule, and a tuple builds fastest.
     """
 
     counter: str
     event_ms: int
     sequence: str
     arrival_ms: int
+    units: int | None = None
 
 
 @dataclass(frozen=True)
 class Rejection:
-    """A record that is not counted. ``sequence`` and ``arrival_ms`` are None when unreadable."""
+    """A record, or one rule's reading of it, that is not counted.
+
+    ``sequence`` and ``arrival_ms`` are None when unreadable; ``rule`` names the
+    rule that refused it (None for the record as a whole, or the classic rule).
+    """
 
     reason: Reason
     detail: str
     sequence: str | None = None
     arrival_ms: int | None = None
+    rule: str | None = None
 
 
-class InvalidCounter(ValueError):
-    """A counter name tally will not store."""
+Outcome = CounterEvent | Rejection
 
 
-def validate_counter(name: object) -> str:
-    """Return ``name`` if it can be a counter; raise InvalidCounter saying why.
-
-    Names starting with '#' are reserved for bookkeeping items (segment markers,
-    rejection counters), so no event can write into them.
-    """
-    if not isinstance(name, str):
-        raise InvalidCounter(f"counter must be a string, got {type(name).__name__}")
-    if not name:
-        raise InvalidCounter("counter is empty")
-    if len(name) > MAX_COUNTER_LENGTH:
-        raise InvalidCounter(f"counter longer than {MAX_COUNTER_LENGTH} characters")
-    if name.startswith(RESERVED_PREFIX):
-        raise InvalidCounter(f"counter starts with reserved {RESERVED_PREFIX!r}")
-    if not name.isascii():
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidCounter("counter is not valid UTF-8") from None
-    return name
-
-
-def parse_record(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Rejection:
-    """Classify one Lambda-format DynamoDB stream record. Never raises."""
+def parse_record(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
+    """Classify one Lambda-format DynamoDB stream record: at least one outcome. Never raises."""
     try:
         return _parse(record, settings)
     except Exception as error:  # a poison record must never block the shard
-        return Rejection(Reason.MALFORMED_RECORD, f"unreadable record: {type(error).__name__}: {error}"[:300])
+        return [Rejection(Reason.MALFORMED_RECORD, f"unreadable record: {type(error).__name__}: {error}"[:300])]
 
 
-def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Rejection:
+def _parse(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
     if not _is_mapping(record) or not _is_mapping(record.get("dynamodb")):
-        return Rejection(Reason.MALFORMED_RECORD, "record has no 'dynamodb' section")
+        return [Rejection(Reason.MALFORMED_RECORD, "record has no 'dynamodb' section")]
     stream = record["dynamodb"]
     sequence = stream.get("SequenceNumber")
     arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
@@ -121,43 +136,84 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> CounterEvent | Reje
         # would turn every MODIFY or REMOVE without them into a rejection.
         readable = _is_sequence_number(sequence) and arrival_ms is not None
         detail = f"eventName {str(record.get('eventName'))[:32]}"
-        return Rejection(Reason.NOT_INSERT, detail, *((sequence, arrival_ms) if readable else (None, None)))
+        return [Rejection(Reason.NOT_INSERT, detail, *((sequence, arrival_ms) if readable else (None, None)))]
     if not _is_sequence_number(sequence):
-        return Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.SequenceNumber")
+        return [Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.SequenceNumber")]
     if arrival_ms is None:
-        return Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.ApproximateCreationDateTime")
+        return [Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.ApproximateCreationDateTime")]
     if settings.count_from_ms is not None and arrival_ms < settings.count_from_ms:
-        return Rejection(Reason.BEFORE_COUNT_FROM, "arrived before count-from", sequence, arrival_ms)
+        return [Rejection(Reason.BEFORE_COUNT_FROM, "arrived before count-from", sequence, arrival_ms)]
 
     image = stream.get("NewImage")
     if not _is_mapping(image):
         detail = "INSERT without NewImage (stream view must include NEW_IMAGE)"
-        return Rejection(Reason.MISSING_IMAGE, detail, sequence, arrival_ms)
+        return [Rejection(Reason.MISSING_IMAGE, detail, sequence, arrival_ms)]
+    return parse_image(image, arrival_ms, sequence, settings)
 
-    raw_counter = image.get(settings.counter_attribute)
-    if raw_counter is None:
-        return Rejection(Reason.MISSING_COUNTER, f"no attribute {settings.counter_attribute!r}", sequence, arrival_ms)
-    try:
-        counter = validate_counter(_deserialize(raw_counter))
-    except (InvalidCounter, ValueError) as error:
-        return Rejection(Reason.INVALID_COUNTER, str(error), sequence, arrival_ms)
 
-    raw_time = image.get(settings.time_attribute)
-    if raw_time is None:
+def parse_image(image: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> list[Outcome]:
+    """Outcomes of one new item image in DynamoDB JSON (a stream record's NewImage, an export's Item)."""
+    values: dict[str, Any] = {}
+    for name in settings.image_attributes:
+        if name in image:
+            try:
+                values[name] = _deserialize(image[name])
+            except ValueError:
+                values[name] = UNREADABLE
+    return parse_item(values, arrival_ms, sequence, settings)
+
+
+def parse_item(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> list[Outcome]:
+    """Outcomes of one decoded item (as boto3's TypeDeserializer gives it) arriving at ``arrival_ms``.
+
+    Every rule whose conditions hold counts the item or refuses it with a
+    reason. A bad or unacceptable time rejects the record once, whatever the
+    number of rules, and only when some rule would have counted it.
+    """
+    time = _time_of(item, arrival_ms, sequence, settings)
+    counted = False
+    events: list[Outcome] = []
+    refusals: list[Outcome] = []
+    for rule in settings.counter_rules.rules:
+        result = rule.apply(item)
+        if type(result) is Counted:
+            counted = True
+            if type(time) is int:
+                events.append(CounterEvent(result.counter, time, sequence, arrival_ms, result.units))
+        elif result is not None:
+            refusals.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))
+    if not counted:
+        return refusals or [Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)]
+    if type(time) is not int:
+        return [time, *refusals]
+    return events + refusals if refusals else events
+
+
+def _time_of(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> int | Rejection:
+    """The item's event time in epoch ms, or the rejection its time earns."""
+    if settings.time_attribute not in item:
         return Rejection(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}", sequence, arrival_ms)
     try:
-        event_ms = parse_event_time(_deserialize(raw_time))
+        event_ms = parse_event_time(item[settings.time_attribute])
     except (InvalidTime, ValueError) as error:
         return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms)
+    rejected = time_rejection(event_ms, arrival_ms, settings)
+    if rejected is not None:
+        reason, detail = rejected
+        return Rejection(reason, detail, sequence, arrival_ms)
+    return event_ms
 
+
+def time_rejection(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Reason, str] | None:
+    """The acceptance rule for an event time, measured against its record's arrival; None = accepted."""
     if event_ms > arrival_ms + settings.max_clock_skew_ms:
-        return Rejection(Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival", sequence, arrival_ms)
+        return Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival"
     if arrival_ms - event_ms > settings.max_event_age_ms:
         detail = f"{arrival_ms - event_ms} ms before arrival"
         if _looks_like_epoch_seconds(event_ms, arrival_ms):
             detail += f"; {settings.time_attribute} looks like epoch seconds, tally reads numbers as epoch milliseconds"
-        return Rejection(Reason.LATE_EVENT, detail, sequence, arrival_ms)
-    return CounterEvent(counter, event_ms, sequence, arrival_ms)
+        return Reason.LATE_EVENT, detail
+    return None
 
 
 def _looks_like_epoch_seconds(event_ms: int, arrival_ms: int) -> bool:

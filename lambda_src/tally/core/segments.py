@@ -22,17 +22,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.core.buckets import Bucket, buckets_of
-from tally.core.records import CounterEvent, Reason, Rejection
+from tally.core.records import CounterEvent, Outcome, Reason
 
 MAX_PART_ITEMS = 99
 MAX_SEGMENT_ITEMS = 50 * MAX_PART_ITEMS
 STATE_BUDGET_BYTES = 512_000
 REJECTED_COUNTER_PREFIX = "#rejected#"
-STATE_VERSION = 1
+# Version 2 adds a fourth field to summing entries. A segment without sums is written as
+# version 1, unchanged, so a release that reads only version 1 can still take it over.
+STATE_VERSION = 2
+COUNTS_ONLY_STATE_VERSION = 1
+READABLE_STATE_VERSIONS = (COUNTS_ONLY_STATE_VERSION, STATE_VERSION)
 # JSON of one state entry beyond its counter name: sort key, delta, brackets, commas.
 _ENTRY_OVERHEAD_BYTES = 48
+# ... and of a summing entry's sum: up to 38 digits, sign, quotes, comma.
+_SUM_OVERHEAD_BYTES = 44
 
 Item = tuple[str, Bucket]  # (counter, bucket)
+Contribution = tuple[Item, Item, int | None]  # minute item, hour item, units added to their sums (or None)
+Delta = tuple[Item, int, int | None]  # item, count delta, sum delta in units (None: the item keeps no sum)
 
 
 class UnreadableState(ValueError):
@@ -50,94 +58,132 @@ def _entry_bytes(counter: str) -> int:
 
 @dataclass
 class Segment:
-    """Deltas per (counter, bucket) for the records from ``first_sequence`` to ``last_sequence``."""
+    """Deltas per (counter, bucket) for the records from ``first_sequence`` to ``last_sequence``.
+
+    ``sums`` holds the summed units of the items that summing rules write.
+    """
 
     first_sequence: str
     first_arrival_ms: int
     last_sequence: str
     records: int = 0
     deltas: dict[Item, int] = field(default_factory=dict)
+    sums: dict[Item, int] = field(default_factory=dict)
     state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
 
     def would_overflow(
-        self, items: tuple[Item, ...], max_items: int | None = None, state_budget: int | None = None
+        self, contributions: list[Contribution], max_items: int | None = None, state_budget: int | None = None
     ) -> bool:
-        """Whether adding ``items`` would pass the limits (default MAX_SEGMENT_ITEMS, STATE_BUDGET_BYTES)."""
-        new = [item for item in items if item not in self.deltas]
-        if not new:
+        """Whether adding ``contributions`` would pass the limits (default MAX_SEGMENT_ITEMS, STATE_BUDGET_BYTES)."""
+        deltas, sums = self.deltas, self.sums
+        new: dict[Item, bool] = {}
+        added_bytes = 0
+        for minute, hour, units in contributions:
+            for item in (minute, hour):
+                if item not in deltas and item not in new:
+                    new[item] = True
+                    added_bytes += _entry_bytes(item[0])
+                if units is not None and item not in sums:
+                    added_bytes += _SUM_OVERHEAD_BYTES
+        if not added_bytes:
             return False
-        added_bytes = sum(_entry_bytes(counter) for counter, _ in new)
-        return len(self.deltas) + len(new) > (max_items or MAX_SEGMENT_ITEMS) or (
-            self.state_bytes + added_bytes > (state_budget or STATE_BUDGET_BYTES)
+        return (
+            len(deltas) + len(new) > (max_items or MAX_SEGMENT_ITEMS)
+            or self.state_bytes + added_bytes > (state_budget or STATE_BUDGET_BYTES)
         )
 
-    def add(self, sequence: str, items: tuple[Item, ...]) -> None:
+    def add(self, sequence: str, contributions: list[Contribution]) -> None:
         deltas = self.deltas
-        for item in items:
-            if item in deltas:
-                deltas[item] += 1
-            else:
-                deltas[item] = 1
-                self.state_bytes += _entry_bytes(item[0])
+        for minute, hour, units in contributions:
+            for item in (minute, hour):
+                if item in deltas:
+                    deltas[item] += 1
+                else:
+                    deltas[item] = 1
+                    self.state_bytes += _entry_bytes(item[0])
+                if units is not None:
+                    if item in self.sums:
+                        self.sums[item] += units
+                    else:
+                        self.sums[item] = units
+                        self.state_bytes += _SUM_OVERHEAD_BYTES
         self.last_sequence = sequence
         self.records += 1
 
-    def parts(self) -> list[list[tuple[Item, int]]]:
+    def parts(self) -> list[list[Delta]]:
         """The deltas in sort-key order, cut into transactions of at most MAX_PART_ITEMS items."""
         ordered = sorted(self.deltas.items(), key=lambda entry: (entry[0][0], entry[0][1].sort_key))
-        return [ordered[start : start + MAX_PART_ITEMS] for start in range(0, len(ordered), MAX_PART_ITEMS)]
+        deltas = [(item, count, self.sums.get(item)) for item, count in ordered]
+        return [deltas[start : start + MAX_PART_ITEMS] for start in range(0, len(deltas), MAX_PART_ITEMS)]
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-safe form for the tumbling-window state."""
+        """JSON-safe form for the tumbling-window state; sums as decimal strings of units (exact anywhere)."""
+        entries: list[list[Any]] = []
+        for (counter, bucket), delta in self.deltas.items():
+            units = self.sums.get((counter, bucket))
+            entry = [counter, bucket.sort_key, delta]
+            entries.append(entry if units is None else [*entry, str(units)])
         return {
-            "v": STATE_VERSION,
+            "v": STATE_VERSION if self.sums else COUNTS_ONLY_STATE_VERSION,
             "first": self.first_sequence,
             "arrival": self.first_arrival_ms,
             "last": self.last_sequence,
             "records": self.records,
-            "deltas": [[counter, bucket.sort_key, delta] for (counter, bucket), delta in self.deltas.items()],
+            "deltas": entries,
         }
 
     @classmethod
     def from_state(cls, state: Any) -> Segment:
-        """Read what ``to_state`` wrote; raise UnreadableState for anything else, whatever is wrong with it."""
+        """Read what ``to_state`` wrote (this version or the previous); raise UnreadableState for anything else."""
         if not isinstance(state, dict):
             raise UnreadableState(f"segment state is a {type(state).__name__}, not an object")
-        if state.get("v") != STATE_VERSION:
-            raise UnreadableState(f"segment state version {state.get('v')!r}, this release reads {STATE_VERSION}")
+        if state.get("v") not in READABLE_STATE_VERSIONS:
+            raise UnreadableState(
+                f"segment state version {state.get('v')!r}, this release reads "
+                + " and ".join(str(v) for v in READABLE_STATE_VERSIONS)
+            )
         try:
-            deltas = {(str(counter), Bucket.from_sort_key(sk)): int(delta) for counter, sk, delta in state["deltas"]}
+            deltas: dict[Item, int] = {}
+            sums: dict[Item, int] = {}
+            for counter, sk, delta, *units in state["deltas"]:
+                item = (str(counter), Bucket.from_sort_key(sk))
+                deltas[item] = int(delta)
+                if units:
+                    [unit_text] = units
+                    sums[item] = int(unit_text)
             return cls(
                 first_sequence=str(state["first"]),
                 first_arrival_ms=int(state["arrival"]),
                 last_sequence=str(state["last"]),
                 records=int(state["records"]),
                 deltas=deltas,
-                state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas),
+                sums=sums,
+                state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas) + _SUM_OVERHEAD_BYTES * len(sums),
             )
         except Exception as error:
             raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
 
 
-def contribution(outcome: CounterEvent | Rejection) -> tuple[Item, Item] | None:
-    """The bucket items one parsed record adds 1 to.
+def contribution(outcome: Outcome) -> Contribution | None:
+    """The bucket items one outcome adds 1 to, and the units it adds to their sums.
 
     An event counts in its minute and its hour. A rejection counts, by arrival
     time, under its reason's reserved counter, so rejections are queryable like
-    any counter. Routine skips (MODIFY, REMOVE) and unreadable records add nothing (None).
+    any counter. Routine skips (MODIFY, REMOVE, no rule matched) and unreadable
+    records add nothing (None).
     """
     if type(outcome) is CounterEvent:
         minute, hour = buckets_of(outcome.event_ms)
-        return ((outcome.counter, minute), (outcome.counter, hour))
+        return ((outcome.counter, minute), (outcome.counter, hour), outcome.units)
     if outcome.reason.is_rejection and outcome.arrival_ms is not None:
         name = rejected_counter(outcome.reason)
         minute, hour = buckets_of(outcome.arrival_ms)
-        return ((name, minute), (name, hour))
+        return ((name, minute), (name, hour), None)
     return None
 
 
 class SegmentFolder:
-    """Folds parsed records, in stream order, into segments.
+    """Folds parsed records, in stream order, into segments; all of one record's outcomes go to one segment.
 
     The limits default to the handler's (a segment must fit in a tumbling
     window's state); a backfill, which keeps its segment in memory, may raise them.
@@ -150,25 +196,21 @@ class SegmentFolder:
         self.max_items = max_items
         self.state_budget = state_budget
 
-    def fold(self, outcomes: Iterable[CounterEvent | Rejection]) -> Iterator[Segment]:
+    def fold(self, records: Iterable[list[Outcome]]) -> Iterator[Segment]:
         """Yield each segment that had to close early; the last one stays in ``open``."""
-        for outcome in outcomes:
-            items = contribution(outcome)
-            if items is None:
+        for outcomes in records:
+            contributions = [c for c in map(contribution, outcomes) if c is not None]
+            if not contributions:
                 continue
             segment = self.open
-            if segment is not None:
-                minute, hour = items
-                known = segment.deltas
-                if (minute not in known or hour not in known) and segment.would_overflow(
-                    items, self.max_items, self.state_budget
-                ):
-                    yield segment
-                    self.open = None
+            if segment is not None and segment.would_overflow(contributions, self.max_items, self.state_budget):
+                yield segment
+                self.open = None
             if self.open is None:
-                assert outcome.sequence is not None and outcome.arrival_ms is not None
-                self.open = Segment(outcome.sequence, outcome.arrival_ms, outcome.sequence)
-            self.open.add(outcome.sequence, items)
+                first = outcomes[0]
+                assert first.sequence is not None and first.arrival_ms is not None
+                self.open = Segment(first.sequence, first.arrival_ms, first.sequence)
+            self.open.add(outcomes[0].sequence, contributions)  # type: ignore[arg-type]
 
     def close(self) -> Segment | None:
         """Hand over the open segment (end of window or invocation)."""

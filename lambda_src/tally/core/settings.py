@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -67,7 +69,9 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """Attribute names, retentions, the clock-skew allowance and the bucket lanes.
+    """Attribute names, counter rules, retentions, the clock-skew allowance and the bucket lanes.
+
+    ``rules`` None means the classic rule: the counter attribute names the counter.
 
     minute_retention_ms must exceed the stream retention (a retry can commit a
     day after arrival) plus the longest minute-precision window a query reads.
@@ -93,6 +97,9 @@ class Settings:
     # a backfill counts the table as it was then. None counts every record.
     count_from_ms: int | None = None
     bucket_lanes: int = 1
+    rules: Rules | None = None
+    counter_rules: Rules = field(init=False, repr=False, compare=False)
+    image_attributes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what a record's image needs
 
     def __post_init__(self) -> None:
         attributes = ("counter_attribute", "time_attribute", "value_attribute")
@@ -119,6 +126,9 @@ class Settings:
             )
         if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
             raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}", ("bucket_lanes",))
+        # Built once: every record goes through these rules.
+        object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
+        object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
 
     @property
     def max_event_age_ms(self) -> int:
@@ -154,6 +164,7 @@ class Settings:
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
             count_from_ms=_count_from(env.get(ENV_COUNT_FROM)),
             bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
+            rules=_rules(env),
         )
 
 
@@ -196,3 +207,13 @@ def parse_count_from(raw: str | int) -> int:
     if instant.timestamp() < 0:
         raise ValueError(f"must not be before the epoch, got {text!r}")
     return int(instant.timestamp()) * 1000
+
+
+def _rules(env: Mapping[str, str]) -> Rules | None:
+    raw = env.get(ENV_RULES)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return parse_rules(raw)
+    except RulesError as error:
+        raise SettingsError(f"{ENV_RULES}: {error}") from None

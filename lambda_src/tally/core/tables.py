@@ -53,4 +53,5 @@ COUNTS_TABLE = TableDescription(partition_key="pk", sort_key="sk", ttl_attribute
 
 # Attribute names inside counts items.
 COUNT_ATTRIBUTE = "count"
+SUM_ATTRIBUTE = "sum"  # only in the buckets of summing counters
 TTL_ATTRIBUTE = "ttl"

@@ -12,6 +12,11 @@ transaction from every other write to its items; moto's threaded server does
 not, so two shards adding to the same bucket at once could lose an update (or
 a rollback could undo another thread's commit) in a way DynamoDB never would.
 
+And it adds numbers as DynamoDB does: exactly, up to 38 significant digits,
+refusing a result beyond that. moto adds them in Python's default 28-digit
+context, which rounds a large sum silently, and cannot read the exponent form
+("1E-8") DynamoDB accepts.
+
 The embedded pipeline and the tests use it; the Lambda function never imports it.
 """
 
@@ -20,17 +25,20 @@ from __future__ import annotations
 import copy
 import threading
 from collections import defaultdict
+from decimal import Context, Decimal, Inexact, Overflow, Rounded
 from functools import wraps
 from types import SimpleNamespace
 from typing import Any
 
 _active = threading.local()
 _one_transaction_at_a_time = threading.Lock()
+_DYNAMODB_NUMBERS = Context(prec=38, Emax=125, Emin=-130, traps=[Inexact, Rounded, Overflow])
 
 
 def install() -> None:
     """Idempotent; safe with moto's threaded server."""
     from moto.dynamodb import models
+    from moto.dynamodb.exceptions import MockValidationException
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
@@ -82,6 +90,20 @@ def install() -> None:
             finally:
                 _active.backups, _active.transact_items = None, None
 
+    original_add = DynamoType.__add__
+
+    def add(self: DynamoType, other: DynamoType) -> DynamoType:
+        if self.type != other.type or not self.is_number():
+            return original_add(self, other)
+        try:
+            total = _DYNAMODB_NUMBERS.add(Decimal(self.value), Decimal(other.value))
+        except (Inexact, Rounded, Overflow):
+            raise MockValidationException(
+                "Number overflow. Attempting to store a number with magnitude larger than supported range"
+            ) from None
+        return DynamoType({"N": format(total, "f")})
+
+    DynamoType.__add__ = add  # type: ignore[method-assign]
     transact_write_items._tally_fixed = True  # type: ignore[attr-defined]
     models.copy = SimpleNamespace(deepcopy=deepcopy)  # type: ignore[assignment]
     models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]

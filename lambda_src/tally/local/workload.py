@@ -1,20 +1,26 @@
 """Synthetic events and the brute-force count they are checked against. No I/O.
 
 The default workload is the origin's: 3 counters, 37 hours, 20-100 events per
-hour each at random times within the hour. Everything derives from a seed
+hour each at random times within the hour. Shapes write the same events as
+items of other tables (the origin's jobs, a blog's page views) for counter
+rules to count. Everything derives from a seed
 (times, counts and ids), so the same seed writes the same events and a
 benchmark or test can regenerate what a script wrote.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+
+from tally.core.amounts import average_of
 
 from tally.core.records import Reason
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
@@ -171,3 +177,139 @@ def _arrival_verdict(ts_ms: int, arrival_ms: int, settings: Settings) -> Reason 
     if ts_ms - arrival_ms > settings.max_clock_skew_ms:
         return Reason.FUTURE_TIME
     return None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A table shape that is not tally's own: the rules that count it and where its time lives.
+
+    ``truth`` restates the rules by hand, independently of tally's rule engine:
+    (counter, amount or None) for every counter one item adds to.
+    """
+
+    name: str
+    time_attribute: str
+    rules: tuple[dict[str, Any], ...]
+    keys: tuple[str, ...]  # what the workload's counters stand for: providers, pages
+    item: Callable[[Event, random.Random], dict[str, Any]]
+    truth: Callable[[Mapping[str, Any]], list[tuple[str, Decimal | None]]]
+
+    @property
+    def rules_json(self) -> str:
+        return json.dumps(list(self.rules))
+
+    def items(self, workload: Workload, end_ms: int) -> list[dict[str, Any]]:
+        """The workload's events as items of this shape; status and amounts drawn from the seed."""
+        rng = random.Random(f"{self.name}-{workload.seed}")
+        return [self.item(event, rng) for event in workload.events(end_ms)]
+
+
+def _origin_item(event: Event, rng: random.Random) -> dict[str, Any]:
+    """A job as the origin's table holds it, with a price and an outcome."""
+    return {
+        "id": event.id,
+        "insertUtcTime": event.ts_ms,
+        "counterKeyPrefix": "jobs",
+        "providerId": event.counter,
+        "status": rng.choices(["done", "failed", "queued"], weights=[7, 2, 1])[0],
+        "amount": Decimal(rng.randint(1, 99_999)) / 100,
+    }
+
+
+def _origin_truth(item: Mapping[str, Any]) -> list[tuple[str, Decimal | None]]:
+    counters: list[tuple[str, Decimal | None]] = [
+        (f"{item['counterKeyPrefix']}/{item['providerId']}", None),
+        ("jobs/all", None),
+    ]
+    if item["status"] == "done":
+        counters.append((f"revenue/{item['providerId']}", Decimal(item["amount"])))
+    return counters
+
+
+def _blog_item(event: Event, rng: random.Random) -> dict[str, Any]:
+    """A page view as a blog logs it: ISO time, a client, an HTTP status and the page's load time."""
+    return {
+        "id": event.id,
+        "url": f"/posts/{event.counter}",
+        "time": iso_millis(event.ts_ms),
+        "clientId": f"client-{rng.randrange(10_000):04d}",
+        "status": rng.choices([200, 304, 404], weights=[8, 1, 1])[0],
+        "loadMs": rng.randint(20, 3_000),
+    }
+
+
+def _blog_truth(item: Mapping[str, Any]) -> list[tuple[str, Decimal | None]]:
+    counters: list[tuple[str, Decimal | None]] = [(f"views{item['url']}", None)]
+    if item["status"] in (200, 304):
+        counters.append(("views/all", None))
+    if item["status"] == 200:
+        counters.append((f"load{item['url']}", Decimal(item["loadMs"])))
+    return counters
+
+
+def iso_millis(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+SHAPES = {
+    "origin": Shape(
+        name="origin",
+        time_attribute="insertUtcTime",
+        rules=(
+            {"name": "jobs", "counter": "{counterKeyPrefix}/{providerId}"},
+            {"name": "jobs-all", "counter": "jobs/all"},
+            {"name": "revenue", "counter": "revenue/{providerId}", "when": {"status": {"equals": "done"}}, "sum": "amount"},
+        ),
+        keys=("provider-1", "provider-2", "provider-3"),
+        item=_origin_item,
+        truth=_origin_truth,
+    ),
+    "blog": Shape(
+        name="blog",
+        time_attribute="time",
+        rules=(
+            {"name": "views", "counter": "views{url}"},
+            {"name": "views-all", "counter": "views/all", "when": {"status": {"oneOf": [200, 304]}}},
+            {"name": "load-time", "counter": "load{url}", "when": {"status": {"equals": 200}}, "sum": "loadMs"},
+        ),
+        keys=("hello-world", "counting-on-dynamodb", "about"),
+        item=_blog_item,
+        truth=_blog_truth,
+    ),
+}
+
+
+@dataclass
+class ShapedTruth:
+    """Brute force over shaped items: per counter, events in the window, late ones set aside, and sums."""
+
+    in_window: Counter[str] = field(default_factory=Counter)
+    late: Counter[str] = field(default_factory=Counter)
+    expected: Counter[str] = field(default_factory=Counter)
+    sums: dict[str, Decimal] = field(default_factory=dict)
+
+    def average(self, counter: str) -> Decimal | None:
+        return average_of(self.sums[counter], self.expected[counter]) if counter in self.sums else None
+
+
+def shaped_truth(
+    shape: Shape, items: Iterable[tuple[int, Mapping[str, Any]]], window: Window, arrivals_ms: Mapping[str, int],
+    settings: Settings,
+) -> ShapedTruth:
+    """``items`` as (event ms, item): what every counter the shape's rules name must hold for the window."""
+    truth = ShapedTruth()
+    for ts_ms, item in items:
+        for counter, amount in shape.truth(item):
+            if amount is not None:
+                truth.sums.setdefault(counter, Decimal(0))
+            if not window.covers(ts_ms):
+                continue
+            truth.in_window[counter] += 1
+            arrival = arrivals_ms.get(str(item["id"]))
+            if arrival is not None and _arrival_verdict(ts_ms, arrival, settings) is not None:
+                truth.late[counter] += 1
+                continue
+            truth.expected[counter] += 1
+            if amount is not None:
+                truth.sums[counter] += amount
+    return truth

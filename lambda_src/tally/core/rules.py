@@ -1,0 +1,405 @@
+"""Counter rules: which counters an event item adds to, and what it adds. No I/O.
+
+Real tables hold orders, jobs and page views in their own shape. A rule names
+its counter with a template over item attributes (``jobs/{providerId}``, or a
+constant ``views/all``), may require conditions on the item (``when``) and may
+add up a numeric attribute alongside the count (``sum``). Rules come as JSON in
+TALLY_RULES; with none, the one rule is the classic one: the counter named by
+the counter attribute.
+
+    [{"name": "jobs", "counter": "jobs/{providerId}"},
+     {"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"}]
+
+A rule works on an item's decoded attribute values, so stream records and
+exported items (plain or DynamoDB JSON) go through the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from tally.core.amounts import InvalidAmount, units_of
+
+ENV_RULES = "TALLY_RULES"
+MAX_COUNTER_LENGTH = 255
+RESERVED_PREFIX = "#"
+MAX_RULES = 25
+MAX_RULE_NAME_LENGTH = 64
+MAX_ONE_OF_VALUES = 100
+_RULE_FIELDS = frozenset({"name", "counter", "when", "sum"})
+_CONDITION_KINDS = ("equals", "oneOf", "exists")
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
+
+
+class RulesError(ValueError):
+    """Rules tally cannot apply; the message names the rule and the field."""
+
+
+class InvalidCounter(ValueError):
+    """A counter name tally will not store."""
+
+
+class Unreadable:
+    """Stands for an attribute value that could not be decoded."""
+
+    def __repr__(self) -> str:
+        return "UNREADABLE"
+
+
+UNREADABLE = Unreadable()
+
+
+def validate_counter(name: object) -> str:
+    """Return ``name`` if it can be a counter; raise InvalidCounter saying why.
+
+    Names starting with '#' are reserved for bookkeeping items (segment markers,
+    rejection counters), so no event can write into them.
+    """
+    if not isinstance(name, str):
+        raise InvalidCounter(f"counter must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidCounter("counter is empty")
+    if len(name) > MAX_COUNTER_LENGTH:
+        raise InvalidCounter(f"counter longer than {MAX_COUNTER_LENGTH} characters")
+    if name.startswith(RESERVED_PREFIX):
+        raise InvalidCounter(f"counter starts with reserved {RESERVED_PREFIX!r}")
+    if not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidCounter("counter is not valid UTF-8") from None
+    return name
+
+
+class Template:
+    """A counter name with ``{attribute}`` placeholders; ``{{`` and ``}}`` are literal braces."""
+
+    def __init__(self, text: str, parts: tuple[tuple[bool, str], ...] | None = None) -> None:
+        self.text = text
+        self.parts = _parse_template(text) if parts is None else parts  # (is placeholder, literal or attribute)
+        self.attributes = tuple(dict.fromkeys(name for is_name, name in self.parts if is_name))
+        # The classic rule and many others are one placeholder: rendered without assembling pieces.
+        self._whole = self.parts[0][1] if len(self.parts) == 1 and self.parts[0][0] else None
+        self._pattern = re.compile(
+            "".join("(.+)" if is_name else re.escape(literal) for is_name, literal in self.parts), re.DOTALL
+        )
+
+    def render(self, values: Mapping[str, Any], strings_only: bool = False) -> str:
+        """The counter name for an item; raises KeyError for a missing attribute, InvalidCounter otherwise."""
+        if self._whole is not None:
+            return validate_counter(_text_of(self._whole, values[self._whole], strings_only))
+        pieces = []
+        for is_name, part in self.parts:
+            if not is_name:
+                pieces.append(part)
+                continue
+            value = values[part]
+            pieces.append(_text_of(part, value, strings_only))
+        return validate_counter("".join(pieces))
+
+    def could_render(self, counter: str) -> bool:
+        """Whether some item could make this template render ``counter``."""
+        return self._pattern.fullmatch(counter) is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Template) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Template({self.text!r})"
+
+
+def _parse_template(text: str) -> tuple[tuple[bool, str], ...]:
+    parts: list[tuple[bool, str]] = []
+    literal: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char in "{}" and text[index : index + 2] == char * 2:
+            literal.append(char)
+            index += 2
+        elif char == "{":
+            end = text.find("}", index)
+            name = text[index + 1 : end] if end > 0 else ""
+            if end < 0 or not name or "{" in name:
+                raise ValueError(f"unclosed or empty placeholder at position {index}")
+            if literal:
+                parts.append((False, "".join(literal)))
+                literal = []
+            if parts and parts[-1][0]:
+                raise ValueError(f"placeholders {{{parts[-1][1]}}} and {{{name}}} need a separator between them")
+            parts.append((True, name))
+            index = end + 1
+        elif char == "}":
+            raise ValueError(f"unmatched '}}' at position {index} (write '}}}}' for a literal brace)")
+        else:
+            literal.append(char)
+            index += 1
+    if literal:
+        parts.append((False, "".join(literal)))
+    return tuple(parts)
+
+
+def _text_of(attribute: str, value: Any, strings_only: bool) -> str:
+    if type(value) is str:
+        if not value:
+            raise InvalidCounter(f"attribute {attribute!r} is an empty string")
+        return value
+    if strings_only:
+        raise InvalidCounter(f"counter must be a string, got {_kind(value)}")
+    if type(value) is int:
+        return str(value)
+    if type(value) is Decimal and value.is_finite():
+        return _plain_number(value)
+    raise InvalidCounter(f"attribute {attribute!r} is {_kind(value)}, not a string or a number")
+
+
+def _plain_number(number: Decimal) -> str:
+    """One text per number, as DynamoDB normalizes them: 5, 5.0 and 5E0 all render as 5."""
+    if number == number.to_integral_value():
+        return str(int(number))
+    return format(number.normalize(), "f")
+
+
+def _kind(value: Any) -> str:
+    if value is UNREADABLE:
+        return "unreadable"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One requirement on an item attribute: equals a value, is one of some values, exists or not."""
+
+    attribute: str
+    kind: str  # one of _CONDITION_KINDS
+    values: tuple[Any, ...] = ()
+    exists: bool = True
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        present = self.attribute in values
+        if self.kind == "exists":
+            return present == self.exists
+        if not present:
+            return False
+        value = values[self.attribute]
+        return any(_same(value, wanted) for wanted in self.values)
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    """Equality across types as a user means it: strings with strings, numbers with numbers, booleans alone."""
+    if isinstance(wanted, bool) or isinstance(value, bool):
+        return type(value) is type(wanted) and value == wanted
+    if isinstance(wanted, str):
+        return type(value) is str and value == wanted
+    return isinstance(value, int | Decimal) and not isinstance(value, bool) and value == wanted
+
+
+class Counted(NamedTuple):
+    """A rule matched: add 1 (and ``units`` of its sum, for a summing rule) to ``counter``."""
+
+    rule: str | None
+    counter: str
+    units: int | None
+
+
+class Refused(NamedTuple):
+    """A rule matched but cannot count the item; ``reason`` is a rejection reason's value."""
+
+    rule: str | None
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One counter rule. ``name`` is None only for the classic rule, so its logs stay as they were."""
+
+    name: str | None
+    counter: Template
+    when: tuple[Condition, ...] = ()
+    sum: str | None = None
+    strings_only: bool = False
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """Every attribute the rule reads."""
+        names = [*self.counter.attributes, *(c.attribute for c in self.when)]
+        if self.sum:
+            names.append(self.sum)
+        return tuple(dict.fromkeys(names))
+
+    def apply(self, values: Mapping[str, Any]) -> Counted | Refused | None:
+        """What this rule makes of an item's decoded attributes; None when its conditions do not hold."""
+        for condition in self.when:
+            if not condition.holds(values):
+                return None
+        try:
+            counter = self.counter.render(values, self.strings_only)
+        except KeyError as missing:
+            return Refused(self.name, "missing_counter", f"{self._label}no attribute {missing.args[0]!r}")
+        except InvalidCounter as error:
+            return Refused(self.name, "invalid_counter", f"{self._label}{error}")
+        if self.sum is None:
+            return Counted(self.name, counter, None)
+        if self.sum not in values:
+            return Refused(self.name, "missing_sum", f"{self._label}no attribute {self.sum!r} to sum")
+        try:
+            units = units_of(values[self.sum])
+        except InvalidAmount as error:
+            return Refused(self.name, "invalid_sum", f"{self._label}{self.sum!r}: {error}")
+        return Counted(self.name, counter, units)
+
+    @property
+    def _label(self) -> str:
+        return f"rule {self.name!r}: " if self.name else ""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The rules every item goes through, in order; each matching rule adds to its counter."""
+
+    rules: tuple[Rule, ...]
+    attributes: tuple[str, ...] = field(init=False, compare=False, repr=False)  # every attribute the rules read
+
+    def __post_init__(self) -> None:
+        # Computed once: every record reads these attributes.
+        names = tuple(dict.fromkeys(name for rule in self.rules for name in rule.attributes))
+        object.__setattr__(self, "attributes", names)
+
+    @property
+    def classic(self) -> bool:
+        return len(self.rules) == 1 and self.rules[0].name is None
+
+    def sums(self, counter: str) -> bool:
+        """Whether a summing rule can write ``counter`` (the query then reports its sum and average)."""
+        return any(rule.sum and rule.counter.could_render(counter) for rule in self.rules)
+
+
+def classic_rules(counter_attribute: str) -> Rules:
+    """Today's behaviour without TALLY_RULES: the counter attribute names the counter, which must be a string."""
+    template = Template("{" + counter_attribute + "}", parts=((True, counter_attribute),))
+    return Rules((Rule(None, template, strings_only=True),))
+
+
+def parse_rules(text: str) -> Rules:
+    """Rules from their JSON; RulesError names the rule (number and name) and the field at fault."""
+    try:
+        raw = json.loads(text, parse_float=Decimal, parse_int=Decimal, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as error:
+        raise RulesError(f"not valid JSON: {error}") from None
+    if not isinstance(raw, list) or not raw:
+        raise RulesError("must be a non-empty JSON list of rules")
+    if len(raw) > MAX_RULES:
+        raise RulesError(f"holds {len(raw)} rules, at most {MAX_RULES}: each adds buckets to every event")
+    rules = tuple(_rule(index, entry) for index, entry in enumerate(raw, start=1))
+    seen: dict[str, int] = {}
+    for index, rule in enumerate(rules, start=1):
+        assert rule.name is not None
+        if rule.name in seen:
+            raise RulesError(f"rule {index} ({rule.name!r}): field 'name': same name as rule {seen[rule.name]}")
+        seen[rule.name] = index
+    by_template: dict[str, Rule] = {}
+    for index, rule in enumerate(rules, start=1):
+        other = by_template.setdefault(rule.counter.text, rule)
+        if bool(other.sum) != bool(rule.sum):
+            raise RulesError(
+                f"rule {index} ({rule.name!r}): field 'sum': counter {rule.counter.text!r} is also written by "
+                f"rule {other.name!r}; both must sum, or neither, or its average would mix them"
+            )
+    return Rules(rules)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _rule(index: int, entry: Any) -> Rule:
+    where = f"rule {index}"
+    if not isinstance(entry, dict):
+        raise RulesError(f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum')")
+    if isinstance(entry.get("name"), str):
+        where = f"rule {index} ({entry['name']!r})"
+    unknown = sorted(set(entry) - _RULE_FIELDS)
+    if unknown:
+        raise RulesError(f"{where}: field {unknown[0]!r}: unknown; a rule has {', '.join(sorted(_RULE_FIELDS))}")
+
+    counter_text = entry.get("counter")
+    if not isinstance(counter_text, str) or not counter_text:
+        raise RulesError(f"{where}: field 'counter': must be a non-empty template string, got {_short(counter_text)}")
+    try:
+        template = Template(counter_text)
+    except ValueError as error:
+        raise RulesError(f"{where}: field 'counter': {error}") from None
+    if not template.attributes:
+        try:
+            validate_counter(counter_text.replace("{{", "{").replace("}}", "}"))
+        except InvalidCounter as error:
+            raise RulesError(f"{where}: field 'counter': {error}") from None
+    elif not template.parts[0][0] and template.parts[0][1].startswith(RESERVED_PREFIX):
+        raise RulesError(f"{where}: field 'counter': starts with reserved {RESERVED_PREFIX!r}")
+    literal_length = sum(len(part) for is_name, part in template.parts if not is_name) + len(template.attributes)
+    if literal_length > MAX_COUNTER_LENGTH:
+        raise RulesError(f"{where}: field 'counter': renders longer than {MAX_COUNTER_LENGTH} characters")
+
+    name = entry.get("name", counter_text)
+    if not isinstance(name, str) or len(name) > MAX_RULE_NAME_LENGTH or not _NAME_PATTERN.fullmatch(name):
+        if "name" in entry:
+            raise RulesError(
+                f"{where}: field 'name': must be 1-{MAX_RULE_NAME_LENGTH} letters, digits or _.:/- "
+                f"starting with a letter or digit, got {name!r}"
+            )
+        name = f"rule-{index}"  # a template is no name: {…} and long texts make poor metric dimensions
+
+    when = _conditions(where, entry.get("when", {}))
+    total = entry.get("sum")
+    if total is not None and (not isinstance(total, str) or not total):
+        raise RulesError(f"{where}: field 'sum': must be an attribute name, got {_short(total)}")
+    return Rule(name, template, when, total)
+
+
+def _conditions(where: str, raw: Any) -> tuple[Condition, ...]:
+    if not isinstance(raw, dict):
+        raise RulesError(f"{where}: field 'when': must map attribute names to conditions, got {raw!r}")
+    conditions = []
+    for attribute, spec in raw.items():
+        field = f"field 'when.{attribute}'"
+        if not attribute:
+            raise RulesError(f"{where}: field 'when': attribute names must not be empty")
+        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in _CONDITION_KINDS:
+            raise RulesError(
+                f"{where}: {field}: must be one of {{\"equals\": v}}, {{\"oneOf\": [v, ...]}}, "
+                f"{{\"exists\": true|false}}, got {_short(spec)}"
+            )
+        [(kind, value)] = spec.items()
+        if kind == "exists":
+            if not isinstance(value, bool):
+                raise RulesError(f"{where}: {field}: 'exists' must be true or false, got {_short(value)}")
+            conditions.append(Condition(attribute, kind, exists=value))
+            continue
+        values = value if kind == "oneOf" else [value]
+        if kind == "oneOf" and (not isinstance(value, list) or not 1 <= len(value) <= MAX_ONE_OF_VALUES):
+            raise RulesError(f"{where}: {field}: 'oneOf' must be a list of 1-{MAX_ONE_OF_VALUES} values")
+        for candidate in values:
+            if not isinstance(candidate, str | bool | Decimal):
+                raise RulesError(
+                    f"{where}: {field}: compares with strings, numbers or booleans, got {_short(candidate)}"
+                )
+        conditions.append(Condition(attribute, kind, tuple(values)))
+    return tuple(conditions)
+
+
+def _short(value: Any) -> str:
+    """A value as the JSON it came from (numbers are read as Decimals)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    return repr(value)[:80]

@@ -1,0 +1,247 @@
+import json
+from decimal import Decimal
+
+import pytest
+
+from factories import image, stream_record
+from tally.core.amounts import InvalidAmount, average_of, decimal_of, units_of
+from tally.core.records import CounterEvent, Reason, Rejection, parse_image, parse_item, parse_record
+from tally.core.rules import MAX_COUNTER_LENGTH, RulesError, parse_rules
+from tally.core.settings import Settings, SettingsError
+
+ARRIVAL_MS = 1_795_000_000_000
+
+
+def rules(*entries):
+    return parse_rules(json.dumps(list(entries)))
+
+
+def applied(parsed, values):
+    """What every matching rule makes of an item, in rule order."""
+    return [outcome for outcome in (rule.apply(values) for rule in parsed.rules) if outcome is not None]
+
+
+def settings_with(*entries, **kwargs):
+    return Settings(rules=rules(*entries), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ("{}", "non-empty JSON list"),
+        ("[]", "non-empty JSON list"),
+        ('["jobs"]', "rule 1: must be a JSON object"),
+        ('[{"name": "a"}]', "rule 1 ('a'): field 'counter': must be a non-empty template"),
+        ('[{"counter": "x", "count": 1}]', "rule 1: field 'count': unknown"),
+        ('[{"counter": "jobs/{providerId"}]', "rule 1: field 'counter': unclosed or empty placeholder"),
+        ('[{"counter": "jobs/{}"}]', "rule 1: field 'counter': unclosed or empty placeholder"),
+        ('[{"counter": "a}b"}]', "rule 1: field 'counter': unmatched '}'"),
+        ('[{"counter": "{a}{b}"}]', "need a separator"),
+        ('[{"counter": "#mine/{a}"}]', "field 'counter': starts with reserved '#'"),
+        ('[{"counter": "#all"}]', "field 'counter': counter starts with reserved '#'"),
+        (json.dumps([{"counter": "x" * 256}]), "field 'counter': counter longer than 255"),
+        (json.dumps([{"counter": "x" * 253 + "/{a}/{b}"}]), "renders longer than 255"),
+        ('[{"counter": "a", "name": "bad name!"}]', "rule 1 ('bad name!'): field 'name'"),
+        ('[{"counter": "a", "name": "x"}, {"counter": "b", "name": "x"}]', "rule 2 ('x'): field 'name': same name"),
+        ('[{"counter": "a", "sum": 5}]', "field 'sum': must be an attribute name"),
+        ('[{"counter": "a", "when": []}]', "field 'when': must map attribute names"),
+        ('[{"counter": "a", "when": {"s": "paid"}}]', "field 'when.s': must be one of"),
+        ('[{"counter": "a", "when": {"s": {"equals": "x", "exists": true}}}]', "field 'when.s'"),
+        ('[{"counter": "a", "when": {"s": {"exists": "yes"}}}]', "'exists' must be true or false"),
+        ('[{"counter": "a", "when": {"s": {"oneOf": []}}}]', "'oneOf' must be a list of 1-100"),
+        ('[{"counter": "a", "when": {"s": {"equals": {"x": 1}}}}]', "compares with strings, numbers or booleans"),
+        ('[{"counter": "a", "when": {"s": {"equals": NaN}}}]', "not valid JSON"),
+        (
+            '[{"name": "r", "counter": "v/{u}", "sum": "ms"}, {"name": "c", "counter": "v/{u}"}]',
+            "rule 2 ('c'): field 'sum': counter 'v/{u}' is also written by rule 'r'",
+        ),
+        (json.dumps([{"counter": f"c{i}"} for i in range(26)]), "holds 26 rules, at most 25"),
+    ],
+)
+def test_bad_rules_fail_with_one_message_naming_the_rule_and_field(text, message):
+    with pytest.raises(RulesError, match=None) as caught:
+        parse_rules(text)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_rules_in_the_environment_name_the_variable():
+    with pytest.raises(SettingsError, match=r"^TALLY_RULES: rule 1: field 'counter'"):
+        Settings.from_env({"TALLY_RULES": '[{"counter": ""}]'})
+
+
+def test_rules_from_the_environment_reach_the_settings():
+    settings = Settings.from_env({"TALLY_RULES": '[{"name": "jobs", "counter": "jobs/{providerId}"}]'})
+    assert [rule.name for rule in settings.counter_rules.rules] == ["jobs"]
+    assert Settings.from_env({"TALLY_RULES": " "}).counter_rules.classic
+
+
+def test_a_constant_counter_names_its_rule_and_a_template_gets_a_numbered_name():
+    parsed = rules({"counter": "views/all"}, {"counter": "views/{url}"})
+    assert [rule.name for rule in parsed.rules] == ["views/all", "rule-2"]
+
+
+def render(template, **values):
+    [outcome] = applied(rules({"name": "r", "counter": template}), values)
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("template", "values", "counter"),
+    [
+        ("jobs/{providerId}", {"providerId": "acme"}, "jobs/acme"),
+        ("jobs/{providerId}", {"providerId": "ünïcødé 😀"}, "jobs/ünïcødé 😀"),
+        ("jobs/{providerId}", {"providerId": 42}, "jobs/42"),
+        ("jobs/{providerId}", {"providerId": Decimal("42.0")}, "jobs/42"),
+        ("jobs/{providerId}", {"providerId": Decimal("4.50")}, "jobs/4.5"),
+        ("jobs/{providerId}", {"providerId": Decimal("-1E+3")}, "jobs/-1000"),
+        ("{a}-{b}", {"a": "x", "b": 7}, "x-7"),
+        ("{{literal}}/{a}", {"a": "x"}, "{literal}/x"),
+        ("views/all", {}, "views/all"),
+        ("{u}", {"u": "x#y"}, "x#y"),
+        ("{u}", {"u": "x" * MAX_COUNTER_LENGTH}, "x" * MAX_COUNTER_LENGTH),
+    ],
+)
+def test_templates_render_strings_and_numbers(template, values, counter):
+    assert render(template, **values).counter == counter
+
+
+@pytest.mark.parametrize(
+    ("template", "values", "reason", "detail"),
+    [
+        ("jobs/{providerId}", {}, "missing_counter", "no attribute 'providerId'"),
+        ("jobs/{providerId}", {"providerId": ""}, "invalid_counter", "empty string"),
+        ("jobs/{providerId}", {"providerId": True}, "invalid_counter", "bool, not a string or a number"),
+        ("jobs/{providerId}", {"providerId": None}, "invalid_counter", "null"),
+        ("jobs/{providerId}", {"providerId": {"a": 1}}, "invalid_counter", "dict"),
+        ("{u}", {"u": "#segment#1"}, "invalid_counter", "reserved '#'"),
+        ("{u}", {"u": "#rejected#late_event"}, "invalid_counter", "reserved '#'"),
+        ("v/{u}", {"u": "x" * (MAX_COUNTER_LENGTH - 1)}, "invalid_counter", "longer than 255"),
+        ("v/{u}", {"u": "lone \ud800"}, "invalid_counter", "not valid UTF-8"),
+    ],
+)
+def test_templates_that_cannot_render_are_refused_with_the_rule_name(template, values, reason, detail):
+    outcome = render(template, **values)
+    assert (outcome.rule, outcome.reason) == ("r", reason)
+    assert detail in outcome.detail and "rule 'r'" in outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("when", "values", "matches"),
+    [
+        ({"status": {"equals": "done"}}, {"status": "done"}, True),
+        ({"status": {"equals": "done"}}, {"status": "failed"}, False),
+        ({"status": {"equals": "done"}}, {}, False),
+        ({"code": {"equals": 200}}, {"code": Decimal("200.0")}, True),
+        ({"code": {"equals": 200}}, {"code": "200"}, False),
+        ({"flag": {"equals": True}}, {"flag": True}, True),
+        ({"flag": {"equals": True}}, {"flag": 1}, False),
+        ({"code": {"equals": 1}}, {"code": True}, False),
+        ({"status": {"oneOf": ["paid", "refunded"]}}, {"status": "refunded"}, True),
+        ({"status": {"oneOf": ["paid", "refunded"]}}, {"status": "open"}, False),
+        ({"coupon": {"exists": True}}, {"coupon": None}, True),
+        ({"coupon": {"exists": False}}, {}, True),
+        ({"coupon": {"exists": False}}, {"coupon": "X"}, False),
+        ({"a": {"equals": "x"}, "b": {"exists": True}}, {"a": "x"}, False),
+        ({"a": {"equals": "x"}, "b": {"exists": True}}, {"a": "x", "b": 1}, True),
+    ],
+)
+def test_conditions_must_all_hold(when, values, matches):
+    outcomes = applied(rules({"name": "r", "counter": "c", "when": when}), values)
+    assert bool(outcomes) is matches
+
+
+@pytest.mark.parametrize(
+    ("value", "units"),
+    [
+        (Decimal("12.34"), 1_234_000_000),
+        (7, 700_000_000),
+        (Decimal("-0.00000001"), -1),
+        (Decimal("999999999999999999.99999999"), 99_999_999_999_999_999_999_999_999),
+        (Decimal("1.5E+3"), 150_000_000_000),
+    ],
+)
+def test_amounts_become_exact_units(value, units):
+    assert units_of(value) == units
+    assert decimal_of(units) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [Decimal("NaN"), Decimal("Infinity"), Decimal("1E+18"), Decimal("0.000000001"), "12", True, 1.5, None],
+)
+def test_amounts_that_cannot_be_summed_exactly_are_refused(value):
+    with pytest.raises(InvalidAmount):
+        units_of(value)
+
+
+def test_averages_round_to_38_digits_and_need_events():
+    assert average_of(Decimal(10), 4) == Decimal("2.5")
+    assert average_of(Decimal(1), 3) == Decimal("0." + "3" * 38)
+    assert average_of(Decimal(6), 3) == Decimal(2) and str(average_of(Decimal(6), 3)) == "2"
+    assert average_of(Decimal(0), 0) is None
+
+
+FAN_OUT = (
+    {"name": "jobs", "counter": "jobs/{providerId}"},
+    {"name": "all", "counter": "jobs/all"},
+    {"name": "revenue", "counter": "revenue/{providerId}", "when": {"status": {"equals": "done"}}, "sum": "amount"},
+)
+
+
+def test_one_record_fans_out_to_every_matching_rule():
+    settings = settings_with(*FAN_OUT, time_attribute="insertUtcTime")
+    item = image(id="1", insertUtcTime=ARRIVAL_MS, providerId="p1", status="done", amount=Decimal("19.99"))
+    outcomes = parse_record(stream_record(item, arrival_s=ARRIVAL_MS / 1000, sequence="77"), settings)
+    assert outcomes == [
+        CounterEvent("jobs/p1", ARRIVAL_MS, "77", ARRIVAL_MS),
+        CounterEvent("jobs/all", ARRIVAL_MS, "77", ARRIVAL_MS),
+        CounterEvent("revenue/p1", ARRIVAL_MS, "77", ARRIVAL_MS, 1_999_000_000),
+    ]
+
+
+def test_one_record_can_be_counted_by_one_rule_and_rejected_by_another():
+    settings = settings_with(*FAN_OUT)
+    item = {"ts": ARRIVAL_MS, "status": "done", "amount": "lots"}
+    outcomes = parse_item(item, ARRIVAL_MS, "5", settings)
+    assert [type(o).__name__ for o in outcomes] == ["CounterEvent", "Rejection", "Rejection"]
+    assert outcomes[0].counter == "jobs/all"
+    assert {(o.rule, o.reason) for o in outcomes[1:]} == {
+        ("jobs", Reason.MISSING_COUNTER),
+        ("revenue", Reason.MISSING_COUNTER),
+    }
+    outcomes = parse_item({**item, "providerId": "p"}, ARRIVAL_MS, "5", settings)
+    assert (outcomes[-1].rule, outcomes[-1].reason) == ("revenue", Reason.INVALID_SUM)
+    outcomes = parse_item({"ts": ARRIVAL_MS, "providerId": "p", "status": "done"}, ARRIVAL_MS, "5", settings)
+    assert (outcomes[-1].rule, outcomes[-1].reason) == ("revenue", Reason.MISSING_SUM)
+
+
+def test_a_bad_time_rejects_the_record_once_however_many_rules_count_it():
+    settings = settings_with(*FAN_OUT)
+    outcomes = parse_item({"providerId": "p", "ts": "noon"}, ARRIVAL_MS, "5", settings)
+    assert outcomes == [Rejection(Reason.INVALID_TIME, outcomes[0].detail, "5", ARRIVAL_MS)]
+    late = parse_item({"providerId": "p", "ts": 0}, ARRIVAL_MS, "5", settings)
+    assert [o.reason for o in late] == [Reason.LATE_EVENT]
+
+
+def test_an_item_no_rule_matches_is_skipped_not_rejected():
+    settings = settings_with({"name": "paid", "counter": "paid", "when": {"status": {"equals": "paid"}}})
+    [outcome] = parse_item({"ts": ARRIVAL_MS, "status": "open"}, ARRIVAL_MS, "5", settings)
+    assert outcome.reason is Reason.NO_RULE_MATCHED and not outcome.reason.is_rejection
+
+
+def test_dynamodb_json_and_decoded_items_give_the_same_outcomes():
+    settings = settings_with(*FAN_OUT)
+    plain = {"id": "1", "ts": ARRIVAL_MS - 1, "providerId": "p", "status": "done", "amount": Decimal("2.5")}
+    assert parse_image(image(**plain), ARRIVAL_MS, "9", settings) == parse_item(plain, ARRIVAL_MS, "9", settings)
+
+
+def test_the_classic_rule_still_refuses_numeric_counters():
+    [outcome] = parse_item({"counter": 7, "ts": ARRIVAL_MS}, ARRIVAL_MS, "5", Settings())
+    assert outcome.reason is Reason.INVALID_COUNTER and outcome.rule is None
+
+
+def test_summing_counters_are_known_from_the_rules():
+    parsed = rules(*FAN_OUT)
+    assert parsed.sums("revenue/p1") and not parsed.sums("jobs/p1") and not parsed.sums("revenue/")
