@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -181,3 +182,36 @@ def test_the_count_from_instant_is_required_and_checked(tables, capsys, monkeypa
     two_days_ago = str(now_ms() // 1000 - 2 * 86_400)
     assert backfill.main(["--export-to", "s3://b/p", "--count-from", two_days_ago]) == 2
     assert "within a day" in capsys.readouterr().err
+
+
+def test_backfilled_history_follows_the_counter_rules(tables, monkeypatch, capsys):
+    """The backfill parses items through the handler's rules: fan-out, conditions and refusals alike."""
+    audit = load_script("audit")
+    rules = [
+        {"name": "jobs", "counter": "jobs/{providerId}"},
+        {"name": "all", "counter": "jobs/all", "when": {"status": {"oneOf": ["done", "failed"]}}},
+    ]
+    monkeypatch.setenv("TALLY_RULES", json.dumps(rules))
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    end = now_ms() - 2 * MINUTE_MS
+    items = [
+        {"id": str(n), "ts": end - n * 71_000, "providerId": f"p{n % 4}", "status": ["done", "failed", "open"][n % 3]}
+        for n in range(300)
+    ] + [{"id": "nameless", "ts": end, "status": "done"}]  # jobs refuses it (missing_counter), all counts it
+    write_items(dynamodb, tables.events, items)
+    count_from = now_ms() // 1000 + 1
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, "rules", count_from * 1000)
+    wait_for(count_from * 1000)
+
+    summary = backfill.run(backfill.parser().parse_args(["--export-arn", export.arn, "--count-from", str(count_from)]))
+
+    assert summary.items == 301
+    assert summary.counted == {**{f"jobs/p{k}": 75 for k in range(4)}, "jobs/all": 201}
+    assert summary.rejected_by_rule == {"jobs": 1}
+    at = backfill._iso(end + MINUTE_MS)
+    counters = [f"jobs/p{k}" for k in range(4)] + ["jobs/all"]
+    assert audit.main([*counters, "--window", "8h", "--at", at, "--json"]) == 0
+    assert all(json.loads(line)["tally"] > 0 for line in capsys.readouterr().out.splitlines())
