@@ -15,7 +15,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test demo bench synth deploy destroy
+.PHONY: install install-scripts test demo adopt-demo bench synth deploy destroy
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -39,6 +39,10 @@ test: $(DEV_STAMP)
 # moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.
 demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/local_pipeline.py $(DEMO_ARGS)
+
+# Adoption on moto: a table with history, count-from, export, live stream, backfill, audit.
+adopt-demo: $(DEMO_STAMP)
+	$(BIN)/python scripts/adopt_demo.py $(DEMO_ARGS)
 
 # Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;
 # PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.

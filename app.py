@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lambda_src"))
 import aws_cdk as cdk  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from stacks import TallyStack  # noqa: E402
+from stacks import TallyConfigurationError, TallyStack  # noqa: E402
 from stacks.context import ContextError, stack_name_from_context  # noqa: E402
 
 
@@ -27,12 +27,15 @@ def build_app(**app_props) -> cdk.App:
     return app
 
 
-def main() -> int:
+def main(**app_props) -> int:
     """Synthesize; a bad context value is one line naming its key, not a traceback through jsii."""
     try:
-        build_app().synth()
+        build_app(**app_props).synth()
     except ContextError as error:
         print(f"tally: {error} (set it in cdk.json or with -c key=value)", file=sys.stderr)
+        return 1
+    except TallyConfigurationError as error:
+        print(f"tally: {error}", file=sys.stderr)
         return 1
     return 0
 

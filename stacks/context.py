@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.core.rules import RulesError, parse_rules
-from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError
+from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
 
 DEFAULT_CONTEXT: dict[str, Any] = {
     "stackName": "Tally",
@@ -36,6 +36,9 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "powertoolsLayerVersion": 27,
     "alarmTopicArn": "",
     "rules": [],
+    "eventsTableName": "",
+    "eventsStreamArn": "",
+    "countFrom": "",
 }
 
 # The context key each handler setting is read from, so a rule the handler enforces names the key to fix.
@@ -46,10 +49,13 @@ HANDLER_SETTING_KEYS = {
     "minute_retention_ms": "minuteRetentionHours",
     "hour_retention_ms": "hourRetentionDays",
     "max_clock_skew_ms": "maxClockSkewSeconds",
+    "count_from_ms": "countFrom",
 }
 
 REMOVAL_POLICIES = ("retain", "destroy")
 STACK_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
+TABLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+STREAM_ARN_PATTERN = re.compile(r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:\d{12}:table/(?P<table>[A-Za-z0-9_.-]{3,255})/stream/\S+")
 
 # Lambda's limits for a DynamoDB Streams event source mapping.
 MAX_TUMBLING_WINDOW_SECONDS = 900
@@ -76,6 +82,9 @@ class StackSettings:
     alarm_topic_arn: str
     handler_settings: Settings
     rules_json: str  # TALLY_RULES for the function; empty for the classic rule
+    # An existing events table to count (its name and stream ARN); empty: the stack creates one.
+    events_table_name: str = ""
+    events_stream_arn: str = ""
 
     @classmethod
     def from_context(cls, lookup: Callable[[str], Any]) -> StackSettings:
@@ -84,6 +93,7 @@ class StackSettings:
         minute_retention_hours = reader.integer("minuteRetentionHours", minimum=1)
         hour_retention_days = reader.integer("hourRetentionDays", minimum=1)
         max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
+        events_table_name, events_stream_arn = reader.events_table()
         bucket_lanes = reader.integer("bucketLanes", minimum=1, maximum=MAX_BUCKET_LANES)
         rules_json = reader.rules("rules")
         try:
@@ -94,6 +104,7 @@ class StackSettings:
                 minute_retention_ms=minute_retention_hours * HOUR_MS,
                 hour_retention_ms=hour_retention_days * DAY_MS,
                 max_clock_skew_ms=max_clock_skew_seconds * 1000,
+                count_from_ms=reader.count_from("countFrom"),
                 bucket_lanes=bucket_lanes,
                 rules=parse_rules(rules_json) if rules_json else None,
             )
@@ -114,6 +125,8 @@ class StackSettings:
             alarm_topic_arn=reader.optional_arn("alarmTopicArn", service="sns"),
             handler_settings=handler_settings,
             rules_json=rules_json,
+            events_table_name=events_table_name,
+            events_stream_arn=events_stream_arn,
         )
 
     @property
@@ -198,6 +211,39 @@ class _ContextReader:
         if value not in choices:
             raise ContextError(f"context {key} must be one of {', '.join(choices)}, got {raw!r}")
         return value
+
+    def count_from(self, key: str) -> int | None:
+        raw = self._raw(key)
+        if raw in ("", None):
+            return None
+        try:
+            return parse_count_from(raw if isinstance(raw, str | int) and not isinstance(raw, bool) else "?")
+        except ValueError as error:
+            raise ContextError(f"context {key} {error}") from None
+
+    def events_table(self) -> tuple[str, str]:
+        """eventsTableName and eventsStreamArn: both empty, or an existing table and its stream."""
+        name, arn = (self._raw(key) for key in ("eventsTableName", "eventsStreamArn"))
+        if not isinstance(name, str) or not isinstance(arn, str):
+            raise ContextError("context eventsTableName and eventsStreamArn must be strings")
+        name, arn = name.strip(), arn.strip()
+        if not name and not arn:
+            return "", ""
+        if not name or not arn:
+            raise ContextError("context eventsTableName and eventsStreamArn go together: give both or neither")
+        if not TABLE_NAME_PATTERN.fullmatch(name):
+            raise ContextError(f"context eventsTableName is not a DynamoDB table name: {name!r}")
+        match = STREAM_ARN_PATTERN.fullmatch(arn)
+        if not match:
+            raise ContextError(
+                f"context eventsStreamArn must be a DynamoDB stream ARN "
+                f"(arn:aws:dynamodb:REGION:ACCOUNT:table/NAME/stream/LABEL), got {arn!r}"
+            )
+        if match.group("table") != name:
+            raise ContextError(
+                f"context eventsStreamArn belongs to table {match.group('table')!r}, not eventsTableName {name!r}"
+            )
+        return name, arn
 
     def optional_arn(self, key: str, *, service: str) -> str:
         raw = self._raw(key)

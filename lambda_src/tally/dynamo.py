@@ -29,7 +29,7 @@ from tally.core.amounts import stored_units
 from tally.core.retry import Backoff, commit_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_ATTRIBUTE, TableDescription
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, TableDescription
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,13 @@ Key = tuple[str, str]  # (pk, sk)
 
 class CommitFailed(RuntimeError):
     """A segment could not be committed; the invocation must fail so Lambda retries it."""
+
+
+class BackfillClaimed(RuntimeError):
+    """The table's history at this instant is being, or was, counted from another export."""
+
+
+BACKFILL_PREFIX = "#backfill#"
 
 
 @dataclass
@@ -113,6 +120,32 @@ class CountsTable:
                 logger.warning("commit of segment part %s retried: %s", attempt.name, _describe(error))
             return outcome
         return Outcome.COMMITTED
+
+    def claim_backfill(self, table_arn: str, count_from_iso: str, export_arn: str, expires_s: int) -> None:
+        """Tie a table's count-from instant to one export, or raise BackfillClaimed naming the other one.
+
+        Markers are keyed by export, so counting a second export of the same
+        instant would add every item again; the claim makes that impossible.
+        Claiming again with the same export (a resumed run) succeeds.
+        """
+        key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": count_from_iso}}
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item={**key, "export": {"S": export_arn}, TTL_ATTRIBUTE: {"N": str(expires_s)}},
+                ConditionExpression="attribute_not_exists(#pk) OR #export = :export",
+                ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key, "#export": "export"},
+                ExpressionAttributeValues={":export": {"S": export_arn}},
+            )
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+            claimed = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item", {})
+            other = claimed.get("export", {}).get("S", "?")
+            raise BackfillClaimed(
+                f"the history of {table_arn} at {count_from_iso} is counted from export {other}; "
+                f"counting {export_arn} too would count its items twice"
+            ) from None
 
     def batch_get(self, keys: Iterable[Key], consistent: bool = False) -> Fetched:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.
@@ -202,7 +235,10 @@ class CountsTable:
 
 
 def create_tables(client: Any, events_table: str, counts_table: str) -> None:
-    """Create both tables as the stack does (used locally and in tests), and wait for them."""
+    """Create both tables as the stack does (used locally and in tests), and wait for them.
+
+    Point-in-time recovery is on for both, as in the stack.
+    """
     for description, name in ((EVENTS_TABLE, events_table), (COUNTS_TABLE, counts_table)):
         _create_table(client, description, name)
 
@@ -213,6 +249,10 @@ def _create_table(client: Any, description: TableDescription, name: str) -> None
     ttl = description.ttl_request(name)
     if ttl:
         client.update_time_to_live(**ttl)
+    # As the stack does; a point-in-time export (the backfill's source) needs it.
+    client.update_continuous_backups(
+        TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
+    )
 
 
 def _commit_outcome(error: ClientError) -> Outcome:

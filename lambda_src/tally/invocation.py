@@ -76,7 +76,7 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     folder = SegmentFolder(_resume(event.get("state"), summary) if windowed else None)
     source = source_id(_stream_arn(event, records), event.get("shardId"))
 
-    outcomes = [parse_record(record, settings) for record in records]
+    outcomes = outcomes_of(records, settings)
     for record_outcomes in outcomes:
         summary.records += 1
         for outcome in record_outcomes:
@@ -91,6 +91,11 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
     if not windowed:
         return {}, summary
     return {"state": {"segment": folder.open.to_state()} if folder.open else {}}, summary
+
+
+def outcomes_of(records: list[Any], settings: Settings) -> list[list[Outcome]]:
+    """Stream records -> what each one counts as, per rule. The backfill parses exported items through here too."""
+    return [parse_record(record, settings) for record in records]
 
 
 def _resume(state: Any, summary: Summary) -> Segment | None:

@@ -118,6 +118,18 @@ def test_valid_counter_names(name):
     assert validate_counter(name) == name
 
 
+def test_records_that_arrived_before_count_from_are_routine_skips_and_the_cutoff_second_counts():
+    settings = Settings(count_from_ms=ARRIVAL_MS)
+    before = stream_record(image(id="1", counter="c", ts=ARRIVAL_MS - 5_000), arrival_s=ARRIVAL_MS / 1000 - 1)
+    at = stream_record(image(id="2", counter="c", ts=ARRIVAL_MS - 5_000), arrival_s=ARRIVAL_MS / 1000)
+
+    (skipped,) = parse_record(before, settings)
+    assert skipped.reason is Reason.BEFORE_COUNT_FROM
+    assert not skipped.reason.is_rejection
+    (counted,) = parse_record(at, settings)
+    assert isinstance(counted, CounterEvent)
+
+
 @pytest.mark.parametrize("event_name", ["MODIFY", "REMOVE"])
 def test_modify_and_remove_without_an_arrival_time_are_skipped_not_rejected(event_name):
     # Routine skips must not fire the rejection alarm because a field they never use is absent.

@@ -82,6 +82,17 @@ def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
     assert (folder.open.first_sequence, folder.open.records, len(folder.open.deltas)) == ("3", 2, 4)
 
 
+def test_a_folder_may_set_limits_of_its_own():
+    events = one_each([event(f"c{i}", T0, i + 1) for i in range(10)])
+    assert list(SegmentFolder().fold(events)) == []
+    small = SegmentFolder(max_items=6)
+    assert [len(s.deltas) for s in small.fold(events)] == [6, 6, 6]
+    assert len(small.close().deltas) == 2
+
+    tight = SegmentFolder(state_budget=1)
+    assert len(list(tight.fold(events))) == 9  # every new counter outgrows a one-byte budget
+
+
 def test_a_segment_closes_early_before_its_state_outgrows_the_budget():
     folder = SegmentFolder()
     name = "x" * (MAX_COUNTER_LENGTH - 6)

@@ -60,6 +60,30 @@ def test_bad_settings_fail_fast_with_the_variable_named(env, message):
 
 
 @pytest.mark.parametrize(
+    ("raw", "expected_ms"),
+    [("1795000000", 1_795_000_000_000), ("2026-11-18T11:06:40Z", 1_795_000_000_000), ("2026-11-18T12:06:40+01:00", 1_795_000_000_000)],
+)
+def test_count_from_is_epoch_seconds_or_an_iso_instant(raw, expected_ms):
+    assert Settings.from_env({"TALLY_COUNT_FROM": raw}).count_from_ms == expected_ms
+
+
+def test_count_from_is_off_by_default():
+    assert Settings.from_env({}).count_from_ms is None
+    assert Settings.from_env({"TALLY_COUNT_FROM": ""}).count_from_ms is None
+
+
+@pytest.mark.parametrize("raw", ["2026-11-18T11:06:40.5Z", "2026-11-18T11:06:40", "yesterday", "-5", "1.5"])
+def test_count_from_must_name_a_whole_second_with_an_offset(raw):
+    with pytest.raises(SettingsError, match="TALLY_COUNT_FROM"):
+        Settings.from_env({"TALLY_COUNT_FROM": raw})
+
+
+def test_count_from_in_milliseconds_must_be_whole_seconds():
+    with pytest.raises(SettingsError, match="whole number of seconds"):
+        Settings(count_from_ms=1_795_000_000_500)
+
+
+@pytest.mark.parametrize(
     ("env", "named"),
     [
         ({"TALLY_MINUTE_RETENTION_HOURS": "23"}, "TALLY_MINUTE_RETENTION_HOURS='23'"),

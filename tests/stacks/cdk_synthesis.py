@@ -24,6 +24,16 @@ from aws_cdk.assertions import Template  # noqa: E402
 STACK_NAME = "Tally"
 OVERRIDDEN_STACK_NAME = "Overridden"
 UNWINDOWED_STACK_NAME = "Unwindowed"
+IMPORTED_STACK_NAME = "Adopting"
+
+ORDERS_STREAM_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
+# As `make synth CDK_ARGS="-c eventsTableName=orders -c eventsStreamArn=... -c countFrom=..."` gives them.
+IMPORTED_CONTEXT = {
+    "stackName": IMPORTED_STACK_NAME,
+    "eventsTableName": "orders",
+    "eventsStreamArn": ORDERS_STREAM_ARN,
+    "countFrom": "2026-11-23T10:00:00Z",
+}
 
 # As `-c key=value` delivers them: strings.
 CONTEXT_OVERRIDES = {

@@ -12,6 +12,8 @@ import pytest
 # before aws_cdk starts its Node process.
 from cdk_synthesis import (  # isort: skip
     CONTEXT_OVERRIDES,
+    IMPORTED_CONTEXT,
+    IMPORTED_STACK_NAME,
     OVERRIDDEN_STACK_NAME,
     STACK_NAME,
     UNWINDOWED_STACK_NAME,
@@ -46,3 +48,11 @@ def overridden_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
     TallyStack(app, UNWINDOWED_STACK_NAME, settings=StackSettings.from_context(unwindowed.get))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return synthesize(app, outdir, [OVERRIDDEN_STACK_NAME, UNWINDOWED_STACK_NAME])
+
+
+@pytest.fixture(scope="session")
+def imported_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
+    """The app `cdk synth` builds when the context names an existing events table and its stream."""
+    outdir = tmp_path_factory.mktemp("cdk-imported")
+    app = build_app(outdir=str(outdir), context={**cdk_json_context(), **IMPORTED_CONTEXT})
+    return synthesize(app, outdir, [IMPORTED_STACK_NAME])

@@ -87,6 +87,34 @@ def test_the_stack_refuses_bad_context_before_building_anything():
         TallyStack(app, "Tally")
 
 
+ORDERS_STREAM = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
+
+
+def test_an_existing_events_table_is_named_with_its_stream():
+    settings = settings_with(eventsTableName=" orders ", eventsStreamArn=ORDERS_STREAM, countFrom="1795428000")
+
+    assert (settings.events_table_name, settings.events_stream_arn) == ("orders", ORDERS_STREAM)
+    assert settings.handler_settings.count_from_ms == 1_795_428_000_000
+    assert settings_with().handler_settings.count_from_ms is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"eventsTableName": "orders"}, "give both or neither"),
+        ({"eventsStreamArn": ORDERS_STREAM}, "give both or neither"),
+        ({"eventsTableName": "orders", "eventsStreamArn": "arn:aws:dynamodb:eu-west-1:123456789012:table/orders"}, "stream ARN"),
+        ({"eventsTableName": "jobs", "eventsStreamArn": ORDERS_STREAM}, "belongs to table 'orders'"),
+        ({"eventsTableName": "a b", "eventsStreamArn": ORDERS_STREAM}, "not a DynamoDB table name"),
+        ({"countFrom": "2026-11-23T10:00:00.250Z"}, "countFrom must be a whole second"),
+        ({"countFrom": "tomorrow"}, "countFrom must be epoch seconds"),
+    ],
+)
+def test_bad_adoption_context_names_the_key(overrides, message):
+    with pytest.raises(ContextError, match=message):
+        settings_with(**overrides)
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.cdk
 
 # Each acknowledgment, where it sits and the finding it covers. Anything else must be fixed.
 EXPECTED_ACKNOWLEDGMENTS = {
-    ("Tally/FailureQueue", "AwsSolutions::AwsSolutions-SQS3"),
-    ("Tally/CountingFunctionRole", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"),
-    ("Tally/CountingFunction", "AwsSolutions::AwsSolutions-L1"),
+    ("Tally/Default/FailureQueue", "AwsSolutions::AwsSolutions-SQS3"),
+    ("Tally/Default/CountingFunctionRole", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"),
+    ("Tally/Default/CountingFunction", "AwsSolutions::AwsSolutions-L1"),
 }
 
 
@@ -38,6 +38,11 @@ def test_aws_solutions_checks_report_nothing(default_synthesis: Synthesis):
 def test_context_overrides_and_alarm_actions_pass_the_checks_too(overridden_synthesis: Synthesis):
     assert overridden_synthesis.validation_error is None
     assert violations(overridden_synthesis) == []
+
+
+def test_an_imported_events_table_passes_the_checks_too(imported_synthesis: Synthesis):
+    assert imported_synthesis.validation_error is None
+    assert violations(imported_synthesis) == []
 
 
 def test_only_the_reviewed_findings_are_acknowledged_each_with_a_reason(default_synthesis: Synthesis):

@@ -62,10 +62,11 @@ _deserializer = TypeDeserializer()
 
 
 class Reason(str, Enum):
-    """Why a record (or one rule's reading of it) is not counted. The first two are routine, the rest rejections."""
+    """Why a record (or one rule's reading of it) is not counted. The first three are routine, the rest rejections."""
 
     NOT_INSERT = "not_insert"
     NO_RULE_MATCHED = "no_rule_matched"
+    BEFORE_COUNT_FROM = "before_count_from"  # arrived before count-from: the backfill counts it
     MALFORMED_RECORD = "malformed_record"
     MISSING_IMAGE = "missing_image"
     MISSING_COUNTER = "missing_counter"
@@ -79,7 +80,10 @@ class Reason(str, Enum):
 
     @property
     def is_rejection(self) -> bool:
-        return self is not Reason.NOT_INSERT and self is not Reason.NO_RULE_MATCHED
+        return self not in _ROUTINE
+
+
+_ROUTINE = frozenset({Reason.NOT_INSERT, Reason.NO_RULE_MATCHED, Reason.BEFORE_COUNT_FROM})
 
 
 class CounterEvent(NamedTuple):
@@ -141,6 +145,8 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
         return [Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.SequenceNumber")]
     if arrival_ms is None:
         return [Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.ApproximateCreationDateTime")]
+    if settings.count_from_ms is not None and arrival_ms < settings.count_from_ms:
+        return [Rejection(Reason.BEFORE_COUNT_FROM, "arrived before count-from", sequence, arrival_ms)]
 
     image = stream.get("NewImage")
     if not _is_mapping(image):

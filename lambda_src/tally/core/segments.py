@@ -72,7 +72,10 @@ class Segment:
     sums: dict[Item, int] = field(default_factory=dict)
     state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
 
-    def would_overflow(self, contributions: list[Contribution]) -> bool:
+    def would_overflow(
+        self, contributions: list[Contribution], max_items: int | None = None, state_budget: int | None = None
+    ) -> bool:
+        """Whether adding ``contributions`` would pass the limits (default MAX_SEGMENT_ITEMS, STATE_BUDGET_BYTES)."""
         deltas, sums = self.deltas, self.sums
         new: dict[Item, bool] = {}
         added_bytes = 0
@@ -86,8 +89,8 @@ class Segment:
         if not added_bytes:
             return False
         return (
-            len(deltas) + len(new) > MAX_SEGMENT_ITEMS
-            or self.state_bytes + added_bytes > STATE_BUDGET_BYTES
+            len(deltas) + len(new) > (max_items or MAX_SEGMENT_ITEMS)
+            or self.state_bytes + added_bytes > (state_budget or STATE_BUDGET_BYTES)
         )
 
     def add(self, sequence: str, contributions: list[Contribution]) -> None:
@@ -184,10 +187,18 @@ def contribution(outcome: Outcome) -> Contribution | None:
 
 
 class SegmentFolder:
-    """Folds parsed records, in stream order, into segments; all of one record's outcomes go to one segment."""
+    """Folds parsed records, in stream order, into segments; all of one record's outcomes go to one segment.
 
-    def __init__(self, open_segment: Segment | None = None) -> None:
+    The limits default to the handler's (a segment must fit in a tumbling
+    window's state); a backfill, which keeps its segment in memory, may raise them.
+    """
+
+    def __init__(
+        self, open_segment: Segment | None = None, *, max_items: int | None = None, state_budget: int | None = None
+    ) -> None:
         self.open: Segment | None = open_segment
+        self.max_items = max_items
+        self.state_budget = state_budget
 
     def fold(self, records: Iterable[list[Outcome]]) -> Iterator[Segment]:
         """Yield each segment that had to close early; the last one stays in ``open``."""
@@ -196,7 +207,7 @@ class SegmentFolder:
             if not contributions:
                 continue
             segment = self.open
-            if segment is not None and segment.would_overflow(contributions):
+            if segment is not None and segment.would_overflow(contributions, self.max_items, self.state_budget):
                 yield segment
                 self.open = None
             if self.open is None:

@@ -9,6 +9,7 @@ miscounting later.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ ENV_VALUE_ATTRIBUTE = "TALLY_VALUE_ATTRIBUTE"
 ENV_MINUTE_RETENTION_HOURS = "TALLY_MINUTE_RETENTION_HOURS"
 ENV_HOUR_RETENTION_DAYS = "TALLY_HOUR_RETENTION_DAYS"
 ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
+ENV_COUNT_FROM = "TALLY_COUNT_FROM"
 ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
 
 # A query reads every lane of every bucket it needs: the batch plan's keys grow with them.
@@ -45,6 +47,7 @@ ENV_NAMES = {
     "hour_retention_ms": ENV_HOUR_RETENTION_DAYS,
     "max_clock_skew_ms": ENV_MAX_CLOCK_SKEW_SECONDS,
     "bucket_lanes": ENV_BUCKET_LANES,
+    "count_from_ms": ENV_COUNT_FROM,
 }
 
 
@@ -91,6 +94,9 @@ class Settings:
     minute_retention_ms: int = 48 * HOUR_MS
     hour_retention_ms: int = 90 * DAY_MS
     max_clock_skew_ms: int = 5 * MINUTE_MS
+    # Records that arrived before this instant (epoch ms, whole seconds) are skipped:
+    # a backfill counts the table as it was then. None counts every record.
+    count_from_ms: int | None = None
     bucket_lanes: int = 1
     rules: Rules | None = None
     counter_rules: Rules = field(init=False, repr=False, compare=False)
@@ -115,6 +121,10 @@ class Settings:
             )
         if not 0 <= self.max_clock_skew_ms <= HOUR_MS:
             raise SettingsError("max clock skew must be between 0 and 3600 seconds", ("max_clock_skew_ms",))
+        if self.count_from_ms is not None and (self.count_from_ms < 0 or self.count_from_ms % 1000):
+            raise SettingsError(
+                "count-from must be a non-negative whole number of seconds since the epoch", ("count_from_ms",)
+            )
         if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
             raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}", ("bucket_lanes",))
         # Built once: every record goes through these rules.
@@ -142,6 +152,7 @@ class Settings:
             minute_retention_ms=_whole(env, ENV_MINUTE_RETENTION_HOURS, defaults.minute_retention_ms, HOUR_MS),
             hour_retention_ms=_whole(env, ENV_HOUR_RETENTION_DAYS, defaults.hour_retention_ms, DAY_MS),
             max_clock_skew_ms=_whole(env, ENV_MAX_CLOCK_SKEW_SECONDS, defaults.max_clock_skew_ms, 1000),
+            count_from_ms=_count_from(env.get(ENV_COUNT_FROM)),
             bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
             rules=_rules(env),
         )
@@ -158,6 +169,34 @@ def _whole(env: Mapping[str, str], name: str, default_ms: int, unit_ms: int) -> 
     if value < 0:
         raise SettingsError(f"{name} must not be negative, got {value}")
     return value * unit_ms
+
+
+def _count_from(raw: str | None) -> int | None:
+    """TALLY_COUNT_FROM: epoch seconds, or an ISO-8601 instant with an offset and whole seconds."""
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return parse_count_from(raw)
+    except ValueError as error:
+        raise SettingsError(f"{ENV_COUNT_FROM}: {error}") from None
+
+
+def parse_count_from(raw: str | int) -> int:
+    """A count-from instant as epoch ms; ValueError unless it names a whole second."""
+    text = str(raw).strip()
+    if text.isascii() and text.isdigit():
+        return int(text) * 1000
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise ValueError(f"must be epoch seconds or ISO-8601 with an offset, got {text!r}") from None
+    if instant.tzinfo is None:
+        raise ValueError(f"must carry a UTC offset, got {text!r}")
+    if instant.microsecond:
+        raise ValueError(f"must be a whole second, got {text!r}")
+    if instant.timestamp() < 0:
+        raise ValueError(f"must not be before the epoch, got {text!r}")
+    return int(instant.timestamp()) * 1000
 
 
 def _rules(env: Mapping[str, str]) -> Rules | None:

@@ -62,6 +62,7 @@ class UnprocessedItems(RuntimeError):
 def client(service: str, endpoint_url: str | None = None) -> Any:
     """A boto3 client with standard retries; the endpoint defaults to AWS_ENDPOINT_URL (boto3 reads it).
 
+    S3 addresses buckets by path, which a loopback endpoint (moto's server) needs and AWS accepts.
     Refuses (tally.local.cli.ScriptError) when nothing answers at the endpoint or
     no credentials exist for AWS, rather than let boto3 retry for a minute.
     """
@@ -70,7 +71,7 @@ def client(service: str, endpoint_url: str | None = None) -> Any:
         service,
         region_name=region(),
         endpoint_url=endpoint_url,
-        config=Config(retries={"mode": "standard", "max_attempts": 8}),
+        config=Config(retries={"mode": "standard", "max_attempts": 8}, s3={"addressing_style": "path"}),
     )
 
 

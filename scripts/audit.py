@@ -1,0 +1,431 @@
+"""Recount a window straight from the events table and compare it with tally's answer.
+
+    .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
+    .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
+
+The operator's independent proof: the recount shares none of tally's parsing,
+bucketing or window code. The rule it applies, stated once:
+
+  An item counts for counter C once per rule that names C for it, when its
+  time attribute is a number of epoch milliseconds (a fraction is dropped) or
+  an ISO-8601 string with a UTC offset, not before the epoch, and the minute
+  holding that time is one of the window's minutes: a window of length L
+  ending at --at covers the L / 1 min whole minutes whose last contains --at.
+  Without TALLY_RULES the one rule is: the counter attribute is the string C.
+  With TALLY_RULES (JSON), a rule names C when every "when" condition holds
+  (equals / oneOf: strings to strings, numbers to numbers, booleans to
+  booleans; exists: the attribute is there or not), its counter template with
+  each {attribute} replaced by the item's string (non-empty) or number (in
+  plain notation, 5.0 as 5) spells C, and, for a summing rule, its "sum"
+  attribute is a number with at most 18 digits before the point and 8 after.
+
+tally also refuses, by design, events stamped more than the late limit before
+or the clock skew after their arrival, and (after adoption) records that
+arrived before count-from unless the backfill counted them; events the stream
+has not committed yet (an open tumbling window) are not counted either. Audit
+a window that ended a few minutes ago (--at) so that only real discrepancies
+remain.
+
+Without --index it Scans the whole table in parallel segments (--segments),
+filtered to the counters and the window's times (the filter trims what is sent,
+not what is read: a Scan reads, and bills, the whole table). Exit status 0
+when every counter agrees, 1 on any difference, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
+from rich.table import Table
+
+from tally.core.settings import Settings, SettingsError
+from tally.dynamo import CountsTable
+from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
+from tally.local.cli import ScriptError, entry_point, explain
+from tally.local.cli import console as cli_console
+from tally.local.stack_outputs import StackOutputsError
+from tally.query import count_windows
+
+MINUTE_MS = 60_000
+MAX_COUNTER_LENGTH = 255
+RULES_VARIABLE = "TALLY_RULES"
+_TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]+)\}|[^{}]+")
+_deserializer = TypeDeserializer()
+_WIDE = Context(prec=100)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DEFAULT_SEGMENTS = 4
+MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
+_LENGTH = re.compile(r"^(\d+)([mhd])$")
+_LENGTH_MINUTES = {"m": 1, "h": 60, "d": 1440}
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
+    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
+    parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
+    parser.add_argument("--segments", type=int, default=DEFAULT_SEGMENTS, help="parallel Scan segments (default 4)")
+    parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
+    parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
+    add_table_arguments(parser)
+    return parser
+
+
+@entry_point
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    rows = audit(args)
+    show(rows, args.json)
+    return 0 if all(row["difference"] == 0 for row in rows) else 1
+
+
+def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
+    counters = list(dict.fromkeys(args.counters))
+    if len(counters) > MAX_FILTER_VALUES:
+        raise ScriptError(f"at most {MAX_FILTER_VALUES} counters at a time")
+    if args.segments < 1:
+        raise ScriptError("--segments must be at least 1")
+    minutes = window_minutes(args.window)
+    at_ms = instant_ms(args.at) if args.at else int(datetime.now(UTC).timestamp() * 1000)
+    last_minute = at_ms // MINUTE_MS
+    first_minute = last_minute - minutes + 1
+    try:
+        settings = Settings.from_env()
+        rules_text = os.environ.get(RULES_VARIABLE, "").strip()
+        rules = read_rules(rules_text) if rules_text else [classic_rule(settings.counter_attribute)]
+        if args.index and rules_text:
+            raise ScriptError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
+        tables = resolve_tables(args)
+        dynamodb = client("dynamodb")
+        answers = count_windows(
+            CountsTable(dynamodb, tables.counts, settings), counters, length_ms=minutes * MINUTE_MS, at_ms=at_ms,
+            consistent=True,
+        )
+        attributes = (settings.counter_attribute, settings.time_attribute)
+        if args.index:
+            items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
+        else:
+            condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first_minute, last_minute)
+            items = parallel_scan(dynamodb, tables.events, args.segments, condition)
+        recount = recount_items(items, counters, rules, settings.time_attribute, first_minute, last_minute)
+    except (SettingsError, StackOutputsError, ValueError) as error:
+        raise ScriptError(str(error)) from None
+    except ClientError as error:
+        if explain(error) is not None:  # a missing table, refused credentials: the shared edge says it
+            raise
+        detail = error.response.get("Error", {})
+        raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
+    start, end = _iso(first_minute * MINUTE_MS), _iso((last_minute + 1) * MINUTE_MS)
+    return [
+        {
+            "counter": answer.counter,
+            "start": start,
+            "end": end,
+            "tally": answer.total,
+            "recount": recount[answer.counter],
+            "difference": answer.total - recount[answer.counter],
+        }
+        for answer in answers
+    ]
+
+
+def window_minutes(text: str) -> int:
+    match = _LENGTH.match(text.strip())
+    if not match or int(match.group(1)) == 0:
+        raise ScriptError(f"--window must look like 90m, 24h or 7d, got {text!r}")
+    return int(match.group(1)) * _LENGTH_MINUTES[match.group(2)]
+
+
+def instant_ms(text: str) -> int:
+    moment = _iso_instant(text)
+    if moment is None:
+        raise ScriptError(f"--at must be ISO-8601 with a UTC offset, got {text!r}")
+    return moment
+
+
+def event_minute(value: Any) -> int | None:
+    """The rule's reading of a time attribute (plain boto3 value): its minute since the epoch, or None."""
+    if isinstance(value, str):
+        ms = _iso_instant(value)
+    elif isinstance(value, Decimal) and value.is_finite():
+        ms = int(value.to_integral_value(rounding=ROUND_FLOOR))
+    else:
+        return None
+    return None if ms is None or ms < 0 else ms // MINUTE_MS
+
+
+@dataclass(frozen=True)
+class CounterRule:
+    """The audit's own reading of one counter rule: template pieces, conditions, summed attribute."""
+
+    pieces: tuple[tuple[str, str], ...]  # ("text", literal) or ("attribute", name)
+    when: tuple[tuple[str, str, Any], ...] = ()  # (attribute, "equals" | "oneOf" | "exists", operand)
+    sum: str | None = None
+    strings_only: bool = False
+
+    @property
+    def attributes(self) -> list[str]:
+        names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
+        return list(dict.fromkeys(names + ([self.sum] if self.sum else [])))
+
+    def names(self, item: dict[str, Any]) -> str | None:
+        """The counter this rule names for a decoded item, or None when it names none."""
+        for attribute, kind, operand in self.when:
+            if kind == "exists":
+                if (attribute in item) != operand:
+                    return None
+            elif attribute not in item or not any(_equal(item[attribute], wanted) for wanted in operand):
+                return None
+        text = []
+        for kind, value in self.pieces:
+            if kind == "text":
+                text.append(value)
+                continue
+            rendered = _render(item.get(value), self.strings_only)
+            if rendered is None:
+                return None
+            text.append(rendered)
+        name = "".join(text)
+        if not name or len(name) > MAX_COUNTER_LENGTH or name.startswith("#"):
+            return None
+        if self.sum is not None and not _summable(item.get(self.sum)):
+            return None
+        return name
+
+
+def classic_rule(counter_attribute: str) -> CounterRule:
+    return CounterRule((("attribute", counter_attribute),), strings_only=True)
+
+
+def read_rules(text: str) -> list[CounterRule]:
+    """TALLY_RULES as the audit reads it; a ValueError says what it cannot read."""
+    try:
+        return _read_rules(text)
+    except (ValueError, AttributeError, TypeError) as error:
+        message = str(error)
+        raise ValueError(message if message.startswith(RULES_VARIABLE) else f"{RULES_VARIABLE}: {message}") from None
+
+
+def _read_rules(text: str) -> list[CounterRule]:
+    raw = json.loads(text, parse_float=Decimal, parse_int=Decimal)
+    if not isinstance(raw, list) or not raw:
+        raise ValueError("TALLY_RULES must be a non-empty JSON list")
+    rules = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("counter"), str):
+            raise ValueError(f"TALLY_RULES: a rule without a counter template: {str(entry)[:80]}")
+        when = []
+        for attribute, condition in (entry.get("when") or {}).items():
+            ((kind, operand),) = condition.items()
+            when.append((attribute, kind, operand if kind != "equals" else [operand]))
+        rules.append(CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum")))
+    return rules
+
+
+def _pieces(template: str) -> tuple[tuple[str, str], ...]:
+    pieces: list[tuple[str, str]] = []
+    for match in _TEMPLATE_TOKEN.finditer(template):
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            pieces.append(("text", token[0]))
+        elif match.group(1) is not None:
+            pieces.append(("attribute", match.group(1)))
+        else:
+            pieces.append(("text", token))
+    if "".join(match.group(0) for match in _TEMPLATE_TOKEN.finditer(template)) != template:
+        raise ValueError(f"TALLY_RULES: unreadable counter template {template!r}")
+    return tuple(pieces)
+
+
+def _render(value: Any, strings_only: bool) -> str | None:
+    if isinstance(value, str):
+        return value or None
+    if strings_only or isinstance(value, bool) or not isinstance(value, Decimal | int) or not Decimal(value).is_finite():
+        return None
+    number = Decimal(value)
+    return str(int(number)) if number == int(number) else format(number.normalize(), "f")
+
+
+def _equal(value: Any, wanted: Any) -> bool:
+    for kind in (bool, str):
+        if isinstance(wanted, kind) or isinstance(value, kind):
+            return isinstance(value, kind) and isinstance(wanted, kind) and value == wanted
+    return isinstance(value, Decimal | int) and isinstance(wanted, Decimal | int) and value == wanted
+
+
+def _summable(value: Any) -> bool:
+    """At most 18 digits before the point and 8 after."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        return False
+    number = Decimal(value)
+    if not number.is_finite() or abs(number) >= Decimal(10) ** 18:
+        return False
+    exponent = number.normalize(_WIDE).as_tuple().exponent
+    return isinstance(exponent, int) and exponent >= -8
+
+
+def recount_items(
+    items: Iterable[dict[str, Any]],
+    counters: list[str],
+    rules: list[CounterRule],
+    time_attribute: str,
+    first_minute: int,
+    last_minute: int,
+) -> Counter[str]:
+    """Apply the rule to raw items (DynamoDB JSON): how many count for each counter."""
+    wanted = set(counters)
+    found: Counter[str] = Counter({counter: 0 for counter in counters})
+    for raw in items:
+        try:
+            item = {name: _deserializer.deserialize(value) for name, value in raw.items()}
+        except (TypeError, ValueError, InvalidOperation):
+            continue
+        minute = event_minute(item.get(time_attribute))
+        if minute is None or not first_minute <= minute <= last_minute:
+            continue
+        for rule in rules:
+            name = rule.names(item)
+            if name in wanted:
+                found[name] += 1
+    return found
+
+
+def scan_filter(
+    counters: list[str], rules: list[CounterRule], classic: bool, time_attribute: str, first: int, last: int
+) -> dict[str, Any]:
+    """Only items that might count: a numeric time in the window or a string time (read client-side), and
+    the counter attribute among the counters (classic) or every attribute some rule needs present."""
+    names = {"#t": time_attribute}
+    values: dict[str, Any] = {
+        ":lo": {"N": str(first * MINUTE_MS)},
+        ":end": {"N": str((last + 1) * MINUTE_MS)},
+        ":n": {"S": "N"},
+        ":s": {"S": "S"},
+    }
+    time_filter = "((attribute_type(#t, :n) AND #t >= :lo AND #t < :end) OR attribute_type(#t, :s))"
+    attributes = [
+        name for name in dict.fromkeys(name for rule in rules for name in rule.attributes) if name != time_attribute
+    ]
+    names.update({f"#a{index}": name for index, name in enumerate(attributes)})
+    alias = {name: f"#a{index}" for index, name in enumerate(attributes)}
+    if classic:
+        values.update({f":c{index}": {"S": counter} for index, counter in enumerate(counters)})
+        rule_filter = f"{alias[attributes[0]]} IN ({', '.join(f':c{index}' for index in range(len(counters)))})"
+    else:
+        required = [[alias.get(name, "#t") for name in _required(rule)] for rule in rules]
+        # A rule that needs no attribute (a constant counter) may count any item: then no rule filter.
+        rule_filter = (
+            " OR ".join("(" + " AND ".join(f"attribute_exists({name})" for name in group) + ")" for group in required)
+            if all(required)
+            else ""
+        )
+    return {
+        "FilterExpression": f"{time_filter} AND ({rule_filter})" if rule_filter else time_filter,
+        "ProjectionExpression": ", ".join(["#t", *alias.values()]),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+
+
+def _required(rule: CounterRule) -> list[str]:
+    """Attributes an item must have for the rule to name a counter (exists: false asks for absence)."""
+    absent = {name for name, kind, operand in rule.when if kind == "exists" and not operand}
+    return [name for name in rule.attributes if name not in absent]
+
+
+def parallel_scan(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+    request = {"TableName": table, "TotalSegments": segments, "ConsistentRead": True, **scan_filter}
+
+    def segment(number: int) -> list[dict[str, Any]]:
+        return list(_pages(dynamodb.scan, {**request, "Segment": number}))
+
+    with ThreadPoolExecutor(max_workers=segments) as pool:
+        return [item for items in pool.map(segment, range(segments)) for item in items]
+
+
+def query_index(
+    dynamodb: Any, table: str, index: str, counters: list[str], attributes: tuple[str, str], first: int, last: int
+) -> list[dict[str, Any]]:
+    """Query an index whose partition key is the counter attribute; its sort key narrows the times if numeric."""
+    description = dynamodb.describe_table(TableName=table)["Table"]
+    indexes = description.get("GlobalSecondaryIndexes", []) + description.get("LocalSecondaryIndexes", [])
+    schema = next((entry["KeySchema"] for entry in indexes if entry["IndexName"] == index), None)
+    if schema is None:
+        raise ScriptError(f"table {table!r} has no index {index!r}")
+    keys = {key["KeyType"]: key["AttributeName"] for key in schema}
+    if keys.get("HASH") != attributes[0]:
+        raise ScriptError(f"index {index!r} must have the counter attribute {attributes[0]!r} as its partition key")
+    types = {entry["AttributeName"]: entry["AttributeType"] for entry in description["AttributeDefinitions"]}
+    numeric_sort = keys.get("RANGE") == attributes[1] and types.get(attributes[1]) == "N"
+    items = []
+    for counter in counters:
+        request: dict[str, Any] = {
+            "TableName": table,
+            "IndexName": index,
+            "ProjectionExpression": "#c, #t",
+            "ExpressionAttributeNames": {"#c": attributes[0], "#t": attributes[1]},
+            "ExpressionAttributeValues": {":c": {"S": counter}},
+            "KeyConditionExpression": "#c = :c",
+        }
+        if numeric_sort:
+            request["KeyConditionExpression"] += " AND #t BETWEEN :lo AND :hi"
+            request["ExpressionAttributeValues"].update(
+                {":lo": {"N": str(first * MINUTE_MS)}, ":hi": {"N": str((last + 1) * MINUTE_MS - 0.001)}}
+            )
+        items.extend(_pages(dynamodb.query, request))
+    return items
+
+
+def _pages(operation: Any, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    request = dict(request)
+    while True:
+        response = operation(**request)
+        yield from response.get("Items", [])
+        if "LastEvaluatedKey" not in response:
+            return
+        request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def show(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    table = Table(title=f"audit of [{rows[0]['start']}, {rows[0]['end']})")
+    for column in ("counter", "tally", "recount", "difference", ""):
+        table.add_column(column, justify="left" if column == "counter" else "right")
+    for row in rows:
+        verdict = "[green]EQUAL" if row["difference"] == 0 else "[red]DIFFERENT"
+        table.add_row(row["counter"], f"{row['tally']:,}", f"{row['recount']:,}", f"{row['difference']:+,}", verdict)
+    cli_console().print(table)
+
+
+def _iso_instant(text: str) -> int | None:
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if moment.utcoffset() is None:
+        return None
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Count the history the stream will never deliver: a point-in-time export of the events table.
+
+    .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-to s3://my-bucket/tally-backfill
+    .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-arn arn:aws:dynamodb:...:export/...
+
+The counting function counts only records that arrived at or after the
+count-from instant (TALLY_COUNT_FROM, context countFrom); this command counts
+the table as it was at that very instant, read from an export taken at it
+(--export-to starts one, which needs point-in-time recovery on the table;
+--export-arn reads one already taken). Every item goes through the handler's
+own parsing and acceptance, with the count-from instant as its arrival.
+
+Rerunning with the same --export-arn after an interruption resumes: what was
+committed is found by its markers and not counted again. A backfill must run
+(and finish) within a day of count-from, as a stream record is committed
+within a day of its arrival. --max-wcu caps the
+write units per second it spends on the counts table. Bad input, an export
+that failed or was taken at another instant, or a table already backfilled
+from another export: one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms, backfill_file
+from tally.core.settings import Settings, SettingsError, parse_count_from
+from tally.core.windows import now_ms
+from tally.dynamo import BackfillClaimed, CountsTable
+from tally.local import exports
+from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
+from tally.local.cli import ScriptError, entry_point, explain
+from tally.local.cli import console as cli_console
+from tally.local.stack_outputs import StackOutputsError
+
+console = cli_console(stderr=True)
+
+DEFAULT_MAX_WCU = 1000
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--export-arn", help="count this completed (or running) export")
+    source.add_argument("--export-to", metavar="s3://BUCKET/PREFIX", help="start an export at count-from into S3")
+    parser.add_argument(
+        "--count-from",
+        help="the instant the stream counts from: ISO-8601 with an offset or epoch seconds (default TALLY_COUNT_FROM)",
+    )
+    parser.add_argument(
+        "--max-wcu",
+        type=float,
+        default=DEFAULT_MAX_WCU,
+        help=f"write units per second on the counts table at most (default {DEFAULT_MAX_WCU})",
+    )
+    parser.add_argument("--poll-seconds", type=float, default=10.0, help="how often to ask whether the export is done")
+    add_table_arguments(parser)
+    return parser
+
+
+@entry_point
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    summary = run(args)
+    show(summary)
+    return 0
+
+
+def run(args: argparse.Namespace) -> BackfillSummary:
+    try:
+        settings = Settings.from_env()
+        count_from_ms = _count_from(args.count_from) if args.count_from else settings.count_from_ms
+        if count_from_ms is None:
+            raise ScriptError("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
+        if args.max_wcu <= 0:
+            raise ScriptError("--max-wcu must be positive")
+        if now_ms() > backfill_deadline_ms(count_from_ms):
+            raise ScriptError(
+                f"count-from {_iso(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
+                "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
+            )
+        settings = dataclasses.replace(settings, count_from_ms=count_from_ms)
+        tables = resolve_tables(args)
+        dynamodb, s3 = client("dynamodb"), client("s3")
+        export = _export(args, dynamodb, tables.events, count_from_ms)
+        export = exports.wait_until_done(
+            dynamodb, export.arn, poll_seconds=args.poll_seconds, on_poll=_report_status
+        )
+        if export.export_time_ms is not None and export.export_time_ms != count_from_ms:
+            raise ScriptError(
+                f"export {export.arn} shows the table at {_iso(export.export_time_ms)}, but the stream counts "
+                f"from {_iso(count_from_ms)}: items in between would be counted twice or never"
+            )
+        counts = CountsTable(dynamodb, tables.counts, settings)
+        expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
+        counts.claim_backfill(export.table_arn, _iso(count_from_ms), export.arn, expires_s)
+        return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu))
+    except (SettingsError, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
+        raise ScriptError(str(error)) from None
+    except ClientError as error:
+        if explain(error) is not None:  # a missing table, refused credentials: the shared edge says it
+            raise
+        detail = error.response.get("Error", {})
+        raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
+
+
+def _count_from(text: str) -> int:
+    try:
+        return parse_count_from(text)
+    except ValueError as error:
+        raise ScriptError(f"--count-from {error}") from None
+
+
+def _export(args: argparse.Namespace, dynamodb: Any, events_table: str, count_from_ms: int) -> exports.Export:
+    if args.export_arn:
+        return exports.describe(dynamodb, args.export_arn)
+    bucket, _, prefix = args.export_to.removeprefix("s3://").partition("/")
+    if not args.export_to.startswith("s3://") or not bucket:
+        raise ScriptError(f"--export-to must look like s3://BUCKET/PREFIX, got {args.export_to!r}")
+    table_arn = dynamodb.describe_table(TableName=events_table)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, prefix.strip("/"), count_from_ms)
+    console.print(f"started export {export.arn}\n  (if interrupted, resume with --export-arn {export.arn})")
+    return export
+
+
+def count_export(
+    s3: Any, export: exports.Export, counts: CountsTable, settings: Settings, limit: WriteRateLimit
+) -> BackfillSummary:
+    """Every data file of a completed export, counted with a progress bar."""
+    assert settings.count_from_ms is not None
+    files = exports.data_files(s3, export)
+    known = [file.item_count for file in files]
+    total = sum(known) if all(count is not None for count in known) else export.item_count  # type: ignore[arg-type]
+    summary = BackfillSummary()
+    columns = (
+        TextColumn("counting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("items"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("backfill", total=total)
+        for file in files:
+            backfill_file(
+                export.arn,
+                file.key,
+                exports.items(s3, export.bucket, file.key),
+                count_from_ms=settings.count_from_ms,
+                settings=settings,
+                commit=counts.commit,
+                limit=limit,
+                summary=summary,
+                on_items=lambda n: progress.advance(task, n),
+            )
+    return summary
+
+
+def show(summary: BackfillSummary) -> None:
+    out = cli_console()
+    table = Table(title="backfill", show_header=False)
+    table.add_column("what")
+    table.add_column("how many", justify="right")
+    table.add_row("export files", f"{summary.files:,}")
+    table.add_row("items read", f"{summary.items:,}")
+    table.add_row("counted", f"{summary.counted_total:,}")
+    for reason, count in sorted(summary.rejected.items()):
+        table.add_row(f"rejected: {reason.value}", f"{count:,}")
+    for rule, count in sorted(summary.rejected_by_rule.items()):
+        table.add_row(f"rejected by rule {rule}", f"{count:,}")
+    for reason, count in sorted(summary.skipped.items()):
+        table.add_row(f"skipped: {reason.value}", f"{count:,}")
+    table.add_row("transactions committed", f"{summary.transactions_committed:,}")
+    table.add_row("already committed (resumed)", f"{summary.duplicate_transactions:,}")
+    table.add_row("write units (WCU)", f"{summary.write_units:,}")
+    out.print(table)
+    per_counter = Table(title="counted per counter")
+    per_counter.add_column("counter")
+    per_counter.add_column("events", justify="right")
+    for counter, count in summary.counted.most_common(20):
+        per_counter.add_row(counter, f"{count:,}")
+    if len(summary.counted) > 20:
+        per_counter.add_row(f"[dim]… {len(summary.counted) - 20} more counters", "")
+    out.print(per_counter)
+
+
+_reported: set[tuple[str, str]] = set()
+
+
+def _report_status(export: exports.Export) -> None:
+    """Each status once: an export takes minutes, polled every --poll-seconds."""
+    if export.status != "COMPLETED" and (export.arn, export.status) not in _reported:
+        _reported.add((export.arn, export.status))
+        console.print(f"export {export.status.lower().replace('_', ' ')} …")
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

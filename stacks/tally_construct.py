@@ -1,0 +1,404 @@
+"""tally as one construct: attach it to any DynamoDB table with a stream.
+
+    from stacks.tally_construct import Tally
+    Tally(self, "Tally", events_table=orders)      # orders: an ITable whose stream has NEW_IMAGE
+
+It holds the counts table, the counting function and its role and log group,
+the event source mapping on the table's stream, the on-failure queue, four
+alarms and a dashboard. The events table stays the caller's: created in the
+same app (its stream view is checked at synth) or imported by name and stream
+ARN (then the function may read that stream only).
+
+The counts table's keys and TTL come from `tally.core.tables`, the same
+descriptions the local pipeline builds its tables from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import (
+    Acknowledgment,
+    Aws,
+    Duration,
+    RemovalPolicy,
+    Validations,
+)
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.context import StackSettings
+from tally.core import settings as tally_settings
+from tally.core.rules import ENV_RULES
+from tally.core.tables import COUNTS_TABLE, TableDescription
+
+LAMBDA_SOURCE = Path(__file__).resolve().parent.parent / "lambda_src"
+HANDLER = "tally.handler.handler"
+# The function ships the runtime only: the local toolkit and build leftovers stay behind.
+ASSET_EXCLUDES = ["tally/local", "tally/local/**", "**/__pycache__", "**/*.pyc", "*.egg-info", "**/*.egg-info"]
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python313-arm64"
+POWERTOOLS_ACCOUNT = "017000801446"
+
+# The metric contract of the handler (Powertools embedded metric format).
+METRICS_NAMESPACE = "Tally"
+SERVICE_NAME = "tally"
+HANDLER_METRICS = (
+    "RecordsCounted",
+    "RecordsSkipped",
+    "RecordsRejected",
+    "TransactionsCommitted",
+    "DuplicateTransactions",
+    "CommitRetries",
+    "WindowStatesDiscarded",
+)
+
+# The handler folds a batch in memory and commits one TransactWriteItems of at most
+# 100 items per segment: a few transactions per invocation. 256 MB holds a full
+# 6 MB batch plus boto3 and Powertools with room to spare, and gives twice the CPU
+# of 128 MB, which keeps the cold-start imports short.
+MEMORY_MB = 256
+# A handful of transactions take well under a second; 60 s leaves room for the
+# commit's retries on conflicts and throttling (at most about 21 s of pauses per
+# transaction, tally.core.retry.commit_backoff), yet a hung invocation
+# stalls its shard for at most a minute before Lambda retries it, and a retry is
+# safe because commits are idempotent.
+TIMEOUT = Duration.seconds(60)
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+
+# Lambda keeps retrying a failing batch; DynamoDB Streams drops records after 24
+# hours, so this is "retry until the record is gone". Discarding earlier would
+# lose counts for good, and retries cannot double count (segment markers). A stuck
+# shard is surfaced by the iterator-age alarm long before.
+RETRY_ATTEMPTS = -1
+MAX_RECORD_AGE = Duration.days(1)
+
+ITERATOR_AGE_ALARM_MINUTES = 5
+ALARM_PERIOD = Duration.minutes(5)
+FAILURE_QUEUE_RETENTION = Duration.days(14)
+
+# The stream views whose INSERT records carry the new item.
+COUNTABLE_STREAM_VIEWS = ("NEW_IMAGE", "NEW_AND_OLD_IMAGES")
+
+CDK_REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
+
+
+class TallyConfigurationError(ValueError):
+    """The construct cannot count this table as configured; the message says why, in one line."""
+
+
+class Tally(Construct):
+    """Counts, alarms and dashboard for one events table with a stream.
+
+    ``settings`` carries everything an operator may tune (attribute names,
+    retentions, the count-from instant, tumbling window, batch size, ...);
+    by default the documented defaults of `stacks.context`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        events_table: dynamodb.ITable,
+        settings: StackSettings | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.settings = settings or StackSettings.from_context(lambda key: None)
+        self.events_table = events_table
+        check_stream(events_table)
+        self.counts_table = table_from_description(
+            self, "CountsTable", COUNTS_TABLE, CDK_REMOVAL_POLICIES[self.settings.counts_table_removal_policy]
+        )
+        self.failure_queue = self._failure_queue()
+        self.function = self._counting_function()
+        self._connect_stream()
+        self.alarms = self._alarms()
+        self._dashboard(self.alarms)
+
+    def _failure_queue(self) -> sqs.Queue:
+        """Receives the metadata (shard, sequence range) of batches Lambda gave up on."""
+        queue = sqs.Queue(
+            self,
+            "FailureQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=FAILURE_QUEUE_RETENTION,
+        )
+        Validations.of(queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-SQS3",
+                reason="This queue is itself the dead-letter destination of the stream's event "
+                "source mapping; a further dead-letter queue behind it would never receive anything "
+                "because nothing consumes it automatically.",
+            )
+        )
+        return queue
+
+    def _counting_function(self) -> lambda_.Function:
+        log_group = logs.LogGroup(
+            self,
+            "CountingFunctionLogs",
+            retention=LOG_RETENTION,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        # An explicit role with no managed policies: AWSLambdaBasicExecutionRole would
+        # allow writing to every log group in the account.
+        role = iam.Role(
+            self,
+            "CountingFunctionRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="tally stream handler: read the events stream, write counts",
+        )
+        log_group.grant_write(role)
+        # TransactWriteItems is authorized per item action: the segment marker is a
+        # conditional Put, each bucket an Update; ConditionCheck keeps a check-only item legal.
+        self.counts_table.grant(
+            role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"
+        )
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason="dynamodb:ListStreams, granted by the DynamoDB event source, supports no "
+                "resource-level permissions; every other statement names its table, stream, queue "
+                "or log group.",
+            )
+        )
+
+        handler_settings = self.settings.handler_settings
+        function = lambda_.Function(
+            self,
+            "CountingFunction",
+            description="Counts events from the events table stream into minute and hour buckets",
+            code=lambda_.Code.from_asset(
+                str(LAMBDA_SOURCE),
+                exclude=ASSET_EXCLUDES,
+            ),
+            handler=HANDLER,
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.ARM_64,
+            memory_size=MEMORY_MB,
+            timeout=TIMEOUT,
+            role=role,
+            log_group=log_group,
+            layers=[
+                lambda_.LayerVersion.from_layer_version_arn(
+                    self,
+                    "PowertoolsLayer",
+                    f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
+                    f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
+                )
+            ],
+            environment={
+                **self._count_from_environment(),
+                tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
+                tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
+                tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
+                tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
+                tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
+                tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
+                tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
+                tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
+                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
+            },
+        )
+        Validations.of(function).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-L1",
+                reason="The runtime is pinned to python3.13 together with the matching Powertools "
+                "layer flavour (python313); moving to a newer runtime changes both and is a "
+                "reviewed upgrade, not a side effect of a CDK library update.",
+            )
+        )
+        return function
+
+    def _count_from_environment(self) -> dict[str, str]:
+        """Set only when adopting a table with history: records that arrived earlier are the backfill's."""
+        count_from_ms = self.settings.handler_settings.count_from_ms
+        return {} if count_from_ms is None else {tally_settings.ENV_COUNT_FROM: str(count_from_ms // 1000)}
+
+    def _connect_stream(self) -> None:
+        window = self.settings.tumbling_window_seconds
+        self.function.add_event_source(
+            event_sources.DynamoEventSource(
+                self.events_table,
+                starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+                # With a tumbling window the open segment travels in the window state,
+                # so the batch size only trades invocations against payload size; 1,000
+                # records of typical event size stay far below the 6 MB invocation limit.
+                batch_size=self.settings.batch_size,
+                # Counts commit when the window closes, so waiting a few seconds to fill a
+                # batch costs no freshness and saves invocations under light traffic.
+                max_batching_window=Duration.seconds(self.settings.max_batching_window_seconds),
+                tumbling_window=Duration.seconds(window) if window else None,
+                # A retry must rebuild the same segments, hence the same markers; a
+                # bisected batch would not.
+                bisect_batch_on_error=False,
+                retry_attempts=RETRY_ATTEMPTS,
+                max_record_age=MAX_RECORD_AGE,
+                on_failure=event_sources.SqsDlq(self.failure_queue),
+            )
+        )
+
+    def _alarms(self) -> list[cloudwatch.Alarm]:
+        # A record may wait for its tumbling window to close before it is committed.
+        iterator_age_threshold = Duration.minutes(ITERATOR_AGE_ALARM_MINUTES).plus(
+            Duration.seconds(self.settings.tumbling_window_seconds)
+        )
+        alarms = [
+            self._alarm_above(
+                "IteratorAgeAlarm",
+                "Stream records wait too long: the counting function is failing or too slow",
+                self.function.metric("IteratorAge", statistic="Maximum", period=ALARM_PERIOD),
+                iterator_age_threshold.to_milliseconds(),
+            ),
+            self._alarm_above(
+                "FunctionErrorsAlarm",
+                "The counting function failed; Lambda retries the batch",
+                self.function.metric_errors(statistic="Sum", period=ALARM_PERIOD),
+            ),
+            self._alarm_above(
+                "FailureQueueAlarm",
+                "Lambda gave up on stream records: their events are not counted",
+                self.failure_queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=ALARM_PERIOD),
+            ),
+            self._alarm_above(
+                "RecordsRejectedAlarm",
+                "Events were rejected as malformed, too late or in the future; the dashboard shows the reasons",
+                self._handler_metric("RecordsRejected"),
+            ),
+            self._alarm_above(
+                "WindowStateDiscardedAlarm",
+                "A tumbling-window state could not be read and was discarded: the records it held are not "
+                "counted; the function's log names their sequence range",
+                self._handler_metric("WindowStatesDiscarded"),
+            ),
+        ]
+        if self.settings.alarm_topic_arn:
+            topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.settings.alarm_topic_arn)
+            for alarm in alarms:
+                alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+        return alarms
+
+    def _alarm_above(
+        self, alarm_id: str, description: str, metric: cloudwatch.IMetric, threshold: float = 0
+    ) -> cloudwatch.Alarm:
+        """Fires in the first period the metric exceeds the threshold; no data is no trouble."""
+        return cloudwatch.Alarm(
+            self,
+            alarm_id,
+            alarm_description=description,
+            metric=metric,
+            threshold=threshold,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    def _handler_metric(self, name: str) -> cloudwatch.Metric:
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=name,
+            dimensions_map={"service": SERVICE_NAME},
+            statistic="Sum",
+            period=ALARM_PERIOD,
+        )
+
+    def _dashboard(self, alarms: list[cloudwatch.Alarm]) -> None:
+        rejected_by_reason = cloudwatch.MathExpression(
+            expression=(
+                f"SEARCH('{{{METRICS_NAMESPACE},service,reason}} MetricName=\"RecordsRejected\" "
+                f"service=\"{SERVICE_NAME}\"', 'Sum', {int(ALARM_PERIOD.to_seconds())})"
+            ),
+            label="",
+            period=ALARM_PERIOD,
+        )
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(24))
+        dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=24, height=3),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Records",
+                left=[self._handler_metric(name) for name in HANDLER_METRICS[:3]],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(title="Rejected records by reason", left=[rejected_by_reason], width=8),
+            cloudwatch.GraphWidget(
+                title="Commits",
+                left=[self._handler_metric(name) for name in HANDLER_METRICS[3:]],
+                width=8,
+            ),
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Iterator age (max)",
+                left=[self.function.metric("IteratorAge", statistic="Maximum", period=Duration.minutes(1))],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Invocations and errors",
+                left=[self.function.metric_invocations(period=ALARM_PERIOD)],
+                right=[self.function.metric_errors(period=ALARM_PERIOD)],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Failure queue (messages visible)",
+                left=[
+                    self.failure_queue.metric_approximate_number_of_messages_visible(
+                        statistic="Maximum", period=ALARM_PERIOD
+                    )
+                ],
+                width=8,
+            ),
+        )
+
+
+def table_from_description(
+    scope: Construct, construct_id: str, description: TableDescription, removal_policy: RemovalPolicy
+) -> dynamodb.Table:
+    """An on-demand table with point-in-time recovery, keyed, streamed and expired as described."""
+    string_key = dynamodb.AttributeType.STRING
+    return dynamodb.Table(
+        scope,
+        construct_id,
+        partition_key=dynamodb.Attribute(name=description.partition_key, type=string_key),
+        sort_key=dynamodb.Attribute(name=description.sort_key, type=string_key) if description.sort_key else None,
+        time_to_live_attribute=description.ttl_attribute,
+        stream=dynamodb.StreamViewType(description.stream_view) if description.stream_view else None,
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        removal_policy=removal_policy,
+    )
+
+
+def check_stream(table: dynamodb.ITable) -> None:
+    """Refuse a table tally cannot count: no stream, or (when the app defines it) a view without new images.
+
+    An imported table's view cannot be known at synth; the handler then rejects
+    INSERTs without a new image as ``missing_image``, counted and logged.
+    """
+    if not table.table_stream_arn:
+        raise TallyConfigurationError(
+            f"events table {table.node.path} has no stream: tally needs one with view NEW_IMAGE or NEW_AND_OLD_IMAGES"
+        )
+    definition = table.node.default_child
+    specification = getattr(definition, "stream_specification", None)
+    view = getattr(specification, "stream_view_type", None) if specification is not None else None
+    if isinstance(view, str) and view not in COUNTABLE_STREAM_VIEWS:
+        raise TallyConfigurationError(
+            f"events table {table.node.path} streams {view}: tally reads each new item from the stream, "
+            f"so the view must be NEW_IMAGE or NEW_AND_OLD_IMAGES"
+        )

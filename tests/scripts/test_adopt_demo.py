@@ -1,0 +1,31 @@
+"""The adoption demo end to end: history backfilled, live traffic streamed, the audit finds no difference."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from script_support import load_script
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
+
+adopt_demo = load_script("adopt_demo")
+
+
+def test_adoption_ends_with_an_audit_that_finds_no_difference(capsys):
+    environment = dict(os.environ)
+
+    assert adopt_demo.main(["--history-hours", "4", "--rate", "5", "10"]) == 0
+
+    out = capsys.readouterr().out
+    assert "VERDICT: NO DIFFERENCE" in out
+    assert out.count("EQUAL") == 3  # one row per counter
+    assert "rejected: late_event" in out  # the bad history item is judged like a stream record
+    assert dict(os.environ) == environment  # the server's environment is put back
+
+
+def test_history_older_than_tally_accepts_is_refused_up_front(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        adopt_demo.main(["--history-hours", "30"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -1,0 +1,239 @@
+"""The audit recounts windows from raw events on moto's server and flags any difference."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from script_support import load_script
+
+from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.windows import now_ms
+from tally.local.aws import LocalContext, client, local_handler, stream_arn_of, write_items
+from tally.local.delivery import DeliveryConfig
+from tally.local.stream_reader import StreamReader
+from tally.local.workload import Workload
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
+
+audit = load_script("audit")
+
+COUNTERS = ["orders", "refunds"]
+T = 1_795_000_040_000  # 20 s into a minute
+
+
+def run_stream(tables) -> None:
+    reader = StreamReader(
+        client("dynamodbstreams"),
+        stream_arn_of(client("dynamodb"), tables.events),
+        local_handler(tables.counts, log_level="ERROR"),
+        config=DeliveryConfig(batch_size=200, window_seconds=60),
+        context=LocalContext(),
+    )
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+
+
+def audit_json(capsys, *args: str) -> tuple[int, dict[str, dict]]:
+    status = audit.main([*COUNTERS, "--json", *args])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return status, {row["counter"]: row for row in rows}
+
+
+def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tables, capsys):
+    end = now_ms() - 5 * MINUTE_MS
+    events = Workload(counters=COUNTERS, hours=6, rate=(20, 40), seed=8).events(end)
+    write_items(client("dynamodb"), tables.events, [event.item() for event in events])
+    run_stream(tables)
+    at_iso = audit._iso(end).replace("Z", ":00Z")
+
+    status, rows = audit_json(capsys, "--window", "3h", "--at", at_iso)
+    assert status == 0
+    assert all(row["tally"] == row["recount"] > 0 for row in rows.values())
+
+    # An event the stream never saw (as if the stream had been off): tally cannot know of it, the audit can.
+    stamped = end - HOUR_MS
+    client("dynamodb").put_item(
+        TableName=tables.events,
+        Item={"id": {"S": "unseen"}, "counter": {"S": "orders"}, "ts": {"S": audit._iso(stamped).replace("Z", ":00+00:00")}},
+    )
+    status, rows = audit_json(capsys, "--window", "3h", "--at", at_iso, "--segments", "3")
+    assert status == 1
+    assert rows["orders"]["recount"] == rows["orders"]["tally"] + 1 and rows["orders"]["difference"] == -1
+    assert rows["refunds"]["difference"] == 0
+
+
+def test_a_query_on_an_index_recounts_the_same(server_env, capsys, monkeypatch):
+    import uuid
+
+    from tally.core.tables import COUNTS_TABLE
+    from tally.dynamo import _create_table
+
+    dynamodb = client("dynamodb")
+    events, counts = f"ev-{uuid.uuid4().hex[:8]}", f"co-{uuid.uuid4().hex[:8]}"
+    dynamodb.create_table(
+        TableName=events,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "id", "AttributeType": "S"},
+            {"AttributeName": "counter", "AttributeType": "S"},
+            {"AttributeName": "ts", "AttributeType": "N"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by-counter",
+                "KeySchema": [{"AttributeName": "counter", "KeyType": "HASH"}, {"AttributeName": "ts", "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+            {
+                "IndexName": "by-id",
+                "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+        ],
+    )
+    _create_table(dynamodb, COUNTS_TABLE, counts)
+    monkeypatch.setenv("EVENTS_TABLE", events)
+    monkeypatch.setenv("COUNTS_TABLE", counts)
+    end = now_ms() - 10 * MINUTE_MS
+    write_items(dynamodb, events, [e.item() for e in Workload(counters=COUNTERS, hours=3, seed=9).events(end)])
+    at_iso = audit._iso(end).replace("Z", ":00Z")
+
+    _, scanned = audit_json(capsys, "--window", "2h", "--at", at_iso)
+    _, queried = audit_json(capsys, "--window", "2h", "--at", at_iso, "--index", "by-counter")
+    assert {c: r["recount"] for c, r in queried.items()} == {c: r["recount"] for c, r in scanned.items()}
+    assert all(r["recount"] > 0 and r["tally"] == 0 for r in queried.values())  # nothing streamed here
+
+    assert audit.main(["orders", "--index", "by-id"]) == 2
+    assert "partition key" in capsys.readouterr().err
+    assert audit.main(["orders", "--index", "nope"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "minute"),
+    [
+        (Decimal(T), T // MINUTE_MS),
+        (Decimal("1795000079999.9"), 1_795_000_079_999 // MINUTE_MS),
+        ("2026-11-18T11:07:00Z", 1_795_000_020_000 // MINUTE_MS),
+        ("2026-11-18T12:07:59.999+01:00", 1_795_000_020_000 // MINUTE_MS),
+        ("2026-11-18T11:07:00", None),  # no offset
+        ("soon", None),
+        (Decimal(-1), None),
+        (Decimal("NaN"), None),
+        (True, None),
+    ],
+)
+def test_the_rule_reads_times_on_its_own(value, minute):
+    assert audit.event_minute(value) == minute
+
+
+def test_the_rule_counts_only_the_named_counter_as_a_string_inside_the_window():
+    minute = T // MINUTE_MS
+    items = [
+        {"counter": {"S": "orders"}, "ts": {"N": str(T)}},
+        {"counter": {"S": "orders"}, "ts": {"N": str(T - 20_001)}},  # the minute before the window
+        {"counter": {"S": "orders"}, "ts": {"N": str(T + 40_000)}},  # the minute after
+        {"counter": {"N": "1"}, "ts": {"N": str(T)}},
+        {"counter": {"S": "refunds"}},
+        {"ts": {"N": str(T)}},
+    ]
+    assert audit.recount_items(items, ["orders", "refunds"], [audit.classic_rule("counter")], "ts", minute, minute) == {
+        "orders": 1,
+        "refunds": 0,
+    }
+
+
+def test_bad_arguments_are_one_line(capsys):
+    assert audit.main(["orders", "--at", "yesterday"]) == 2
+    assert audit.main(["orders", "--segments", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 2
+
+
+RULES = json.dumps(
+    [
+        {"name": "jobs", "counter": "jobs/{providerId}"},
+        {"name": "paid", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
+        {"name": "all", "counter": "{{all}}", "when": {"kind": {"oneOf": ["a", 2]}, "test": {"exists": False}}},
+    ]
+)
+
+
+def item(**values):
+    from boto3.dynamodb.types import TypeSerializer
+
+    return {name: TypeSerializer().serialize(value) for name, value in {"ts": Decimal(T), **values}.items()}
+
+
+def test_rules_name_counters_from_templates_conditions_and_sums_on_their_own():
+    rules = audit.read_rules(RULES)
+    minute = T // MINUTE_MS
+    items = [
+        item(providerId="acme"),  # jobs/acme
+        item(providerId=Decimal("7.50")),  # jobs/7.5
+        item(providerId=""),  # an empty string names nothing
+        item(providerId=True),  # nor does a boolean
+        item(shop="s1", status="paid", amount=Decimal("12.34")),  # revenue/s1
+        item(shop="s1", status="open", amount=Decimal("1")),  # condition fails
+        item(shop="s1", status="paid", amount=Decimal("0.000000001")),  # 9 digits after the point: refused
+        item(shop="s1", status="paid"),  # nothing to sum: refused
+        item(kind="a"),  # {all}
+        item(kind=Decimal(2), providerId="acme"),  # {all} and jobs/acme
+        item(kind="2"),  # a string is not the number 2
+        item(kind="a", test="x"),  # must not exist
+    ]
+    counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}"]
+    assert audit.recount_items(items, counters, rules, "ts", minute, minute) == {
+        "jobs/acme": 2,
+        "jobs/7.5": 1,
+        "revenue/s1": 1,
+        "{all}": 2,
+    }
+
+
+def test_the_scan_filter_asks_for_every_attribute_some_rule_needs():
+    rules = audit.read_rules(RULES)
+    request = audit.scan_filter(["jobs/acme"], rules, False, "ts", 10, 20)
+    names = request["ExpressionAttributeNames"]
+    assert set(names.values()) == {"ts", "providerId", "shop", "status", "amount", "kind", "test"}
+    assert request["FilterExpression"].count("attribute_exists") == 1 + 3 + 1  # "test" must be absent
+    constant = audit.read_rules(json.dumps([{"counter": "views/all"}]))
+    assert "attribute_exists" not in audit.scan_filter(["views/all"], constant, False, "ts", 10, 20)["FilterExpression"]
+
+
+def test_rules_the_audit_cannot_read_are_one_line(monkeypatch, capsys, server_env):
+    monkeypatch.setenv("TALLY_RULES", "[1, 2]")
+    assert audit.main(["orders"]) == 2
+    assert "TALLY_RULES" in capsys.readouterr().err
+    monkeypatch.setenv("TALLY_RULES", RULES)
+    assert audit.main(["orders", "--index", "by-counter"]) == 2
+    assert "--index" in capsys.readouterr().err
+
+
+def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, monkeypatch):
+    """tally's rules and the audit's own reading of them agree on every kind of item."""
+    monkeypatch.setenv("TALLY_RULES", RULES)
+    end = now_ms() - 5 * MINUTE_MS
+    items = []
+    for n in range(60):
+        ts = end - n * 97_000
+        items += [
+            {"id": f"j{n}", "ts": ts, "providerId": ["acme", "zeta", Decimal("7.50")][n % 3]},
+            {"id": f"p{n}", "ts": ts, "shop": "s1", "status": ["paid", "open"][n % 2], "amount": Decimal("12.34")},
+            {"id": f"b{n}", "ts": ts, "shop": "s1", "status": "paid", "amount": Decimal("0.000000001")},  # refused
+            {"id": f"k{n}", "ts": ts, "kind": ["a", Decimal(2), "2"][n % 3], **({"test": "x"} if n % 5 == 0 else {})},
+        ]
+    write_items(client("dynamodb"), tables.events, items)
+    run_stream(tables)
+    at_iso = audit._iso(end).replace("Z", ":00Z")
+
+    status = audit.main(["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "--json", "--window", "3h", "--at", at_iso])
+
+    rows = {row["counter"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert status == 0, rows
+    assert {counter: row["recount"] for counter, row in rows.items()} == {
+        "jobs/acme": 20,
+        "jobs/7.5": 20,
+        "revenue/s1": 30,
+        "{all}": sum(1 for n in range(60) if n % 3 != 2 and n % 5 != 0),
+    }

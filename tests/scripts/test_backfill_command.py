@@ -1,0 +1,217 @@
+"""Adoption on moto's server: history counted from an export, the rest by the stream, each event once."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from script_support import load_script
+
+from tally.core.buckets import buckets_of
+from tally.core.plans import PlanKind
+from tally.core.records import Reason
+from tally.core.segments import rejected_counter
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.windows import Window, now_ms
+from tally.dynamo import CountsTable
+from tally.local import exports
+from tally.local.aws import LocalContext, client, local_handler, stream_arn_of, write_items
+from tally.local.delivery import DeliveryConfig
+from tally.local.stream_reader import StreamReader
+from tally.local.workload import BAD_KINDS, Workload, bad_items, brute_force_counts
+from tally.query import count_windows
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
+
+backfill = load_script("backfill")
+
+COUNTERS = ["orders", "refunds"]
+
+
+class Interrupted(Exception):
+    """Stands for Ctrl-C or a lost connection in the middle of a backfill."""
+
+
+class FailingAfter:
+    """A DynamoDB client whose transactions stop going through after ``allowed`` of them."""
+
+    def __init__(self, wrapped, allowed: int) -> None:
+        self._wrapped = wrapped
+        self.allowed = allowed
+
+    def transact_write_items(self, **kwargs):
+        if self.allowed == 0:
+            raise Interrupted("connection lost")
+        self.allowed -= 1
+        return self._wrapped.transact_write_items(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+
+def wait_for(instant_ms: int) -> None:
+    while now_ms() < instant_ms:
+        time.sleep(0.05)
+
+
+def every_bucket(dynamodb, counts_table: str, counters: list[str]) -> dict[tuple[str, str], int]:
+    found = {}
+    for counter in counters:
+        for page in dynamodb.get_paginator("query").paginate(
+            TableName=counts_table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": counter}},
+            ConsistentRead=True,
+        ):
+            found.update({(counter, item["sk"]["S"]): int(item["count"]["N"]) for item in page["Items"]})
+    return found
+
+
+def test_history_from_an_export_and_the_live_stream_count_every_event_once(tables, monkeypatch):
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+
+    # History: 20 hours of events (inside the late limit at the cutoff under any acceptance rule), some bad items.
+    started = now_ms()
+    history = Workload(counters=COUNTERS, hours=20, rate=(15, 30), seed=3).events(started - 2 * MINUTE_MS)
+    bad = bad_items(6, started, seed=3)
+    write_items(dynamodb, tables.events, [event.item() for event in history] + bad)
+
+    # moto exports the table as it is when asked (it ignores ExportTime): ask at the cutoff, before live writes.
+    count_from = (now_ms() // 1000 + 1) * 1000
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, "orders-backfill", count_from)
+    exports.wait_until_done(dynamodb, export.arn, poll_seconds=0.05)
+    wait_for(count_from)
+
+    # Live: events of the last hour written after the cutoff; the stream counts these and skips the history.
+    live = Workload(counters=COUNTERS, hours=1, rate=(20, 40), seed=4).events(now_ms())
+    write_items(dynamodb, tables.events, [event.item() for event in live])
+    monkeypatch.setenv("TALLY_COUNT_FROM", str(count_from // 1000))
+    reader = StreamReader(
+        client("dynamodbstreams"),
+        stream_arn_of(dynamodb, tables.events),
+        local_handler(tables.counts, log_level="ERROR"),
+        config=DeliveryConfig(batch_size=100, window_seconds=60),
+        context=LocalContext(),
+    )
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    assert reader.stats.records == len(history) + len(bad) + len(live)
+
+    # The backfill, cut off after three transactions, then run again to the end.
+    monkeypatch.setattr("tally.backfill.CHUNK_ITEMS", 250)
+    monkeypatch.setattr("tally.backfill.BACKFILL_SEGMENT_ITEMS", 300)  # several segments, each in parts
+    settings = Settings(count_from_ms=count_from)
+    cut_short = CountsTable(FailingAfter(dynamodb, allowed=3), tables.counts, settings)
+    with pytest.raises(Interrupted):
+        backfill.count_export(s3, exports.describe(dynamodb, export.arn), cut_short, settings, backfill.WriteRateLimit(1e9))
+    assert sum(every_bucket(dynamodb, tables.counts, COUNTERS).values()) > 0  # something had landed
+
+    resumed = backfill.run(backfill.parser().parse_args(["--export-arn", export.arn, "--count-from", str(count_from // 1000), "--max-wcu", "1000000"]))
+
+    assert resumed.duplicate_transactions == 3
+    assert resumed.items == len(history) + len(bad)
+    assert resumed.counted == Counter(event.counter for event in history)
+    assert resumed.rejected == Counter(BAD_KINDS.values())
+
+    # Every bucket equals brute force over all events, history and live alike.
+    expected: Counter[tuple[str, str]] = Counter()
+    for event in history + live:
+        for bucket_ in buckets_of(event.ts_ms):
+            expected[(event.counter, bucket_.sort_key)] += 1
+    assert every_bucket(dynamodb, tables.counts, COUNTERS) == dict(expected)
+
+    # And so does every window, by both plans.
+    counts = CountsTable(dynamodb, tables.counts, Settings())
+    items = [event.item() for event in history + live]
+    now = now_ms()
+    for at_ms in range(now, now - 22 * HOUR_MS, -127 * MINUTE_MS):  # buckets equal: windows are spot checks
+        for length_ms in (24 * HOUR_MS, 90 * MINUTE_MS):
+            want = brute_force_counts(items, COUNTERS, Window.ending(at_ms, length_ms))
+            for plan in PlanKind:
+                got = count_windows(counts, COUNTERS, length_ms=length_ms, at_ms=at_ms, plan=plan, consistent=True, now=now)
+                assert {r.counter: r.total for r in got} == {c: want[c]["expected"] for c in COUNTERS}
+
+    # Bad history is rejected once, at the cutoff, like a bad stream record arriving then.
+    (rejected,) = count_windows(counts, [rejected_counter(Reason.LATE_EVENT)], consistent=True, now=now)
+    assert rejected.total == 1
+
+
+def test_another_export_of_the_same_instant_is_refused(tables, capsys):
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    write_items(dynamodb, tables.events, [event.item() for event in Workload(counters=COUNTERS, hours=1, seed=5).events(now_ms())])
+    count_from = str(now_ms() // 1000)
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    arns = [exports.start_export(dynamodb, table_arn, bucket, f"p{n}", int(count_from) * 1000).arn for n in (1, 2)]
+
+    assert backfill.main(["--export-arn", arns[0], "--count-from", count_from, "--poll-seconds", "0.05"]) == 0
+    assert backfill.main(["--export-arn", arns[0], "--count-from", count_from, "--poll-seconds", "0.05"]) == 0
+    capsys.readouterr()
+    assert backfill.main(["--export-arn", arns[1], "--count-from", count_from, "--poll-seconds", "0.05"]) == 2
+
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and arns[0] in error and "twice" in error
+
+
+def test_a_prefix_holding_two_exports_without_a_manifest_is_refused(tables, capsys):
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    count_from = now_ms() // 1000 * 1000
+    arns = [exports.start_export(dynamodb, table_arn, bucket, "shared", count_from).arn for _ in range(2)]
+    for arn in arns:
+        exports.wait_until_done(dynamodb, arn, poll_seconds=0.05)
+
+    assert backfill.main(["--export-arn", arns[0], "--count-from", str(count_from // 1000)]) == 2
+    assert "prefix of its own" in capsys.readouterr().err
+
+
+def test_the_count_from_instant_is_required_and_checked(tables, capsys, monkeypatch):
+    monkeypatch.delenv("TALLY_COUNT_FROM", raising=False)
+    assert backfill.main(["--export-arn", "arn:aws:dynamodb:us-east-1:123456789012:table/x/export/1"]) == 2
+    assert "--count-from" in capsys.readouterr().err
+    assert backfill.main(["--export-to", "s3://b/p", "--count-from", "2026-11-23T10:00:00.5Z"]) == 2
+    assert "whole second" in capsys.readouterr().err
+    two_days_ago = str(now_ms() // 1000 - 2 * 86_400)
+    assert backfill.main(["--export-to", "s3://b/p", "--count-from", two_days_ago]) == 2
+    assert "within a day" in capsys.readouterr().err
+
+
+def test_backfilled_history_follows_the_counter_rules(tables, monkeypatch, capsys):
+    """The backfill parses items through the handler's rules: fan-out, conditions and refusals alike."""
+    audit = load_script("audit")
+    rules = [
+        {"name": "jobs", "counter": "jobs/{providerId}"},
+        {"name": "all", "counter": "jobs/all", "when": {"status": {"oneOf": ["done", "failed"]}}},
+    ]
+    monkeypatch.setenv("TALLY_RULES", json.dumps(rules))
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    end = now_ms() - 2 * MINUTE_MS
+    items = [
+        {"id": str(n), "ts": end - n * 71_000, "providerId": f"p{n % 4}", "status": ["done", "failed", "open"][n % 3]}
+        for n in range(300)
+    ] + [{"id": "nameless", "ts": end, "status": "done"}]  # jobs refuses it (missing_counter), all counts it
+    write_items(dynamodb, tables.events, items)
+    count_from = now_ms() // 1000 + 1
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, "rules", count_from * 1000)
+    wait_for(count_from * 1000)
+
+    summary = backfill.run(backfill.parser().parse_args(["--export-arn", export.arn, "--count-from", str(count_from)]))
+
+    assert summary.items == 301
+    assert summary.counted == {**{f"jobs/p{k}": 75 for k in range(4)}, "jobs/all": 201}
+    assert summary.rejected_by_rule == {"jobs": 1}
+    at = backfill._iso(end + MINUTE_MS)
+    counters = [f"jobs/p{k}" for k in range(4)] + ["jobs/all"]
+    assert audit.main([*counters, "--window", "8h", "--at", at, "--json"]) == 0
+    assert all(json.loads(line)["tally"] > 0 for line in capsys.readouterr().out.splitlines())

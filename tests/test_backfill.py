@@ -1,0 +1,94 @@
+"""Backfill pieces: exported items through the handler's parsing, deterministic segments, the write-rate limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from factories import image
+from tally.backfill import BackfillSummary, WriteRateLimit, backfill_file, chunks, export_outcomes, write_units
+from tally.core.records import CounterEvent, Reason
+from tally.core.settings import HOUR_MS, Settings
+from tally.core.commit import CommitResult
+
+COUNT_FROM = 1_795_000_000_000
+
+
+def count_file(images, settings=Settings(count_from_ms=COUNT_FROM), summary=None):
+    """Backfill one file with a commit that records the segments it is given."""
+    committed = []
+
+    def commit(segment, source):
+        committed.append((segment, source))
+        return CommitResult(transactions=len(segment.parts()), duplicates=0, retries=0)
+
+    backfill_file(
+        "arn:export", "data/1.json.gz", images, count_from_ms=COUNT_FROM, settings=settings,
+        commit=commit, limit=WriteRateLimit(1e9), summary=summary or BackfillSummary(),
+    )
+    return committed
+
+
+def test_exported_items_are_judged_as_stream_records_arriving_at_count_from():
+    settings = Settings(counter_attribute="kind", time_attribute="at", count_from_ms=COUNT_FROM)
+    images = [
+        image(id="a", kind="orders", at="2026-11-18T10:00:00+00:00"),  # ISO time, 66 minutes before
+        image(id="b", kind="orders", at=COUNT_FROM - 30 * HOUR_MS),  # too old at count-from
+        image(id="c", kind="orders", at=COUNT_FROM + 10 * 60_000),  # ten minutes after count-from
+        image(id="d", at=COUNT_FROM),  # no counter
+    ]
+    outcomes = export_outcomes(images, 500, COUNT_FROM, settings)
+
+    assert outcomes[0] == [CounterEvent("orders", 1_794_996_000_000, "500", COUNT_FROM)]
+    assert [o.reason for (o,) in outcomes[1:]] == [Reason.LATE_EVENT, Reason.FUTURE_TIME, Reason.MISSING_COUNTER]
+    ((segment, _),) = count_file([image(id="x", counter="a", ts=COUNT_FROM)] + images, settings)
+    assert sum(delta for (counter, _), delta in segment.deltas.items() if counter == "orders") == 2
+
+
+def test_a_file_folds_into_the_same_segments_every_time_across_chunks(monkeypatch):
+    monkeypatch.setattr("tally.backfill.CHUNK_ITEMS", 7)
+    monkeypatch.setattr("tally.backfill.BACKFILL_SEGMENT_ITEMS", 150)
+    images = [image(id=str(n), counter=f"c{n % 70}", ts=COUNT_FROM - n * 61_000) for n in range(300)]
+
+    first, again = count_file(images), count_file(images)
+
+    assert [s.to_state() for s, _ in first] == [s.to_state() for s, _ in again]
+    assert len(first) > 1 and all(len(s.deltas) <= 150 for s, _ in first)
+    assert first[1][0].first_sequence not in {str(n) for n in range(0, 300, 7)}  # a segment starts mid-chunk
+    assert sum(s.records for s, _ in first) == 300
+    assert len({source for _, source in first}) == 1
+
+
+def test_chunks_number_items_by_their_position():
+    assert [(first, len(items)) for first, items in chunks(iter(range(7)), 3)] == [(0, 3), (3, 3), (6, 1)]
+
+
+def test_the_rate_limit_spreads_writes_over_time():
+    clock = [0.0]
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    limit = WriteRateLimit(100, clock=lambda: clock[0], sleep=sleep)
+    for _ in range(5):
+        limit.spend(100)  # a second of burst, then one second per 100 units
+    assert clock[0] == pytest.approx(4.0)
+    assert limit.spent == 500
+
+    with pytest.raises(ValueError):
+        WriteRateLimit(0)
+
+
+def test_a_file_is_committed_and_summarized():
+    images = [image(id=str(n), counter="orders", ts=COUNT_FROM - n * 60_000) for n in range(5)]
+    images.append(image(id="bad", counter="#x", ts=COUNT_FROM))
+    summary = BackfillSummary()
+
+    committed = count_file(images, summary=summary)
+
+    assert summary.items == 6 and summary.counted == {"orders": 5}
+    assert summary.rejected == {Reason.INVALID_COUNTER: 1}
+    assert [segment.first_sequence for segment, _ in committed] == ["0"]
+    # 5 minutes and 1 hour of orders, a minute and an hour of the rejection, one marker: 9 items, 2 WCU each.
+    assert summary.write_units == write_units(committed[0][0]) == 18
