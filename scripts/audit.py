@@ -19,8 +19,8 @@ bucketing or window code. The rule it applies, stated once:
   plain notation, 5.0 as 5) spells C, and, for a summing rule, its "sum"
   attribute is a number with at most 18 digits before the point and 8 after.
 
-tally also refuses, by design, events stamped more than the late limit before
-or the clock skew after their arrival, and (after adoption) records that
+tally also refuses, by design, events whose hour was past the hour retention
+at their arrival or stamped more than the clock skew after it, and (after adoption) records that
 arrived before count-from unless the backfill counted them; events the stream
 has not committed yet (an open tumbling window) are not counted either. Audit
 a window that ended a few minutes ago (--at) so that only real discrepancies

@@ -32,7 +32,7 @@ def test_exported_items_are_judged_as_stream_records_arriving_at_count_from():
     settings = Settings(counter_attribute="kind", time_attribute="at", count_from_ms=COUNT_FROM)
     images = [
         image(id="a", kind="orders", at="2026-11-18T10:00:00+00:00"),  # ISO time, 66 minutes before
-        image(id="b", kind="orders", at=COUNT_FROM - 30 * HOUR_MS),  # too old at count-from
+        image(id="b", kind="orders", at=COUNT_FROM - 91 * 24 * HOUR_MS),  # its hour past the hour retention
         image(id="c", kind="orders", at=COUNT_FROM + 10 * 60_000),  # ten minutes after count-from
         image(id="d", at=COUNT_FROM),  # no counter
     ]

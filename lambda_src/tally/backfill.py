@@ -17,7 +17,7 @@ the table's count-from instant to one export, so a second export of the same
 instant cannot be counted on top of the first.
 
 Like a stream record, an exported item must be committed within a day of its
-arrival (the count-from instant): the late limit assumes it, and the markers
+arrival (the count-from instant): late events are judged against it, and the markers
 that make a rerun safe live two days from arrival (``backfill_deadline_ms``).
 """
 
