@@ -20,12 +20,9 @@ export is taken later, for that instant. Exit status 1 if the audit finds a diff
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
-from pathlib import Path
-from types import ModuleType
 
 from rich.console import Console
 
@@ -35,6 +32,7 @@ from tally.core.windows import now_ms
 from tally.dynamo import create_tables
 from tally.local import exports
 from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
+from tally.local.cli import load_script
 from tally.local.delivery import DeliveryConfig
 from tally.local.stream_reader import StreamReader
 from tally.local.workload import DEFAULT_COUNTERS, Workload, bad_items
@@ -42,7 +40,6 @@ from tally.local.workload import DEFAULT_COUNTERS, Workload, bad_items
 EVENTS_TABLE = "orders"
 COUNTS_TABLE = "tally-counts"
 BUCKET = "tally-exports"
-SCRIPTS = Path(__file__).resolve().parent
 
 console = Console()
 
@@ -53,15 +50,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--history-hours", type=int, default=20, help="hours of history before adoption (default 20)")
     parser.add_argument("--rate", nargs=2, type=int, default=[20, 100], metavar=("LOW", "HIGH"))
     return parser
-
-
-def script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"tally_script_{name}", SCRIPTS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,13 +109,13 @@ def adopt(args: argparse.Namespace) -> int:
     )
 
     console.print("5. [bold]scripts/backfill.py[/] --export-arn … --count-from", count_from)
-    status = script("backfill").main(["--export-arn", export.arn, "--count-from", count_from, "--poll-seconds", "0.1"])
+    status = load_script("backfill").main(["--export-arn", export.arn, "--count-from", count_from, "--poll-seconds", "0.1"])
     if status:
         return status
 
     at = _iso(now_ms())
     console.print(f"6. [bold]scripts/audit.py[/] {' '.join(DEFAULT_COUNTERS)} --window 24h --at {at}")
-    status = script("audit").main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
+    status = load_script("audit").main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
     if status == 0:
         console.print("[bold green]VERDICT: NO DIFFERENCE[/] — history and live traffic each counted once")
     else:

@@ -14,10 +14,13 @@ credentials before boto3 spends its retries on them.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -169,3 +172,16 @@ def console(*, stderr: bool = False) -> Console:
     if probe.is_terminal:
         return probe
     return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)
+
+
+SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """A script of this checkout as a module, so a demo or a test can call its main(argv)."""
+    spec = importlib.util.spec_from_file_location(f"tally_script_{name}", SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
