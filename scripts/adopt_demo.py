@@ -40,6 +40,8 @@ from tally.local.workload import DEFAULT_COUNTERS, Workload, bad_items
 EVENTS_TABLE = "orders"
 COUNTS_TABLE = "tally-counts"
 BUCKET = "tally-exports"
+# tally backfills history up to the hour retention (90 d); the demo keeps its own workload small.
+MAX_HISTORY_HOURS = 72
 
 console = Console()
 
@@ -54,8 +56,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not 1 <= args.history_hours <= 22:
-        parser().error("--history-hours must be between 1 and 22: tally counts events at most 23 h older than their arrival")
+    if not 1 <= args.history_hours <= MAX_HISTORY_HOURS:
+        parser().error(f"--history-hours must be between 1 and {MAX_HISTORY_HOURS}: the demo writes every event of it")
     saved_environment = dict(os.environ)
     server = MotoServer().start()
     try:

@@ -24,8 +24,8 @@ def test_adoption_ends_with_an_audit_that_finds_no_difference(capsys):
     assert dict(os.environ) == environment  # the server's environment is put back
 
 
-def test_history_older_than_tally_accepts_is_refused_up_front(capsys):
+def test_more_history_than_the_demo_writes_is_refused_up_front(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        adopt_demo.main(["--history-hours", "30"])
+        adopt_demo.main(["--history-hours", str(adopt_demo.MAX_HISTORY_HOURS + 1)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
