@@ -47,7 +47,6 @@ __all__ = [
     "parse_image",
     "parse_item",
     "parse_record",
-    "time_rejection",
     "validate_counter",
 ]
 
@@ -206,12 +205,6 @@ def _time_of(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings: 
         reason, detail = placed
         return Rejection(reason, detail, sequence, arrival_ms)
     return event_ms, len(placed) == 1
-
-
-def time_rejection(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Reason, str] | None:
-    """The acceptance rule for an event time, measured against its record's arrival; None = accepted."""
-    placed = place_in_time(event_ms, arrival_ms, settings)
-    return None if type(placed[0]) is Bucket else placed  # type: ignore[return-value]
 
 
 def place_in_time(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Bucket, ...] | tuple[Reason, str]:
