@@ -26,7 +26,7 @@ import time
 
 from rich.console import Console
 
-from tally.core.buckets import iso_minute
+from tally.core.buckets import iso_minute, iso_second
 from tally.core.settings import ENV_COUNT_FROM, MINUTE_MS
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
@@ -86,7 +86,7 @@ def adopt(args: argparse.Namespace) -> int:
     count_from_ms = (now_ms() // 1000 + 1) * 1000
     count_from = str(count_from_ms // 1000)
     os.environ[ENV_COUNT_FROM] = count_from
-    console.print(f"2. tally's settings: countFrom = {count_from} ({_iso(count_from_ms)}), as -c countFrom=… deploys it")
+    console.print(f"2. tally's settings: countFrom = {count_from} ({iso_second(count_from_ms)}), as -c countFrom=… deploys it")
 
     table_arn = dynamodb.describe_table(TableName=EVENTS_TABLE)["Table"]["TableArn"]
     export = exports.start_export(dynamodb, table_arn, BUCKET, "adoption", count_from_ms)
@@ -115,7 +115,7 @@ def adopt(args: argparse.Namespace) -> int:
     if status:
         return status
 
-    at = _iso(now_ms())
+    at = iso_second(now_ms())
     console.print(f"6. [bold]scripts/audit.py[/] {' '.join(DEFAULT_COUNTERS)} --window 24h --at {at}")
     status = load_script("audit").main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
     if status == 0:
@@ -123,10 +123,6 @@ def adopt(args: argparse.Namespace) -> int:
     else:
         console.print("[bold red]VERDICT: DIFFERENCE[/] — see the audit above")
     return status
-
-
-def _iso(epoch_ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms // 1000))
 
 
 if __name__ == "__main__":

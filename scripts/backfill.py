@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -33,6 +32,7 @@ from rich.table import Table
 
 from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms, backfill_file
 from tally.core.settings import Settings, SettingsError, parse_count_from
+from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
 from tally.dynamo import BackfillClaimed, CountsTable
 from tally.local import exports
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> BackfillSummary:
             raise ScriptError("--max-wcu must be positive")
         if now_ms() > backfill_deadline_ms(count_from_ms):
             raise ScriptError(
-                f"count-from {_iso(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
+                f"count-from {iso_second(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
                 "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
             )
         settings = dataclasses.replace(settings, count_from_ms=count_from_ms)
@@ -96,12 +96,12 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         )
         if export.export_time_ms is not None and export.export_time_ms != count_from_ms:
             raise ScriptError(
-                f"export {export.arn} shows the table at {_iso(export.export_time_ms)}, but the stream counts "
-                f"from {_iso(count_from_ms)}: items in between would be counted twice or never"
+                f"export {export.arn} shows the table at {iso_second(export.export_time_ms)}, but the stream counts "
+                f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
             )
         counts = CountsTable(dynamodb, tables.counts, settings)
         expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
-        counts.claim_backfill(export.table_arn, _iso(count_from_ms), export.arn, expires_s)
+        counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s)
         return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu))
     except (SettingsError, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
         raise ScriptError(str(error)) from None
@@ -201,10 +201,6 @@ def _report_status(export: exports.Export) -> None:
     if export.status != "COMPLETED" and (export.arn, export.status) not in _reported:
         _reported.add((export.arn, export.status))
         console.print(f"export {export.status.lower().replace('_', ' ')} …")
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 if __name__ == "__main__":

@@ -139,3 +139,10 @@ def test_a_lane_sorts_within_its_bucket_and_reads_back_as_it(kind, index, lane):
     assert bucket_sort_key(key) == bucket
     assert bucket <= key <= last_lane_bound(bucket) < following
     assert (key == bucket) == (lane == 0)
+
+
+def test_iso_second_floors_to_the_second_in_utc():
+    from tally.core.buckets import iso_second
+
+    assert iso_second(1_795_000_000_999) == "2026-11-18T11:06:40Z"
+    assert iso_second(0) == "1970-01-01T00:00:00Z"

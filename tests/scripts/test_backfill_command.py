@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from script_support import load_script
 
-from tally.core.buckets import buckets_of
+from tally.core.buckets import buckets_of, iso_second
 from tally.core.plans import PlanKind
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
@@ -211,7 +211,7 @@ def test_backfilled_history_follows_the_counter_rules(tables, monkeypatch, capsy
     assert summary.items == 301
     assert summary.counted == {**{f"jobs/p{k}": 75 for k in range(4)}, "jobs/all": 201}
     assert summary.rejected_by_rule == {"jobs": 1}
-    at = backfill._iso(end + MINUTE_MS)
+    at = iso_second(end + MINUTE_MS)
     counters = [f"jobs/p{k}" for k in range(4)] + ["jobs/all"]
     assert audit.main([*counters, "--window", "8h", "--at", at, "--json"]) == 0
     assert all(json.loads(line)["tally"] > 0 for line in capsys.readouterr().out.splitlines())

@@ -204,6 +204,11 @@ def iso_minute(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
+def iso_second(ms: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SSZ``: an instant to the second, for display and keys."""
+    return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 LANE_SEPARATOR = "#"
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from tally.core.buckets import iso_second
 from tally.core.records import arrival_of
 
 Handler = Callable[[dict, Any], "dict | None"]
@@ -63,10 +63,6 @@ def window_start(record: dict, window_seconds: int) -> int | None:
     return arrival_ms // 1000 // window_seconds * window_seconds
 
 
-def _iso(epoch_seconds: int) -> str:
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _window_event(
     batch: Sequence[dict],
     start: int,
@@ -79,7 +75,7 @@ def _window_event(
 ) -> dict:
     return {
         "Records": list(batch),
-        "window": {"start": _iso(start), "end": _iso(start + config.window_seconds)},
+        "window": {"start": iso_second(start * 1000), "end": iso_second((start + config.window_seconds) * 1000)},
         "state": state,
         "shardId": shard_id,
         "eventSourceARN": stream_arn,
