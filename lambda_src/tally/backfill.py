@@ -29,11 +29,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.core.commit import source_id
+from tally.core.commit import CommitResult, source_id
 from tally.core.records import CounterEvent, Outcome, Reason
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
-from tally.core.commit import CommitResult
 from tally.invocation import outcomes_of
 
 CHUNK_ITEMS = 1000  # items parsed at a time; segments span chunks
