@@ -8,15 +8,17 @@ stack with an unacknowledged finding.
 import sys
 from pathlib import Path
 
-# The tally package is installed editable by `make install`; adding its source
-# directory keeps `cdk synth` working from a virtualenv that predates it.
-sys.path.insert(0, str(Path(__file__).resolve().parent / "lambda_src"))
+# tally and tally_cdk are installed editable by `make install`; adding their source
+# directories keeps `cdk synth` working from a virtualenv that predates them.
+ROOT = Path(__file__).resolve().parent
+sys.path[:0] = [str(ROOT / "lambda_src"), str(ROOT / "stacks")]
 
 import aws_cdk as cdk  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from stacks import TallyConfigurationError, TallyStack  # noqa: E402
-from stacks.context import ContextError, stack_name_from_context  # noqa: E402
+from stacks import TallyStack  # noqa: E402
+from tally_cdk import ContextError, TallyConfigurationError  # noqa: E402
+from tally_cdk.context import stack_name_from_context  # noqa: E402
 
 
 def build_app(**app_props) -> cdk.App:

@@ -1,6 +1,5 @@
-"""CDK stacks of tally: the Tally construct, and the stack that deploys it."""
+"""This app's CDK stack: the events table and the Tally construct (package ``tally_cdk``) counting it."""
 
-from stacks.tally_construct import Tally, TallyConfigurationError
 from stacks.tally_stack import TallyStack
 
-__all__ = ["Tally", "TallyConfigurationError", "TallyStack"]
+__all__ = ["TallyStack"]

@@ -16,8 +16,8 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from stacks.context import StackSettings
-from stacks.tally_construct import CDK_REMOVAL_POLICIES, Tally, table_from_description
+from tally_cdk.context import StackSettings
+from tally_cdk.construct import CDK_REMOVAL_POLICIES, Tally, table_from_description
 from tally.core.tables import EVENTS_TABLE
 
 

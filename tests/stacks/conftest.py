@@ -27,7 +27,7 @@ from app import build_app  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from stacks import TallyStack  # noqa: E402
-from stacks.context import DEFAULT_CONTEXT, StackSettings  # noqa: E402
+from tally_cdk.context import DEFAULT_CONTEXT, StackSettings  # noqa: E402
 
 
 @pytest.fixture(scope="session")

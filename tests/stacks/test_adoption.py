@@ -12,7 +12,7 @@ from cdk_nag import AwsSolutionsChecks
 from cdk_synthesis import IMPORTED_STACK_NAME, ORDERS_STREAM_ARN, REPO_ROOT, Synthesis, synthesize
 from test_tally_stack import as_list, only, policy_statements, render, resources
 
-from stacks import Tally, TallyConfigurationError
+from tally_cdk import Tally, TallyConfigurationError
 
 pytestmark = pytest.mark.cdk
 

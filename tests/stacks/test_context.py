@@ -8,7 +8,7 @@ import aws_cdk as cdk
 import pytest
 
 from stacks import TallyStack
-from stacks.context import DEFAULT_CONTEXT, ContextError, StackSettings, stack_name_from_context
+from tally_cdk.context import DEFAULT_CONTEXT, ContextError, StackSettings, stack_name_from_context
 from tally.core.settings import HOUR_MS
 
 

@@ -1,6 +1,6 @@
 """tally as one construct: attach it to any DynamoDB table with a stream.
 
-    from stacks.tally_construct import Tally
+    from tally_cdk import Tally
     Tally(self, "Tally", events_table=orders)      # orders: an ITable whose stream has NEW_IMAGE
 
 It holds the counts table, the counting function and its role and log group,
@@ -35,12 +35,12 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.context import StackSettings
+from tally_cdk.context import StackSettings
 from tally.core import settings as tally_settings
 from tally.core.rules import ENV_RULES
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
-LAMBDA_SOURCE = Path(__file__).resolve().parent.parent / "lambda_src"
+LAMBDA_SOURCE = Path(__file__).resolve().parents[2] / "lambda_src"
 HANDLER = "tally.handler.handler"
 # The function ships the runtime only: the local toolkit and build leftovers stay behind.
 ASSET_EXCLUDES = ["tally/local", "tally/local/**", "**/__pycache__", "**/*.pyc", "*.egg-info", "**/*.egg-info"]
@@ -100,7 +100,7 @@ class Tally(Construct):
 
     ``settings`` carries everything an operator may tune (attribute names,
     retentions, the count-from instant, tumbling window, batch size, ...);
-    by default the documented defaults of `stacks.context`.
+    by default the documented defaults of `tally_cdk.context`.
     """
 
     def __init__(

@@ -1,0 +1,11 @@
+"""tally_cdk: the Tally construct, to attach tally to a DynamoDB table in any CDK app.
+
+    from tally_cdk import StackSettings, Tally
+
+Its own import name, so it imports beside an app's own ``stacks`` package.
+"""
+
+from tally_cdk.construct import Tally, TallyConfigurationError
+from tally_cdk.context import ContextError, StackSettings
+
+__all__ = ["ContextError", "StackSettings", "Tally", "TallyConfigurationError"]
