@@ -113,18 +113,29 @@ def check_windows(
     context: str,
     stats: FaultStats = STATS,
 ) -> None:
-    """Windows at random instants after the stream drained, by both plans, against the brute-force count.
+    """Windows after the stream drained, by both plans, against the brute-force count.
 
+    ``instants`` windows, half at random instants and half with edges on an
+    event's minute (so that a plan off by one minute at either end, or one
+    that subtracts the wrong minutes from a partly covered hour, miscounts),
+    and one ending right when the last record arrived (where events stamped
+    ahead of their arrival may lie in later minutes of the current hour).
     The instants go forward in time, and before each one DynamoDB's TTL
     deletion is played on ``client``: any item whose TTL has passed may be gone.
     """
     counters = sorted({name for name, _, _ in expected.events}) + ["never-written"]
     counters += sorted({rejected_counter(reason) for reason, _ in expected.rejections})
     counters.append(rejected_counter(Reason.FUTURE_TIME))
-    moments = [_instant(rng, expected.last_arrival_ms) for _ in range(instants)]
-    for now, at, length_ms in sorted(moments, key=lambda moment: moment[0]):
-        stats.add("items_expired", expire(client, table.table_name, now, rng))
+    anchored = max(1, instants // 2) if expected.events else 0
+    moments = [(*_instant(rng, expected.last_arrival_ms), None) for _ in range(instants - instants // 2)]
+    moments += [_anchored_instant(rng, expected) for _ in range(anchored)]
+    moments.append((expected.last_arrival_ms, None, rng.choice(NOTABLE_LENGTHS_MIN) * MINUTE_MS, None))
+    expiring = expiry_times(client, table.table_name)
+    for now, at, length_ms, anchor in sorted(moments, key=lambda moment: moment[0]):
+        stats.add("items_expired", expire(client, table.table_name, expiring, now, rng))
         chosen = rng.sample(counters, min(len(counters), 5))
+        if anchor is not None and anchor not in chosen:
+            chosen[0] = anchor
         window = Window.ending(now if at is None else at, length_ms)
         past_minutes = _readable_until(window.start_ms, MINUTE_MS, settings.minute_retention_ms) <= now
         for plan in (PlanKind.BATCH, PlanKind.RANGE):
@@ -165,16 +176,28 @@ def check_windows(
                 )
 
 
-def expire(client: Any, table_name: str, now_ms: int, rng: random.Random) -> int:
-    """DynamoDB's TTL deletion, which moto lacks: some, or all, of the items whose TTL has passed go."""
-    everything = rng.random() < 0.5
-    deleted = 0
-    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
+def expiry_times(client: Any, table_name: str) -> dict[tuple[str, str], int]:
+    """Every item's key and TTL (epoch ms), read once: the table takes no writes while windows are checked."""
+    expiring = {}
+    request = {"TableName": table_name, "ConsistentRead": True, "ProjectionExpression": "pk, sk, #ttl"}
+    request["ExpressionAttributeNames"] = {"#ttl": TTL_ATTRIBUTE}
+    for page in client.get_paginator("scan").paginate(**request):
         for item in page["Items"]:
-            if int(item[TTL_ATTRIBUTE]["N"]) * 1000 <= now_ms and (everything or rng.random() < 0.5):
-                client.delete_item(TableName=table_name, Key={"pk": item["pk"], "sk": item["sk"]})
-                deleted += 1
-    return deleted
+            expiring[(item["pk"]["S"], item["sk"]["S"])] = int(item[TTL_ATTRIBUTE]["N"]) * 1000
+    return expiring
+
+
+def expire(client: Any, table_name: str, expiring: dict[tuple[str, str], int], now_ms: int, rng: random.Random) -> int:
+    """DynamoDB's TTL deletion, which moto lacks: some, or all, of the items whose TTL has passed go.
+
+    ``expiring`` holds the items not deleted yet (``expiry_times``); deleted ones leave it.
+    """
+    everything = rng.random() < 0.5
+    due = [key for key, ttl_ms in expiring.items() if ttl_ms <= now_ms and (everything or rng.random() < 0.5)]
+    for pk, sk in due:
+        client.delete_item(TableName=table_name, Key={"pk": {"S": pk}, "sk": {"S": sk}})
+        del expiring[(pk, sk)]
+    return len(due)
 
 
 def _readable_until(bucket_start_ms: int, length_ms: int, retention_ms: int) -> int:
@@ -206,6 +229,22 @@ def _occurrences(expected: Expected, counter: str) -> list[tuple[str, int]]:
     if counter.startswith("#rejected#"):
         return [(counter, at) for reason, at in expected.rejections if rejected_counter(reason) == counter]
     return [(name, at) for name, at, _ in expected.events if name == counter]
+
+
+def _anchored_instant(rng: random.Random, expected: Expected) -> tuple[int, int | None, int, str]:
+    """(now, window end, length, counter): a window that starts or ends on the minute of one of the counter's events.
+
+    The event's minute is the window's first or last, or the one just outside
+    either end. Lengths that leave more than half of an edge hour covered make
+    the plans read that hour minus its other minutes.
+    """
+    counter, event_ms, _ = rng.choice(expected.events)
+    minute_start = event_ms - event_ms % MINUTE_MS
+    minutes = rng.choice(NOTABLE_LENGTHS_MIN) if rng.random() < 0.5 else rng.randint(31, 3 * 60)
+    edge = minute_start + rng.choice([0, MINUTE_MS])  # the event's minute is just in, or just out
+    at = edge + rng.choice([0, 1]) if rng.random() < 0.5 else edge + minutes * MINUTE_MS
+    later = rng.choice([0, rng.randint(0, 5 * MINUTE_MS), rng.randint(0, 2 * DAY_MS)])
+    return expected.last_arrival_ms + later, at, minutes * MINUTE_MS, counter
 
 
 def _instant(rng: random.Random, last_arrival_ms: int) -> tuple[int, int | None, int]:

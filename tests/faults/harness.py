@@ -4,8 +4,10 @@ Three layers can fail, each driven by one seeded ``FaultSchedule`` so that any
 failure is reproduced from its seed:
 
 - the DynamoDB client (``FaultyClient``): TransactWriteItems cancelled for a
-  conflict or throttling, rejected for provisioned throughput, or applied with
-  its response lost; BatchGetItem answering with UnprocessedKeys; reads throttled;
+  conflict or throttling, cancelled by a failed condition on a bucket item (which
+  must fail the invocation, never pass for "already committed"), rejected for
+  provisioned throughput, or applied with its response lost; BatchGetItem
+  answering with UnprocessedKeys; Query answering one page at a time; reads throttled;
 - the invocation (``FaultyHandler``): ``tally.invocation.process`` with the real
   ``CountsTable.commit``, crashing before the first commit, between two commits,
   right after a commit (a timeout once the write landed) or after all its work;
@@ -31,7 +33,7 @@ from unittest import mock
 from botocore.exceptions import ClientError
 from tally.core import segments
 from tally.local.delivery import DeliveryConfig, cut_invocations
-from tally.dynamo import CountsTable, RetriesExhausted
+from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
@@ -53,7 +55,9 @@ class FaultKind(str, Enum):
     INVOCATION_REDELIVERED = "invocation_redelivered"
     WINDOW_TERMINATED_EARLY = "window_terminated_early"
     EMPTY_FINAL_INVOKE = "empty_final_invoke"
+    CONDITION_FAILED_ELSEWHERE = "condition_failed_on_a_bucket"
     UNPROCESSED_KEYS = "unprocessed_keys"
+    QUERY_PAGED = "query_paged"
     READ_THROTTLED = "read_throttled"
 
 
@@ -63,6 +67,7 @@ INVOCATION_FAULTS = frozenset(
         FaultKind.CONFLICT,
         FaultKind.THROTTLED,
         FaultKind.PROVISIONED,
+        FaultKind.CONDITION_FAILED_ELSEWHERE,
         FaultKind.RESPONSE_LOST,
         FaultKind.TIMEOUT_AFTER_TRANSACTION,
         FaultKind.CRASH_BEFORE_COMMIT,
@@ -81,7 +86,7 @@ WRITE_FAULTS = INVOCATION_FAULTS | frozenset(
         FaultKind.EMPTY_FINAL_INVOKE,
     }
 )
-READ_FAULTS = frozenset({FaultKind.UNPROCESSED_KEYS, FaultKind.READ_THROTTLED})
+READ_FAULTS = frozenset({FaultKind.UNPROCESSED_KEYS, FaultKind.QUERY_PAGED, FaultKind.READ_THROTTLED})
 
 
 @dataclass
@@ -229,6 +234,12 @@ class FaultyClient:
             )
         if self.schedule.fires(FaultKind.PROVISIONED):
             raise client_error("ProvisionedThroughputExceededException", "TransactWriteItems")
+        if items > 1 and self.schedule.fires(FaultKind.CONDITION_FAILED_ELSEWHERE):
+            reasons = [{"Code": "None"} for _ in range(items)]
+            reasons[self.schedule.randint(1, items - 1)] = {"Code": "ConditionalCheckFailed", "Message": "injected"}
+            if self.schedule.randint(0, 1):
+                reasons[0] = {"Code": "ConditionalCheckFailed", "Message": "injected"}  # and on the marker too
+            raise client_error("TransactionCanceledException", "TransactWriteItems", reasons)
         try:
             response = self._client.transact_write_items(**kwargs)
         except ClientError as error:
@@ -262,6 +273,9 @@ class FaultyClient:
     def query(self, **kwargs: Any) -> dict[str, Any]:
         if self.schedule.fires(FaultKind.READ_THROTTLED):
             raise client_error("ProvisionedThroughputExceededException", "Query")
+        if self.schedule.fires(FaultKind.QUERY_PAGED):
+            # DynamoDB ends a page at 1 MB; a page of a few items makes every range a paged one.
+            kwargs = {**kwargs, "Limit": min(kwargs.get("Limit", 10), self.schedule.randint(1, 10))}
         return self._client.query(**kwargs)
 
     def _reasons(self, items: int, code: str) -> list[dict[str, str]]:
@@ -329,9 +343,12 @@ def segment_limit(items: int, part_items: int) -> Iterator[None]:
         yield
 
 
-# Errors a correct system may raise in an invocation that Lambda then retries.
-RETRIED_ERRORS = (InjectedCrash, RetriesExhausted)
+# Errors a correct system may raise in an invocation that Lambda then retries (Lambda retries any
+# error; these are the ones a fault may cause, anything else is a bug and ends the test).
+RETRIED_ERRORS = (InjectedCrash, RetriesExhausted, CommitFailed)
 MAX_ATTEMPTS_PER_SHARD = 5_000
+# Faults stop once their budget is spent: an invocation failing this often in a row never will succeed.
+MAX_FAILURES_IN_A_ROW = 200
 
 
 class LambdaShard:
@@ -370,6 +387,7 @@ class LambdaShard:
         self.stats = stats
         self.summaries: list[Summary] = []
         self.attempts = 0
+        self.failures_in_a_row = 0
         events = cut_invocations(records, shard_id=shard_id, stream_arn=stream_arn, config=config)
         self.windows = self._shape(_split_windows(events)) if config.windowed else [[event] for event in events]
 
@@ -427,9 +445,13 @@ class LambdaShard:
             raise AssertionError(f"shard never drained after {MAX_ATTEMPTS_PER_SHARD} attempts; {self.schedule!r}")
         try:
             response = self.handler(event)
-        except RETRIED_ERRORS:
+        except RETRIED_ERRORS as error:
             self.stats.add("failed_attempts")
+            self.failures_in_a_row += 1
+            if self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+                raise AssertionError(f"an invocation failed {self.failures_in_a_row} times in a row: {error!r}") from error
             raise
+        self.failures_in_a_row = 0
         self.stats.add("invocations")
         return response, self.handler.last_summary
 

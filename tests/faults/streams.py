@@ -46,7 +46,8 @@ INVALID_COUNTER_NAMES = (
 VALID_ODD_COUNTER_NAMES = ("ünïcødé", "with space", "a#b", "x" * MAX_COUNTER_LENGTH, "😀", "M#2026-01-01T00:00")
 
 # The rules a stream with ``rules`` set is counted by: a template over the counter attribute,
-# a constant, and a conditional summing rule. The generator predicts their outcomes by hand.
+# a constant, a conditional summing rule, and a rule that needs one attribute present and
+# another absent. The generator predicts their outcomes by hand.
 FAULT_RULES = parse_rules(
     json.dumps(
         [
@@ -57,6 +58,11 @@ FAULT_RULES = parse_rules(
                 "counter": "revenue/{shop}",
                 "when": {"status": {"oneOf": ["paid", "refunded"]}},
                 "sum": "amount",
+            },
+            {
+                "name": "unassigned",
+                "counter": "unassigned/{status}",
+                "when": {"shop": {"exists": False}, "status": {"exists": True}},
             },
         ]
     )
@@ -87,6 +93,7 @@ class StreamSpec:
     rewrite_share: float
     shards: int
     rules: bool = False  # items carry shop, status and amount, counted by FAULT_RULES
+    edge_share: float = 0.0  # records arriving on a minute or hour boundary with an event right at a retention's edge
 
 
 @dataclass
@@ -154,7 +161,7 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
     shard_ids = [f"shardId-{spec.seed % 10**8:08d}-{i:08x}" for i in range(spec.shards)]
     shards: dict[str, list[dict[str, Any]]] = {shard: [] for shard in shard_ids}
     items: dict[str, dict[str, Any]] = {}  # id -> current item, as the events table holds it
-    sequence = 10**20 + rng.randrange(10**6) * 10**6
+    sequence = _first_sequence(rng, spec.writes)
     arrival_ms = spec.start_ms
     identical_rewrites = 0
 
@@ -162,6 +169,11 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
         arrival_ms += rng.randint(0, spec.max_gap_s) * 1000
         if rng.random() < spec.jump_share:
             arrival_ms += rng.randint(30, 180) * MINUTE_MS  # across hours, now and then across a day
+        offset = None
+        if rng.random() < spec.edge_share:
+            arrival_ms, offset = _on_an_edge(rng, arrival_ms, settings)
+        elif write == spec.writes - 1 and spec.odd_share and rng.random() < 0.5:
+            offset = rng.randint(MINUTE_MS, settings.max_clock_skew_ms)  # the last event is stamped ahead of it
         item_id, record_name = f"e{write}", "INSERT"
         if items and rng.random() < spec.rewrite_share:
             item_id = rng.choice(sorted(items))
@@ -177,7 +189,9 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
             record = _record("REMOVE", item_id, sequence, arrival_ms, None, identity=TTL_DELETION_IDENTITY)
             intent: Reason | None = Reason.NOT_INSERT
         else:
-            image, intent, time_intent, event_ms, counter = _new_image(rng, spec, names, item_id, arrival_ms, settings)
+            image, intent, time_intent, event_ms, counter = _new_image(
+                rng, spec, names, item_id, arrival_ms, settings, offset
+            )
             items[item_id] = image or {}
             record = _record(record_name, item_id, sequence, arrival_ms, image)
             if record_name == "MODIFY":
@@ -233,6 +247,12 @@ def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[tuple
         else:
             counted.append((name, None))
     counted.append(("all", None))
+    if "shop" not in image and "status" in image:
+        name = _rendered("unassigned/", image["status"])
+        if name is None:
+            refusals.append(Reason.INVALID_COUNTER)
+        else:
+            counted.append((name, None))
     if image.get("status") in ({"S": "paid"}, {"S": "refunded"}):
         shop, amount = image.get("shop"), image.get("amount")
         name = None if shop is None else _rendered("revenue/", shop)
@@ -318,13 +338,21 @@ def _record(
 
 
 def _new_image(
-    rng: random.Random, spec: StreamSpec, names: list[str], item_id: str, arrival_ms: int, settings: Settings
+    rng: random.Random,
+    spec: StreamSpec,
+    names: list[str],
+    item_id: str,
+    arrival_ms: int,
+    settings: Settings,
+    offset: int | None = None,
 ) -> tuple[dict[str, Any] | None, Reason | None, Reason | None, int, str]:
     """An event item, the outcome the classic rule must give it (None when counted, else its rejection
-    reason) and the rejection its time alone earns (None when acceptable)."""
+    reason) and the rejection its time alone earns (None when acceptable). ``offset``: its time minus
+    its arrival, drawn when None."""
     arrival_ms -= arrival_ms % 1000  # Lambda reports arrival in whole seconds
     counter = names[0] if rng.random() < spec.hot_share else rng.choice(names)
-    offset = _time_offset(rng, spec, settings)
+    if offset is None:
+        offset = _time_offset(rng, spec, settings)
     time_intent = time_verdict(arrival_ms + offset, arrival_ms, settings)
     counter_intent: Reason | None = None
     event_ms = arrival_ms + offset
@@ -343,7 +371,7 @@ def _new_image(
         if rng.random() < spec.odd_share:
             odd = rng.randrange(4)
             if odd == 0:
-                del attributes["shop"]
+                del attributes["shop"]  # counted by the "unassigned" rule
             elif odd == 1:
                 attributes["shop"] = rng.choice([{"N": "5"}, {"BOOL": True}, {"S": ""}])
             elif odd == 2:
@@ -381,6 +409,25 @@ def _new_image(
         else:
             attributes["extra"] = {"M": {"nested": {"L": [{"N": "1"}, {"S": "x"}]}}}
     return attributes, counter_intent or time_intent, time_intent, event_ms, counter
+
+
+def _first_sequence(rng: random.Random, writes: int) -> int:
+    """Where a stream's sequence numbers start: 21 digits, or just below a power of ten, so that
+    they grow a digit within the stream (stream sequence numbers run from 21 to 40 digits)."""
+    if rng.random() < 0.5:
+        return 10**20 + rng.randrange(10**6) * 10**6
+    return 10 ** rng.choice([21, 22, 30, 39]) - rng.randint(1, max(1, writes // 2)) * 10**6
+
+
+def _on_an_edge(rng: random.Random, arrival_ms: int, settings: Settings) -> tuple[int, int]:
+    """A later arrival on a minute (or hour) boundary, and an event time at most a millisecond from the
+    instant its minute (or hour) bucket expires at that arrival: the last one counted, the first one not."""
+    boundary = HOUR_MS if rng.random() < 0.3 else MINUTE_MS
+    arrival_ms += -arrival_ms % boundary
+    retention = settings.hour_retention_ms if boundary == HOUR_MS else settings.minute_retention_ms
+    # The bucket that ends ``retention`` before arrival expires exactly at arrival: its last
+    # millisecond is out (in its hour alone, or late), the next bucket's first is in.
+    return arrival_ms, -retention + rng.choice([-boundary, -1, 0, 1])
 
 
 def _time_offset(rng: random.Random, spec: StreamSpec, settings: Settings) -> int:

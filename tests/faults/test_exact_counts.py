@@ -8,6 +8,7 @@ accounted for under its reason.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ class Deployment:
     query_seed: int
     segment_items: int = MAX_SEGMENT_ITEMS
     part_items: int = MAX_PART_ITEMS
+    lanes: int = 1  # bucket lanes: each shard adds to one, reads sum them all
 
     def config(self) -> DeliveryConfig:
         return DeliveryConfig(batch_size=self.batch_size, window_seconds=self.window_seconds)
@@ -76,6 +78,7 @@ stream_specs = st.builds(
     rewrite_share=st.sampled_from([0.0, 0.1, 0.3]),
     shards=st.integers(1, 3),
     rules=st.booleans(),
+    edge_share=st.sampled_from([0.0, 0.05, 0.2]),
 )
 
 deployments = st.builds(
@@ -88,6 +91,7 @@ deployments = st.builds(
     query_seed=st.integers(0, 2**32),
     segment_items=st.sampled_from([2, 3, 9, 40, MAX_SEGMENT_ITEMS]),
     part_items=st.sampled_from([1, 2, 7, MAX_PART_ITEMS]),
+    lanes=st.sampled_from([1, 1, 2, 4]),
 )
 
 
@@ -121,7 +125,7 @@ def run_and_check(
     write_faults: frozenset | set = WRITE_FAULTS,
     instants: int = 4,
 ) -> None:
-    settings = settings_for(spec, settings)
+    settings = settings_for(spec, dataclasses.replace(settings, bucket_lanes=deployment.lanes))
     stream = build_stream(spec, settings)
     STATS.add("streams")
     STATS.add("streams_with_rules", spec.rules)
@@ -165,36 +169,53 @@ def test_counts_are_exact_after_faults_and_redeliveries(spec: StreamSpec, deploy
 NEEDS_A_FAILURE = {FaultKind.RETRY_RECUT: {FaultKind.TIMEOUT_AFTER_RETURN, FaultKind.CRASH_BEFORE_COMMIT}}
 
 
-@pytest.mark.parametrize(
-    "kind", sorted(WRITE_FAULTS | READ_FAULTS, key=lambda kind: kind.value), ids=lambda kind: kind.value
-)
+ALL_FAULTS = sorted(WRITE_FAULTS | READ_FAULTS, key=lambda kind: kind.value)
+# Faults of one request, which need no invocation cut in pieces: these meet the wide stream.
+WIDE_STREAM_FAULTS = READ_FAULTS | {
+    FaultKind.CONFLICT,
+    FaultKind.THROTTLED,
+    FaultKind.PROVISIONED,
+    FaultKind.CONDITION_FAILED_ELSEWHERE,
+    FaultKind.RESPONSE_LOST,
+    FaultKind.TIMEOUT_AFTER_TRANSACTION,
+}
+
+
+@pytest.mark.parametrize("kind", ALL_FAULTS, ids=lambda kind: kind.value)
 def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
     """Every fault kind at a high rate, on its own, against invocations of several segments.
 
     Events are stamped up to two minutes before their arrival, 30 s after midnight,
-    so their buckets straddle a day boundary.
+    so their buckets straddle a day boundary. Two shards add to lanes of their own.
+    Faults of one request meet a wide stream under the real segment limits (a
+    segment of over a hundred buckets, counted by the fault rules); the others
+    a narrow one under tiny limits, so that commits come in many pieces.
     """
+    wide = kind in WIDE_STREAM_FAULTS
     spec = StreamSpec(
         seed=7,
-        writes=60,
-        counters=20,
+        writes=110 if wide else 60,
+        counters=80 if wide else 20,
         hot_share=0.3,
         start_ms=DAY_BOUNDARY_MS + 30_000,
         max_gap_s=1,
         jump_share=0.0,
         odd_share=0.2,
         rewrite_share=0.2,
-        shards=1,
+        shards=2,
+        rules=wide,
+        edge_share=0.1,
     )
     deployment = Deployment(
-        batch_size=15,
+        batch_size=100 if wide else 15,
         window_seconds=900,
         fault_seed=11,
         fault_rate=0.5,
         fault_budget=40,
         query_seed=3,
-        segment_items=9,
-        part_items=4,
+        segment_items=MAX_SEGMENT_ITEMS if wide else 9,
+        part_items=MAX_PART_ITEMS if wide else 4,
+        lanes=3,
     )
     kinds = {kind} | NEEDS_A_FAILURE.get(kind, set())
     before = STATS.faults[kind.value]
