@@ -235,15 +235,29 @@ def _anchored_instant(rng: random.Random, expected: Expected) -> tuple[int, int 
     """(now, window end, length, counter): a window that starts or ends on the minute of one of the counter's events.
 
     The event's minute is the window's first or last, or the one just outside
-    either end. Lengths that leave more than half of an edge hour covered make
-    the plans read that hour minus its other minutes.
+    either end. Half the time the event lies in the second half of its hour
+    and the window ends just before it, covering the rest of the hour: the
+    plans read that hour minus its other minutes, the event's among them.
     """
+    later = rng.choice([0, rng.randint(0, 5 * MINUTE_MS), rng.randint(0, 2 * DAY_MS)])
+    late_in_the_hour = [
+        (counter, event_ms, arrival_ms)
+        for counter, event_ms, arrival_ms in expected.events
+        if event_ms % HOUR_MS >= 31 * MINUTE_MS and arrival_ms - event_ms < HOUR_MS  # counted in its minute too
+    ]
+    if late_in_the_hour and rng.random() < 0.5:
+        # The window ends just before the event's minute and covers most of its hour: the plans read that
+        # hour minus the minutes after the window, the event's first among them.
+        counter, event_ms, _ = rng.choice(late_in_the_hour)
+        minutes = rng.choice([60, 61, 90, 119, 24 * 60, rng.randint(60, 3 * 60)])
+        later = min(later, DAY_MS)
+        return expected.last_arrival_ms + later, event_ms - event_ms % MINUTE_MS - 1, minutes * MINUTE_MS, counter
     counter, event_ms, _ = rng.choice(expected.events)
     minute_start = event_ms - event_ms % MINUTE_MS
     minutes = rng.choice(NOTABLE_LENGTHS_MIN) if rng.random() < 0.5 else rng.randint(31, 3 * 60)
     edge = minute_start + rng.choice([0, MINUTE_MS])  # the event's minute is just in, or just out
-    at = edge + rng.choice([0, 1]) if rng.random() < 0.5 else edge + minutes * MINUTE_MS
-    later = rng.choice([0, rng.randint(0, 5 * MINUTE_MS), rng.randint(0, 2 * DAY_MS)])
+    # A millisecond either side of a minute boundary: the window's last (or first) minute shifts by one.
+    at = edge + rng.choice([-1, 0, 1]) if rng.random() < 0.5 else edge + minutes * MINUTE_MS + rng.choice([-1, 0])
     return expected.last_arrival_ms + later, at, minutes * MINUTE_MS, counter
 
 

@@ -194,8 +194,8 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
     wide = kind in WIDE_STREAM_FAULTS
     spec = StreamSpec(
         seed=7,
-        writes=110 if wide else 60,
-        counters=80 if wide else 20,
+        writes=240 if wide else 60,  # over a hundred buckets per shard's window
+        counters=150 if wide else 20,
         hot_share=0.3,
         start_ms=DAY_BOUNDARY_MS + 30_000,
         max_gap_s=1,
