@@ -78,7 +78,7 @@ def timed(label: str, work):  # noqa: ANN001, ANN202 - any zero-argument callabl
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     by_name = {w["workload"]: w for w in results["writes"]}
-    steady, hot = by_name["steady"], by_name["hot counter"]
+    steady, hot, mock = by_name["steady"], by_name["hot counter"], by_name["origin mock"]
     read_now = results["reads"]["cost"]["ending_now"]
     read_past = results["reads"]["cost"]["ending_past"]
     range_requests = max(read_now["tally_range"]["requests"]["worst"], read_past["tally_range"]["requests"]["worst"])
@@ -87,20 +87,37 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     )
     keys = results["reads"]["batch_keys_ending_now"]
     cpu = results["cpu"]["parse_and_fold_records_per_second"]
-    [at_1000] = [entry for entry in results["scale"] if entry["shards"] == 1000]
+    fixed_1000 = [entry for entry in results["scale_fixed_rate"] if entry["shards"] == 1000]
+    over_floor = [(w["workload"], w["ratios"]["tally_units_over_floor_units"]) for w in results["writes"] if w is not mock]
     rows = [
         ("steady: origin WCU / tally WCU", ">= 25", steady["ratios"]["origin_units_over_tally_units"], lambda v: v >= 25),
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
         ("steady: bucket writes / floor", "<= 1.1", steady["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
         ("hot: bucket writes / floor", "<= 1.1", hot["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
         ("hot: busiest item writes per window", "<= 1", hot["tally"]["busiest_item_writes_per_window"], lambda v: v <= 1),
+        *(
+            (f"{name}: tally WCU / floor WCU", "<= 1.15", ratio, lambda v: v <= 1.15)
+            for name, ratio in over_floor
+        ),
+        ("origin's mock: origin WCU / tally WCU", ">= 1.1", mock["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1.1),
+        *(
+            (f"1,000 shards, fixed rate, {entry['mix']}: origin / tally", ">= 1.5", entry["origin_over_tally"], lambda v: v >= 1.5)
+            for entry in fixed_1000
+        ),
         ("batch keys, 24 h ending now (skew 5 min)", "<= 54", keys["default_skew"], lambda v: v <= 54),
         ("batch keys, 24 h ending now (skew 0)", "<= 54", keys["no_skew"], lambda v: v <= 54),
         ("range plan requests, any 24 h window", "<= 3", range_requests, lambda v: v <= 3),
         ("range plan RCU (strong), any 24 h window", "<= 3", range_units, lambda v: v <= 3),
         ("parse + fold records/s per core", ">= 200000", cpu, lambda v: v >= 200_000),
-        ("1,000 shards: failed invocations", "0", at_1000["failed_invocations"], lambda v: v == 0),
-        ("1,000 shards: p99 window end to committed (s)", "<= 10", at_1000["p99_commit_seconds"], lambda v: v <= 10),
+        *(
+            (f"1,000 shards, fixed rate, {entry['mix']}: failed invocations", "0", entry["failed_invocations"], lambda v: v == 0)
+            for entry in fixed_1000
+        ),
+        *(
+            (f"1,000 shards, fixed rate, {entry['mix']}: p99 window end to committed (s)", "<= 10",
+             entry["p99_commit_seconds"], lambda v: v <= 10)
+            for entry in fixed_1000
+        ),
     ]
     return [{"target": name, "wanted": wanted, "figure": figure, "met": bool(check(figure))} for name, wanted, figure, check in rows]
 
@@ -126,7 +143,10 @@ def run() -> dict[str, Any]:
         lambda: {
             "counter_length": len(reads.COUNTER),
             "cost": reads.costs(settings),
-            "cost_with_8_bucket_lanes": reads.costs(replace(settings, bucket_lanes=8)),
+            "cost_at_1000_shards": {
+                "bucket_lanes": scale.lanes_for(1000),
+                **reads.costs(replace(settings, bucket_lanes=scale.lanes_for(1000)), shards=1000),
+            },
             "batch_keys_ending_now": {
                 "default_skew": reads.batch_keys_ending_now(settings),
                 "no_skew": reads.batch_keys_ending_now(replace(settings, max_clock_skew_ms=0)),
@@ -156,22 +176,25 @@ def report(results: dict[str, Any]) -> None:
     )
 
     table = Table(title="Write cost per 1,000 events (WCU)")
-    for column in ("workload", "events", "origin", "tally", "floor", "origin/tally", "tally bucket writes/floor",
-                   "transactions", "busiest item writes/s: origin -> tally"):
+    for column in ("workload", "events", "origin", "dedup", "tally", "floor", "tally/floor", "origin/tally",
+                   "dedup/tally", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
             w["workload"], f"{w['events']:,}", f"{w['origin']['write_units_per_1000_events']:,}",
+            f"{w['dedup']['write_units_per_1000_events']:,}",
             f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
-            f"{w['ratios']['origin_units_over_tally_units']:,}x", f"{w['ratios']['tally_bucket_writes_over_floor']}x",
-            f"{w['tally']['transactions']:,}",
+            f"{w['ratios']['tally_units_over_floor_units']}x", f"{w['ratios']['origin_units_over_tally_units']:,}x",
+            f"{w['ratios']['dedup_units_over_tally_units']:,}x",
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
+    fan_out = next(w for w in results["writes"] if w["workload"] == "fan-out")
     checked = results["fan_out_writes_checked_against_moto"]
     out.print(
-        f"fan-out: {results['writes'][-1]['counter_events']:,} counter events from {results['writes'][-1]['events']:,} "
-        f"jobs; moto stores what the meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
+        f"fan-out: {fan_out['counter_events']:,} counter events from {fan_out['events']:,} jobs; moto stores what the "
+        f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}, "
+        f"dedup {checked['dedup_matches_moto']}"
     )
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
@@ -221,30 +244,39 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
     model = results["scale_model"]
     table = Table(title=f"Scale: shards committing {model['window_seconds']} s windows at once ({model['mix']}, "
                         f"{model['events_per_shard_second']:g} events/s per shard)")
-    for column in ("shards", "events/s", "WCU/1k events", "config", "transactions", "conflicts", "retries",
+    for column in ("shards", "events/s", "lanes", "WCU/1k events", "largest item (B)", "updates", "throttled",
                    "p50 s", "p99 s", "all shards s", "failed invocations"):
         table.add_column(column, justify="right")
     for entry in results["scale"]:
-        for label, figures in (("before", entry["before"]), ("after", entry)):
+        for figures in (entry["one_lane"], entry):
             table.add_row(
-                f"{entry['shards']:,}", f"{entry['events_per_second']:,g}", f"{figures['write_units_per_1000_events']:,}",
-                f"{label}: {figures['bucket_lanes']} lane(s)", f"{figures['transactions']:,}", f"{figures['conflicts']:,}",
-                f"{figures['retries']:,}", str(figures["p50_commit_seconds"]), str(figures["p99_commit_seconds"]),
-                str(figures["all_shards_committed_seconds"]), f"{figures['failed_invocations']:,}",
+                f"{entry['shards']:,}", f"{entry['events_per_second']:,g}", str(figures["bucket_lanes"]),
+                f"{figures['write_units_per_1000_events']:,}", f"{figures['largest_item_bytes']:,}",
+                f"{figures['updates']:,}", f"{figures['throttled']:,}", str(figures["p50_commit_seconds"]),
+                str(figures["p99_commit_seconds"]), str(figures["all_shards_committed_seconds"]),
+                f"{figures['failed_invocations']:,}",
             )
-    for figures in results["scale_one_mitigation_at_1000_shards"]:
-        table.add_row("1,000", f"{figures['events_per_second']:,g}", f"{figures['write_units_per_1000_events']:,}",
-                      figures["configuration"], f"{figures['transactions']:,}", f"{figures['conflicts']:,}",
-                      f"{figures['retries']:,}", str(figures["p50_commit_seconds"]), str(figures["p99_commit_seconds"]),
-                      str(figures["all_shards_committed_seconds"]), f"{figures['failed_invocations']:,}")
+    out.print(table)
+
+    table = Table(title="Scale: lanes at 1,000 shards, 5,000 events/s")
+    for column in ("lanes", "WCU/1k events", "largest item (B)", "throttled", "p99 s", "failed invocations"):
+        table.add_column(column, justify="right")
+    for figures in results["scale_lanes_at_1000_shards"]:
+        table.add_row(str(figures["bucket_lanes"]), f"{figures['write_units_per_1000_events']:,}",
+                      f"{figures['largest_item_bytes']:,}", f"{figures['throttled']:,}",
+                      str(figures["p99_commit_seconds"]), f"{figures['failed_invocations']:,}")
     out.print(table)
 
     table = Table(title="Scale: write cost at a fixed 5,000 events/s over more shards (WCU per 1,000 events)")
-    for column in ("mix", "shards", "tally", "origin", "origin/tally"):
+    for column in ("mix", "shards", "lanes", "tally", "origin", "dedup", "origin/tally", "dedup/tally",
+                   "largest item (B)", "p99 s", "failed invocations"):
         table.add_column(column, justify="right")
     for entry in results["scale_fixed_rate"]:
-        table.add_row(entry["mix"], f"{entry['shards']:,}", f"{entry['write_units_per_1000_events']:,}",
-                      f"{entry['origin_write_units_per_1000_events']:,}", f"{entry['origin_over_tally']}x")
+        table.add_row(entry["mix"], f"{entry['shards']:,}", str(entry["bucket_lanes"]),
+                      f"{entry['write_units_per_1000_events']:,}", f"{entry['origin_write_units_per_1000_events']:,}",
+                      f"{entry['dedup_write_units_per_1000_events']:,}", f"{entry['origin_over_tally']}x",
+                      f"{entry['dedup_over_tally']}x", f"{entry['largest_item_bytes']:,}",
+                      str(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
     out.print(table)
 
 

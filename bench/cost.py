@@ -1,23 +1,27 @@
 """DynamoDB's capacity rules, and a client that meters writes by them.
 
 Sizes follow DynamoDB's item-size rules: an attribute costs its name's UTF-8
-length plus its value (strings: UTF-8 bytes; numbers: about one byte per two
-significant digits, plus one). Writes cost one unit per started KB (two for an
-item written inside a transaction); an UpdateItem is charged for the larger of
-the item before and after. Reads cost one unit per started 4 KB (strongly
-consistent; half that eventually consistent): per item in a BatchGetItem, per
-request for the summed items of a Query. A read of a missing item still costs
-the minimum unit.
+length plus its value (strings: UTF-8 bytes; binary: its bytes; numbers: about
+one byte per two significant digits, plus one). Writes cost one unit per
+started KB (two for an item written inside a transaction); an UpdateItem is
+charged for the larger of the item before and after, and a conditional write
+whose condition fails is charged for the item as it is. Reads cost one unit
+per started 4 KB (strongly consistent; half that eventually consistent): per
+item in a BatchGetItem, per request for the summed items of a Query. A read
+of a missing item still costs the minimum unit.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
@@ -37,13 +41,15 @@ def number_size(value: Decimal | int | str) -> int:
 
 
 def value_size(attribute_value: Mapping[str, Any]) -> int:
-    """Size of one value in DynamoDB JSON ({"S": ...} or {"N": ...})."""
+    """Size of one value in DynamoDB JSON ({"S": ...}, {"N": ...} or {"B": ...})."""
     [(kind, value)] = attribute_value.items()
     if kind == "S":
         return len(value.encode("utf-8"))
     if kind == "N":
         return number_size(value)
-    raise ValueError(f"the cost model only sizes strings and numbers, not {kind}")
+    if kind == "B":
+        return len(value)
+    raise ValueError(f"the cost model only sizes strings, numbers and binary values, not {kind}")
 
 
 def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
@@ -75,6 +81,7 @@ class WriteMeter:
     requests: int = 0  # API calls
     item_writes: int = 0  # items written (a transaction writes several)
     units: int = 0
+    failed_conditions: int = 0  # conditional writes refused (charged, not written)
     writes_per_item_slot: Counter[tuple[Hashable, int]] = field(default_factory=Counter)
 
     def busiest_item_writes(self) -> int:
@@ -82,8 +89,9 @@ class WriteMeter:
         return max(self.writes_per_item_slot.values(), default=0)
 
 
-TALLY_UPDATE = "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)"
-TALLY_SUM_UPDATE = "ADD #count :delta, #sum :sum SET #ttl = if_not_exists(#ttl, :ttl)"
+# tally's bucket update (tally.core.commit.bucket_update): ADD terms, the TTL once, the writer's watermark.
+TALLY_UPDATE = re.compile(r"ADD (?P<adds>#a\d+ :a\d+(?:, #a\d+ :a\d+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :w")
+TALLY_CONDITION = "attribute_not_exists(#w) OR #w < :w"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_SUM_UPDATE = (
     "SET #count = if_not_exists(#count, :zero) + :one, #sum = if_not_exists(#sum, :zero) + :amount, "
@@ -96,8 +104,9 @@ class MeteredClient:
 
     It keeps its own image of every item it writes, because an UpdateItem is
     charged for the larger of the item before and after. It understands
-    exactly the writes both designs make (tally's marker Put and ``ADD``
-    update, the origin's ``if_not_exists`` increment) and refuses any other.
+    exactly the writes the designs make (tally's conditional ``ADD`` update,
+    the origin's ``if_not_exists`` increment, a transaction of a deduplication
+    Put and such increments) and refuses any other.
     When given a real client (moto), every call is also forwarded to it, so
     the metered image can be checked against what DynamoDB stored.
     ``slot`` tags the writes with the time slot the caller is in (the tumbling
@@ -128,6 +137,12 @@ class MeteredClient:
 
     def update_item(self, **request: Any) -> dict[str, Any]:
         self.meter.requests += 1
+        if request.get("ConditionExpression") is not None and not self._condition_holds(request):
+            identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
+            self.meter.units += write_units(self.sizes.get(identity, 0))
+            self.meter.failed_conditions += 1
+            error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}}
+            raise ClientError({**error, "Item": dict(self.items[identity])}, "UpdateItem")
         self._write(request["Key"], self._updated(request), transactional=False)
         if self.forward_to is not None:
             return self.forward_to.update_item(**request)
@@ -146,25 +161,39 @@ class MeteredClient:
         self.meter.units += write_units(max(before, size), transactional=transactional)
         self.meter.writes_per_item_slot[(identity, self.slot)] += 1
 
+    def _condition_holds(self, request: Mapping[str, Any]) -> bool:
+        if request["ConditionExpression"] != TALLY_CONDITION:
+            raise ValueError(f"unmetered condition {request['ConditionExpression']!r}")
+        identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
+        watermark = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#w"])
+        return watermark is None or bytes(watermark["B"]) < bytes(request["ExpressionAttributeValues"][":w"]["B"])
+
     def _updated(self, request: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-        """The item after one of the two update expressions the designs use."""
+        """The item after one of the update expressions the designs use."""
         names = request["ExpressionAttributeNames"]
         values = request["ExpressionAttributeValues"]
         key = request["Key"]
         identity = tuple(key[name]["S"] for name in self.key_attributes)
         item = {**self.items.get(identity, {}), **key}
         expression = request["UpdateExpression"]
-        if expression in (TALLY_UPDATE, TALLY_SUM_UPDATE):
-            increment, amount = int(values[":delta"]["N"]), values.get(":sum")
+        tally = TALLY_UPDATE.fullmatch(expression)
+        if tally:
+            for term in tally["adds"].split(", "):
+                name, value = term.split(" ")
+                _add(item, names[name], values[value]["N"])
+            item[names["#w"]] = values[":w"]
         elif expression in (ORIGIN_UPDATE, ORIGIN_SUM_UPDATE):
-            increment, amount = int(values[":one"]["N"]), values.get(":amount")
+            _add(item, names["#count"], values[":one"]["N"])
+            if ":amount" in values:
+                _add(item, names["#sum"], values[":amount"]["N"])
         else:
             raise ValueError(f"unmetered update expression {expression!r}")
-        count, ttl = names["#count"], names["#ttl"]
-        item[count] = {"N": str(int(item.get(count, {"N": "0"})["N"]) + increment)}
-        if amount is not None:
-            total = Decimal(item.get(names["#sum"], {"N": "0"})["N"]) + Decimal(amount["N"])
-            item[names["#sum"]] = {"N": format(total, "f")}
-        item.setdefault(ttl, values[":ttl"])
+        item.setdefault(names["#ttl"], values[":ttl"])
         return item
+
+
+def _add(item: dict[str, dict[str, str]], attribute: str, amount: str) -> None:
+    """ADD (or ``if_not_exists(a, 0) + n``) as DynamoDB stores the result: plain digits."""
+    total = Decimal(item.get(attribute, {"N": "0"})["N"]) + Decimal(amount)
+    item[attribute] = {"N": format(total, "f")}
 

@@ -84,19 +84,24 @@ class OriginHandler:
         return {}
 
     def _update(self, key: str, seconds: int, amount: str | None) -> None:
-        names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
-        values = {":zero": {"N": "0"}, ":one": {"N": "1"}, ":ttl": {"N": str(seconds + RETENTION_SECONDS)}}
-        expression = UPDATE_EXPRESSION
-        if amount is not None:
-            names["#sum"], values[":amount"] = "sum", {"N": amount}
-            expression = SUM_UPDATE_EXPRESSION
-        self.client.update_item(
-            TableName=self.table_name,
-            Key={KEY_ATTRIBUTE: {"S": key}},
-            UpdateExpression=expression,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
+        self.client.update_item(**update_request(self.table_name, key, seconds, amount))
+
+
+def update_request(table_name: str, key: str, seconds: int, amount: str | None) -> dict[str, Any]:
+    """The origin's increment of one bucket item (and of its sum, for an amount)."""
+    names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
+    values = {":zero": {"N": "0"}, ":one": {"N": "1"}, ":ttl": {"N": str(seconds + RETENTION_SECONDS)}}
+    expression = UPDATE_EXPRESSION
+    if amount is not None:
+        names["#sum"], values[":amount"] = "sum", {"N": amount}
+        expression = SUM_UPDATE_EXPRESSION
+    return {
+        "TableName": table_name,
+        "Key": {KEY_ATTRIBUTE: {"S": key}},
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
 
 
 def query_keys(prefix: str, now_ms: int) -> list[str]:

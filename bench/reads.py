@@ -3,8 +3,10 @@
 Cost is computed per window from the keys each design reads, at every minute
 offset of the hour, for windows ending now and windows ending in the past,
 assuming every bucket a plan reads exists (the worst case for a Query, which
-is charged by the size of what it returns). Correctness is checked on the
-origin's mock workload against a brute-force count of the raw events.
+is charged by the size of what it returns). A tally bucket item holds the
+watermark of every shard that wrote it (its tag and its position: 19 bytes for
+a 21-digit sequence number), spread over the lanes. Correctness is checked on
+the origin's mock workload against a brute-force count of the raw events.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 
 from bench import origin
 from bench.cost import batch_get_read_units, item_size, query_read_units
-from bench.workloads import START_MS, Event
+from bench.workloads import START_MS, STREAM_ARN, Event
 from tally.core.buckets import Bucket, lane_sort_key
+from tally.core.commit import Writer, order_preserving
 from tally.dynamo import BATCH_GET_LIMIT
 from tally.core.plans import Plan, PlanKind, make_plan
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
@@ -26,26 +29,33 @@ from tally.core.sums import sum_plan
 from tally.core.windows import Window
 
 COUNTER = "c" * 32  # the longest counter the read-unit target speaks of
+SEQUENCE_NUMBER = 10**20  # a 21-digit stream sequence number, as DynamoDB Streams hands them out
 LARGE_COUNT = 999_999_999_999  # a generous count: item sizes, hence read units, are worst case
 PAST_HOURS = 3  # how long before now a "past" window ends
 NOW_HOUR_MS = START_MS + 36 * HOUR_MS  # the last hour of the origin's mock data
 SECONDS_INTO_MINUTE_MS = 30_000
 
 
-def tally_item_size(bucket: Bucket, settings: Settings, counter: str = COUNTER, lane: int = 0) -> int:
-    return item_size(
-        {
-            "pk": {"S": counter},
-            "sk": {"S": lane_sort_key(bucket.sort_key, lane)},
-            "count": {"N": str(LARGE_COUNT)},
-            "ttl": {"N": str(bucket.ttl_seconds(settings))},
-        }
-    )
+def tally_item_size(
+    bucket: Bucket, settings: Settings, counter: str = COUNTER, lane: int = 0, watermarks: int = 1
+) -> int:
+    item = {
+        "pk": {"S": counter},
+        "sk": {"S": lane_sort_key(bucket.sort_key, lane)},
+        "count": {"N": str(LARGE_COUNT)},
+        "ttl": {"N": str(bucket.ttl_seconds(settings))},
+    }
+    for shard in range(watermarks):
+        writer = Writer.of_shard(STREAM_ARN, f"shardId-{shard:08d}")
+        item[writer.tag] = {"B": order_preserving(SEQUENCE_NUMBER)}
+    return item_size(item)
 
 
-def tally_item_sizes(bucket: Bucket, settings: Settings) -> list[int]:
-    """Every item a read of this bucket returns: one per lane (all assumed written, the worst case)."""
-    return [tally_item_size(bucket, settings, lane=lane) for lane in range(settings.bucket_lanes)]
+def tally_item_sizes(bucket: Bucket, settings: Settings, shards: int = 1) -> list[int]:
+    """Every item a read of this bucket returns: one per lane (all assumed written, the worst case),
+    each with the watermarks of its share of the ``shards`` that write the bucket."""
+    lanes = settings.bucket_lanes
+    return [tally_item_size(bucket, settings, lane=lane, watermarks=-(-shards // lanes)) for lane in range(lanes)]
 
 
 def origin_item_size(key: str) -> int:
@@ -62,12 +72,12 @@ def batch_cost(sizes: list[int]) -> dict[str, float]:
     }
 
 
-def range_cost(plan: Plan, settings: Settings) -> dict[str, float]:
+def range_cost(plan: Plan, settings: Settings, shards: int = 1) -> dict[str, float]:
     run_sizes = [
         [
             size
             for index in range(run.first.index, run.last.index + 1)
-            for size in tally_item_sizes(Bucket(run.first.granularity, index), settings)
+            for size in tally_item_sizes(Bucket(run.first.granularity, index), settings, shards)
         ]
         for run in plan.runs()
     ]
@@ -79,14 +89,16 @@ def range_cost(plan: Plan, settings: Settings) -> dict[str, float]:
     }
 
 
-def window_costs(now_ms: int, at_ms: int, settings: Settings) -> dict[str, dict[str, float]]:
+def window_costs(now_ms: int, at_ms: int, settings: Settings, shards: int = 1) -> dict[str, dict[str, float]]:
     window = Window.ending(at_ms)
     batch = make_plan(window, now_ms, settings, PlanKind.BATCH)
     ranged = make_plan(window, now_ms, settings, PlanKind.RANGE)
     return {
         "origin": batch_cost([origin_item_size(key) for key in origin.query_keys(COUNTER, at_ms)]),
-        "tally_batch": batch_cost([size for bucket in batch.buckets for size in tally_item_sizes(bucket, settings)]),
-        "tally_range": range_cost(ranged, settings),
+        "tally_batch": batch_cost(
+            [size for bucket in batch.buckets for size in tally_item_sizes(bucket, settings, shards)]
+        ),
+        "tally_range": range_cost(ranged, settings, shards),
     }
 
 
@@ -104,11 +116,12 @@ def summarize(values: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     }
 
 
-def costs(settings: Settings) -> dict[str, Any]:
-    """Mean and worst cost over the 60 minute offsets, per design, for windows ending now and in the past."""
+def costs(settings: Settings, shards: int = 1) -> dict[str, Any]:
+    """Mean and worst cost over the 60 minute offsets, per design, for windows ending now and in the past,
+    with every bucket written by ``shards`` shards."""
     result: dict[str, Any] = {}
     for ending in ("now", "past"):
-        per_offset = [window_costs(now, at, settings) for _minute, now, at in offsets(ending)]
+        per_offset = [window_costs(now, at, settings, shards) for _minute, now, at in offsets(ending)]
         result[f"ending_{ending}"] = {design: summarize([c[design] for c in per_offset]) for design in per_offset[0]}
     return result
 

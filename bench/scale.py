@@ -3,23 +3,25 @@
 Lambda aligns tumbling windows to the clock, so every shard of the events
 stream commits its window at the same moment, and every shard carries the hot
 counters. This model runs tally's own fold (``SegmentFolder``) and commit
-policy (``commit_steps``: the transactions, the backoff, what a cancellation
-means) for every shard, against a simulated DynamoDB in simulated time:
+policy (``commit_steps``: a segment's hour updates, then its minute updates,
+the throttled ones sent again after a pause) for every shard, against a
+simulated DynamoDB in simulated time:
 
-- a transaction locks its items from the moment DynamoDB accepts it until it
-  answers (a lognormal duration that grows with its items); a transaction
-  that touches a locked item is cancelled with ``TransactionConflict``;
+- the function sends a segment's updates 32 at a time (``CountsTable``'s
+  workers); an UpdateItem answers after a lognormal time (median 5 ms);
 - an item, and a partition (here: a partition key's item collection), accept
-  at most 1,000 write units a second, with a second's worth of burst; a
-  transaction that would exceed either is cancelled with ``ThrottlingError``
-  and consumes nothing;
-- a committed transaction costs two write units per started KB of each item,
-  the larger of the item before and after (``bench.cost``); cancelled
-  attempts are counted, not charged;
+  at most 1,000 write units a second, with a second's worth of burst; an
+  update that would exceed either is refused with a throttling error, consumes
+  nothing, and is answered as quickly;
+- an update costs one write unit per started KB of the larger of the item
+  before and after (``bench.cost``), and an item holds a watermark (its name
+  and an order-preserving position) for every shard that wrote it, so items
+  that many shards write grow; an update whose condition fails (a retry that
+  finds its watermark) costs the item's own size;
 - a Lambda invocation fails when the commit policy gives up (retries
   exhausted) or when it runs past the function's 60 s timeout; Lambda then
-  retries it a second later, and the retry finds the markers of what was
-  committed before.
+  retries it a second later, and the retry finds the watermarks of what was
+  applied before.
 
 An event queue (heapq) orders every step; no wall-clock time passes, so a
 thousand shards take seconds. Every run checks exactness: the bucket counts
@@ -28,6 +30,7 @@ the model stored equal the events it generated.
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import itertools
@@ -39,23 +42,27 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.cost import item_size, number_size, write_units
+from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets
 from tally.core.commit import (
-    Attempt,
     CommitResult,
     CommitStep,
     Outcome,
+    Pause,
     RetriesExhausted,
-    classify_cancellation,
+    Send,
+    Update,
+    Writer,
     commit_steps,
-    source_id,
 )
-from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets
 from tally.core.records import CounterEvent
 from tally.core.retry import Backoff, commit_backoff
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import MAX_BUCKET_LANES, MINUTE_MS, Settings
+from tally.dynamo import COMMIT_WORKERS
 
 TABLE = "tally-counts"
+# Lanes bound the watermarks an item collects: one per shard that writes it.
+SHARDS_PER_LANE = 64
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-23T00:00:00.000"
 WINDOW_SECONDS = 60
 FUNCTION_TIMEOUT_SECONDS = 60.0
@@ -68,20 +75,13 @@ Key = tuple[str, str]
 
 @dataclass(frozen=True)
 class Latency:
-    """How long DynamoDB holds a transaction's items, and how quickly it refuses one."""
+    """How long DynamoDB takes to answer an UpdateItem, applied or refused."""
 
-    lock_median_seconds: float = 0.012
-    lock_seconds_per_item: float = 0.0002  # a full 100-item transaction: about 32 ms
-    lock_sigma: float = 0.5
-    cancel_median_seconds: float = 0.005
-    cancel_sigma: float = 0.3
+    update_median_seconds: float = 0.005
+    sigma: float = 0.5
 
-    def lock_seconds(self, rng: random.Random, items: int) -> float:
-        median = self.lock_median_seconds + self.lock_seconds_per_item * items
-        return median * math.exp(self.lock_sigma * rng.gauss(0.0, 1.0))
-
-    def cancel_seconds(self, rng: random.Random) -> float:
-        return self.cancel_median_seconds * math.exp(self.cancel_sigma * rng.gauss(0.0, 1.0))
+    def seconds(self, rng: random.Random) -> float:
+        return self.update_median_seconds * math.exp(self.sigma * rng.gauss(0.0, 1.0))
 
 
 @dataclass(frozen=True)
@@ -108,29 +108,36 @@ class TokenBucket:
 
 @dataclass
 class TableStats:
-    attempts: int = 0
-    transactions: int = 0
-    conflicts: int = 0  # attempts cancelled because an item was locked
-    throttled: int = 0  # attempts cancelled for an item's or a partition's write limit
-    duplicates: int = 0  # attempts cancelled because their marker exists
+    updates: int = 0  # UpdateItem requests answered
+    applied: int = 0
+    throttled: int = 0  # refused for an item's or a partition's write limit
+    already_applied: int = 0  # refused by the watermark: a retry found its own write
     write_units: int = 0
-    item_writes: int = 0
+    counted_write_units: int = 0  # from ``counting_from`` on (the steady state)
+    largest_item_bytes: int = 0
 
 
-@dataclass(frozen=True)
-class Write:
-    """One action of a transaction: the item, and what it does to it."""
-
+@dataclass
+class _Parsed:
     key: Key
-    delta: int | None  # ADD to the count; None for the marker's Put
-    image: dict[str, dict[str, str]]  # the item as written when it does not exist yet
+    delta: int
+    tag: str
+    position: bytes
+    request: dict[str, Any]
+
+    def new_item_bytes(self) -> int:
+        """The item as this update creates it."""
+        values = self.request["ExpressionAttributeValues"]
+        created = {**self.request["Key"], "count": values[":a0"], "ttl": values[":ttl"], self.tag: values[":w"]}
+        return item_size(created)
 
 
 class SimulatedTable:
-    """TransactWriteItems on the counts table, as far as conflicts, limits and write units go.
+    """UpdateItem on the counts table, as far as limits, watermarks and write units go.
 
-    It keeps each item's count and size (by DynamoDB's rules, ``bench.cost``),
-    when each item's lock ends, and a token bucket per item and per partition.
+    It keeps each item's count, size (by DynamoDB's rules, ``bench.cost``)
+    and watermarks, and a token bucket per item and per partition.
+    ``counting``: whether the write units of the updates sent now count as steady state.
     """
 
     def __init__(self, latency: Latency = Latency(), limits: Limits = Limits(), rng: random.Random | None = None) -> None:
@@ -138,74 +145,70 @@ class SimulatedTable:
         self.rng = rng or random.Random(0)
         self.counts: dict[Key, int] = {}
         self.sizes: dict[Key, int] = {}
-        self.locked_until: dict[Key, float] = {}
+        self.watermarks: dict[Key, dict[str, bytes]] = {}
         self.item_capacity: dict[Key, TokenBucket] = {}
         self.partition_capacity: dict[str, TokenBucket] = {}
         self.stats = TableStats()
-        self._parsed: dict[int, tuple[Sequence[dict[str, Any]], list[Write]]] = {}
+        self.counting = True  # whether write units count now (set by the simulation, window by window)
+        self._parsed: dict[int, tuple[Update, _Parsed]] = {}
 
-    def transact(self, now: float, transact_items: Sequence[dict[str, Any]]) -> tuple[float, list[str] | None]:
-        """Start a transaction at ``now``: when its answer arrives, and its CancellationReasons codes (None: committed)."""
-        self.stats.attempts += 1
-        writes = self._writes(transact_items)
-        locked_until, sizes = self.locked_until, self.sizes
-        codes = ["TransactionConflict" if locked_until.get(write.key, -1.0) > now else "None" for write in writes]
-        if "TransactionConflict" in codes:
-            self.stats.conflicts += 1
-            return now + self.latency.cancel_seconds(self.rng), codes
-        if any(write.delta is None and write.key in sizes for write in writes):
-            self.stats.duplicates += 1
-            self._parsed.pop(id(transact_items), None)
-            codes = ["ConditionalCheckFailed" if w.delta is None and w.key in sizes else "None" for w in writes]
-            return now + self.latency.cancel_seconds(self.rng), codes
-        after = [self._size_after(write) for write in writes]
-        units = [write_units(max(sizes.get(write.key, 0), size), transactional=True) for write, size in zip(writes, after)]
-        by_partition: Counter[str] = Counter()
-        for write, cost in zip(writes, units):
-            by_partition[write.key[0]] += cost
-        for index, (write, cost) in enumerate(zip(writes, units)):
-            if (
-                self._item_bucket(write.key).available(now) < cost
-                or self._partition_bucket(write.key[0]).available(now) < by_partition[write.key[0]]
-            ):
-                codes[index] = "ThrottlingError"
-        if "ThrottlingError" in codes:
-            self.stats.throttled += 1
-            return now + self.latency.cancel_seconds(self.rng), codes
-        for partition, cost in by_partition.items():
-            self._partition_bucket(partition).take(now, cost)
-        done = now + self.latency.lock_seconds(self.rng, len(writes))
-        for write, size, cost in zip(writes, after, units):
-            self._item_bucket(write.key).take(now, cost)
-            if write.delta is not None:
-                self.counts[write.key] = self.counts.get(write.key, 0) + write.delta
-            sizes[write.key] = size
-            locked_until[write.key] = done
-        self.stats.transactions += 1
-        self.stats.write_units += sum(units)
-        self.stats.item_writes += len(writes)
-        self._parsed.pop(id(transact_items), None)
-        return done, None
+    def update(self, now: float, update: Update) -> tuple[float, Outcome]:
+        """Send one UpdateItem at ``now``: when its answer arrives, and what it is."""
+        stats = self.stats
+        stats.updates += 1
+        answer_at = now + self.latency.seconds(self.rng)
+        parsed = self._parse(update)
+        key = parsed.key
+        before = self.sizes.get(key, 0)
+        marks = self.watermarks.get(key)
+        old = marks.get(parsed.tag) if marks else None
+        if old is not None and old >= parsed.position:
+            cost, outcome = write_units(before), Outcome.ALREADY_APPLIED
+            after = before
+        else:
+            if not before:
+                after = parsed.new_item_bytes()
+            else:
+                count = self.counts[key]
+                after = before - number_size(count) + number_size(count + parsed.delta)
+                after += len(parsed.position) - len(old) if old is not None else len(parsed.tag) + len(parsed.position)
+            cost, outcome = write_units(max(before, after)), Outcome.APPLIED
+        item_bucket, partition_bucket = self._item_bucket(key), self._partition_bucket(key[0])
+        if item_bucket.available(now) < cost or partition_bucket.available(now) < cost:
+            stats.throttled += 1
+            return answer_at, Outcome.RETRY
+        item_bucket.take(now, cost)
+        partition_bucket.take(now, cost)
+        stats.write_units += cost
+        if self.counting:
+            stats.counted_write_units += cost
+        if outcome is Outcome.ALREADY_APPLIED:
+            stats.already_applied += 1
+            return answer_at, outcome
+        self.counts[key] = self.counts.get(key, 0) + parsed.delta
+        self.sizes[key] = after
+        self.watermarks.setdefault(key, {})[parsed.tag] = parsed.position
+        stats.applied += 1
+        stats.largest_item_bytes = max(stats.largest_item_bytes, after)
+        self._parsed.pop(id(update), None)
+        return answer_at, outcome
 
     def count(self, key: Key) -> int:
         return self.counts.get(key, 0)
 
-    def _writes(self, transact_items: Sequence[dict[str, Any]]) -> list[Write]:
-        """Parsed once per transaction, however often it is retried (kept until it commits or is a duplicate)."""
-        cached = self._parsed.get(id(transact_items))
-        if cached is not None and cached[0] is transact_items:
+    def _parse(self, update: Update) -> _Parsed:
+        """Read once per update, however often it is sent again (kept until applied)."""
+        cached = self._parsed.get(id(update))
+        if cached is not None and cached[0] is update:
             return cached[1]
-        writes = [_write(action) for action in transact_items]
-        self._parsed[id(transact_items)] = (transact_items, writes)
-        return writes
-
-    def _size_after(self, write: Write) -> int:
-        """The item's size after the write: a count's digits are all an ADD can change once the item exists."""
-        before = self.sizes.get(write.key)
-        if before is None or write.delta is None:
-            return item_size(write.image)
-        count = self.counts[write.key]
-        return before - number_size(count) + number_size(count + write.delta)
+        request = update.request
+        names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
+        if list(names) != ["#ttl", "#w", "#a0"] or names["#a0"] != "count":
+            raise ValueError(f"the model only runs tally's count updates, not {request['UpdateExpression']!r}")
+        key = (request["Key"]["pk"]["S"], request["Key"]["sk"]["S"])
+        parsed = _Parsed(key, int(values[":a0"]["N"]), update.tag, update.position, request)
+        self._parsed[id(update)] = (update, parsed)
+        return parsed
 
     def _item_bucket(self, key: Key) -> TokenBucket:
         bucket = self.item_capacity.get(key)
@@ -220,18 +223,6 @@ class SimulatedTable:
             rate = self.limits.partition_write_units_per_second
             bucket = self.partition_capacity[partition] = TokenBucket(rate, rate * self.limits.burst_seconds)
         return bucket
-
-
-def _write(action: dict[str, Any]) -> Write:
-    [(kind, request)] = action.items()
-    if kind == "Put" and request.get("ConditionExpression") == "attribute_not_exists(#pk)":
-        item = request["Item"]
-        return Write((item["pk"]["S"], item["sk"]["S"]), None, dict(item))
-    if kind == "Update" and request["UpdateExpression"] == "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)":
-        key, values = request["Key"], request["ExpressionAttributeValues"]
-        delta = int(values[":delta"]["N"])
-        return Write((key["pk"]["S"], key["sk"]["S"]), delta, {**key, "count": values[":delta"], "ttl": values[":ttl"]})
-    raise ValueError(f"the model only runs tally's own writes, not {kind} {request.get('UpdateExpression')!r}")
 
 
 # --- workload -----------------------------------------------------------------------------------
@@ -311,6 +302,34 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return n
 
 
+@dataclass
+class Folded:
+    """A scenario's windows folded once, for every commit configuration that runs it."""
+
+    windows: list[tuple[int, int, list[Segment]]]  # (shard, window, its segments)
+    events_per_window: Counter[int]
+    expected: Counter[Key]  # events per (counter, minute sort key)
+
+
+@functools.lru_cache(maxsize=2)
+def folded(scenario: Scenario) -> Folded:
+    """Every shard's windows through tally's fold, and the count each minute bucket must end with."""
+    result = Folded([], Counter(), Counter())
+    minute_keys: dict[int, str] = {}
+    for shard, window, events in shard_windows(scenario):
+        result.events_per_window[window] += len(events)
+        for event in events:
+            minute = event.event_ms // MINUTE_MS
+            key = minute_keys.get(minute)
+            if key is None:
+                key = minute_keys[minute] = Bucket("M", minute).sort_key
+            result.expected[(event.counter, key)] += 1
+        segments = fold(events)
+        if segments:
+            result.windows.append((shard, window, segments))
+    return result
+
+
 def fold(events: list[CounterEvent]) -> list[Segment]:
     """tally's fold of one window: the segments it closed early, then the one the window's end closes."""
     folder = SegmentFolder()
@@ -322,40 +341,22 @@ def fold(events: list[CounterEvent]) -> list[Segment]:
 # --- commit configurations ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CommitConfig:
-    """What a deployment chooses about commits: how many lanes per bucket, and the retry schedule."""
-
-    name: str
-    bucket_lanes: int
-    schedule: Callable[[], Backoff]
-
-
-BEFORE = CommitConfig("one item per bucket, 8 tries within 6.4 s of pauses", 1, Backoff)
-RETRIES_ONLY = CommitConfig("one item per bucket, commit schedule (25 tries within 21 s)", 1, commit_backoff)
-
-
 def lanes_for(shards: int) -> int:
-    """The lanes the README recommends: about 125 shards per lane (a bucket takes ~80 transactions/s)."""
-    return min(MAX_BUCKET_LANES, math.ceil(shards / 125))
-
-
-def after(shards: int) -> CommitConfig:
-    lanes = lanes_for(shards)
-    return CommitConfig(f"{lanes} lane{'s' if lanes > 1 else ''} per bucket, commit schedule", lanes, commit_backoff)
+    """The lanes the README recommends: about SHARDS_PER_LANE shards per lane, so an item has few watermarks."""
+    return min(MAX_BUCKET_LANES, math.ceil(shards / SHARDS_PER_LANE))
 
 
 def window_commit(
-    segments: list[Segment], source: str, settings: Settings, backoff: Callable[[], Backoff]
-) -> Generator[CommitStep, Outcome | None, CommitResult]:
+    segments: list[Segment], writer: Writer, settings: Settings, backoff: Callable[[], Backoff]
+) -> Generator[CommitStep, Any, CommitResult]:
     """What the final invocation of a window does: commit its segments in order (CountsTable.commit, step by step)."""
-    transactions = duplicates = retries = 0
+    applied = already = retries = 0
     for segment in segments:
-        result = yield from commit_steps(segment, source, TABLE, settings, backoff)
-        transactions += result.transactions
-        duplicates += result.duplicates
+        result = yield from commit_steps(segment, writer, TABLE, settings, backoff)
+        applied += result.applied
+        already += result.already_applied
         retries += result.retries
-    return CommitResult(transactions, duplicates, retries)
+    return CommitResult(applied, already, retries)
 
 
 # --- the simulation -----------------------------------------------------------------------------
@@ -366,12 +367,23 @@ class Invocation:
     shard: int
     window: int
     started: float
-    steps: Generator[CommitStep, Outcome | None, CommitResult]
+    steps: Generator[CommitStep, Any, CommitResult]
+
+
+@dataclass
+class Batch:
+    """The updates of one Send step in flight, WORKERS at a time."""
+
+    invocation: Invocation
+    updates: list[Update]
+    outcomes: list[Outcome | None]
+    next: int = 0
+    answered: int = 0
 
 
 @dataclass
 class ShardState:
-    source: str
+    writer: Writer
     backoff: Callable[[], Backoff]
     pending: list[tuple[int, list[Segment]]] = field(default_factory=list)
     busy: bool = False
@@ -380,6 +392,7 @@ class ShardState:
 @dataclass
 class RunStats:
     events: int = 0
+    counted_events: int = 0  # in the windows whose write units count (the steady state)
     retries: int = 0
     failed_retries_exhausted: int = 0
     failed_timeout: int = 0
@@ -388,27 +401,35 @@ class RunStats:
 
 
 class Simulation:
-    """Every shard's final invocation of every window, stepped through one event queue."""
+    """Every shard's final invocation of every window, stepped through one event queue.
+
+    Write units count from window ``counted_from_window`` on: the first
+    window of a run fills the hour items with the watermarks of their shards,
+    which they then keep for the rest of the hour.
+    """
 
     def __init__(
         self,
         scenario: Scenario,
         table: SimulatedTable,
-        config: CommitConfig,
+        lanes: int,
+        schedule: Callable[[], Backoff] = commit_backoff,
+        workers: int = COMMIT_WORKERS,
         invoke_delay_mean_seconds: float = 0.2,
+        counted_from_window: int = 0,
     ) -> None:
-        self.scenario, self.table = scenario, table
-        self.settings = Settings(counts_table=TABLE, bucket_lanes=config.bucket_lanes)
+        self.scenario, self.table, self.workers = scenario, table, workers
+        self.settings = Settings(counts_table=TABLE, bucket_lanes=lanes)
         self.rng = random.Random(scenario.seed + 1)
         self.invoke_delay_mean_seconds = invoke_delay_mean_seconds
+        self.counted_from_window = counted_from_window
         self.queue: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self.order = itertools.count()
         self.stats = RunStats()
         self.expected: Counter[Key] = Counter()
         self.done_at: dict[tuple[int, int], float] = {}
-        self.minute_keys: dict[int, str] = {}
         self.shards = [
-            ShardState(source_id(STREAM_ARN, f"shardId-{shard:08d}"), _seeded(config.schedule, scenario.seed, shard))
+            ShardState(Writer.of_shard(STREAM_ARN, f"shardId-{shard:08d}"), _seeded(schedule, scenario.seed, shard))
             for shard in range(scenario.shards)
         ]
 
@@ -423,14 +444,15 @@ class Simulation:
                 gc.enable()
 
     def _run(self) -> RunStats:
-        for shard, window, events in shard_windows(self.scenario):
-            self.stats.events += len(events)
-            for event in events:
-                self.expected[(event.counter, self._minute_key(event.event_ms // MINUTE_MS))] += 1
-            segments = fold(events)
-            if segments:
-                window_end = (window + 1) * WINDOW_SECONDS
-                self._at(window_end + self.rng.expovariate(1 / self.invoke_delay_mean_seconds), self._arrive, shard, window, segments)
+        prepared = folded(self.scenario)
+        self.expected = prepared.expected
+        for window, events in prepared.events_per_window.items():
+            self.stats.events += events
+            if window >= self.counted_from_window:
+                self.stats.counted_events += events
+        for shard, window, segments in prepared.windows:
+            window_end = (window + 1) * WINDOW_SECONDS
+            self._at(window_end + self.rng.expovariate(1 / self.invoke_delay_mean_seconds), self._arrive, shard, window, segments)
         while self.queue:
             now, _, action, arguments = heapq.heappop(self.queue)
             action(now, *arguments)
@@ -440,12 +462,6 @@ class Simulation:
             if ends:
                 self.stats.all_shards_seconds.append(max(ends))
         return self.stats
-
-    def _minute_key(self, minute: int) -> str:
-        key = self.minute_keys.get(minute)
-        if key is None:
-            key = self.minute_keys[minute] = Bucket("M", minute).sort_key
-        return key
 
     def _at(self, when: float, action: Callable[..., None], *arguments: Any) -> None:
         heapq.heappush(self.queue, (when, next(self.order), action, arguments))
@@ -461,10 +477,10 @@ class Simulation:
         state = self.shards[shard]
         window, segments = state.pending[0]
         state.busy = True
-        steps = window_commit(segments, state.source, self.settings, state.backoff)
+        steps = window_commit(segments, state.writer, self.settings, state.backoff)
         self._step(now, Invocation(shard, window, now, steps), None)
 
-    def _step(self, now: float, invocation: Invocation, reply: Outcome | None) -> None:
+    def _step(self, now: float, invocation: Invocation, reply: list[Outcome] | None) -> None:
         if now - invocation.started > FUNCTION_TIMEOUT_SECONDS:
             self.stats.failed_timeout += 1
             self._retry(invocation.started + FUNCTION_TIMEOUT_SECONDS, invocation)
@@ -478,18 +494,33 @@ class Simulation:
             self.stats.failed_retries_exhausted += 1
             self._retry(now, invocation)
             return
-        if isinstance(step, Attempt):
-            answer_at, codes = self.table.transact(now, step.items)
-            outcome = Outcome.COMMITTED if codes is None else classify_cancellation([{"Code": code} for code in codes])
-            if outcome is Outcome.FAIL:
-                raise AssertionError(f"the model refused tally's transaction: {codes}")
-            self.stats.retries += outcome is Outcome.RETRY
-            self._at(answer_at, self._step, invocation, outcome)
-        else:
+        if isinstance(step, Send):
+            batch = Batch(invocation, step.updates, [None] * len(step.updates))
+            for _ in range(min(self.workers, len(step.updates))):
+                self._send_next(now, batch)
+        elif isinstance(step, Pause):
             self._at(now + step.seconds, self._step, invocation, None)
+        else:
+            raise AssertionError(f"the model's segments never predate this release: {step!r}")
+
+    def _send_next(self, now: float, batch: Batch) -> None:
+        index = batch.next
+        batch.next += 1
+        self.table.counting = batch.invocation.window >= self.counted_from_window
+        answer_at, outcome = self.table.update(now, batch.updates[index])
+        self._at(answer_at, self._answered, batch, index, outcome)
+
+    def _answered(self, now: float, batch: Batch, index: int, outcome: Outcome) -> None:
+        batch.outcomes[index] = outcome
+        batch.answered += 1
+        self.stats.retries += outcome is Outcome.RETRY
+        if batch.next < len(batch.updates):
+            self._send_next(now, batch)
+        elif batch.answered == len(batch.updates):
+            self._step(now, batch.invocation, batch.outcomes)  # type: ignore[arg-type]
 
     def _retry(self, failed_at: float, invocation: Invocation) -> None:
-        """Lambda retries the failed invocation with the same records; committed parts are found by their markers.
+        """Lambda retries the failed invocation with the same records; what was applied is found by its watermarks.
 
         The shard stays busy meanwhile: its next window waits for this one, as Lambda keeps a shard in order.
         """
@@ -536,27 +567,33 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)] if ordered else 0.0
 
 
+@functools.lru_cache(maxsize=64)
 def measure(
-    scenario: Scenario, config: CommitConfig, latency: Latency = Latency(), limits: Limits = Limits()
+    scenario: Scenario,
+    lanes: int,
+    *,
+    latency: Latency = Latency(),
+    limits: Limits = Limits(),
+    counted_from_window: int = 0,
 ) -> dict[str, Any]:
+    """The figures of one run (cached: the tables share runs)."""
     table = SimulatedTable(latency, limits, random.Random(scenario.seed + 2))
-    stats = Simulation(scenario, table, config).run()
+    stats = Simulation(scenario, table, lanes, counted_from_window=counted_from_window).run()
     t = table.stats
     return {
         "shards": scenario.shards,
-        "configuration": config.name,
-        "bucket_lanes": config.bucket_lanes,
+        "bucket_lanes": lanes,
         "events_per_second": scenario.events_per_second,
         "windows": scenario.windows,
         "events": stats.events,
-        "transactions": t.transactions,
-        "attempts": t.attempts,
-        "conflicts": t.conflicts,
+        "updates": t.updates,
+        "applied": t.applied,
         "throttled": t.throttled,
+        "already_applied": t.already_applied,
         "retries": stats.retries,
-        "duplicates": t.duplicates,
         "write_units": t.write_units,
-        "write_units_per_1000_events": round(t.write_units * 1000 / max(1, stats.events), 1),
+        "write_units_per_1000_events": round(t.counted_write_units * 1000 / max(1, stats.counted_events), 1),
+        "largest_item_bytes": t.largest_item_bytes,
         "p50_commit_seconds": round(percentile(stats.commit_seconds, 0.50), 2),
         "p99_commit_seconds": round(percentile(stats.commit_seconds, 0.99), 2),
         "all_shards_committed_seconds": round(max(stats.all_shards_seconds, default=0.0), 2),
@@ -572,8 +609,9 @@ def measure(
 SHARD_COUNTS = (1, 10, 100, 1000)
 EVENTS_PER_SHARD_SECOND = 5.0  # the stream's rate grows with its shards
 FIXED_EVENTS_PER_SECOND = 5000.0  # the 1,000-shard rate, spread over fewer shards
+LANE_CHOICES_AT_1000_SHARDS = (1, 8, 16, 32)
 _FIGURES = (
-    "transactions", "conflicts", "throttled", "retries", "write_units_per_1000_events",
+    "bucket_lanes", "updates", "throttled", "retries", "write_units_per_1000_events", "largest_item_bytes",
     "p50_commit_seconds", "p99_commit_seconds", "all_shards_committed_seconds", "failed_invocations",
 )
 
@@ -584,37 +622,53 @@ def origin_write_units_per_event() -> int:
     return 2 * write_units(item_size(item))
 
 
+def dedup_write_units_per_event() -> int:
+    """The deduplicating design's transaction per event: its deduplication item and the two increments."""
+    dedup = {"id": {"S": "dedup_" + "0" * 32}, "ttl": {"N": "1795600000"}}
+    item = {"id": {"S": "counter-00001_minute_29923800"}, "count": {"N": "1000000"}, "ttl": {"N": "1795600000"}}
+    return write_units(item_size(dedup), transactional=True) + 2 * write_units(item_size(item), transactional=True)
+
+
 def results() -> dict[str, Any]:
-    """Every figure of the scale model, for bench/results.json."""
+    """Every figure of the scale model, for bench/results.json.
+
+    Write units per 1,000 events count the second window: by then the hour
+    items carry the watermarks of every shard that writes them, as they do
+    for the rest of their hour.
+    """
     growing = []
     for shards in SHARD_COUNTS:
         scenario = Scenario(shards=shards, events_per_second=EVENTS_PER_SHARD_SECOND * shards, windows=2)
-        fixed = measure(scenario, after(shards))
-        before = measure(scenario, BEFORE)
-        growing.append({**fixed, "before": {name: before[name] for name in ("configuration", "bucket_lanes", *_FIGURES)}})
-    at_1000 = Scenario(shards=1000, events_per_second=EVENTS_PER_SHARD_SECOND * 1000, windows=1)
-    halves = [
-        measure(at_1000, RETRIES_ONLY),
-        measure(at_1000, CommitConfig("8 lanes per bucket, 8 tries within 6.4 s of pauses", 8, Backoff)),
-    ]
-    origin = origin_write_units_per_event() * 1000
+        recommended = measure(scenario, lanes_for(shards), counted_from_window=1)
+        one_lane = measure(scenario, 1, counted_from_window=1)
+        growing.append({**recommended, "one_lane": {name: one_lane[name] for name in _FIGURES}})
+    at_1000 = Scenario(shards=1000, events_per_second=FIXED_EVENTS_PER_SECOND, windows=2)
+    lanes = [measure(at_1000, n, counted_from_window=1) for n in LANE_CHOICES_AT_1000_SHARDS]
+    origin, dedup = origin_write_units_per_event() * 1000, dedup_write_units_per_event() * 1000
     fixed_rate = []
     for mix in (DEFAULT_MIX, TAIL_ONLY_MIX):
         for shards in SHARD_COUNTS:
-            run = measure(Scenario(shards=shards, events_per_second=FIXED_EVENTS_PER_SECOND, windows=1, mix=mix), after(shards))
+            scenario = Scenario(shards=shards, events_per_second=FIXED_EVENTS_PER_SECOND, windows=2, mix=mix)
+            run = measure(scenario, lanes_for(shards), counted_from_window=1)
             fixed_rate.append(
                 {
                     "mix": mix.name,
                     "shards": shards,
+                    "bucket_lanes": run["bucket_lanes"],
                     "events_per_second": FIXED_EVENTS_PER_SECOND,
                     "write_units_per_1000_events": run["write_units_per_1000_events"],
                     "origin_write_units_per_1000_events": origin,
+                    "dedup_write_units_per_1000_events": dedup,
                     "origin_over_tally": round(origin / run["write_units_per_1000_events"], 2),
-                    "transactions": run["transactions"],
+                    "dedup_over_tally": round(dedup / run["write_units_per_1000_events"], 2),
+                    "largest_item_bytes": run["largest_item_bytes"],
+                    "updates": run["updates"],
+                    "throttled": run["throttled"],
+                    "p99_commit_seconds": run["p99_commit_seconds"],
                     "failed_invocations": run["failed_invocations"],
                 }
             )
-    return {"scale": growing, "scale_one_mitigation_at_1000_shards": halves, "scale_fixed_rate": fixed_rate}
+    return {"scale": growing, "scale_lanes_at_1000_shards": lanes, "scale_fixed_rate": fixed_rate}
 
 
 def model_description() -> dict[str, Any]:
@@ -623,8 +677,10 @@ def model_description() -> dict[str, Any]:
         "window_seconds": WINDOW_SECONDS,
         "events_per_shard_second": EVENTS_PER_SHARD_SECOND,
         "mix": DEFAULT_MIX.name,
-        "lock_median_ms": f"{latency.lock_median_seconds * 1000:g} + {latency.lock_seconds_per_item * 1000:g} per item",
-        "lock_sigma": latency.lock_sigma,
+        "update_median_ms": latency.update_median_seconds * 1000,
+        "update_sigma": latency.sigma,
+        "updates_in_flight_per_shard": COMMIT_WORKERS,
+        "shards_per_lane": SHARDS_PER_LANE,
         "item_and_partition_write_units_per_second": [limits.item_write_units_per_second, limits.partition_write_units_per_second],
         "function_timeout_seconds": FUNCTION_TIMEOUT_SECONDS,
     }

@@ -1,11 +1,11 @@
-"""Write cost of a workload under the origin design, under tally, and at the floor.
+"""Write cost of a workload under the origin design, the deduplicating design, tally, and at the floor.
 
-Both designs run their real code paths over the same stream records: tally's
+Every design runs its real code path over the same stream records: tally's
 ``invocation.process`` and ``CountsTable.commit``, fed by ``ShardDelivery``
 as Lambda's event source mapping would (batches, tumbling windows, state);
-the origin's handler, batch by batch. Their writes go through a
-``MeteredClient``, which charges them by DynamoDB's rules and, when given a
-moto client, also stores them there.
+the origin's handler and the deduplicating one (``bench.dedup``), batch by
+batch. Their writes go through a ``MeteredClient``, which charges them by
+DynamoDB's rules and, when given a moto client, also stores them there.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from moto import mock_aws
 
 from bench import origin
 from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient
+from bench.dedup import DedupHandler
 from bench.workloads import (
     SHARD_ID,
     STREAM_ARN,
@@ -35,6 +36,7 @@ from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 
 ORIGIN_TABLE = "origin-counts"
+DEDUP_TABLE = "dedup-counts"
 
 
 def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, forward_to: Any = None) -> MeteredClient:
@@ -42,7 +44,9 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
     client = MeteredClient(("pk", "sk"), forward_to)
     if workload.rules:
         settings = dataclasses.replace(settings, time_attribute="insertUtcTime", rules=parse_rules(workload.rules))
-    table = CountsTable(client, settings.counts_table, settings)
+    # One update at a time into the meter (it keeps one image of the table), and the steady
+    # state: no segment here can predate this release, so no markers of the previous one are read.
+    table = CountsTable(client, settings.counts_table, settings, workers=1, previous_release_until_ms=0)
 
     def handler(event: dict, context: Any) -> dict:
         if "window" in event:
@@ -68,19 +72,28 @@ def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> M
     return client
 
 
+def run_dedup(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
+    client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
+    time_attribute = "insertUtcTime" if workload.rules else "ts"
+    handler = DedupHandler(client, DEDUP_TABLE, time_attribute=time_attribute, counters=workload.counters)
+    for batch in record_chunks(workload.events(), batch_size, workload.image, workload.arrival):
+        handler({"Records": batch})
+    return client
+
+
 def per_thousand(units: float, events: int) -> float:
     return round(units * 1000 / events, 2)
 
 
 def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> dict[str, Any]:
-    """Requests, items written and write units of both designs and of the floor, for one workload."""
+    """Requests, items written and write units of every design and of the floor, for one workload."""
     events = workload.total
     tally = run_tally(workload, settings, config).meter
     origin_run = run_origin(workload, config.batch_size).meter
+    dedup = run_dedup(workload, config.batch_size).meter
     floor = floor_writes(workload.counted_arrivals(), config.window_seconds, settings)
     origin_peak = busiest_item_per_second(workload.counted())
-    markers = tally.requests  # one marker per transaction (a segment commits in parts of 99 buckets)
-    bucket_writes = tally.item_writes - markers
+    bucket_writes = tally.item_writes  # one UpdateItem per bucket item per segment, nothing else
     tally_peak = tally.busiest_item_writes()
     return {
         "workload": workload.name,
@@ -96,10 +109,15 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "busiest_item_writes_per_second": origin_peak,
             "busiest_item_share_of_partition_limit": round(origin_peak / PARTITION_WRITE_UNITS_PER_SECOND, 3),
         },
+        "dedup": {
+            "transactions": dedup.requests,
+            "item_writes": dedup.item_writes,
+            "write_units": dedup.units,
+            "write_units_per_1000_events": per_thousand(dedup.units, events),
+        },
         "tally": {
-            "transactions": tally.requests,
+            "updates": tally.requests,
             "bucket_writes": bucket_writes,
-            "marker_writes": markers,
             "write_units": tally.units,
             "write_units_per_1000_events": per_thousand(tally.units, events),
             "busiest_item_writes_per_window": tally_peak,
@@ -112,6 +130,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         },
         "ratios": {
             "origin_units_over_tally_units": round(origin_run.units / tally.units, 2),
+            "dedup_units_over_tally_units": round(dedup.units / tally.units, 2),
             "tally_bucket_writes_over_floor": round(bucket_writes / floor, 3),
             "tally_units_over_floor_units": round(tally.units / floor, 2),
         },
@@ -127,12 +146,15 @@ def verify_against_moto(workload: Workload, settings: Settings, config: Delivery
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, settings.events_table, settings.counts_table)
         client.create_table(**origin.create_table_request(ORIGIN_TABLE))
+        client.create_table(**origin.create_table_request(DEDUP_TABLE))
         tally = run_tally(workload, settings, config, forward_to=client)
         origin_run = run_origin(workload, config.batch_size, forward_to=client)
+        dedup = run_dedup(workload, config.batch_size, forward_to=client)
         return {
             "workload": f"{workload.name}: {workload.description}",
             "tally_matches_moto": _stored(client, settings.counts_table, ("pk", "sk")) == tally.items,
             "origin_matches_moto": _stored(client, ORIGIN_TABLE, (origin.KEY_ATTRIBUTE,)) == origin_run.items,
+            "dedup_matches_moto": _stored(client, DEDUP_TABLE, (origin.KEY_ATTRIBUTE,)) == dedup.items,
         }
 
 

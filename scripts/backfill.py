@@ -11,7 +11,7 @@ the table as it was at that very instant, read from an export taken at it
 own parsing and acceptance, with the count-from instant as its arrival.
 
 Rerunning with the same --export-arn after an interruption resumes: what was
-committed is found by its markers and not counted again. A backfill must run
+committed is found by its watermarks and not counted again. A backfill must run
 (and finish) within a day of count-from, as a stream record is committed
 within a day of its arrival. --max-wcu caps the
 write units per second it spends on the counts table. Bad input, an export
@@ -30,7 +30,7 @@ from botocore.exceptions import ClientError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms, backfill_file
+from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms, backfill_export
 from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> BackfillSummary:
                 f"export {export.arn} shows the table at {iso_second(export.export_time_ms)}, but the stream counts "
                 f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
             )
-        counts = CountsTable(dynamodb, tables.counts, settings)
+        # Exported items all predate this process, but never a marker of the previous release: the claim
+        # refuses an export that release began counting.
+        counts = CountsTable(dynamodb, tables.counts, settings, previous_release_until_ms=0)
         expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
         counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s)
         return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu))
@@ -136,7 +138,8 @@ def count_export(
 ) -> BackfillSummary:
     """Every data file of a completed export, counted with a progress bar."""
     assert settings.count_from_ms is not None
-    files = exports.data_files(s3, export)
+    # One writer per export: its files are counted in one fixed order, that of their keys.
+    files = sorted(exports.data_files(s3, export), key=lambda file: file.key)
     known = [file.item_count for file in files]
     total = sum(known) if all(count is not None for count in known) else export.item_count  # type: ignore[arg-type]
     summary = BackfillSummary()
@@ -150,18 +153,16 @@ def count_export(
     )
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("backfill", total=total)
-        for file in files:
-            backfill_file(
-                export.arn,
-                file.key,
-                exports.items(s3, export.bucket, file.key),
-                count_from_ms=settings.count_from_ms,
-                settings=settings,
-                commit=counts.commit,
-                limit=limit,
-                summary=summary,
-                on_items=lambda n: progress.advance(task, n),
-            )
+        backfill_export(
+            export.arn,
+            ((file.key, exports.items(s3, export.bucket, file.key)) for file in files),
+            count_from_ms=settings.count_from_ms,
+            settings=settings,
+            commit=counts.commit,
+            limit=limit,
+            summary=summary,
+            on_items=lambda n: progress.advance(task, n),
+        )
     return summary
 
 
@@ -179,8 +180,8 @@ def show(summary: BackfillSummary) -> None:
         table.add_row(f"rejected by rule {rule}", f"{count:,}")
     for reason, count in sorted(summary.skipped.items()):
         table.add_row(f"skipped: {reason.value}", f"{count:,}")
-    table.add_row("transactions committed", f"{summary.transactions_committed:,}")
-    table.add_row("already committed (resumed)", f"{summary.duplicate_transactions:,}")
+    table.add_row("bucket updates", f"{summary.bucket_updates:,}")
+    table.add_row("already applied (resumed)", f"{summary.updates_already_applied:,}")
     table.add_row("write units (WCU)", f"{summary.write_units:,}")
     out.print(table)
     per_counter = Table(title="counted per counter")

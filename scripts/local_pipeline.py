@@ -90,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", nargs=2, type=int, default=list(DEFAULT_RATE), metavar=("LOW", "HIGH"))
     parser.add_argument("--bad", type=int, default=6, help="bad records to inject (default 6: one of each kind)")
     parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation (default 1000)")
-    parser.add_argument("--window-seconds", type=int, default=60, help="tumbling window, 0 for none (default 60)")
+    parser.add_argument("--window-seconds", type=int, default=60, help="tumbling window, 1-900 s (default 60)")
     parser.add_argument("--keep-running", action="store_true", help="keep the server and a runner up afterwards")
     return parser
 

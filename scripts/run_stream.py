@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between empty passes (default 1)")
     parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation at most (default 1000)")
     parser.add_argument(
-        "--window-seconds", type=int, default=60, help="tumbling window length, 0 for none (default 60)"
+        "--window-seconds", type=int, default=60, help="tumbling window length, 1-900 s (default 60)"
     )
     parser.add_argument("--max-attempts", type=int, default=10, help="tries per invocation (default 10)")
     parser.add_argument(

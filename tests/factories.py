@@ -59,9 +59,9 @@ def counter_record(counter: str, ts: Any, *, arrival_s: float | None = None, **k
     return stream_record(image(id=f"e-{next_sequence()}", counter=counter, ts=ts), arrival_s=arrival_s, **kwargs)
 
 
-def plain_event(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """An invocation without a tumbling window."""
-    return {"Records": records}
+def one_invocation_window(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tumbling window that holds one invocation: it commits its own records."""
+    return window_event(records, final=True)
 
 
 def window_event(

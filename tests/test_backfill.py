@@ -5,27 +5,32 @@ from __future__ import annotations
 import pytest
 
 from factories import image
-from tally.backfill import BackfillSummary, WriteRateLimit, backfill_file, chunks, export_outcomes, write_units
+from tally.backfill import BackfillSummary, WriteRateLimit, backfill_export, chunks, export_outcomes, place, write_units
 from tally.core.records import CounterEvent, Reason
 from tally.core.settings import HOUR_MS, Settings
-from tally.core.commit import CommitResult
+from tally.core.buckets import Bucket
+from tally.core.commit import CommitResult, Writer
 
 COUNT_FROM = 1_795_000_000_000
 
 
-def count_file(images, settings=Settings(count_from_ms=COUNT_FROM), summary=None):
-    """Backfill one file with a commit that records the segments it is given."""
+def count_files(files, settings=Settings(count_from_ms=COUNT_FROM), summary=None):
+    """Backfill (key, images) files with a commit that records the segments it is given."""
     committed = []
 
-    def commit(segment, source):
-        committed.append((segment, source))
-        return CommitResult(transactions=len(segment.parts()), duplicates=0, retries=0)
+    def commit(segment, writer):
+        committed.append((segment, writer))
+        return CommitResult(applied=len(segment.deltas), already_applied=0, retries=0)
 
-    backfill_file(
-        "arn:export", "data/1.json.gz", images, count_from_ms=COUNT_FROM, settings=settings,
+    backfill_export(
+        "arn:export", files, count_from_ms=COUNT_FROM, settings=settings,
         commit=commit, limit=WriteRateLimit(1e9), summary=summary or BackfillSummary(),
     )
     return committed
+
+
+def count_file(images, settings=Settings(count_from_ms=COUNT_FROM), summary=None):
+    return count_files([("data/1.json.gz", images)], settings, summary)
 
 
 def test_exported_items_are_judged_as_stream_records_arriving_at_count_from():
@@ -55,7 +60,19 @@ def test_a_file_folds_into_the_same_segments_every_time_across_chunks(monkeypatc
     assert len(first) > 1 and all(len(s.deltas) <= 150 for s, _ in first)
     assert first[1][0].first_sequence not in {str(n) for n in range(0, 300, 7)}  # a segment starts mid-chunk
     assert sum(s.records for s, _ in first) == 300
-    assert len({source for _, source in first}) == 1
+    assert {writer for _, writer in first} == {Writer.of_export("arn:export")}
+
+
+def test_an_export_folds_across_its_files_in_the_order_of_their_keys():
+    files = [(f"data/{n}.json.gz", [image(id=f"{n}-{i}", counter="hot", ts=COUNT_FROM - i * 60_000) for i in range(50)]) for n in range(3)]
+    [(segment, writer)] = count_files(files)  # one segment: each bucket written once for the whole export
+    assert segment.records == 150
+    assert segment.deltas[("hot", Bucket.of_minute(COUNT_FROM // 60_000 - 1))] == 3  # one item of each file
+    assert writer == Writer.of_export("arn:export")
+    assert segment.first_sequence == str(place(0, 0)) and segment.last_sequence == str(place(2, 49))
+    assert place(0, 2**40 - 1) < place(1, 0)
+    with pytest.raises(ValueError, match="order of their keys"):
+        count_files(list(reversed(files)))
 
 
 def test_chunks_number_items_by_their_position():
@@ -90,5 +107,6 @@ def test_a_file_is_committed_and_summarized():
     assert summary.items == 6 and summary.counted == {"orders": 5}
     assert summary.rejected == {Reason.INVALID_COUNTER: 1}
     assert [segment.first_sequence for segment, _ in committed] == ["0"]
-    # 5 minutes and 1 hour of orders, a minute and an hour of the rejection, one marker: 9 items, 2 WCU each.
-    assert summary.write_units == write_units(committed[0][0]) == 18
+    # 5 minutes and 1 hour of orders, a minute and an hour of the rejection: 8 plain updates, 1 WCU each.
+    assert summary.write_units == write_units(committed[0][0]) == 8
+    assert summary.bucket_updates == 8

@@ -1,5 +1,8 @@
 """CountsTable against moto: commits, retries, batch gets and queries."""
 
+import threading
+import time
+
 import pytest
 from botocore.exceptions import ClientError
 
@@ -7,6 +10,7 @@ from moto_tables import COUNTS, no_sleep_backoff, read_counts
 from dataclasses import replace
 
 from tally.core.buckets import Bucket
+from tally.core.commit import Writer, order_preserving
 from tally.core.retry import Backoff, commit_backoff
 from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
 from tally.core.segments import Segment
@@ -15,6 +19,8 @@ from tally.core.settings import HOUR_MS, MINUTE_MS
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 MINUTE = Bucket.of_minute(T0 // MINUTE_MS)
 HOUR = Bucket.of_hour(T0 // HOUR_MS)
+WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
+OTHER_SHARD = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-2")
 
 
 def segment(first="100", delta=3):
@@ -42,100 +48,117 @@ class Faulty:
         return call
 
 
-def cancelled(*codes):
+def error(code, item=None):
     def raise_it(_real, _kwargs):
-        raise ClientError(
-            {
-                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
-                "CancellationReasons": [{"Code": code} for code in codes],
-            },
-            "TransactWriteItems",
-        )
-
-    return raise_it
-
-
-def error(code):
-    def raise_it(_real, _kwargs):
-        raise ClientError({"Error": {"Code": code, "Message": code}}, "Any")
+        response = {"Error": {"Code": code, "Message": code}}
+        if item is not None:
+            response["Item"] = item
+        raise ClientError(response, "UpdateItem")
 
     return raise_it
 
 
 def test_a_commit_adds_every_delta_once(counts_table, dynamodb):
-    result = counts_table.commit(segment(), "src")
-    assert (result.transactions, result.duplicates, result.retries) == (1, 0, 0)
+    result = counts_table.commit(segment(), WRITER)
+    assert (result.applied, result.already_applied, result.retries) == (2, 0, 0)
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
 
 
-def test_the_same_segment_again_is_a_duplicate_and_changes_nothing(counts_table, dynamodb):
-    counts_table.commit(segment(), "src")
-    assert counts_table.commit(segment(), "src").duplicates == 1
+def test_the_same_segment_again_is_already_applied_and_changes_nothing(counts_table, dynamodb):
+    counts_table.commit(segment(), WRITER)
+    assert counts_table.commit(segment(), WRITER).already_applied == 2
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
-    assert counts_table.commit(segment(), "other-shard").transactions == 1  # another source, another segment
+    assert counts_table.commit(segment(), OTHER_SHARD).applied == 2  # another shard: its own watermark
+    item = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "c"}, "sk": {"S": MINUTE.sort_key}})["Item"]
+    assert {name for name in item if name.startswith("~")} == {WRITER.tag, OTHER_SHARD.tag}
+    assert item["count"] == {"N": "6"}
+
+
+def test_an_earlier_segment_of_the_same_shard_replayed_later_is_skipped(counts_table, dynamodb):
+    counts_table.commit(segment("100000000000000000200"), WRITER)
+    assert counts_table.commit(segment("100000000000000000100"), WRITER).already_applied == 2
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
 
 
 def test_bucket_ttl_is_set_once_and_never_moved(counts_table, dynamodb, settings):
-    counts_table.commit(segment("1"), "src")
-    counts_table.commit(segment("2"), "src")
+    counts_table.commit(segment("1"), WRITER)
+    counts_table.commit(segment("2"), WRITER)
     item = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "c"}, "sk": {"S": MINUTE.sort_key}})["Item"]
     assert int(item["ttl"]["N"]) == MINUTE.ttl_seconds(settings)
     assert int(item["count"]["N"]) == 6
 
 
 @pytest.mark.parametrize(
-    "fault",
+    "code",
     [
-        cancelled("None", "TransactionConflict", "None"),
-        cancelled("None", "None", "ThrottlingError"),
-        error("ProvisionedThroughputExceededException"),
-        error("ThrottlingException"),
-        error("TransactionConflictException"),
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "TransactionConflictException",
+        "InternalServerError",
+        "RequestLimitExceeded",
     ],
 )
-def test_conflicts_and_throttling_are_retried_then_committed_once(dynamodb, settings, fault):
+def test_throttling_and_conflicts_with_transactions_are_retried_then_applied_once(dynamodb, settings, code):
     client = Faulty(dynamodb)
-    client.faults["transact_write_items"] = [fault, fault]
+    client.faults["update_item"] = [error(code), error(code)]
     table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
-    result = table.commit(segment(), "src")
-    assert (result.transactions, result.retries) == (1, 2)
-    assert client.calls["transact_write_items"] == 3
+    result = table.commit(segment(), WRITER)
+    assert (result.applied, result.retries) == (2, 2)
+    assert client.calls["update_item"] == 4
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
 
 
-def test_a_conflict_that_never_ends_raises_so_lambda_retries(dynamodb, settings):
-    client = Faulty(dynamodb)
-    client.faults["transact_write_items"] = [cancelled("None", "TransactionConflict", "None")] * 3
-    table = CountsTable(client, COUNTS, settings, backoff=lambda: no_sleep_backoff(attempts=3))
-    with pytest.raises(RetriesExhausted):
-        table.commit(segment(), "src")
-    assert read_counts(dynamodb, "c") == {}
+def test_an_answer_lost_after_the_write_is_found_applied_by_the_retry(dynamodb, settings):
+    def lost_answer(real, kwargs):
+        real(**kwargs)
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "lost"}}, "UpdateItem")
 
-
-def test_a_conditional_failure_on_a_bucket_is_not_taken_for_a_duplicate(dynamodb, settings):
     client = Faulty(dynamodb)
-    client.faults["transact_write_items"] = [cancelled("None", "ConditionalCheckFailed", "None")]
+    client.faults["update_item"] = [lost_answer]
     table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
-    with pytest.raises(CommitFailed, match="ConditionalCheckFailed"):
-        table.commit(segment(), "src")
+    result = table.commit(segment(), WRITER)
+    assert (result.applied, result.already_applied, result.retries) == (1, 1, 1)
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
+
+
+def test_throttling_that_never_ends_raises_so_lambda_retries(dynamodb, settings):
+    client = Faulty(dynamodb)
+    client.faults["update_item"] = [error("ThrottlingException")] * 3
+    table = CountsTable(client, COUNTS, settings, backoff=lambda: no_sleep_backoff(attempts=3))
+    with pytest.raises(RetriesExhausted, match="still throttled"):
+        table.commit(segment(), WRITER)
+    assert read_counts(dynamodb, "c") == {}  # hours go first: the minutes never started
+
+
+@pytest.mark.parametrize(
+    "old",
+    [{}, {"count": {"N": "3"}}, {WRITER.tag: {"B": order_preserving(99)}}, {OTHER_SHARD.tag: {"B": order_preserving(100)}}],
+    ids=["no item", "no watermark", "an earlier watermark", "another shard's"],
+)
+def test_a_failed_condition_the_watermark_does_not_explain_fails_the_commit(dynamodb, settings, old):
+    client = Faulty(dynamodb)
+    client.faults["update_item"] = [error("ConditionalCheckFailedException", item=old)]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    with pytest.raises(CommitFailed, match="condition its watermark does not explain"):
+        table.commit(segment("100"), WRITER)
 
 
 def test_a_real_validation_failure_raises_and_is_not_retried(counts_table, dynamodb):
-    # A bucket whose count is not a number makes DynamoDB cancel the ADD.
+    # A bucket whose count is not a number makes DynamoDB refuse the ADD.
     dynamodb.put_item(TableName=COUNTS, Item={"pk": {"S": "c"}, "sk": {"S": MINUTE.sort_key}, "count": {"S": "x"}})
-    with pytest.raises(CommitFailed):
-        counts_table.commit(segment(), "src")
-    hour = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "c"}, "sk": {"S": HOUR.sort_key}})
-    assert "Item" not in hour  # the hour was not touched either: all or nothing
+    with pytest.raises(CommitFailed, match="ValidationException"):
+        counts_table.commit(segment(), WRITER)
+    hour = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "c"}, "sk": {"S": HOUR.sort_key}})["Item"]
+    assert hour["count"] == {"N": "3"}  # item by item: the hour went first, a retry skips it
 
 
 def test_other_errors_surface_unchanged(dynamodb, settings):
     client = Faulty(dynamodb)
-    client.faults["transact_write_items"] = [error("AccessDeniedException")]
+    client.faults["update_item"] = [error("AccessDeniedException")]
     table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
     with pytest.raises(CommitFailed, match="AccessDeniedException"):
-        table.commit(segment(), "src")
-    assert client.calls["transact_write_items"] == 1
+        table.commit(segment(), WRITER)
+    assert client.calls["update_item"] == 1
 
 
 def put_counts(client, counter, n):
@@ -216,26 +239,68 @@ def test_query_reads_a_range_across_pages(dynamodb, settings):
     assert sum(fetched.counts.values()) == sum(range(3, 29))
 
 
-def big_segment(counters=150):
+def big_segment(counters=150, first="500"):
     deltas = {(f"c{i:03d}", bucket): 1 for i in range(counters) for bucket in (MINUTE, HOUR)}
-    return Segment("500", T0, "800", len(deltas) // 2, deltas)
+    return Segment(first, T0, first, len(deltas) // 2, deltas)
 
 
-def test_a_large_segment_commits_in_parts_each_exactly_once(dynamodb, settings):
+def test_a_segment_half_applied_before_a_crash_is_completed_by_the_retry(dynamodb, settings):
     client = Faulty(dynamodb)
 
     def lost_response(real, kwargs):
         real(**kwargs)
-        raise TimeoutError("the write landed, the response did not")
+        raise TimeoutError("the write landed, the invocation died")
 
-    client.faults["transact_write_items"] = [lambda real, kwargs: real(**kwargs), lost_response]
-    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    client.faults["update_item"] = [lambda real, kwargs: real(**kwargs)] * 200 + [lost_response]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff, workers=1)
     with pytest.raises(TimeoutError):
-        table.commit(big_segment(), "src")  # 300 items: parts 0 and 1 land, part 2 never starts
-    result = table.commit(big_segment(), "src")  # the retried invocation
-    assert (result.duplicates, result.transactions) == (2, 2)
-    assert client.calls["transact_write_items"] == 2 + 4
+        table.commit(big_segment(), WRITER)  # 300 items: the 150 hours and 51 minutes land
+    result = table.commit(big_segment(), WRITER)  # the retried invocation
+    assert (result.already_applied, result.applied) == (201, 99)
+    assert client.calls["update_item"] == 201 + 300
     assert all(read_counts(dynamodb, f"c{i:03d}") == {MINUTE.sort_key: 1, HOUR.sort_key: 1} for i in range(150))
+
+
+class Slow:
+    """Every UpdateItem takes 20 ms; records how many were in flight at once."""
+
+    def __init__(self, client, fail_on=None):
+        self.client, self.fail_on = client, fail_on
+        self.lock, self.now, self.most, self.calls = threading.Lock(), 0, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def update_item(self, **kwargs):
+        with self.lock:
+            self.now, self.calls = self.now + 1, self.calls + 1
+            self.most = max(self.most, self.now)
+            fail = self.calls == self.fail_on
+        try:
+            time.sleep(0.02)
+            if fail:
+                raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "UpdateItem")
+            return self.client.update_item(**kwargs)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_the_updates_of_a_segment_go_out_several_at_a_time_up_to_the_workers(dynamodb, settings):
+    client = Slow(dynamodb)
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff, workers=8)
+    assert table.commit(big_segment(40), WRITER).applied == 80
+    assert client.most == 8
+    assert all(read_counts(dynamodb, f"c{i:03d}") == {MINUTE.sort_key: 1, HOUR.sort_key: 1} for i in range(40))
+
+
+def test_a_failed_update_stops_the_rest_of_its_segment_and_is_raised(dynamodb, settings):
+    client = Slow(dynamodb, fail_on=3)
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff, workers=4)
+    with pytest.raises(CommitFailed, match="AccessDeniedException"):
+        table.commit(big_segment(100), WRITER)
+    assert client.calls < 100  # the hours not started yet were never sent, the minutes never started
+    assert not any(read_counts(dynamodb, f"c{i:03d}").get(MINUTE.sort_key) for i in range(100))
 
 
 def test_a_commit_waits_its_turn_behind_many_shards_within_the_function_timeout(dynamodb, settings):
@@ -244,12 +309,12 @@ def test_a_commit_waits_its_turn_behind_many_shards_within_the_function_timeout(
     worst = sum(min(schedule.cap_seconds, schedule.base_seconds * 2 ** (n - 1)) for n in range(1, schedule.attempts))
     assert schedule.attempts >= 20 and worst <= 30
     client = Faulty(dynamodb)
-    client.faults["transact_write_items"] = [cancelled("None", "TransactionConflict", "None")] * (schedule.attempts - 1)
+    client.faults["update_item"] = [error("ThrottlingException")] * (schedule.attempts - 1)
     pauses = []
     table = CountsTable(client, COUNTS, settings)
     table.commit_backoff = lambda: replace(commit_backoff(), sleep=pauses.append)
-    result = table.commit(segment(), "src")
-    assert (result.transactions, result.retries) == (1, schedule.attempts - 1)
+    result = table.commit(segment(), WRITER)
+    assert (result.applied, result.retries) == (2, schedule.attempts - 1)
     assert len(pauses) == schedule.attempts - 1 and max(pauses) <= schedule.cap_seconds
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 3, HOUR.sort_key: 3}
 
@@ -270,7 +335,7 @@ def test_sums_of_the_largest_amounts_are_stored_and_read_back_exactly(counts_tab
     for first in ("100", "200"):
         summing = Segment(first, T0, first, 1, {("rev", MINUTE): 10**10, ("rev", HOUR): 10**10})
         summing.sums = {("rev", MINUTE): many, ("rev", HOUR): many}
-        counts_table.commit(summing, "src")
+        counts_table.commit(summing, WRITER)
     stored = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "rev"}, "sk": {"S": MINUTE.sort_key}})["Item"]
     assert stored["sum"] == {"N": "19999999999999999999999999800.00000198"}  # 2 x (10^28 - 100 + 99 x 10^-8)
     fetched = counts_table.batch_get([("rev", MINUTE.sort_key), ("rev", HOUR.sort_key)], consistent=True)

@@ -39,7 +39,7 @@ def test_the_handler_logs_a_summary_and_each_rejection_with_its_reason(lambda_ha
     rejected = [r for r in caplog.records if r.getMessage() == "record rejected"]
     assert [(r.reason, r.levelname) for r in rejected] == [("invalid_time", "WARNING")]
     [summary] = [r for r in caplog.records if r.getMessage() == "invocation done"]
-    assert (summary.counted, summary.rejected, summary.transactions_committed) == (1, 1, 1)
+    assert (summary.counted, summary.rejected, summary.bucket_updates) == (1, 1, 4)  # c's and the rejection's minute and hour
     assert summary.rejected_by_reason == {"invalid_time": 1}
 
 
@@ -50,7 +50,7 @@ def test_the_handler_publishes_embedded_metrics_with_rejections_by_reason(lambda
     totals = next(blob for blob in blobs if "RecordsCounted" in blob)
     assert totals["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Tally"
     assert totals["service"] == "tally"
-    assert (totals["RecordsCounted"], totals["RecordsRejected"], totals["TransactionsCommitted"]) == ([0], [2], [1])
+    assert (totals["RecordsCounted"], totals["RecordsRejected"], totals["BucketUpdates"]) == ([0], [2], [2])
     by_reason = next(blob for blob in blobs if blob.get("reason") == "invalid_counter")
     assert by_reason["RecordsRejected"] == [2]
     assert by_reason["service"] == "tally"

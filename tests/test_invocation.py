@@ -1,10 +1,10 @@
-"""invocation.process against moto: modes, replays, crashes after commits, rejections."""
+"""invocation.process against moto: windows, replays, crashes mid-segment and after commits, rejections."""
 
 import pytest
 
 from moto_tables import read_counts
-from factories import counter_record, image, plain_event, stream_record, window_event
-from tally.invocation import process
+from factories import counter_record, image, one_invocation_window, stream_record, window_event
+from tally.invocation import WindowRequired, process
 from tally.core.records import Reason
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
@@ -25,29 +25,64 @@ def expected(counter_minutes):
     return counts
 
 
-def test_without_a_window_every_invocation_commits_its_records(counts_table, dynamodb, settings):
-    response, summary = process(plain_event(records_for("c", [0, 0, 5])), counts_table.commit, settings)
-    assert response == {}
-    assert (summary.records, summary.counted, summary.transactions_committed) == (3, 3, 1)
+def test_a_one_invocation_window_commits_its_records(counts_table, dynamodb, settings):
+    response, summary = process(one_invocation_window(records_for("c", [0, 0, 5])), counts_table.commit, settings)
+    assert response == {"state": {}}
+    assert (summary.records, summary.counted, summary.bucket_updates) == (3, 3, 3)
     assert read_counts(dynamodb, "c") == expected([0, 0, 5])
 
 
+def test_an_event_without_a_window_is_refused_before_anything_is_written(counts_table, dynamodb, settings):
+    """Only a windowed event names its shard, and every write is keyed on it (README, Guarantees)."""
+    event = {"Records": records_for("c", [0])}
+    with pytest.raises(WindowRequired, match="TumblingWindowInSeconds between 1 and 900"):
+        process(event, counts_table.commit, settings)
+    with pytest.raises(WindowRequired):
+        process({**window_event(records_for("c", [0]), final=True), "shardId": None}, counts_table.commit, settings)
+    assert read_counts(dynamodb, "c") == {}
+
+
 def test_a_replayed_invocation_counts_nothing_twice(counts_table, dynamodb, settings):
-    event = plain_event(records_for("c", range(60)) + records_for("d", range(60)))  # 122 buckets: two parts
+    event = one_invocation_window(records_for("c", range(60)) + records_for("d", range(60)))  # 122 buckets
     first = process(event, counts_table.commit, settings)[1]
     replay = process(event, counts_table.commit, settings)[1]
-    assert first.transactions_committed == 2
-    assert (replay.transactions_committed, replay.duplicate_transactions) == (0, 2)
+    assert first.bucket_updates == 122
+    assert (replay.bucket_updates, replay.updates_already_applied) == (0, 122)
     assert read_counts(dynamodb, "c") == expected(list(range(60)))
     assert read_counts(dynamodb, "d") == expected(list(range(60)))
 
 
-def test_a_crash_after_a_commit_is_retried_without_double_counting(counts_table, dynamodb, settings):
-    event = plain_event(records_for("c", range(60)) + records_for("d", range(60)))
+def test_a_segment_half_applied_when_the_invocation_died_is_completed_by_the_retry(counts_table, dynamodb, settings):
+    event = one_invocation_window(records_for("c", range(60)) + records_for("d", range(60)))
+    client, sent = counts_table.client, []
+
+    class DiesMidSegment:
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def update_item(self, **request):
+            if len(sent) == 50:
+                raise TimeoutError("the invocation timed out with 50 of 122 updates applied")
+            sent.append(request)
+            return client.update_item(**request)
+
+    counts_table.client, counts_table.workers = DiesMidSegment(), 1
+    with pytest.raises(TimeoutError):
+        process(event, counts_table.commit, settings)
+    counts_table.client = client
+    summary = process(event, counts_table.commit, settings)[1]  # Lambda retries the same batch
+    assert (summary.updates_already_applied, summary.bucket_updates) == (50, 72)
+    assert read_counts(dynamodb, "c") == expected(list(range(60)))
+    assert read_counts(dynamodb, "d") == expected(list(range(60)))
+
+
+def test_a_crash_between_two_segments_is_retried_without_double_counting(counts_table, dynamodb, settings, monkeypatch):
+    monkeypatch.setattr("tally.core.segments.MAX_SEGMENT_ITEMS", 61)  # c's 61 buckets, then d's
+    event = one_invocation_window(records_for("c", range(60)) + records_for("d", range(60)))
     commits = []
 
-    def commit_then_crash(segment, source):
-        commits.append(counts_table.commit(segment, source))
+    def commit_then_crash(segment, writer):
+        commits.append(counts_table.commit(segment, writer))
         if len(commits) == 1:
             raise TimeoutError("invocation timed out after its first commit")
         return commits[-1]
@@ -55,7 +90,7 @@ def test_a_crash_after_a_commit_is_retried_without_double_counting(counts_table,
     with pytest.raises(TimeoutError):
         process(event, commit_then_crash, settings)
     summary = process(event, commit_then_crash, settings)[1]  # Lambda retries the same batch
-    assert (summary.duplicate_transactions, summary.transactions_committed) == (2, 0)
+    assert (summary.updates_already_applied, summary.bucket_updates) == (61, 61)
     assert read_counts(dynamodb, "c") == expected(list(range(60)))
     assert read_counts(dynamodb, "d") == expected(list(range(60)))
 
@@ -63,14 +98,14 @@ def test_a_crash_after_a_commit_is_retried_without_double_counting(counts_table,
 def test_a_window_carries_its_segment_in_state_until_the_final_invocation(counts_table, dynamodb, settings):
     first_batch, second_batch = records_for("c", [1, 2]), records_for("c", [2, 3])
     response, summary = process(window_event(first_batch), counts_table.commit, settings)
-    assert summary.transactions_committed == 0
+    assert summary.bucket_updates == 0
     assert read_counts(dynamodb, "c") == {}
     state = response["state"]
     assert state["segment"]["records"] == 2
 
     response, summary = process(window_event(second_batch, state=state, final=True), counts_table.commit, settings)
     assert response == {"state": {}}
-    assert summary.transactions_committed == 1
+    assert summary.bucket_updates == 4  # three minutes and the hour
     assert read_counts(dynamodb, "c") == expected([1, 2, 2, 3])
 
 
@@ -79,7 +114,7 @@ def test_a_replayed_final_window_invocation_counts_once(counts_table, dynamodb, 
     final = window_event(records_for("c", [4]), state=state, final=True)
     process(final, counts_table.commit, settings)
     summary = process(final, counts_table.commit, settings)[1]
-    assert summary.duplicate_transactions == 1
+    assert (summary.updates_already_applied, summary.bucket_updates) == (3, 0)
     assert read_counts(dynamodb, "c") == expected([1, 4])
 
 
@@ -88,17 +123,17 @@ def test_a_window_writes_each_bucket_once_however_many_invocations_feed_it(count
     for _ in range(5):  # five batches of the same 100 counters in one window
         batch = [counter_record(f"c{i:02d}", T0 + 2 * MINUTE_MS) for i in range(100)]
         response, summary = process(window_event(batch, state=state), counts_table.commit, settings)
-        assert summary.transactions_committed == 0
+        assert summary.bucket_updates == 0
         state = response["state"]
     response, summary = process(window_event([], state=state, final=True), counts_table.commit, settings)
-    assert summary.transactions_committed == 3  # 200 buckets in parts of 99
+    assert summary.bucket_updates == 200  # one update per bucket item
     assert read_counts(dynamodb, "c42") == {"M#2026-11-18T11:02": 5, HOUR_KEY: 5}
 
 
 def test_an_empty_final_invocation_with_no_state_commits_nothing(counts_table, settings):
     response, summary = process(window_event([], final=True), counts_table.commit, settings)
     assert response == {"state": {}}
-    assert summary.transactions_committed == 0
+    assert summary.bucket_updates == 0
 
 
 def test_modify_remove_and_bad_records_are_counted_and_never_fail_the_batch(counts_table, dynamodb, settings):
@@ -114,7 +149,7 @@ def test_modify_remove_and_bad_records_are_counted_and_never_fail_the_batch(coun
         stream_record(image(id="6", counter="c", ts=T0 - 91 * DAY_MS), arrival_s=arrival_s),
         {"eventName": "INSERT"},
     ]
-    response, summary = process(plain_event(records), counts_table.commit, settings)
+    response, summary = process(one_invocation_window(records), counts_table.commit, settings)
     assert (summary.records, summary.counted, summary.skipped, summary.rejected_total) == (9, 1, 2, 6)
     assert summary.rejected == {
         Reason.MISSING_COUNTER: 1,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from factories import counter_record, plain_event
+from factories import counter_record, one_invocation_window, window_event
 from moto_tables import COUNTS, read_counts
 from tally.core.buckets import Bucket
 from tally.core.plans import PlanKind, WindowUnavailable
@@ -24,21 +24,21 @@ NOW = parse_instant("2026-11-22T15:07:31Z")
 
 
 class RecordingClient:
-    """Passes every call through; keeps the TransactItems of each TransactWriteItems."""
+    """Passes every call through; keeps the request of each UpdateItem."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self.transactions: list[list[dict[str, Any]]] = []
+        self.updates: list[dict[str, Any]] = []
 
-    def transact_write_items(self, **kwargs: Any) -> Any:
-        self.transactions.append(kwargs["TransactItems"])
-        return self._client.transact_write_items(**kwargs)
+    def update_item(self, **kwargs: Any) -> Any:
+        self.updates.append(kwargs)
+        return self._client.update_item(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
     def bucket_writes(self) -> list[str]:
-        return [item["Update"]["Key"]["sk"]["S"] for items in self.transactions for item in items if "Update" in item]
+        return [update["Key"]["sk"]["S"] for update in self.updates]
 
 
 def expire(client: Any, now_ms: int) -> int:
@@ -73,7 +73,7 @@ def test_an_event_23_and_a_half_hours_late_is_in_the_24h_window_ending_now(count
         arrive_now("c", NOW - 24 * HOUR_MS - 2 * MINUTE_MS),  # before the window
         arrive_now("c", NOW - 5_000),
     ]
-    summary = process(plain_event(records), counts_table.commit, settings)[1]
+    summary = process(one_invocation_window(records), counts_table.commit, settings)[1]
     assert (summary.counted, summary.rejected_total) == (3, 0)
     assert totals(counts_table, DAY_MS, None, NOW + 1_000) == {PlanKind.BATCH: 2, PlanKind.RANGE: 2}
 
@@ -84,10 +84,10 @@ def test_an_event_3_days_late_is_in_its_hour_and_a_7_day_window_for_one_bucket_w
     recording = RecordingClient(dynamodb)
     counts_table.client = recording
     event = NOW - 3 * DAY_MS
-    summary = process(plain_event([arrive_now("c", event)]), counts_table.commit, settings)[1]
+    summary = process(one_invocation_window([arrive_now("c", event)]), counts_table.commit, settings)[1]
 
     hour = Bucket.of_hour(event // HOUR_MS).sort_key
-    assert (summary.counted, summary.transactions_committed) == (1, 1)
+    assert (summary.counted, summary.bucket_updates) == (1, 1)
     assert recording.bucket_writes() == [hour]
     assert read_counts(dynamodb, "c") == {hour: 1}
     seven_days_to_the_hour = last_whole_hour_end(NOW)
@@ -99,7 +99,7 @@ def test_an_event_3_days_late_is_in_its_hour_and_a_7_day_window_for_one_bucket_w
 
 
 def test_an_event_past_the_hour_retention_is_rejected_as_late_with_a_reason(counts_table, dynamodb, settings):
-    summary = process(plain_event([arrive_now("c", NOW - 91 * DAY_MS)]), counts_table.commit, settings)[1]
+    summary = process(one_invocation_window([arrive_now("c", NOW - 91 * DAY_MS)]), counts_table.commit, settings)[1]
     assert summary.counted == 0
     assert summary.rejected == {Reason.LATE_EVENT: 1}
     [rejection] = summary.rejections
@@ -116,23 +116,24 @@ def test_a_retry_committing_after_the_minutes_ttl_leaves_every_readable_window_e
     minute_start = NOW - NOW % HOUR_MS - 2 * DAY_MS + 10 * MINUTE_MS
     minute = Bucket.of_minute(minute_start // MINUTE_MS)
     ttl_ms = minute.ttl_seconds(settings) * 1000
-    on_time = plain_event([arrive_now("c", minute_start + 1_000, minute_start + 2_000)])
-    retried = plain_event([arrive_now("c", minute_start + 5_000, ttl_ms - 1_000)])  # minute alive at arrival
-    at_ttl = plain_event([arrive_now("c", minute_start + 9_000, ttl_ms)])  # minute past retention: hour alone
+    on_time = one_invocation_window([arrive_now("c", minute_start + 1_000, minute_start + 2_000)])
+    retried = one_invocation_window([arrive_now("c", minute_start + 5_000, ttl_ms - 1_000)])  # minute alive at arrival
+    # From another shard: this one's later records wait until its failed batch succeeds.
+    at_ttl = window_event([arrive_now("c", minute_start + 9_000, ttl_ms)], final=True, shard_id="shardId-2")  # hour alone
     event_times = [minute_start + 1_000, minute_start + 5_000, minute_start + 9_000]
 
     process(on_time, counts_table.commit, settings)
 
-    def crash_before_commit(segment, source):
+    def crash_before_commit(segment, writer):
         raise TimeoutError("the invocation timed out before its commit")
 
     with pytest.raises(TimeoutError):
         process(retried, crash_before_commit, settings)
     process(at_ttl, counts_table.commit, settings)
-    expire(dynamodb, ttl_ms + 5 * MINUTE_MS)  # the minute goes, with the on-time event in it (and an old marker)
+    expire(dynamodb, ttl_ms + 5 * MINUTE_MS)  # the minute goes, with the on-time event (and its watermark) in it
     assert minute.sort_key not in read_counts(dynamodb, "c")
     summary = process(retried, counts_table.commit, settings)[1]  # Lambda's retry, after the TTL
-    assert summary.transactions_committed == 1
+    assert summary.bucket_updates == 2  # the hour, and the minute an expired item again
 
     hour = Bucket.of_hour(minute_start // HOUR_MS)
     assert read_counts(dynamodb, "c") == {hour.sort_key: 3, minute.sort_key: 1}  # re-created, under its old TTL

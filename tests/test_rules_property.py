@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from factories import image, plain_event, stream_record
+from factories import image, one_invocation_window, stream_record
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally.core.amounts import average_of
 from tally.core.plans import PlanKind
@@ -102,7 +102,7 @@ def test_every_window_by_both_plans_equals_brute_force(specs, raw, seed):
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS, COUNTS)
         table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
-        summary = process(plain_event(records), table.commit, settings)[1]
+        summary = process(one_invocation_window(records), table.commit, settings)[1]
         assert summary.counted == sum(len(events) for events in truth.values())
         counters = sorted(truth) + ["k/9"]
         for _ in range(3):

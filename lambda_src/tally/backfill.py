@@ -7,18 +7,22 @@ stream would have delivered, stamped with the count-from instant as its arrival,
 and goes through the handler's own parsing (``invocation.outcomes_of``) and
 folding, so the same rules accept or reject it.
 
-Exactly once across interruptions: the items of one export file are folded,
-in file order, into segments as the stream folds records (a segment closes at
-BACKFILL_SEGMENT_ITEMS buckets); a segment's marker keys derive from the
-export, the file and the position of its first item, and it is committed with
-the counts table's own marker protocol. A rerun rebuilds the very same
-segments and finds their markers, so it adds nothing twice. A claim item ties
+Exactly once across interruptions: the files of an export are read one after
+the other in the order of their keys, and their items folded, in that order,
+into segments as the stream folds records (a segment closes at
+BACKFILL_SEGMENT_ITEMS buckets, across file boundaries). The whole export is
+one writer of the counts table's protocol (commit.py): an item's place is
+(file number, line), its segment's place that of its first item, and each
+bucket item is updated once per segment under one watermark per export,
+however many files touch it. Most exports fit one segment, so most buckets are
+written once: the floor. A rerun rebuilds the very same segments in the same
+order and finds its watermarks, so it adds nothing twice. A claim item ties
 the table's count-from instant to one export, so a second export of the same
 instant cannot be counted on top of the first.
 
 Like a stream record, an exported item must be committed within a day of its
-arrival (the count-from instant): late events are judged against it, and the markers
-that make a rerun safe live two days from arrival (``backfill_deadline_ms``).
+arrival (the count-from instant): late events are judged against it
+(``backfill_deadline_ms``).
 """
 
 from __future__ import annotations
@@ -29,22 +33,22 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.core.commit import CommitResult, source_id
+from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.invocation import outcomes_of
 
-CHUNK_ITEMS = 1000  # items parsed at a time; segments span chunks
+CHUNK_ITEMS = 1000  # items parsed at a time; segments span chunks and files
+# An item's place in its export: (file number, line), one number that orders them.
+LINE_BITS = 40
 # A backfill keeps its open segment in memory, not in a window state, so it lets one grow
 # to this many buckets (a few dozen MB) before committing it: an export lists items in
 # hash order, not time order, and a bigger segment writes each bucket fewer times.
 BACKFILL_SEGMENT_ITEMS = 200_000
 BACKFILL_STATE_BUDGET_BYTES = 10**9
-# A transactional write costs 2 WCU per started KB of each item; bucket items and markers stay under 1 KB.
-WCU_PER_TRANSACTION_ITEM = 2
 
-Commit = Callable[[Segment, str], CommitResult]
+Commit = Callable[[Segment, Writer], CommitResult]
 
 
 def backfill_deadline_ms(count_from_ms: int) -> int:
@@ -55,8 +59,8 @@ def backfill_deadline_ms(count_from_ms: int) -> int:
 def export_record(image: Mapping[str, Any], position: int, arrival_ms: int) -> dict[str, Any]:
     """The INSERT record the stream would have delivered for an exported item, arriving at ``arrival_ms``.
 
-    The item's line number in its export file stands in for the sequence number:
-    unique within the file, and the file's name is part of the segment source.
+    The item's place in the export (``place``) stands in for the sequence
+    number: unique and ordered within the export, which names the writer.
     """
     return {
         "eventName": "INSERT",
@@ -70,6 +74,13 @@ def export_record(image: Mapping[str, Any], position: int, arrival_ms: int) -> d
     }
 
 
+def place(file_index: int, line: int) -> int:
+    """An exported item's place: its file's number in key order, then its line."""
+    if not 0 <= line < 1 << LINE_BITS:
+        raise ValueError(f"line {line} of an export file is out of range")
+    return file_index << LINE_BITS | line
+
+
 def export_outcomes(
     images: Iterable[Mapping[str, Any]], first_position: int, arrival_ms: int, settings: Settings
 ) -> list[list[Outcome]]:
@@ -78,15 +89,9 @@ def export_outcomes(
     return outcomes_of(records, settings)
 
 
-def file_source(export_arn: str, data_file: str) -> str:
-    """The segment source of one export file: markers of different files or exports never meet."""
-    return source_id(export_arn, data_file)
-
-
 def write_units(segment: Segment) -> int:
-    """WCU one segment's commit costs: every bucket update plus one marker per part, transactional."""
-    parts = segment.parts()
-    return WCU_PER_TRANSACTION_ITEM * (sum(len(part) for part in parts) + len(parts))
+    """WCU one segment's commit costs: one plain update per bucket item (items stay under 1 KB)."""
+    return len(segment.deltas)
 
 
 class WriteRateLimit:
@@ -129,8 +134,8 @@ class BackfillSummary:
     rejected_by_rule: Counter[str] = field(default_factory=Counter)
     skipped: Counter[Reason] = field(default_factory=Counter)
     files: int = 0
-    transactions_committed: int = 0
-    duplicate_transactions: int = 0  # committed by an earlier, interrupted run
+    bucket_updates: int = 0
+    updates_already_applied: int = 0  # applied by an earlier, interrupted run
     commit_retries: int = 0
     write_units: int = 0
 
@@ -153,8 +158,8 @@ class BackfillSummary:
                     self.skipped[outcome.reason] += 1
 
     def add_commit(self, result: CommitResult, units: int) -> None:
-        self.transactions_committed += result.transactions
-        self.duplicate_transactions += result.duplicates
+        self.bucket_updates += result.applied
+        self.updates_already_applied += result.already_applied
         self.commit_retries += result.retries
         self.write_units += units
 
@@ -175,10 +180,9 @@ def chunks(lines: Iterable[Mapping[str, Any]], size: int | None = None) -> Itera
         yield first, chunk
 
 
-def backfill_file(
+def backfill_export(
     export_arn: str,
-    data_file: str,
-    images: Iterable[Mapping[str, Any]],
+    files: Iterable[tuple[str, Iterable[Mapping[str, Any]]]],
     *,
     count_from_ms: int,
     settings: Settings,
@@ -187,28 +191,34 @@ def backfill_file(
     summary: BackfillSummary,
     on_items: Callable[[int], None] = lambda n: None,
 ) -> None:
-    """Count one export file's items: one fold over the whole file, each segment committed as it closes.
+    """Count an export's items: one fold over all its files, each segment committed as it closes.
 
-    A segment closes at BACKFILL_SEGMENT_ITEMS buckets, and each bucket is
-    written once per segment however many items fall in it; the fold is
-    deterministic, so a rerun rebuilds the same segments and skips the parts
-    already committed.
+    ``files`` are (key, items) in the order of their keys, the only order a
+    rerun can reproduce. A segment closes at BACKFILL_SEGMENT_ITEMS buckets,
+    and each bucket is written once per segment however many items fall in
+    it; the fold is deterministic, so a rerun rebuilds the same segments and
+    skips what it applied before.
     """
-    source = file_source(export_arn, data_file)
+    writer = Writer.of_export(export_arn)
     folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES)
 
     def commit_segment(segment: Segment) -> None:
         units = write_units(segment)
         limit.spend(units)
-        summary.add_commit(commit(segment, source), units)
+        summary.add_commit(commit(segment, writer), units)
 
-    for first, chunk in chunks(images):
-        outcomes = export_outcomes(chunk, first, count_from_ms, settings)
-        for segment in folder.fold(outcomes):
-            commit_segment(segment)
-        summary.add(outcomes)
-        on_items(len(chunk))
+    previous_key = None
+    for file_index, (key, images) in enumerate(files):
+        if previous_key is not None and key <= previous_key:
+            raise ValueError(f"export files must come in the order of their keys: {key!r} after {previous_key!r}")
+        previous_key = key
+        for first, chunk in chunks(images):
+            outcomes = export_outcomes(chunk, place(file_index, first), count_from_ms, settings)
+            for segment in folder.fold(outcomes):
+                commit_segment(segment)
+            summary.add(outcomes)
+            on_items(len(chunk))
+        summary.files += 1
     last = folder.close()
     if last is not None:
         commit_segment(last)
-    summary.files += 1

@@ -17,7 +17,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
-from tally.dynamo import CountsTable
+from tally.dynamo import COMMIT_WORKERS, CountsTable
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
 
@@ -34,8 +34,8 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 def counts_table() -> CountsTable:
     """Created once per execution environment, at the first invocation."""
     settings = Settings.from_env()
-    client = boto3.client("dynamodb", config=Config(retries={"mode": "standard"}))
-    return CountsTable(client, settings.counts_table, settings)
+    config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
+    return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -79,8 +79,8 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="RecordsCounted", unit=MetricUnit.Count, value=summary.counted)
     metrics.add_metric(name="RecordsSkipped", unit=MetricUnit.Count, value=summary.skipped)
     metrics.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=summary.rejected_total)
-    metrics.add_metric(name="TransactionsCommitted", unit=MetricUnit.Count, value=summary.transactions_committed)
-    metrics.add_metric(name="DuplicateTransactions", unit=MetricUnit.Count, value=summary.duplicate_transactions)
+    metrics.add_metric(name="BucketUpdates", unit=MetricUnit.Count, value=summary.bucket_updates)
+    metrics.add_metric(name="UpdatesAlreadyApplied", unit=MetricUnit.Count, value=summary.updates_already_applied)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
     metrics.add_metric(name="WindowStatesDiscarded", unit=MetricUnit.Count, value=summary.discarded_states)
     for reason, count in summary.rejected.items():

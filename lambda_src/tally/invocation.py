@@ -3,11 +3,13 @@
 Pure apart from the ``commit`` callable it is given, so the same code runs in
 Lambda, in the local stream runner, and in tests with injected faults.
 
-Two modes, chosen by the event source mapping:
-- tumbling window (the event has ``window``/``isFinalInvokeForWindow``): the
-  open segment travels in ``state`` and is committed by the final invocation
-  of the window, or earlier when it outgrows its budget;
-- no window: every invocation commits all of its segments before returning.
+The event source mapping must use a tumbling window: the open segment travels
+in ``state`` and is committed by the final invocation of the window, or
+earlier when it outgrows its budget. Only a windowed event names its shard,
+and exactly-once commits key every write on the shard that made it (its
+watermark, commit.py), so an event without a window is refused: counting it
+could lose or double counts silently, refusing keeps its records in the
+stream (for 24 hours) until the mapping is fixed.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.core.commit import CommitResult, source_id
+from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason, Rejection, parse_record
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.settings import Settings
 
-Commit = Callable[[Segment, str], CommitResult]
+Commit = Callable[[Segment, Writer], CommitResult]
+
+
+class WindowRequired(RuntimeError):
+    """The event comes from an event source mapping without a tumbling window, or names no shard."""
 
 
 @dataclass
@@ -34,8 +40,8 @@ class Summary:
     skipped: int = 0
     rejected: Counter[Reason] = field(default_factory=Counter)
     rejected_by_rule: Counter[str] = field(default_factory=Counter)
-    transactions_committed: int = 0
-    duplicate_transactions: int = 0
+    bucket_updates: int = 0  # bucket items updated
+    updates_already_applied: int = 0  # found applied by an earlier try (or the previous release)
     commit_retries: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     discarded_states: int = 0
@@ -53,8 +59,8 @@ class Summary:
             "rejected": self.rejected_total,
             "rejected_by_reason": {reason.value: n for reason, n in sorted(self.rejected.items())},
             "rejected_by_rule": dict(sorted(self.rejected_by_rule.items())),
-            "transactions_committed": self.transactions_committed,
-            "duplicate_transactions": self.duplicate_transactions,
+            "bucket_updates": self.bucket_updates,
+            "updates_already_applied": self.updates_already_applied,
             "commit_retries": self.commit_retries,
             "discarded_states": self.discarded_states,
         }
@@ -64,17 +70,29 @@ def is_windowed(event: Mapping[str, Any]) -> bool:
     return "window" in event or "isFinalInvokeForWindow" in event
 
 
+def writer_of(event: Mapping[str, Any]) -> Writer:
+    """The shard an event's records come from, as a writer of bucket items; WindowRequired if it names none."""
+    records = event.get("Records") or []
+    shard = event.get("shardId")
+    if not is_windowed(event) or not isinstance(shard, str) or not shard:
+        raise WindowRequired(
+            "the event has no tumbling window (or no shardId): tally needs the event source mapping's "
+            "TumblingWindowInSeconds between 1 and 900, so that every invocation names its shard"
+        )
+    return Writer.of_shard(_stream_arn(event, records), shard)
+
+
 def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tuple[dict[str, Any], Summary]:
     """Handle one stream event; return the Lambda response and a summary.
 
     Raises whatever ``commit`` raises: Lambda then retries the same batch with
-    the same input state, and already-committed segments are skipped.
+    the same input state, and what was committed before is skipped. Raises
+    WindowRequired, before any work, for an event without a tumbling window.
     """
+    writer = writer_of(event)
     summary = Summary()
     records = event.get("Records") or []
-    windowed = is_windowed(event)
-    folder = SegmentFolder(_resume(event.get("state"), summary) if windowed else None)
-    source = source_id(_stream_arn(event, records), event.get("shardId"))
+    folder = SegmentFolder(_resume(event.get("state"), summary))
 
     outcomes = outcomes_of(records, settings)
     for record_outcomes in outcomes:
@@ -83,13 +101,11 @@ def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tup
             _tally(summary, outcome)
 
     for segment in folder.fold(outcomes):
-        _commit(segment, source, commit, summary)
-    if not windowed or event.get("isFinalInvokeForWindow"):
+        _commit(segment, writer, commit, summary)
+    if event.get("isFinalInvokeForWindow"):
         last = folder.close()
         if last is not None:
-            _commit(last, source, commit, summary)
-    if not windowed:
-        return {}, summary
+            _commit(last, writer, commit, summary)
     return {"state": {"segment": folder.open.to_state()} if folder.open else {}}, summary
 
 
@@ -141,15 +157,15 @@ def _tally(summary: Summary, outcome: Outcome) -> None:
         summary.skipped += 1
 
 
-def _commit(segment: Segment, source: str, commit: Commit, summary: Summary) -> None:
-    result = commit(segment, source)
-    summary.transactions_committed += result.transactions
-    summary.duplicate_transactions += result.duplicates
+def _commit(segment: Segment, writer: Writer, commit: Commit, summary: Summary) -> None:
+    result = commit(segment, writer)
+    summary.bucket_updates += result.applied
+    summary.updates_already_applied += result.already_applied
     summary.commit_retries += result.retries
 
 
 def _stream_arn(event: Mapping[str, Any], records: list[Any]) -> str | None:
-    """The stream's ARN: on the event in window mode, on every record otherwise."""
+    """The stream's ARN: on a windowed event, and on each of its records."""
     arn = event.get("eventSourceARN")
     if arn:
         return str(arn)

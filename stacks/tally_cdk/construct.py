@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jsii
 from aws_cdk import (
     Acknowledgment,
     Aws,
@@ -33,7 +34,7 @@ from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from tally_cdk.context import StackSettings
 from tally.core import settings as tally_settings
@@ -55,31 +56,35 @@ HANDLER_METRICS = (
     "RecordsCounted",
     "RecordsSkipped",
     "RecordsRejected",
-    "TransactionsCommitted",
-    "DuplicateTransactions",
+    "BucketUpdates",
+    "UpdatesAlreadyApplied",
     "CommitRetries",
     "WindowStatesDiscarded",
 )
 
-# The handler folds a batch in memory and commits one TransactWriteItems of at most
-# 100 items per segment: a few transactions per invocation. 256 MB holds a full
-# 6 MB batch plus boto3 and Powertools with room to spare, and gives twice the CPU
-# of 128 MB, which keeps the cold-start imports short.
+# The handler folds a batch in memory and commits one UpdateItem per bucket item of a
+# segment, 32 at a time. 256 MB holds a full 6 MB batch plus boto3 and Powertools with
+# room to spare, and gives twice the CPU of 128 MB, which keeps the cold-start imports short.
 MEMORY_MB = 256
-# A handful of transactions take well under a second; 60 s leaves room for the
-# commit's retries on conflicts and throttling (at most about 21 s of pauses per
-# transaction, tally.core.retry.commit_backoff), yet a hung invocation
-# stalls its shard for at most a minute before Lambda retries it, and a retry is
-# safe because commits are idempotent.
+# A window's updates take well under a second; 60 s leaves room for the commit's
+# retries on throttling (at most about 21 s of pauses, tally.core.retry.commit_backoff),
+# yet a hung invocation stalls its shard for at most a minute before Lambda retries it,
+# and a retry is safe because every update is idempotent.
 TIMEOUT = Duration.seconds(60)
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 # Lambda keeps retrying a failing batch; DynamoDB Streams drops records after 24
 # hours, so this is "retry until the record is gone". Discarding earlier would
-# lose counts for good, and retries cannot double count (segment markers). A stuck
+# lose counts for good, and retries cannot double count (watermarks). A stuck
 # shard is surfaced by the iterator-age alarm long before.
 RETRY_ATTEMPTS = -1
 MAX_RECORD_AGE = Duration.days(1)
+# Every bucket update is conditioned on its shard's watermark, which only moves forward:
+# a shard's segments must commit one after the other, in stream order. Lambda keeps a
+# shard's records in order only with one batch of the shard at a time; above 1 it runs
+# several batches of a shard at once, ordered per partition key alone, and a segment
+# committed after a later one of its shard would be skipped as applied.
+PARALLELIZATION_FACTOR = 1
 
 ITERATOR_AGE_ALARM_MINUTES = 5
 ALARM_PERIOD = Duration.minutes(5)
@@ -93,6 +98,34 @@ CDK_REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy
 
 class TallyConfigurationError(ValueError):
     """The construct cannot count this table as configured; the message says why, in one line."""
+
+
+@jsii.implements(IValidation)
+class _StreamContract:
+    """Refuses a synth whose event source mapping breaks what exactly-once counting needs.
+
+    The construct sets these itself; this catches an escape hatch or an Aspect
+    that changes them on the generated mapping.
+    """
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    def validate(self) -> list[str]:
+        errors = []
+        for mapping in self.tally.node.find_all():
+            if not isinstance(mapping, lambda_.CfnEventSourceMapping):
+                continue
+            if mapping.parallelization_factor != PARALLELIZATION_FACTOR:
+                errors.append(
+                    f"ParallelizationFactor must be {PARALLELIZATION_FACTOR}, got {mapping.parallelization_factor}: "
+                    "tally commits a shard's segments in stream order, and Lambda keeps that order only one batch at a time"
+                )
+            if not mapping.tumbling_window_in_seconds:
+                errors.append("TumblingWindowInSeconds must be 1-900: only a windowed invocation names its shard")
+            if mapping.bisect_batch_on_function_error:
+                errors.append("BisectBatchOnFunctionError must stay off: a retry must rebuild the same segments")
+        return errors
 
 
 class Tally(Construct):
@@ -121,6 +154,7 @@ class Tally(Construct):
         self.failure_queue = self._failure_queue()
         self.function = self._counting_function()
         self._connect_stream()
+        self.node.add_validation(_StreamContract(self))
         self.alarms = self._alarms()
         self._dashboard(self.alarms)
 
@@ -159,11 +193,9 @@ class Tally(Construct):
             description="tally stream handler: read the events stream, write counts",
         )
         log_group.grant_write(role)
-        # TransactWriteItems is authorized per item action: the segment marker is a
-        # conditional Put, each bucket an Update; ConditionCheck keeps a check-only item legal.
-        self.counts_table.grant(
-            role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"
-        )
+        # One conditional UpdateItem per bucket item; BatchGetItem reads the markers the
+        # previous release left, to take over segments it committed in part.
+        self.counts_table.grant(role, "dynamodb:UpdateItem", "dynamodb:BatchGetItem")
         Validations.of(role).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
@@ -240,8 +272,10 @@ class Tally(Construct):
                 # Counts commit when the window closes, so waiting a few seconds to fill a
                 # batch costs no freshness and saves invocations under light traffic.
                 max_batching_window=Duration.seconds(self.settings.max_batching_window_seconds),
-                tumbling_window=Duration.seconds(window) if window else None,
-                # A retry must rebuild the same segments, hence the same markers; a
+                # Only a windowed invocation names its shard, which every bucket update is keyed on.
+                tumbling_window=Duration.seconds(window),
+                parallelization_factor=PARALLELIZATION_FACTOR,
+                # A retry must rebuild the same segments, with the same first records; a
                 # bisected batch would not.
                 bisect_batch_on_error=False,
                 retry_attempts=RETRY_ATTEMPTS,

@@ -58,6 +58,8 @@ TABLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 STREAM_ARN_PATTERN = re.compile(r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:\d{12}:table/(?P<table>[A-Za-z0-9_.-]{3,255})/stream/\S+")
 
 # Lambda's limits for a DynamoDB Streams event source mapping.
+# tally needs a tumbling window: only a windowed invocation names its shard (tally.invocation).
+MIN_TUMBLING_WINDOW_SECONDS = 1
 MAX_TUMBLING_WINDOW_SECONDS = 900
 MAX_BATCH_SIZE = 10_000
 MAX_BATCHING_WINDOW_SECONDS = 300
@@ -113,7 +115,7 @@ class StackSettings:
             raise ContextError(f"context {named}") from None
         return cls(
             tumbling_window_seconds=reader.integer(
-                "tumblingWindowSeconds", minimum=0, maximum=MAX_TUMBLING_WINDOW_SECONDS
+                "tumblingWindowSeconds", minimum=MIN_TUMBLING_WINDOW_SECONDS, maximum=MAX_TUMBLING_WINDOW_SECONDS
             ),
             batch_size=reader.integer("batchSize", minimum=1, maximum=MAX_BATCH_SIZE),
             max_batching_window_seconds=reader.integer(

@@ -12,7 +12,10 @@ from bench.cost import (
     query_read_units,
     write_units,
 )
-from tally.core.commit import transact_items
+from botocore.exceptions import ClientError
+
+from bench.dedup import DedupHandler
+from tally.core.commit import Writer, segment_updates
 from tally.core.segments import Segment
 from tally.core.buckets import Bucket
 from tally.core.settings import Settings
@@ -74,14 +77,45 @@ def test_an_update_is_charged_for_the_whole_item_not_the_change():
     assert client.count_of(("k" * 1000,)) == 1
 
 
-def test_tally_commits_are_metered_as_transactional_writes_of_marker_and_buckets():
-    segment = Segment("100", 1_795_000_000_000, "101", records=2)
-    segment.add("100", [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), None)])
+def tally_updates(first: str, writer: Writer = Writer.of_shard("arn", "shardId-1")):
+    segment = Segment(first, 1_795_000_000_000, first, records=1)
+    segment.add(first, [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), 150_000_000)])
+    hours, minutes = segment_updates(segment, writer, "counts", Settings())
+    return hours + minutes
+
+
+def test_tally_commits_are_metered_as_plain_updates_that_carry_the_writers_watermark():
     client = MeteredClient(("pk", "sk"))
-    [part] = segment.parts()
-    client.transact_write_items(TransactItems=transact_items(segment, 0, part, "counts", "source", Settings()))
-    assert (client.meter.requests, client.meter.item_writes, client.meter.units) == (1, 3, 6)
+    for update in tally_updates("100000000000000000100"):
+        client.update_item(**update.request)
+    assert (client.meter.requests, client.meter.item_writes, client.meter.units) == (2, 2, 2)
+    hour = client.items[("page", Bucket.of_hour(498_611).sort_key)]
+    assert hour["count"] == {"N": "1"} and hour["sum"] == {"N": "1.5"}
+    writer = Writer.of_shard("arn", "shardId-1")
+    assert hour[writer.tag] == {"B": writer.position(Segment("100000000000000000100", 0, "x"))}
+
+
+def test_a_refused_condition_is_charged_and_writes_nothing():
+    client = MeteredClient(("pk", "sk"))
+    for update in tally_updates("100000000000000000100"):
+        client.update_item(**update.request)
+    for update in tally_updates("100000000000000000100"):  # the same segment again: its watermark refuses it
+        with pytest.raises(ClientError, match="ConditionalCheckFailed") as refused:
+            client.update_item(**update.request)
+        assert update.tag in refused.value.response["Item"]
+    assert (client.meter.item_writes, client.meter.units, client.meter.failed_conditions) == (2, 4, 2)
     assert client.count_of(("page", Bucket.of_hour(498_611).sort_key)) == 1
+
+
+def test_the_deduplicating_design_writes_a_transaction_per_event_and_skips_a_retried_one():
+    from bench import workloads
+
+    client = MeteredClient(("id",))
+    handler = DedupHandler(client, "dedup")
+    [batch] = workloads.record_chunks([("page", 1_795_000_000_000), ("page", 1_795_000_001_000)])
+    handler({"Records": batch})
+    assert (client.meter.requests, client.meter.item_writes, client.meter.units) == (2, 6, 12)  # 2 WCU per item
+    assert client.count_of(("page_hour_498611",)) == 2
 
 
 def test_the_fan_out_workload_costs_what_moto_stores_and_writes_each_bucket_once_per_window():
@@ -92,7 +126,7 @@ def test_the_fan_out_workload_costs_what_moto_stores_and_writes_each_bucket_once
     workload = workloads.fan_out(providers=4, per_second=2, seconds=240)
     config = DeliveryConfig(batch_size=100, window_seconds=60)
     checked = writes.verify_against_moto(workload, Settings(), config)
-    assert checked["tally_matches_moto"] and checked["origin_matches_moto"]
+    assert checked["tally_matches_moto"] and checked["origin_matches_moto"] and checked["dedup_matches_moto"]
     measured = writes.measure(workload, Settings(), config)
     assert measured["counter_events"] > 2 * measured["events"]  # three rules, the third for done jobs only
     assert measured["origin"]["item_writes"] == 2 * measured["counter_events"]

@@ -1,30 +1,28 @@
-"""The scale model's DynamoDB: conflicts, limits and write units by DynamoDB's rules, and its simulation."""
+"""The scale model's DynamoDB: limits, watermarks and write units by DynamoDB's rules, and its simulation."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from bench.cost import item_size, write_units
+from bench.cost import item_size, number_size, write_units
 from bench.scale import (
+    SHARDS_PER_LANE,
     TABLE,
-    CommitConfig,
     CounterMix,
     Latency,
     Limits,
     Scenario,
     Simulation,
     SimulatedTable,
-    after,
+    lanes_for,
     measure,
     percentile,
 )
 from tally.core.buckets import Bucket
-from tally.core.commit import Outcome, classify_cancellation, transact_items
-from tally.core.retry import Backoff, commit_backoff
+from tally.core.commit import Outcome, Writer, segment_updates
+from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
@@ -32,142 +30,123 @@ T0 = 1_795_428_000_000
 MINUTE = Bucket.of_minute(T0 // MINUTE_MS)
 HOUR = Bucket.of_hour(T0 // HOUR_MS)
 HOT_ONLY = CounterMix("one counter", hot_share=1.0, tail=1)
-FIXED = Latency(lock_median_seconds=0.010, lock_seconds_per_item=0.0, lock_sigma=0.0, cancel_median_seconds=0.001)
+FIXED = Latency(update_median_seconds=0.005, sigma=0.0)
 
 
-def items(first: str, counters: list[str], delta: int = 1, source: str = "src", settings: Settings = Settings()) -> list:
-    """tally's own TransactItems for one part: a marker (unique per ``first``) and a minute per counter."""
-    segment = Segment(first, T0, first, delta, {(counter, MINUTE): delta for counter in counters})
-    [part] = segment.parts()
-    return transact_items(segment, 0, part, TABLE, source, settings)
-
-
-@given(
-    first=st.sets(st.sampled_from("abcdef"), min_size=1),
-    second=st.sets(st.sampled_from("abcdef"), min_size=1),
-    start=st.floats(min_value=0.0, max_value=0.03),
-)
-def test_a_conflict_happens_exactly_when_two_transactions_overlap_on_an_item(first, second, start):
-    table = SimulatedTable(FIXED)
-    answered, codes = table.transact(0.0, items("1", sorted(first)))
-    assert codes is None and answered == pytest.approx(0.010)
-    _, codes = table.transact(start, items("2", sorted(second)))
-    overlapping = start < 0.010 and bool(first & second)
-    assert (codes is not None) == overlapping
-    if overlapping:
-        # marker first, then the buckets in order: exactly the shared ones are named
-        assert codes == ["None"] + ["TransactionConflict" if c in first else "None" for c in sorted(second)]
-        assert classify_cancellation([{"Code": code} for code in codes]) is Outcome.RETRY
-        assert table.stats.conflicts == 1 and table.stats.transactions == 1
-
-
-def test_a_cancelled_transaction_locks_and_writes_nothing():
-    table = SimulatedTable(FIXED)
-    table.transact(0.0, items("1", ["a"]))
-    table.transact(0.005, items("2", ["a", "b"]))  # conflicts on a
-    assert table.transact(0.006, items("3", ["b"]))[1] is None  # b was never locked
-    assert table.count(("a", MINUTE.sort_key)) == 1 and table.count(("b", MINUTE.sort_key)) == 1
+def updates(first: str, counters: list[str], *, delta: int = 1, shard: str = "shardId-1", hour: bool = False):
+    """tally's own updates of one segment: a minute (and the hour) per counter, from one shard."""
+    deltas = {(counter, MINUTE): delta for counter in counters}
+    if hour:
+        deltas.update({(counter, HOUR): delta for counter in counters})
+    segment = Segment(first, T0, first, delta, deltas)
+    hours, minutes = segment_updates(segment, Writer.of_shard("arn", shard), TABLE, Settings())
+    return hours + minutes
 
 
 def test_an_item_takes_at_most_its_write_units_per_second_and_refills():
-    instant = Latency(lock_median_seconds=1e-7, lock_seconds_per_item=0.0, lock_sigma=0.0)
-    table = SimulatedTable(instant, Limits(item_write_units_per_second=1000, partition_write_units_per_second=10**9))
-    # each transaction: its own marker (2 units) and the same bucket (2 units); a second's burst is 1,000 units
-    for n in range(500):
-        assert table.transact(n * 1e-6, items(str(n), ["hot"]))[1] is None
-    _, codes = table.transact(0.001, items("500", ["hot"]))
-    assert codes == ["None", "ThrottlingError"]
-    assert classify_cancellation([{"Code": code} for code in codes]) is Outcome.RETRY
-    assert table.transact(0.003, items("500", ["hot"]))[1] is None  # 2 ms refill 2 units
-    assert table.stats.throttled == 1 and table.stats.transactions == 501
+    table = SimulatedTable(FIXED, Limits(item_write_units_per_second=1000, partition_write_units_per_second=10**9))
+    for n in range(1000):  # a second's burst: 1,000 updates of 1 unit
+        assert table.update(n * 1e-6, updates(str(n + 1), ["hot"])[0])[1] is Outcome.APPLIED
+    assert table.update(0.001, updates("1001", ["hot"])[0])[1] is Outcome.RETRY
+    assert table.update(0.003, updates("1002", ["hot"])[0])[1] is Outcome.APPLIED  # 2 ms refill 2 units
+    assert table.stats.throttled == 1 and table.stats.applied == 1001
+    assert table.count(("hot", MINUTE.sort_key)) == 1001
 
 
 def test_a_partition_takes_at_most_its_write_units_per_second_over_all_its_items():
-    instant = Latency(lock_median_seconds=1e-7, lock_seconds_per_item=0.0, lock_sigma=0.0)
-    table = SimulatedTable(instant, Limits(item_write_units_per_second=10**9, partition_write_units_per_second=1000))
-    # minute and hour of one counter: one partition key, 4 units a transaction
-    for n in range(250):
-        segment = Segment(str(n), T0, str(n), 1, {("hot", MINUTE): 1, ("hot", HOUR): 1})
-        assert table.transact(n * 1e-6, transact_items(segment, 0, segment.parts()[0], TABLE, "src", Settings()))[1] is None
-    segment = Segment("x", T0, "x", 1, {("hot", MINUTE): 1, ("hot", HOUR): 1})
-    _, codes = table.transact(0.001, transact_items(segment, 0, segment.parts()[0], TABLE, "src", Settings()))
-    assert codes == ["None", "ThrottlingError", "ThrottlingError"]
-    assert table.transact(0.001, items("y", ["cold"]))[1] is None  # other partitions are not affected
+    table = SimulatedTable(FIXED, Limits(item_write_units_per_second=10**9, partition_write_units_per_second=1000))
+    for n in range(500):  # the minute and the hour of one counter: one partition key
+        for update in updates(str(n + 1), ["hot"], hour=True):
+            assert table.update(n * 1e-6, update)[1] is Outcome.APPLIED
+    assert [table.update(0.001, u)[1] for u in updates("501", ["hot"], hour=True)] == [Outcome.RETRY] * 2
+    assert table.update(0.001, updates("502", ["cold"])[0])[1] is Outcome.APPLIED  # other partitions are not affected
 
 
-def test_write_units_follow_dynamodbs_rules_for_transactions():
+def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and_after():
     table = SimulatedTable(FIXED)
-    first = items("1", ["a", "b"])
-    table.transact(0.0, first)
-    marker = first[0]["Put"]["Item"]
-    assert table.stats.write_units == 3 * write_units(1, transactional=True) == 6  # 2 units per item under 1 KB
-    assert table.sizes[("a", MINUTE.sort_key)] == item_size(
-        {"pk": {"S": "a"}, "sk": {"S": MINUTE.sort_key}, "count": {"N": "1"}, "ttl": first[1]["Update"]["ExpressionAttributeValues"][":ttl"]}
-    )
-    assert table.sizes[(marker["pk"]["S"], marker["sk"]["S"])] == item_size(marker)
-    # a marker over 1 KB costs 2 units per started KB
-    big = items("2", ["a"])
-    big[0]["Put"]["Item"]["last"] = {"S": "9" * 1500}
-    table.transact(1.0, big)
-    assert table.stats.write_units == 6 + 2 * 2 + 2
-    # an update is charged for the larger of the item before and after; a cancelled attempt costs nothing
-    table.transact(2.0, items("3", ["a"], delta=10**9))
-    table.transact(2.001, items("4", ["a"]))
-    assert table.stats.write_units == 6 + 6 + 4
-    assert table.count(("a", MINUTE.sort_key)) == 2 + 10**9
+    [first] = updates("100000000000000000001", ["a"])
+    table.update(0.0, first)
+    created = {
+        "pk": {"S": "a"},
+        "sk": {"S": MINUTE.sort_key},
+        "count": {"N": "1"},
+        "ttl": first.request["ExpressionAttributeValues"][":ttl"],
+        first.tag: {"B": first.position},
+    }
+    assert table.sizes[("a", MINUTE.sort_key)] == item_size(created)
+    assert table.stats.write_units == 1
+    for shard in range(100):  # a hundred shards write the item: one watermark each
+        table.update(1.0, updates("100000000000000000002", ["a"], shard=f"shardId-{shard + 2}")[0])
+    size = table.sizes[("a", MINUTE.sort_key)]
+    watermarks = 100 * (len(first.tag) + len(first.position))
+    assert size == item_size(created) - number_size(1) + number_size(101) + watermarks
+    assert size > 1024 and table.stats.largest_item_bytes == size
+    units = table.stats.write_units
+    table.update(2.0, updates("100000000000000000003", ["a"])[0])  # the first shard again: a larger item
+    assert table.stats.write_units == units + write_units(size)
 
 
-def test_a_marker_that_exists_is_a_duplicate_and_changes_nothing():
+def test_an_update_its_watermark_shows_applied_changes_nothing_and_costs_the_item():
     table = SimulatedTable(FIXED)
-    table.transact(0.0, items("1", ["a"]))
-    _, codes = table.transact(1.0, items("1", ["a"]))
-    assert codes == ["ConditionalCheckFailed", "None"]
-    assert classify_cancellation([{"Code": code} for code in codes]) is Outcome.DUPLICATE
-    assert table.count(("a", MINUTE.sort_key)) == 1 and table.stats.duplicates == 1
+    table.update(0.0, updates("100000000000000000200", ["a"])[0])
+    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1] is Outcome.ALREADY_APPLIED
+    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1] is Outcome.ALREADY_APPLIED
+    assert table.count(("a", MINUTE.sort_key)) == 1
+    assert (table.stats.already_applied, table.stats.write_units) == (2, 3)
 
 
 def test_the_model_refuses_writes_tally_does_not_make():
-    with pytest.raises(ValueError, match="only runs tally's own writes"):
-        SimulatedTable().transact(0.0, [{"Delete": {"Key": {"pk": {"S": "a"}, "sk": {"S": "b"}}}}])
+    [update] = updates("1", ["a"])
+    update.request["ExpressionAttributeNames"]["#a1"] = "sum"
+    with pytest.raises(ValueError, match="only runs tally's count updates"):
+        SimulatedTable().update(0.0, update)
 
 
-def test_shards_on_the_same_buckets_retry_through_tallys_policy_and_count_exactly():
-    scenario = Scenario(shards=20, events_per_second=200, windows=2)
-    table = SimulatedTable(Latency(), Limits(), random.Random(1))
-    stats = Simulation(scenario, table, after(20)).run()  # raises if any event were lost or doubled
+def test_shards_on_the_same_buckets_are_throttled_retry_through_tallys_policy_and_count_exactly():
+    scenario = Scenario(shards=20, events_per_second=200, windows=2, mix=HOT_ONLY)
+    table = SimulatedTable(Latency(), Limits(partition_write_units_per_second=10), random.Random(1))
+    stats = Simulation(scenario, table, lanes=2).run()  # raises if any event were lost or doubled
     assert stats.events > 20_000 and len(stats.commit_seconds) == 40
-    assert table.stats.conflicts > 0 and stats.retries == table.stats.conflicts + table.stats.throttled
+    assert table.stats.throttled > 0 and stats.retries == table.stats.throttled
     assert stats.failed_retries_exhausted == stats.failed_timeout == 0
 
 
 def test_a_commit_that_gives_up_fails_its_invocation_and_the_lambda_retry_completes_it():
-    slow = Latency(lock_median_seconds=2.0, lock_seconds_per_item=0.0, lock_sigma=0.0)
-    impatient = CommitConfig("one try", 1, lambda: Backoff(attempts=1))
-    table = SimulatedTable(slow)
-    stats = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), table, impatient).run()
-    assert stats.failed_retries_exhausted >= 3  # three shards found the hot bucket locked
-    assert max(stats.commit_seconds) > 3 * 2.0  # each waited for a Lambda retry
-    assert table.stats.transactions == sum(1 for _ in stats.commit_seconds)  # one part each, committed once
+    table = SimulatedTable(FIXED, Limits(partition_write_units_per_second=1, burst_seconds=1.0))
+    one_try = lambda: Backoff(attempts=1)  # noqa: E731
+    simulation = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), table, 1, schedule=one_try)
+    stats = simulation.run()
+    assert stats.failed_retries_exhausted >= 3  # the partition takes a unit a second: most shards wait for a retry
+    assert max(stats.commit_seconds) > 3.0
+    assert table.stats.throttled > 0 and len(stats.commit_seconds) == 4
 
 
 def test_an_invocation_past_the_function_timeout_fails_and_is_retried():
-    slow = Latency(lock_median_seconds=25.0, lock_seconds_per_item=0.0, lock_sigma=0.0)
-    patient = CommitConfig("endless tries", 1, lambda: Backoff(attempts=10_000, cap_seconds=1.0))
-    stats = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), SimulatedTable(slow), patient).run()
+    slow = Latency(update_median_seconds=28.0, sigma=0.3)  # two phases of about 28 s each
+    patient = lambda: Backoff(attempts=10_000, cap_seconds=1.0)  # noqa: E731
+    simulation = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), SimulatedTable(slow), 1, schedule=patient)
+    stats = simulation.run()
     assert stats.failed_timeout >= 1 and stats.failed_retries_exhausted == 0
     assert len(stats.commit_seconds) == 4
 
 
+def test_write_units_count_the_windows_after_the_first():
+    scenario = Scenario(shards=10, events_per_second=500, windows=2)
+    every_window, steady = measure(scenario, 1), measure(scenario, 1, counted_from_window=1)
+    assert every_window["write_units"] == steady["write_units"]  # the same run, counted differently
+    assert steady["write_units_per_1000_events"] != every_window["write_units_per_1000_events"]
+
+
 def test_figures_per_shard_count_name_what_the_bench_reports():
-    figures = measure(Scenario(shards=10, events_per_second=50, windows=1), after(10))
-    assert {"shards", "failed_invocations", "p99_commit_seconds", "write_units_per_1000_events"} <= figures.keys()
+    figures = measure(Scenario(shards=10, events_per_second=50, windows=1), lanes_for(10))
+    assert {"shards", "failed_invocations", "p99_commit_seconds", "write_units_per_1000_events", "largest_item_bytes"} <= figures.keys()
     assert figures["p50_commit_seconds"] <= figures["p99_commit_seconds"] <= figures["all_shards_committed_seconds"]
     assert figures["exact"] is True
 
 
-def test_the_commit_schedule_the_model_runs_is_tallys():
-    assert after(1000).schedule is commit_backoff and after(1000).bucket_lanes == 8
-    assert after(1).bucket_lanes == 1
+def test_the_recommended_lanes_bound_the_shards_per_lane():
+    assert lanes_for(1) == 1 and lanes_for(SHARDS_PER_LANE) == 1 and lanes_for(SHARDS_PER_LANE + 1) == 2
+    assert lanes_for(1000) == min(32, -(-1000 // SHARDS_PER_LANE))
 
 
 def test_nearest_rank_percentiles():

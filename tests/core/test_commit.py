@@ -1,103 +1,211 @@
+import random
+from decimal import Decimal
+
 import pytest
 
 from tally.core.buckets import Bucket, lane_sort_key
 from tally.core.commit import (
-    MARKER_PREFIX,
+    LEGACY_MARKER_PREFIX,
+    LEGACY_PART_ITEMS,
+    WATERMARK_PREFIX,
     Outcome,
-    classify_cancellation,
+    Pause,
+    ReadMarkers,
+    RetriesExhausted,
+    Send,
+    Writer,
+    bucket_update,
+    commit_steps,
+    condition_failed,
     lane_of,
-    marker_key,
+    legacy_marker_key,
+    legacy_parts,
+    order_preserving,
+    segment_updates,
     source_id,
-    transact_items,
 )
+from tally.core.retry import Backoff
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
+HOUR, MINUTE = Bucket.of_hour(T0 // HOUR_MS), Bucket.of_minute(T0 // MINUTE_MS)
+WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
+SEQUENCE = "100000000000000000180"
 
 
-def segment():
-    return Segment(
-        first_sequence="100",
-        first_arrival_ms=T0,
-        last_sequence="180",
-        records=81,
-        deltas={("b", Bucket.of_hour(T0 // HOUR_MS)): 5, ("a", Bucket.of_minute(T0 // 60_000)): 76},
+def segment(first: str = SEQUENCE, items: int = 0) -> Segment:
+    deltas = {("b", HOUR): 5, ("a", MINUTE): 76, ("a", HOUR): 76}
+    deltas.update({(f"c{i:04d}", MINUTE): 1 for i in range(items)})
+    return Segment(first_sequence=first, first_arrival_ms=T0, last_sequence=first, records=81, deltas=deltas)
+
+
+def test_one_update_per_bucket_item_conditioned_on_the_writers_watermark():
+    hours, minutes = segment_updates(segment(), WRITER, "counts", Settings())
+    assert [(u.item[0], u.item[1].kind) for u in hours] == [("a", "H"), ("b", "H")]  # hours first, in key order
+    assert [(u.item[0], u.item[1].kind) for u in minutes] == [("a", "M")]
+    request = minutes[0].request
+    assert request["TableName"] == "counts"
+    assert request["Key"] == {"pk": {"S": "a"}, "sk": {"S": MINUTE.sort_key}}
+    assert request["UpdateExpression"] == "ADD #a0 :a0 SET #ttl = if_not_exists(#ttl, :ttl), #w = :w"
+    assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"
+    assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+    assert request["ExpressionAttributeNames"] == {"#ttl": "ttl", "#w": WRITER.tag, "#a0": "count"}
+    values = request["ExpressionAttributeValues"]
+    assert values[":a0"] == {"N": "76"}
+    assert values[":w"] == {"B": order_preserving(int(SEQUENCE))}
+    assert values[":ttl"] == {"N": str((T0 + MINUTE_MS + 48 * HOUR_MS) // 1000)}
+    assert hours[1].request["ExpressionAttributeValues"][":ttl"] == {"N": str((T0 + HOUR_MS + 90 * 86_400_000) // 1000)}
+
+
+def test_every_aggregate_is_one_more_add_term_of_the_same_update():
+    request = bucket_update(
+        "counts", {"pk": "c", "sk": "H#x"}, {"count": 3, "sum": Decimal("-0.00000001"), "b12": 2}, 99, "~tag", b"\x01\x05"
     )
-
-
-def test_marker_put_first_then_one_add_per_bucket():
-    [part] = segment().parts()
-    items = transact_items(segment(), 0, part, "counts", "src", Settings())
-    put = items[0]["Put"]
-    assert put["Item"]["pk"] == {"S": MARKER_PREFIX + "100"}
-    assert put["Item"]["sk"] == {"S": "src#0"}
-    assert put["Item"]["last"] == {"S": "180"}
-    assert put["Item"]["records"] == {"N": "81"}
-    assert put["ConditionExpression"] == "attribute_not_exists(#pk)"
-    updates = [item["Update"] for item in items[1:]]
-    assert [u["Key"]["pk"]["S"] for u in updates] == ["a", "b"]
-    assert updates[0]["UpdateExpression"] == "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)"
-    assert updates[0]["ExpressionAttributeValues"][":delta"] == {"N": "76"}
-    assert updates[1]["ExpressionAttributeValues"][":delta"] == {"N": "5"}
-    assert updates[1]["ExpressionAttributeValues"][":ttl"] == {"N": str((T0 + HOUR_MS + 90 * 86_400_000) // 1000)}
-    assert all(item.get("Put", item.get("Update"))["TableName"] == "counts" for item in items)
-
-
-def test_the_marker_outlives_stream_retention():
-    [part] = segment().parts()
-    ttl = int(transact_items(segment(), 0, part, "counts", "src", Settings())[0]["Put"]["Item"]["ttl"]["N"])
-    assert ttl * 1000 >= T0 + 24 * HOUR_MS
-
-
-def test_markers_are_deterministic_and_tell_parts_shards_and_streams_apart():
-    assert marker_key(segment(), source_id("arn1", "shard-1"), 0) == marker_key(segment(), source_id("arn1", "shard-1"), 0)
-    assert marker_key(segment(), "src", 0) != marker_key(segment(), "src", 1)
-    assert source_id("arn1", "shard-1") != source_id("arn1", "shard-2")
-    assert source_id("arn1", None) != source_id("arn2", None)
-
-
-def codes(*names):
-    return [{"Code": name} for name in names]
-
-
-@pytest.mark.parametrize(
-    ("reasons", "outcome"),
-    [
-        (codes("ConditionalCheckFailed", "None", "None"), Outcome.DUPLICATE),
-        (codes("ConditionalCheckFailed"), Outcome.DUPLICATE),
-        (codes("None", "TransactionConflict", "None"), Outcome.RETRY),
-        (codes("ConditionalCheckFailed", "TransactionConflict"), Outcome.RETRY),
-        (codes("None", "ThrottlingError"), Outcome.RETRY),
-        (codes("None", "ProvisionedThroughputExceeded"), Outcome.RETRY),
-        (codes("None", "ConditionalCheckFailed"), Outcome.FAIL),  # a bucket's condition is not the marker's
-        (codes("ConditionalCheckFailed", "ConditionalCheckFailed"), Outcome.FAIL),
-        (codes("None", "ValidationError"), Outcome.FAIL),
-        (codes("ConditionalCheckFailed", "ValidationError"), Outcome.FAIL),
-        ([], Outcome.FAIL),
-    ],
-)
-def test_only_a_lone_marker_condition_failure_means_already_committed(reasons, outcome):
-    assert classify_cancellation(reasons) is outcome
-
-
-def test_one_lane_writes_the_buckets_own_items():
-    [part] = segment().parts()
-    items = transact_items(segment(), 0, part, "counts", "src", Settings(bucket_lanes=1))
-    assert [item["Update"]["Key"]["sk"]["S"] for item in items[1:]] == [
-        Bucket.of_minute(T0 // 60_000).sort_key,
-        Bucket.of_hour(T0 // HOUR_MS).sort_key,
+    assert request["UpdateExpression"] == "ADD #a0 :a0, #a1 :a1, #a2 :a2 SET #ttl = if_not_exists(#ttl, :ttl), #w = :w"
+    assert [request["ExpressionAttributeNames"][f"#a{i}"] for i in range(3)] == ["count", "sum", "b12"]
+    assert [request["ExpressionAttributeValues"][f":a{i}"] for i in range(3)] == [
+        {"N": "3"},
+        {"N": "-0.00000001"},  # plain digits, never "1E-8"
+        {"N": "2"},
     ]
 
 
-def test_with_lanes_a_shard_writes_its_own_lane_of_every_bucket_every_time():
-    [part] = segment().parts()
-    settings = Settings(bucket_lanes=8)
-    sources = [source_id("arn", f"shardId-{n}") for n in range(200)]
-    lanes = {source: lane_of(source, 8) for source in sources}
-    assert set(lanes.values()) == set(range(8))  # shards spread over every lane
-    for source in sources[:20]:
-        items = transact_items(segment(), 0, part, "counts", source, settings)
-        keys = [item["Update"]["Key"]["sk"]["S"] for item in items[1:]]
-        assert keys == [lane_sort_key(b.sort_key, lanes[source]) for b in (Bucket.of_minute(T0 // 60_000), Bucket.of_hour(T0 // HOUR_MS))]
-        assert keys == [item["Update"]["Key"]["sk"]["S"] for item in transact_items(segment(), 0, part, "counts", source, settings)[1:]]
+def test_a_summing_bucket_adds_its_sum_beside_its_count():
+    summed = segment()
+    summed.sums[("a", MINUTE)] = 150_000_000
+    [minute] = segment_updates(summed, WRITER, "counts", Settings())[1]
+    assert minute.request["ExpressionAttributeNames"]["#a1"] == "sum"
+    assert minute.request["ExpressionAttributeValues"][":a1"] == {"N": "1.5"}
+
+
+@pytest.mark.parametrize("digits", [21, 22, 30, 38, 39, 40])
+def test_positions_order_as_sequence_numbers_of_21_to_40_digits_do(digits):
+    rng = random.Random(digits)
+    numbers = [10 ** (digits - 1), 10**digits - 1, 2**72 - 1, 2**72, 2**128 - 1, 2**128]
+    numbers += [rng.randrange(10 ** (digits - 1), 10**digits) for _ in range(200)]
+    numbers = [n for n in numbers if 21 <= len(str(n)) <= 40]
+    encoded = {n: order_preserving(n) for n in numbers}
+    assert sorted(numbers) == sorted(numbers, key=encoded.get)  # DynamoDB compares binary values bytewise, unsigned
+    assert len(order_preserving(10**20)) == 10 and len(order_preserving(10**40 - 1)) == 18
+
+
+def test_a_whole_export_is_one_writer():
+    writer = Writer.of_export("arn:export/1")
+    assert writer == Writer.of_export("arn:export/1") and writer.tag != Writer.of_export("arn:export/2").tag
+    assert writer.position(segment("0")) < writer.position(segment(str(2**40)))
+
+
+def test_tags_are_short_stable_and_tell_shards_and_streams_apart():
+    assert WRITER.tag == Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1").tag
+    assert WRITER.tag.startswith(WATERMARK_PREFIX) and len(WRITER.tag) == 9
+    tags = {Writer.of_shard(f"arn{s}", f"shardId-{n}").tag for s in range(3) for n in range(3000)}
+    assert len(tags) == 9000
+    assert source_id("arn1", None) != source_id("arn2", None)
+
+
+@pytest.mark.parametrize(
+    ("old", "outcome"),
+    [
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE))}}, Outcome.ALREADY_APPLIED),  # this very segment
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) + 1)}}, Outcome.ALREADY_APPLIED),  # a later one
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1)}}, Outcome.FAIL),  # an earlier one: not the watermark
+        ({"~other": {"B": order_preserving(int(SEQUENCE))}}, Outcome.FAIL),  # another writer's
+        ({"count": {"N": "3"}}, Outcome.FAIL),
+        ({}, Outcome.FAIL),
+        (None, Outcome.FAIL),
+    ],
+)
+def test_a_failed_condition_means_already_applied_only_when_the_watermark_says_so(old, outcome):
+    assert condition_failed(old, WRITER.tag, order_preserving(int(SEQUENCE))) is outcome
+
+
+def test_one_lane_writes_the_buckets_own_items_and_lanes_are_fixed_per_writer():
+    keys = [u.request["Key"]["sk"]["S"] for phase in segment_updates(segment(), WRITER, "t", Settings()) for u in phase]
+    assert keys == [HOUR.sort_key, HOUR.sort_key, MINUTE.sort_key]
+    writers = [Writer.of_shard("arn", f"shardId-{n}") for n in range(200)]
+    assert {lane_of(w.source, 8) for w in writers} == set(range(8))  # shards spread over every lane
+    for writer in writers[:20]:
+        phases = segment_updates(segment(), writer, "t", Settings(bucket_lanes=8))
+        keys = [u.request["Key"]["sk"]["S"] for phase in phases for u in phase]
+        assert keys == [lane_sort_key(b.sort_key, writer.lane(8)) for b in (HOUR, HOUR, MINUTE)]
+
+
+def run(steps, answer):
+    """Drive commit_steps: ``answer(step)`` replies to each ReadMarkers and Send; pauses are recorded."""
+    log, reply = [], None
+    try:
+        while True:
+            step = steps.send(reply)
+            log.append(step)
+            reply = None if isinstance(step, Pause) else answer(step)
+    except StopIteration as done:
+        return done.value, log
+
+
+def steps_of(seg, after_previous_release=False, attempts=8):
+    backoff = lambda: Backoff(attempts=attempts, rng=random.Random(0))  # noqa: E731
+    return commit_steps(seg, WRITER, "t", Settings(), backoff, after_previous_release=after_previous_release)
+
+
+def test_hours_are_sent_before_minutes_and_throttled_updates_again_after_a_pause():
+    throttled = {("b", HOUR)}
+
+    def answer(step):
+        outcomes = [Outcome.RETRY if u.item in throttled else Outcome.APPLIED for u in step.updates]
+        throttled.clear()
+        return outcomes
+
+    result, log = run(steps_of(segment()), answer)
+    sends = [[u.item for u in step.updates] for step in log if isinstance(step, Send)]
+    assert sends == [[("a", HOUR), ("b", HOUR)], [("b", HOUR)], [("a", MINUTE)]]
+    assert isinstance(log[1], Pause)
+    assert (result.applied, result.already_applied, result.retries) == (3, 0, 1)
+
+
+def test_a_retried_segment_counts_what_it_finds_applied():
+    result, _ = run(steps_of(segment()), lambda step: [Outcome.ALREADY_APPLIED for _ in step.updates])
+    assert (result.applied, result.already_applied) == (0, 3)
+
+
+def test_updates_throttled_on_every_try_exhaust_the_retries():
+    with pytest.raises(RetriesExhausted, match="still throttled"):
+        run(steps_of(segment(), attempts=3), lambda step: [Outcome.RETRY for _ in step.updates])
+
+
+def test_an_answer_that_is_not_an_outcome_is_refused():
+    with pytest.raises(ValueError, match="outcome"):
+        run(steps_of(segment()), lambda step: [Outcome.FAIL for _ in step.updates])
+
+
+def test_markers_of_the_previous_release_are_read_only_for_segments_that_may_predate_this_one():
+    _, log = run(steps_of(segment()), lambda step: [Outcome.APPLIED for _ in step.updates])
+    assert not any(isinstance(step, ReadMarkers) for step in log)
+    _, log = run(steps_of(segment(), after_previous_release=True), answer_none_found)
+    assert [step.keys for step in log if isinstance(step, ReadMarkers)] == [[legacy_marker_key(segment(), WRITER.legacy_source, 0)]]
+
+
+def answer_none_found(step):
+    return [False] * len(step.keys) if isinstance(step, ReadMarkers) else [Outcome.APPLIED] * len(step.updates)
+
+
+def test_items_of_the_previous_releases_committed_transactions_are_skipped():
+    big = segment(items=2 * LEGACY_PART_ITEMS)  # 201 items: three transactions of the previous release
+    parts = legacy_parts(big)
+    assert [len(part) for part in parts] == [99, 99, 3]
+    assert legacy_marker_key(big, WRITER.legacy_source, 1) == {
+        "pk": LEGACY_MARKER_PREFIX + SEQUENCE,
+        "sk": f"{WRITER.legacy_source}#1",
+    }
+    sent = []
+
+    def answer(step):
+        if isinstance(step, ReadMarkers):
+            return [True] + [False] * (len(step.keys) - 1) if len(step.keys) == 1 else [True, True, False]
+        sent.extend(u.item for u in step.updates)
+        return [Outcome.APPLIED] * len(step.updates)
+
+    result, log = run(steps_of(big, after_previous_release=True), answer)
+    assert [len(step.keys) for step in log if isinstance(step, ReadMarkers)] == [1, 3]
+    assert sorted(sent) == sorted(parts[2])
+    assert (result.applied, result.already_applied) == (3, 198)

@@ -3,7 +3,7 @@ import json
 from factories import counter_record, stream_record
 from tally.core.buckets import Bucket
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
-from tally.core.segments import MAX_PART_ITEMS, STATE_BUDGET_BYTES, Segment, SegmentFolder, contribution
+from tally.core.segments import STATE_BUDGET_BYTES, Segment, SegmentFolder, contribution
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
@@ -53,17 +53,16 @@ def test_folding_sums_deltas_per_bucket_in_one_segment():
     assert folder.close() is None
 
 
-def test_a_segment_grows_past_99_items_and_commits_in_parts_of_99():
+def test_a_segment_grows_to_many_items_and_lists_them_in_key_order():
     events = [event(f"c{i % 150}", T0 + (i % 7) * MINUTE_MS, i) for i in range(3000)]
     folder = SegmentFolder()
     assert list(folder.fold(one_each(events))) == []  # nothing closes early: one segment for all of them
     segment = folder.close()
     assert len(segment.deltas) == 150 * 8  # 7 minutes and the hour of each counter
-    parts = segment.parts()
-    assert [len(part) for part in parts] == [MAX_PART_ITEMS] * 12 + [12]
-    assert sum(delta for part in parts for _, delta, _ in part) == 2 * len(events)
-    keys = [(counter, bucket.sort_key) for part in parts for (counter, bucket), _, _ in part]
-    assert keys == sorted(keys)  # a retry rebuilds the same parts
+    deltas = segment.ordered_deltas()
+    assert sum(delta for _, delta, _ in deltas) == 2 * len(events)
+    keys = [(counter, bucket.sort_key) for (counter, bucket), _, _ in deltas]
+    assert keys == sorted(keys)  # a retry rebuilds the same updates
 
 
 def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
@@ -71,7 +70,7 @@ def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
     folder = SegmentFolder()
     list(folder.fold(one_each(events)))
     hour, minute = ("hot", Bucket.of_hour(T0 // HOUR_MS)), ("hot", Bucket.of_minute(T0 // MINUTE_MS))
-    assert folder.close().parts() == [[(hour, 10_000, None), (minute, 10_000, None)]]
+    assert folder.close().ordered_deltas() == [(hour, 10_000, None), (minute, 10_000, None)]
 
 
 def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
@@ -141,8 +140,8 @@ def test_one_record_counted_by_several_rules_adds_to_each_counter_once_and_sums_
     minute = Bucket.of_minute(T0 // MINUTE_MS)
     assert segment.deltas[("jobs/all", minute)] == 2
     assert segment.sums == {("jobs/all", minute): 100_000_000, ("jobs/all", Bucket.of_hour(T0 // HOUR_MS)): 100_000_000}
-    assert ("jobs/all", minute, 2, 100_000_000) in [(c, b, d, u) for part in segment.parts() for (c, b), d, u in part]
-    assert ("jobs/p1", minute, 1, None) in [(c, b, d, u) for part in segment.parts() for (c, b), d, u in part]
+    assert ("jobs/all", minute, 2, 100_000_000) in [(c, b, d, u) for (c, b), d, u in segment.ordered_deltas()]
+    assert ("jobs/p1", minute, 1, None) in [(c, b, d, u) for (c, b), d, u in segment.ordered_deltas()]
 
 
 def test_all_outcomes_of_one_record_land_in_the_same_segment(monkeypatch):
@@ -158,7 +157,7 @@ def test_sums_survive_the_window_state_exactly():
     big = 10**26 - 1  # the largest amount: 18 integer digits, 8 fraction digits
     list(folder.fold([[event("rev", T0, 1, units=big)], [event("rev", T0, 2, units=big)], [event("n", T0, 3)]]))
     state = json.loads(json.dumps(folder.open.to_state()))
-    assert state["v"] == 2  # a segment with sums; one without keeps version 1 (tests/test_window_state.py)
+    assert state["v"] == 3  # every segment this release carries (tests/test_window_state.py)
     restored = Segment.from_state(state)
     assert restored == folder.open
     assert restored.sums[("rev", Bucket.of_minute(T0 // MINUTE_MS))] == 2 * big

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from tally.core.buckets import bucket_sort_key
-from tally.core.commit import MARKER_PREFIX
+from tally.core.commit import LEGACY_MARKER_PREFIX, WATERMARK_PREFIX
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
 from tally.core.plans import PlanKind, WindowUnavailable
@@ -52,23 +52,48 @@ def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
 
 def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
     """Every bucket's count, its lanes summed, and the sum (in units) of those that keep one."""
+    counts, sums, _ = table_items(client, table_name)
+    return counts, sums
+
+
+def table_items(
+    client: Any, table_name: str
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[tuple[str, str], set[str]]]:
+    """``table_contents``, and the watermark attributes of every stored item (lane by lane)."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
+    watermarks: dict[tuple[str, str], set[str]] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
-            if not item["pk"]["S"].startswith(MARKER_PREFIX):
+            if not item["pk"]["S"].startswith(LEGACY_MARKER_PREFIX):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
                     sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
-    return counts, sums
+                stored = (item["pk"]["S"], item["sk"]["S"])
+                watermarks[stored] = {name for name in item if name.startswith(WATERMARK_PREFIX)}
+    return counts, sums, watermarks
 
 
 def check_table(
-    client: Any, table_name: str, expected: Expected, settings: Settings, context: str, stats: FaultStats = STATS
+    client: Any,
+    table_name: str,
+    expected: Expected,
+    settings: Settings,
+    context: str,
+    stats: FaultStats = STATS,
+    writers: set[str] | None = None,
 ) -> None:
-    """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist)."""
-    actual, actual_sums = table_contents(client, table_name)
+    """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist).
+
+    ``writers``: the watermark tags of the shards that fed the table. Every
+    item then holds one to each shard that wrote it, and no other.
+    """
+    actual, actual_sums, watermarks = table_items(client, table_name)
+    if writers is not None:
+        strangers = {key: tags - writers for key, tags in watermarks.items() if not tags or tags - writers}
+        sample = dict(sorted(strangers.items())[:4])
+        assert not strangers, f"{len(strangers)} items hold no watermark, or a stranger's, e.g. {sample}; {context}"
     truth, truth_sums = expected.buckets(settings), expected.bucket_sums(settings)
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {

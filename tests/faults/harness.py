@@ -3,11 +3,13 @@
 Three layers can fail, each driven by one seeded ``FaultSchedule`` so that any
 failure is reproduced from its seed:
 
-- the DynamoDB client (``FaultyClient``): TransactWriteItems cancelled for a
-  conflict or throttling, cancelled by a failed condition on a bucket item (which
-  must fail the invocation, never pass for "already committed"), rejected for
-  provisioned throughput, or applied with its response lost; BatchGetItem
-  answering with UnprocessedKeys; Query answering one page at a time; reads throttled;
+- the DynamoDB client (``FaultyClient``): a bucket UpdateItem throttled,
+  refused for provisioned throughput or for a conflict with a transaction,
+  refused by a failed condition its watermark does not explain (which must
+  fail the invocation, never pass for "already applied"), applied with its
+  answer lost, or applied just before the invocation dies (a segment half
+  applied); BatchGetItem answering with UnprocessedKeys; Query answering one
+  page at a time; reads throttled;
 - the invocation (``FaultyHandler``): ``tally.invocation.process`` with the real
   ``CountsTable.commit``, crashing before the first commit, between two commits,
   right after a commit (a timeout once the write landed) or after all its work;
@@ -35,17 +37,18 @@ from tally.core import segments
 from tally.local.delivery import DeliveryConfig, cut_invocations
 from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
+from tally.core.commit import Writer
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
 
 
 class FaultKind(str, Enum):
-    CONFLICT = "transaction_conflict"
-    THROTTLED = "transaction_throttled"
+    CONFLICT = "conflict_with_a_transaction"
+    THROTTLED = "update_throttled"
     PROVISIONED = "provisioned_throughput_exceeded"
     RESPONSE_LOST = "response_lost_after_write"
-    TIMEOUT_AFTER_TRANSACTION = "timeout_after_transaction"
+    TIMEOUT_MID_SEGMENT = "timeout_mid_segment"
     CRASH_BEFORE_COMMIT = "crash_before_first_commit"
     CRASH_BETWEEN_COMMITS = "crash_between_commits"
     TIMEOUT_AFTER_COMMIT = "timeout_after_commit"
@@ -55,7 +58,7 @@ class FaultKind(str, Enum):
     INVOCATION_REDELIVERED = "invocation_redelivered"
     WINDOW_TERMINATED_EARLY = "window_terminated_early"
     EMPTY_FINAL_INVOKE = "empty_final_invoke"
-    CONDITION_FAILED_ELSEWHERE = "condition_failed_on_a_bucket"
+    CONDITION_FAILED_ELSEWHERE = "condition_failed_elsewhere"
     UNPROCESSED_KEYS = "unprocessed_keys"
     QUERY_PAGED = "query_paged"
     READ_THROTTLED = "read_throttled"
@@ -69,7 +72,7 @@ INVOCATION_FAULTS = frozenset(
         FaultKind.PROVISIONED,
         FaultKind.CONDITION_FAILED_ELSEWHERE,
         FaultKind.RESPONSE_LOST,
-        FaultKind.TIMEOUT_AFTER_TRANSACTION,
+        FaultKind.TIMEOUT_MID_SEGMENT,
         FaultKind.CRASH_BEFORE_COMMIT,
         FaultKind.CRASH_BETWEEN_COMMITS,
         FaultKind.TIMEOUT_AFTER_COMMIT,
@@ -199,14 +202,14 @@ class FaultSchedule:
         return f"FaultSchedule(seed={self.seed}, budget={self.budget}, injected={dict(self.injected)})"
 
 
-def client_error(code: str, operation: str, reasons: list[dict[str, str]] | None = None) -> ClientError:
-    """A ClientError shaped as botocore parses DynamoDB's error responses."""
+def client_error(code: str, operation: str, item: dict[str, Any] | None = None) -> ClientError:
+    """A ClientError shaped as botocore parses DynamoDB's error responses (``item``: ALL_OLD of a failed condition)."""
     response: dict[str, Any] = {
         "Error": {"Code": code, "Message": f"injected {code}"},
         "ResponseMetadata": {"HTTPStatusCode": 400},
     }
-    if reasons is not None:
-        response["CancellationReasons"] = reasons
+    if item is not None:
+        response["Item"] = item
     return ClientError(response, operation)
 
 
@@ -222,36 +225,28 @@ class FaultyClient:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    def transact_write_items(self, **kwargs: Any) -> dict[str, Any]:
-        items = len(kwargs["TransactItems"])
+    def update_item(self, **kwargs: Any) -> dict[str, Any]:
         if self.schedule.fires(FaultKind.CONFLICT):
-            raise client_error(
-                "TransactionCanceledException", "TransactWriteItems", self._reasons(items, "TransactionConflict")
-            )
+            raise client_error("TransactionConflictException", "UpdateItem")
         if self.schedule.fires(FaultKind.THROTTLED):
-            raise client_error(
-                "TransactionCanceledException", "TransactWriteItems", self._reasons(items, "ThrottlingError")
-            )
+            raise client_error("ThrottlingException", "UpdateItem")
         if self.schedule.fires(FaultKind.PROVISIONED):
-            raise client_error("ProvisionedThroughputExceededException", "TransactWriteItems")
-        if items > 1 and self.schedule.fires(FaultKind.CONDITION_FAILED_ELSEWHERE):
-            reasons = [{"Code": "None"} for _ in range(items)]
-            reasons[self.schedule.randint(1, items - 1)] = {"Code": "ConditionalCheckFailed", "Message": "injected"}
-            if self.schedule.randint(0, 1):
-                reasons[0] = {"Code": "ConditionalCheckFailed", "Message": "injected"}  # and on the marker too
-            raise client_error("TransactionCanceledException", "TransactWriteItems", reasons)
+            raise client_error("ProvisionedThroughputExceededException", "UpdateItem")
+        if self.schedule.fires(FaultKind.CONDITION_FAILED_ELSEWHERE):
+            # As if another condition of the update had failed: the item comes back as it is.
+            found = self._client.get_item(TableName=kwargs["TableName"], Key=kwargs["Key"], ConsistentRead=True)
+            raise client_error("ConditionalCheckFailedException", "UpdateItem", found.get("Item", {}))
         try:
-            response = self._client.transact_write_items(**kwargs)
+            response = self._client.update_item(**kwargs)
         except ClientError as error:
-            codes = {reason.get("Code") for reason in error.response.get("CancellationReasons", [])}
-            if codes & {"TransactionConflict", "ThrottlingError"}:
+            if error.response["Error"]["Code"] in ("ThrottlingException", "TransactionConflictException"):
                 with self._lock:
                     self.native_retryable += 1
             raise
         if self.schedule.fires(FaultKind.RESPONSE_LOST):
-            raise client_error("InternalServerError", "TransactWriteItems")
-        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_TRANSACTION):
-            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_TRANSACTION.value)  # e.g. between two parts of a segment
+            raise client_error("InternalServerError", "UpdateItem")
+        if self.schedule.fires(FaultKind.TIMEOUT_MID_SEGMENT):
+            raise InjectedCrash(FaultKind.TIMEOUT_MID_SEGMENT.value)  # this item applied, others of the segment not
         return response
 
     def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
@@ -278,12 +273,6 @@ class FaultyClient:
             kwargs = {**kwargs, "Limit": min(kwargs.get("Limit", 10), self.schedule.randint(1, 10))}
         return self._client.query(**kwargs)
 
-    def _reasons(self, items: int, code: str) -> list[dict[str, str]]:
-        """'None' for every item but one or more that carry ``code``, as DynamoDB reports it."""
-        reasons = [{"Code": "None"} for _ in range(items)]
-        for _ in range(self.schedule.randint(1, 2)):
-            reasons[self.schedule.randint(0, items - 1)] = {"Code": code, "Message": f"injected {code}"}
-        return reasons
 
 
 class InjectedCrash(RuntimeError):
@@ -311,12 +300,12 @@ class FaultyHandler:
     def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         commits_done = 0
 
-        def commit(segment: Segment, source: str):
+        def commit(segment: Segment, writer: Writer):
             nonlocal commits_done
             crash = FaultKind.CRASH_BETWEEN_COMMITS if commits_done else FaultKind.CRASH_BEFORE_COMMIT
             if self.schedule.fires(crash):
                 raise InjectedCrash(crash.value)
-            result = self.table.commit(segment, source)
+            result = self.table.commit(segment, writer)
             commits_done += 1
             if self.schedule.fires(FaultKind.TIMEOUT_AFTER_COMMIT):
                 raise InjectedCrash(FaultKind.TIMEOUT_AFTER_COMMIT.value)
@@ -330,16 +319,13 @@ class FaultyHandler:
 
 
 @contextlib.contextmanager
-def segment_limit(items: int, part_items: int) -> Iterator[None]:
-    """Close segments at ``items`` bucket items and commit them in parts of ``part_items``.
+def segment_limit(items: int) -> Iterator[None]:
+    """Close segments at ``items`` bucket items.
 
-    Exactly-once does not depend on either limit, and small ones put far more
+    Exactly-once does not depend on the limit, and a small one puts far more
     commit boundaries (and crash points between commits) into short streams.
     """
-    with (
-        mock.patch.object(segments, "MAX_SEGMENT_ITEMS", items),
-        mock.patch.object(segments, "MAX_PART_ITEMS", part_items),
-    ):
+    with mock.patch.object(segments, "MAX_SEGMENT_ITEMS", items):
         yield
 
 
@@ -358,13 +344,10 @@ class LambdaShard:
     a window may be terminated early (its final invoke comes before its last
     record, the rest forms a new window) or end with a separate empty final
     invoke; these shapes are fixed per window, as Lambda's are for a given
-    stream. A failed invocation is retried with the same event and state, or,
-    in window mode, re-cut into two smaller batches, or the whole window is
-    redelivered from its first record with empty state. A successful
-    invocation or a completed window may be delivered once more.
-
-    Without a window every retry repeats the same batch (bisect-on-error off):
-    that is the only setting under which that mode is exact.
+    stream. A failed invocation is retried with the same event and state, or
+    re-cut into two smaller batches, or the whole window is redelivered from
+    its first record with empty state. A successful invocation or a completed
+    window may be delivered once more.
 
     ``summaries`` holds the summary of every invocation whose result moved
     the shard forward, once per record.
@@ -389,14 +372,14 @@ class LambdaShard:
         self.attempts = 0
         self.failures_in_a_row = 0
         events = cut_invocations(records, shard_id=shard_id, stream_arn=stream_arn, config=config)
-        self.windows = self._shape(_split_windows(events)) if config.windowed else [[event] for event in events]
+        self.windows = self._shape(_split_windows(events))
 
     def steps(self) -> Iterator[None]:
         """Deliver everything; yields after every handler call so that shards can interleave."""
         for window in self.windows:
             summaries = yield from self._deliver_window(list(window))
             self.summaries.extend(summaries)
-            if self.config.windowed and self.schedule.fires(FaultKind.WINDOW_REDELIVERED):
+            if self.schedule.fires(FaultKind.WINDOW_REDELIVERED):
                 yield from self._deliver_window(list(window))
 
     def run(self) -> None:
@@ -409,14 +392,14 @@ class LambdaShard:
         state: dict[str, Any] = {}
         index = 0
         while index < len(events):
-            event = {**events[index], "state": state} if self.config.windowed else events[index]
+            event = {**events[index], "state": state}
             try:
                 response, summary = self._attempt(event)
             except RETRIED_ERRORS:
                 yield
-                if self.config.windowed and self.schedule.fires(FaultKind.WINDOW_REDELIVERED):
+                if self.schedule.fires(FaultKind.WINDOW_REDELIVERED):
                     events, state, index, summaries = list(original), {}, 0, []
-                elif self.config.windowed and len(event["Records"]) > 1 and self.schedule.fires(FaultKind.RETRY_RECUT):
+                elif len(event["Records"]) > 1 and self.schedule.fires(FaultKind.RETRY_RECUT):
                     events[index : index + 1] = _split_event(event, self.schedule.randint(1, len(event["Records"]) - 1))
                 continue
             yield
@@ -424,8 +407,7 @@ class LambdaShard:
             if self.schedule.fires(FaultKind.INVOCATION_REDELIVERED):
                 again = yield from self._until_success(event)
                 assert again == response, f"redelivered invocation answered differently; {self.schedule!r}"
-            if self.config.windowed:
-                state = {} if event["isFinalInvokeForWindow"] else dict(response.get("state") or {})
+            state = {} if event["isFinalInvokeForWindow"] else dict(response.get("state") or {})
             index += 1
         return summaries
 

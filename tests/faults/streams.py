@@ -23,6 +23,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeSerializer
 from tally.core.amounts import average_of, decimal_of
 from tally.core.buckets import Bucket, buckets_of
+from tally.core.commit import Writer
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Outcome, Reason
 from tally.core.rules import parse_rules
 from tally.core.segments import rejected_counter
@@ -152,6 +153,10 @@ class Stream:
     @property
     def records(self) -> int:
         return sum(len(records) for records in self.shards.values())
+
+    def writer_tags(self) -> set[str]:
+        """The watermark attribute of each shard: the only ones its bucket items may hold."""
+        return {Writer.of_shard(STREAM_ARN, shard).tag for shard in self.shards}
 
 
 def build_stream(spec: StreamSpec, settings: Settings) -> Stream:

@@ -17,14 +17,15 @@ from typing import Any
 from unittest import mock
 
 import boto3
+import pytest
 from factories import LambdaContext
 from hypothesis import example, given
 from hypothesis import strategies as st
 from moto import mock_aws
 from tally import handler as lambda_handler
-from tally.core.commit import MARKER_PREFIX
+from tally.core.commit import WATERMARK_PREFIX, Writer
 from tally.dynamo import CountsTable, create_tables
-from tally.invocation import process
+from tally.invocation import WindowRequired, process
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Rejection, parse_record
 from tally.core.segments import REJECTED_COUNTER_PREFIX
 from tally.core.settings import Settings
@@ -213,6 +214,22 @@ def expected_from(outcomes: list[CounterEvent | Rejection]) -> Expected:
     return expected
 
 
+SHARD_ID = "shardId-1"
+
+
+def windowed_event(batch: list[Any]) -> dict[str, Any]:
+    """The final invocation of a one-batch tumbling window, as Lambda shapes it."""
+    return {
+        "Records": batch,
+        "window": {"start": "2026-03-29T00:00:00Z", "end": "2026-03-29T00:01:00Z"},
+        "state": {},
+        "shardId": SHARD_ID,
+        "eventSourceARN": STREAM_ARN,
+        "isFinalInvokeForWindow": True,
+        "isWindowTerminatedEarly": False,
+    }
+
+
 def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
     STATS.add("fuzzed_records", len(batch))
     per_record = [parse_record(record, SETTINGS) for record in batch]
@@ -229,25 +246,19 @@ def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
             assert outcome.detail and isinstance(outcome.detail, str), (record, outcome)
 
     table = CountsTable(client, COUNTS_TABLE, SETTINGS, backoff=quick_backoff(0))
-    event: dict[str, Any] = {"Records": batch}
-    if windowed:
-        event = {
-            **event,
-            "window": {"start": "2026-03-29T00:00:00Z", "end": "2026-03-29T00:01:00Z"},
-            "state": {},
-            "shardId": "shardId-1",
-            "eventSourceARN": STREAM_ARN,
-            "isFinalInvokeForWindow": True,
-        }
-    response, summary = process(event, table.commit, SETTINGS)
+    if not windowed:  # an event source mapping without a tumbling window: refused before any work
+        with pytest.raises(WindowRequired, match="TumblingWindowInSeconds"):
+            process({"Records": batch}, table.commit, SETTINGS)
+        assert client.scan(TableName=COUNTS_TABLE)["Count"] == 0
+        return
+    response, summary = process(windowed_event(batch), table.commit, SETTINGS)
 
     assert summary.records == len(batch)
     assert summary.counted + summary.skipped + summary.rejected_total == len(batch)
     assert summary.counted == sum(isinstance(outcome, CounterEvent) for outcome in outcomes)
     assert all(rejection.reason.is_rejection and rejection.detail for rejection in summary.rejections)
     assert len(summary.rejections) == summary.rejected_total
-    if windowed:
-        assert response == {"state": {}}
+    assert response == {"state": {}}
 
     actual = table_buckets(client, COUNTS_TABLE)
     expected = expected_from(outcomes)
@@ -277,18 +288,16 @@ def assert_handled(batch: list[Any], windowed: bool, client: Any) -> None:
     batch=[
         {"eventName": "INSERT", "dynamodb": {"SequenceNumber": "9" * 3000, "ApproximateCreationDateTime": ARRIVAL_S}}
     ],
-    windowed=False,
+    windowed=True,
 )
 def test_no_record_crashes_the_handler_or_is_miscounted(batch: list[Any], windowed: bool) -> None:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         assert_handled(batch, windowed, client)
-        markers = client.scan(
-            TableName=COUNTS_TABLE,
-            ScanFilter={"pk": {"AttributeValueList": [{"S": MARKER_PREFIX}], "ComparisonOperator": "BEGINS_WITH"}},
-        )
-        assert markers["Count"] <= len(batch)
+        tag = Writer.of_shard(STREAM_ARN, SHARD_ID).tag
+        for item in client.scan(TableName=COUNTS_TABLE)["Items"]:  # the shard's watermark, and nothing else
+            assert [name for name in item if name.startswith(WATERMARK_PREFIX)] == [tag], item
 
 
 @profiles.for_test(weight=0.5)
@@ -300,6 +309,6 @@ def test_the_lambda_entry_point_survives_any_record(batch: list[Any]) -> None:
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         table = CountsTable(client, COUNTS_TABLE, SETTINGS, backoff=quick_backoff(0))
         with mock.patch.object(lambda_handler, "counts_table", lambda: table):
-            response = lambda_handler.handler({"Records": batch}, LambdaContext())
-        assert response == {}
+            response = lambda_handler.handler(windowed_event(batch), LambdaContext())
+        assert response == {"state": {}}
         STATS.add("fuzzed_records", len(batch))

@@ -1,8 +1,10 @@
 """Several shards committing to the same hot buckets at once, through moto's server.
 
-moto never reports a TransactionConflict of its own, so conflicts are injected
-while the threads run; each must be retried (and counted as a retry), never lost.
-With bucket lanes the shards write apart, and the lanes must sum exactly.
+Each shard sends the updates of a segment several at a time, so updates of
+different shards to the same bucket item interleave. moto never throttles, so
+conflicts with transactions are injected while the threads run; each must be
+retried (and counted as a retry), never lost. With bucket lanes the shards
+write apart, and the lanes must sum exactly.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def endpoint():
 
 
 class OverlapMeter:
-    """Wraps a client and records how many TransactWriteItems were in flight at once, at most."""
+    """Wraps a client and records how many UpdateItems were in flight at once, at most."""
 
     def __init__(self, client, shared: dict) -> None:
         self.client = client
@@ -54,12 +56,12 @@ class OverlapMeter:
     def __getattr__(self, name: str):
         return getattr(self.client, name)
 
-    def transact_write_items(self, **kwargs):
+    def update_item(self, **kwargs):
         with self.shared["lock"]:
             self.shared["now"] += 1
             self.shared["max"] = max(self.shared["max"], self.shared["now"])
         try:
-            return self.client.transact_write_items(**kwargs)
+            return self.client.update_item(**kwargs)
         finally:
             with self.shared["lock"]:
                 self.shared["now"] -= 1
@@ -97,12 +99,12 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
     settings = settings_for(spec, settings)
     stream = build_stream(spec, settings)
     conflicts = FaultSchedule(seed, {FaultKind.CONFLICT: 0.3}, budget=10**6)
-    configs = [DeliveryConfig(batch_size=5, window_seconds=0), DeliveryConfig(batch_size=5, window_seconds=10)]
+    configs = [DeliveryConfig(batch_size=5, window_seconds=1), DeliveryConfig(batch_size=5, window_seconds=10)]
     shards, clients = [], []
     in_flight = {"lock": threading.Lock(), "now": 0, "max": 0}
     for number, (shard_id, records) in enumerate(stream.shards.items()):
         client = FaultyClient(OverlapMeter(server_client(endpoint), in_flight), conflicts)
-        table = CountsTable(client, counts, settings, backoff=quick_backoff(seed + number))
+        table = CountsTable(client, counts, settings, backoff=quick_backoff(seed + number), workers=4)
         handler = FaultyHandler(table, settings, FaultSchedule.quiet())
         shards.append(
             LambdaShard(
@@ -122,7 +124,7 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
             finished.result()
 
     context = f"seed {seed}, {lanes} lanes, {conflicts!r}"
-    check_table(server_client(endpoint), counts, stream.expected, settings, context)
+    check_table(server_client(endpoint), counts, stream.expected, settings, context, writers=stream.writer_tags())
     stored = server_client(endpoint).scan(TableName=counts)["Items"]
     written_lanes = {item["sk"]["S"] for item in stored if not item["pk"]["S"].startswith("#")}
     assert (len({bucket_sort_key(sk) for sk in written_lanes}) < len(written_lanes)) == (lanes > 1), context

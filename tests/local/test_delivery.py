@@ -40,12 +40,6 @@ class Recorder:
         return {"state": {"seen": seen}}
 
 
-def test_without_window_records_are_cut_into_batches_only():
-    records = arriving(*range(T0, T0 + 5))
-    events = cut(records, batch_size=2, window_seconds=0)
-    assert events == [{"Records": records[0:2]}, {"Records": records[2:4]}, {"Records": records[4:5]}]
-
-
 def test_windows_follow_arrival_and_the_last_batch_of_each_window_is_final():
     records = arriving(T0, T0 + 1, T0 + 2, T0 + 40, T0 + 41)  # minute of T0, then the next minute
     events = cut(records, batch_size=2, window_seconds=60)
@@ -85,7 +79,7 @@ def test_arrival_may_be_a_datetime_as_boto3_returns_it():
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7, 100])
-@pytest.mark.parametrize("window_seconds", [0, 30])
+@pytest.mark.parametrize("window_seconds", [1, 30])
 def test_delivery_in_any_chunks_invokes_the_events_cut_from_all_records(chunk, window_seconds):
     records = arriving(*[T0 + i * 4 for i in range(25)])  # 100 s of records: several windows
     recorder = Recorder()
@@ -150,19 +144,27 @@ def test_a_failed_invocation_is_retried_with_the_very_same_event():
 def test_delivery_gives_up_after_max_attempts():
     recorder = Recorder(fail_on={1: 99})
     delivery = ShardDelivery(
-        recorder, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=DeliveryConfig(1, 0, max_attempts=3)
+        recorder, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=DeliveryConfig(1, 60, max_attempts=3)
     )
     with pytest.raises(DeliveryFailed, match="failed 3 times") as failure:
         delivery.deliver(arriving(T0))
+        delivery.close()
     assert failure.value.attempts == 3
     assert failure.value.event is recorder.events[0]
     assert (delivery.invocations, delivery.attempts) == (0, 3)
 
 
-@pytest.mark.parametrize("bad", [dict(batch_size=0), dict(window_seconds=-1), dict(max_attempts=0)])
+@pytest.mark.parametrize(
+    "bad", [dict(batch_size=0), dict(window_seconds=-1), dict(window_seconds=901), dict(max_attempts=0)]
+)
 def test_config_refuses_values_lambda_could_not_have(bad):
     with pytest.raises(ValueError):
         DeliveryConfig(**bad)
+
+
+def test_config_refuses_to_run_tally_without_a_tumbling_window():
+    with pytest.raises(ValueError, match="between 1 and 900, got 0: tally counts through a tumbling window"):
+        DeliveryConfig(window_seconds=0)
 
 
 @pytest.fixture
@@ -177,7 +179,7 @@ def real_handler(dynamodb, monkeypatch):
     handler_module.counts_table.cache_clear()
 
 
-@pytest.mark.parametrize("window_seconds", [0, 60])
+@pytest.mark.parametrize("window_seconds", [1, 60])
 def test_the_real_handler_counts_exactly_once_through_a_retry_after_commit(real_handler, dynamodb, window_seconds):
     base_ms = T0 * 1000
     records = [counter_record("clicks", base_ms + i * 5_000) for i in range(30)]  # 150 s: three minutes
@@ -185,7 +187,7 @@ def test_the_real_handler_counts_exactly_once_through_a_retry_after_commit(real_
 
     def fail_once_after_commit(event, context):
         response = real_handler(event, context)
-        if not failed and (event.get("isFinalInvokeForWindow") or "window" not in event):
+        if not failed and event.get("isFinalInvokeForWindow"):
             failed.append(event)
             raise TimeoutError("invocation timed out after its commit")
         return response

@@ -95,7 +95,7 @@ class Handler:
 
 
 def reader(streams, handler, **options) -> StreamReader:
-    options.setdefault("config", DeliveryConfig(batch_size=100, window_seconds=0))
+    options.setdefault("config", DeliveryConfig(batch_size=100, window_seconds=1))
     return StreamReader(streams, ARN, handler, clock=lambda: ARRIVAL.timestamp(), **options)
 
 

@@ -36,17 +36,17 @@ class Interrupted(Exception):
 
 
 class FailingAfter:
-    """A DynamoDB client whose transactions stop going through after ``allowed`` of them."""
+    """A DynamoDB client whose bucket updates stop going through after ``allowed`` of them."""
 
     def __init__(self, wrapped, allowed: int) -> None:
         self._wrapped = wrapped
         self.allowed = allowed
 
-    def transact_write_items(self, **kwargs):
+    def update_item(self, **kwargs):
         if self.allowed == 0:
             raise Interrupted("connection lost")
         self.allowed -= 1
-        return self._wrapped.transact_write_items(**kwargs)
+        return self._wrapped.update_item(**kwargs)
 
     def __getattr__(self, name):
         return getattr(self._wrapped, name)
@@ -102,18 +102,18 @@ def test_history_from_an_export_and_the_live_stream_count_every_event_once(table
     reader.run(until_idle=True, idle_polls=1, poll_interval=0)
     assert reader.stats.records == len(history) + len(bad) + len(live)
 
-    # The backfill, cut off after three transactions, then run again to the end.
+    # The backfill, cut off in the middle of its second segment, then run again to the end.
     monkeypatch.setattr("tally.backfill.CHUNK_ITEMS", 250)
-    monkeypatch.setattr("tally.backfill.BACKFILL_SEGMENT_ITEMS", 300)  # several segments, each in parts
+    monkeypatch.setattr("tally.backfill.BACKFILL_SEGMENT_ITEMS", 300)  # several segments
     settings = Settings(count_from_ms=count_from)
-    cut_short = CountsTable(FailingAfter(dynamodb, allowed=3), tables.counts, settings)
+    cut_short = CountsTable(FailingAfter(dynamodb, allowed=450), tables.counts, settings, workers=1)
     with pytest.raises(Interrupted):
         backfill.count_export(s3, exports.describe(dynamodb, export.arn), cut_short, settings, backfill.WriteRateLimit(1e9))
     assert sum(every_bucket(dynamodb, tables.counts, COUNTERS).values()) > 0  # something had landed
 
     resumed = backfill.run(backfill.parser().parse_args(["--export-arn", export.arn, "--count-from", str(count_from // 1000), "--max-wcu", "1000000"]))
 
-    assert resumed.duplicate_transactions == 3
+    assert resumed.updates_already_applied == 450
     assert resumed.items == len(history) + len(bad)
     assert resumed.counted == Counter(event.counter for event in history)
     assert resumed.rejected == Counter(BAD_KINDS.values())

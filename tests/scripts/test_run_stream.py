@@ -92,7 +92,7 @@ def test_a_shard_longer_than_a_page_is_read_page_by_page(tables):
     assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
 
 
-@pytest.mark.parametrize("window_seconds", [0, 60])
+@pytest.mark.parametrize("window_seconds", [1, 60])
 def test_an_invocation_failing_after_its_commit_is_retried_without_double_counting(tables, window_seconds):
     generate("--hours", "2", "--rate", "30", "30")  # 120 events
     handler = local_handler(tables.counts)
@@ -100,7 +100,7 @@ def test_an_invocation_failing_after_its_commit_is_retried_without_double_counti
 
     def fails_once_after_committing(event, context):
         response = handler(event, context)
-        if not failures and event.get("isFinalInvokeForWindow", True):
+        if not failures and event["isFinalInvokeForWindow"]:
             failures.append(event)
             raise TimeoutError("timed out after the commit")
         return response

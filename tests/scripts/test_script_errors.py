@@ -108,7 +108,7 @@ def test_the_stream_runner_retries_what_a_retry_can_heal_and_nothing_else(error,
         invoked.append(event)
         raise error()
 
-    config = DeliveryConfig(batch_size=10, window_seconds=0, max_attempts=3)
+    config = DeliveryConfig(batch_size=10, window_seconds=1, max_attempts=3)
     delivery = ShardDelivery(handler, shard_id="s", stream_arn="arn", config=config, on_retry=run_stream.report_retry)
     with pytest.raises(Exception):
         delivery.deliver([{"dynamodb": {"ApproximateCreationDateTime": 1_795_000_000}}])

@@ -23,7 +23,6 @@ from aws_cdk.assertions import Template  # noqa: E402
 
 STACK_NAME = "Tally"
 OVERRIDDEN_STACK_NAME = "Overridden"
-UNWINDOWED_STACK_NAME = "Unwindowed"
 IMPORTED_STACK_NAME = "Adopting"
 
 ORDERS_STREAM_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"

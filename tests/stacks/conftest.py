@@ -16,7 +16,6 @@ from cdk_synthesis import (  # isort: skip
     IMPORTED_STACK_NAME,
     OVERRIDDEN_STACK_NAME,
     STACK_NAME,
-    UNWINDOWED_STACK_NAME,
     Synthesis,
     cdk_json_context,
     synthesize,
@@ -27,7 +26,6 @@ from app import build_app  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from stacks import TallyStack  # noqa: E402
-from tally_cdk.context import DEFAULT_CONTEXT, StackSettings  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -40,14 +38,12 @@ def default_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
 
 @pytest.fixture(scope="session")
 def overridden_synthesis(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
-    """Context overrides as `-c` gives them, plus a stack with the tumbling window turned off."""
+    """Context overrides as `-c` gives them."""
     outdir = tmp_path_factory.mktemp("cdk-overridden")
     app = cdk.App(outdir=str(outdir), context=CONTEXT_OVERRIDES)
     TallyStack(app, OVERRIDDEN_STACK_NAME)
-    unwindowed = {**DEFAULT_CONTEXT, "tumblingWindowSeconds": 0}
-    TallyStack(app, UNWINDOWED_STACK_NAME, settings=StackSettings.from_context(unwindowed.get))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return synthesize(app, outdir, [OVERRIDDEN_STACK_NAME, UNWINDOWED_STACK_NAME])
+    return synthesize(app, outdir, [OVERRIDDEN_STACK_NAME])
 
 
 @pytest.fixture(scope="session")

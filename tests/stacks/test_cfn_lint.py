@@ -6,7 +6,7 @@ import json
 
 import pytest
 from cfnlint.api import ManualArgs, lint
-from cdk_synthesis import IMPORTED_STACK_NAME, OVERRIDDEN_STACK_NAME, STACK_NAME, UNWINDOWED_STACK_NAME, Synthesis
+from cdk_synthesis import IMPORTED_STACK_NAME, OVERRIDDEN_STACK_NAME, STACK_NAME, Synthesis
 
 pytestmark = pytest.mark.cdk
 
@@ -37,7 +37,7 @@ def test_default_template_is_clean(default_synthesis: Synthesis):
     assert findings(default_synthesis.templates[STACK_NAME]) == []
 
 
-@pytest.mark.parametrize("stack_name", [OVERRIDDEN_STACK_NAME, UNWINDOWED_STACK_NAME])
+@pytest.mark.parametrize("stack_name", [OVERRIDDEN_STACK_NAME])
 def test_overridden_templates_are_clean(overridden_synthesis: Synthesis, stack_name: str):
     assert findings(overridden_synthesis.templates[stack_name]) == []
 

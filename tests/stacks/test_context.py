@@ -35,7 +35,8 @@ def test_command_line_strings_are_read_as_numbers_and_choices():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("tumblingWindowSeconds", 901, "between 0 and 900"),
+        ("tumblingWindowSeconds", 901, "between 1 and 900"),
+        ("tumblingWindowSeconds", 0, "between 1 and 900"),  # no window, no shard to key writes on
         ("tumblingWindowSeconds", "sixty", "whole number"),
         ("tumblingWindowSeconds", True, "whole number"),
         ("tumblingWindowSeconds", 1.5, "whole number"),

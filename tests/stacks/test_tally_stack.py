@@ -6,18 +6,20 @@ import json
 import re
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Match
 from cdk_synthesis import (
     OVERRIDDEN_STACK_NAME,
     REPO_ROOT,
     STACK_NAME,
-    UNWINDOWED_STACK_NAME,
     Synthesis,
     cdk_json_context,
 )
 
 from tally_cdk.context import DEFAULT_CONTEXT
+from stacks import TallyStack
 from tally.core import settings as tally_settings
 from tally.local.stack_outputs import STACK_OUTPUT_KEYS
 from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE
@@ -28,8 +30,8 @@ HANDLER_METRICS = {
     "RecordsCounted",
     "RecordsSkipped",
     "RecordsRejected",
-    "TransactionsCommitted",
-    "DuplicateTransactions",
+    "BucketUpdates",
+    "UpdatesAlreadyApplied",
     "CommitRetries",
     "WindowStatesDiscarded",
 }
@@ -213,6 +215,7 @@ def test_event_source_mapping_keeps_retries_on_the_same_batch(template, ids):
         "BatchSize": 1000,
         "MaximumBatchingWindowInSeconds": 10,
         "TumblingWindowInSeconds": 60,
+        "ParallelizationFactor": 1,
         "BisectBatchOnFunctionError": False,
         "MaximumRetryAttempts": -1,
         "MaximumRecordAgeInSeconds": 86400,
@@ -221,7 +224,7 @@ def test_event_source_mapping_keeps_retries_on_the_same_batch(template, ids):
 
 
 def test_records_are_committed_within_the_age_the_retentions_assume(template):
-    """Segment markers outlive every retry only if a record is committed within the stream retention."""
+    """The previous release's markers outlive every retry only if a record is committed within the stream retention."""
     _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
     assert mapping["Properties"]["MaximumRecordAgeInSeconds"] * 1000 <= tally_settings.STREAM_RETENTION_MS
 
@@ -311,7 +314,7 @@ def test_each_resource_gets_exactly_the_actions_the_handler_needs(template, ids)
             granted.setdefault(render(resource), set()).update(as_list(statement["Action"]))
 
     assert granted == {
-        "${%s.Arn}" % ids["counts"]: {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"},
+        "${%s.Arn}" % ids["counts"]: {"dynamodb:UpdateItem", "dynamodb:BatchGetItem"},
         "${%s.StreamArn}" % ids["events"]: {
             "dynamodb:DescribeStream",
             "dynamodb:GetRecords",
@@ -437,9 +440,20 @@ def test_alarm_topic_and_window_length_shape_the_alarms(overridden_synthesis):
     assert alarms["IteratorAge"]["Threshold"] == 10 * 60 * 1000
 
 
-def test_a_zero_window_turns_tumbling_windows_off(overridden_synthesis):
-    template = overridden_synthesis.templates[UNWINDOWED_STACK_NAME]
-    _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
-
-    assert "TumblingWindowInSeconds" not in mapping["Properties"]
-    assert mapping["Properties"]["BisectBatchOnFunctionError"] is False
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (lambda mapping: setattr(mapping, "parallelization_factor", 2), "ParallelizationFactor must be 1, got 2"),
+        (lambda mapping: setattr(mapping, "tumbling_window_in_seconds", 0), "TumblingWindowInSeconds must be 1-900"),
+        (lambda mapping: setattr(mapping, "bisect_batch_on_function_error", True), "BisectBatchOnFunctionError must stay off"),
+    ],
+    ids=["parallelization factor", "no window", "bisect"],
+)
+def test_the_stack_refuses_a_mapping_changed_against_the_commit_protocol(change, refusal, tmp_path):
+    """A shard's segments must commit in stream order, through windows, rebuilt the same on retry."""
+    app = cdk.App(outdir=str(tmp_path))
+    stack = TallyStack(app, "Changed")
+    [mapping] = [node for node in stack.node.find_all() if isinstance(node, lambda_.CfnEventSourceMapping)]
+    change(mapping)  # what an escape hatch or an Aspect could do
+    with pytest.raises(RuntimeError, match=refusal):
+        app.synth()

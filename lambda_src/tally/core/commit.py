@@ -1,58 +1,91 @@
-"""Segment part -> one TransactWriteItems request, what its cancellation means, and when to try again. No I/O.
+"""Segment -> one conditional UpdateItem per bucket item, what each answer means, and when to try again. No I/O.
 
-Each part of a segment (at most 99 bucket items) is one transaction: it puts a
-marker item under a key derived from the segment's source, its first record
-and the part's number (condition: it must not exist yet) and adds every delta
-to its bucket (the count, and the sum of a summing counter's bucket). Either
-all of it happens once, or none of it: a retried part finds its marker and is
-skipped.
+Exactly once, per item. Every bucket item keeps a watermark per writer (a
+stream shard, or one export being backfilled): an attribute named by the
+writer's tag, holding the position of the last segment of that writer the
+item took, in an order-preserving encoding. A segment adds its delta to an
+item only if the item's watermark for its writer lies before the segment's
+position, and moves the watermark there in the same write:
+
+    ADD count :n[, sum :s, ...] SET ttl = if_not_exists(ttl, :ttl), #w = :p
+    condition: attribute_not_exists(#w) OR #w < :p
+
+A writer commits its segments one after the other, in stream order, so a
+retried segment finds the items it reached before at its own position (or a
+later one) and skips them, and completes the rest. No marker items, no
+transactions: one plain write per bucket item per segment, the floor of any
+exact design. A failed condition means "already applied" only when the item
+returned with the failure (``ReturnValuesOnConditionCheckFailure=ALL_OLD``)
+shows this writer's watermark at or past the segment; anything else fails the
+commit.
+
+What a reader sees meanwhile: a segment's hour items are all written before
+any of its minute items (two phases). A window read while a segment is half
+applied holds none, some or all of the segment's events, except that a plan
+reading an hour minus its other minutes may also count the segment's events
+in minutes that are still pending (at most the segment's events in that
+counter's partly read hours); it never reads less than before the segment.
+That is what a reader saw between the transactions of a segment of more than
+99 buckets before (a segment's items were cut into transactions in sort-key
+order, hours before minutes).
+
+Upgrade: the previous release committed a segment in transactions of 99
+buckets, each with a marker item. A segment it committed in part, retried by
+this release, must skip the buckets of those transactions: the commit first
+reads the marker of the segment's first transaction (and the others when that
+one exists) for segments that may predate this release.
 
 ``commit_steps`` is the whole commit of a segment as a sequence of steps
-(send this transaction, wait this long) driven by whoever does the I/O:
-``CountsTable`` against DynamoDB with real sleeps, the scale model against a
-simulated DynamoDB in simulated time. Both run the same policy.
+(read these markers, send these updates at once, wait this long) driven by
+whoever does the I/O: ``CountsTable`` against DynamoDB with a thread pool and
+real sleeps, the scale model against a simulated DynamoDB in simulated time.
+Both run the same policy.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import Enum
+from functools import cached_property
 from typing import Any
-
-from boto3.dynamodb.types import TypeSerializer
 
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
 from tally.core.retry import Backoff
-from tally.core.segments import Delta, Segment
-from tally.core.settings import DAY_MS, STREAM_RETENTION_MS, Settings
+from tally.core.segments import Delta, Item, Segment
+from tally.core.settings import Settings
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE
 
-MARKER_PREFIX = "#segment#"
-# Markers must outlive every retry of their records (stream retention), with a day to spare.
-MARKER_LIFETIME_MS = STREAM_RETENTION_MS + DAY_MS
+# Watermark attributes start with this character and no other attribute does, so an item's
+# writers can be told from its aggregates at a glance (and by code that prunes them).
+WATERMARK_PREFIX = "~"
+# 48 bits of the writer's hash: two shards writing the same item collide with odds of about
+# 10^-12 per pair, and a collision costs nothing unless their segments also interleave.
+WATERMARK_TAG_BYTES = 6
 
-_serializer = TypeSerializer()
+# The previous release's bookkeeping, read only to take over segments it committed in part.
+LEGACY_MARKER_PREFIX = "#segment#"
+LEGACY_PART_ITEMS = 99
 
-_RETRYABLE_REASONS = frozenset(
-    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
-)
+UPDATE_CONDITION = "attribute_not_exists(#w) OR #w < :w"
 
 
 class Outcome(str, Enum):
-    COMMITTED = "committed"  # the transaction succeeded
-    DUPLICATE = "duplicate"  # the marker exists: this segment was committed before
-    RETRY = "retry"  # conflict or throttling: try again after a pause
+    APPLIED = "applied"  # the update added its delta
+    ALREADY_APPLIED = "already_applied"  # the item's watermark shows this segment (or a later one) was applied
+    RETRY = "retry"  # throttled, or the answer was lost: try again after a pause
     FAIL = "fail"  # anything else: must not be mistaken for either
 
 
 @dataclass(frozen=True)
 class CommitResult:
-    transactions: int  # parts of the segment committed now
-    duplicates: int  # parts found committed before (a retry)
-    retries: int  # conflicted or throttled attempts
+    applied: int  # bucket items updated now
+    already_applied: int  # bucket items found updated before (a retry), or by the previous release
+    retries: int  # updates throttled or lost and sent again
 
 
 class RetriesExhausted(RuntimeError):
@@ -60,11 +93,95 @@ class RetriesExhausted(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """Send this TransactWriteItems; the driver answers with its Outcome (and raises on FAIL)."""
+class Writer:
+    """Who commits a segment: the tag of its watermark, and its lane.
 
-    name: str  # the part, for logs: first sequence number and part number
-    items: list[dict[str, Any]]
+    ``source`` names the writer (a stream shard; an export being backfilled)
+    and picks its lane and tag; ``legacy_source`` is what the previous release
+    keyed its markers on for the same records. A writer's segments are placed
+    by their first record's sequence number (an exported item's place in its
+    export), and it commits them one after the other, in that order.
+    """
+
+    source: str
+    legacy_source: str
+
+    @classmethod
+    def of_shard(cls, stream_arn: str | None, shard_id: str | None) -> Writer:
+        source = source_id(stream_arn, shard_id)
+        return cls(source, source)
+
+    @classmethod
+    def of_export(cls, export_arn: str) -> Writer:
+        """A whole export is one writer: an item touched by a thousand export files still holds one watermark."""
+        source = source_id(export_arn, None)
+        return cls(source, source)
+
+    @cached_property
+    def tag(self) -> str:
+        """The watermark's attribute name: 9 characters."""
+        digest = bytes.fromhex(self.source)[:WATERMARK_TAG_BYTES]
+        return WATERMARK_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii")
+
+    def position(self, segment: Segment) -> bytes:
+        """Where ``segment`` lies in this writer's order, encoded so that DynamoDB compares it rightly."""
+        return order_preserving(int(segment.first_sequence))
+
+    def lane(self, lanes: int) -> int:
+        return lane_of(self.source, lanes)
+
+
+def order_preserving(number: int) -> bytes:
+    """A non-negative integer as bytes that sort as the numbers do: its length, then big-endian digits.
+
+    DynamoDB compares binary values byte by byte, unsigned. Stream sequence
+    numbers run from 21 to 40 decimal digits (more than a Number's 38), and a
+    21-digit one takes 10 bytes here where its text would take 22.
+    """
+    if number < 0:
+        raise ValueError(f"positions are never negative, got {number}")
+    body = number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
+    return bytes([len(body)]) + body
+
+
+def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
+    """A short, stable name for the stream shard (or export file) a segment came from."""
+    text = f"{event_source_arn or ''}|{shard_id or ''}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
+def lane_of(source: str, lanes: int) -> int:
+    """The lane a writer adds to: fixed per writer, so its retries write where its first try did."""
+    return int(hashlib.sha256(source.encode("utf-8")).hexdigest()[:8], 16) % lanes
+
+
+@dataclass(frozen=True)
+class Update:
+    """One bucket item's UpdateItem, and what to check its answer against."""
+
+    item: Item
+    request: dict[str, Any]
+    tag: str
+    position: bytes
+
+    @property
+    def name(self) -> str:
+        counter, bucket = self.item
+        return f"{counter} {bucket.sort_key}"
+
+
+@dataclass(frozen=True)
+class ReadMarkers:
+    """Tell which of these marker items of the previous release exist (strongly consistent reads)."""
+
+    keys: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send these updates, at once if the driver can; it answers with one Outcome per update, in order."""
+
+    updates: list[Update]
 
 
 @dataclass(frozen=True)
@@ -74,127 +191,149 @@ class Pause:
     seconds: float
 
 
-CommitStep = Attempt | Pause
+CommitStep = ReadMarkers | Send | Pause
+
+
+def additions(delta: Delta) -> dict[str, int | Decimal]:
+    """What one bucket item of a segment adds, by attribute: its count, and its sum for a summing counter."""
+    _, count, units = delta
+    added: dict[str, int | Decimal] = {COUNT_ATTRIBUTE: count}
+    if units is not None:
+        added[SUM_ATTRIBUTE] = decimal_of(units)
+    return added
+
+
+def bucket_update(
+    table_name: str,
+    key: Mapping[str, str],
+    added: Mapping[str, int | Decimal],
+    ttl_seconds: int,
+    tag: str,
+    position: bytes,
+) -> dict[str, Any]:
+    """The UpdateItem request that adds ``added`` (attribute -> amount, one ADD term each) to one item, once.
+
+    Every aggregate of a bucket goes through here: a new one is one more
+    entry of ``added``, and shares the item's watermark and its condition.
+    """
+    names = {"#ttl": TTL_ATTRIBUTE, "#w": tag}
+    values: dict[str, Any] = {":ttl": {"N": str(ttl_seconds)}, ":w": {"B": position}}
+    terms = []
+    for index, (attribute, amount) in enumerate(added.items()):
+        names[f"#a{index}"] = attribute
+        # DynamoDB adds numbers exactly; amounts.py keeps every bucket's sum within its 38 digits.
+        values[f":a{index}"] = {"N": str(amount) if type(amount) is int else text_of(amount)}
+        terms.append(f"#a{index} :a{index}")
+    return {
+        "TableName": table_name,
+        "Key": {name: {"S": value} for name, value in key.items()},
+        "UpdateExpression": f"ADD {', '.join(terms)} SET #ttl = if_not_exists(#ttl, :ttl), #w = :w",
+        "ConditionExpression": UPDATE_CONDITION,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
+def segment_updates(
+    segment: Segment, writer: Writer, table_name: str, settings: Settings, skip: Iterable[Item] = ()
+) -> tuple[list[Update], list[Update]]:
+    """The segment's updates in two phases, hour items first, then minute items; ``skip`` leaves items out."""
+    skipped = set(skip)
+    lane = writer.lane(settings.bucket_lanes)
+    tag, position = writer.tag, writer.position(segment)
+    hours: list[Update] = []
+    minutes: list[Update] = []
+    for delta in segment.ordered_deltas():
+        item = delta[0]
+        if item in skipped:
+            continue
+        counter, bucket = item
+        key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
+        request = bucket_update(table_name, key, additions(delta), bucket.ttl_seconds(settings), tag, position)
+        (hours if bucket.kind == "H" else minutes).append(Update(item, request, tag, position))
+    return hours, minutes
+
+
+def condition_failed(old_item: Mapping[str, Any] | None, tag: str, position: bytes) -> Outcome:
+    """What a failed condition means, from the item as it was (ALL_OLD): applied before, or a failure.
+
+    Only this writer's watermark at or past the segment's position makes it
+    "already applied"; a missing item, a missing or earlier watermark (another
+    condition failed) is a failure, never a silent skip.
+    """
+    watermark = (old_item or {}).get(tag, {}).get("B")
+    if watermark is not None and bytes(watermark) >= position:
+        return Outcome.ALREADY_APPLIED
+    return Outcome.FAIL
+
+
+def legacy_parts(segment: Segment) -> list[list[Item]]:
+    """The previous release's transactions of a segment: its items in sort-key order, 99 at a time."""
+    items = [delta[0] for delta in segment.ordered_deltas()]
+    return [items[start : start + LEGACY_PART_ITEMS] for start in range(0, len(items), LEGACY_PART_ITEMS)]
+
+
+def legacy_marker_key(segment: Segment, legacy_source: str, part: int) -> dict[str, str]:
+    """The marker the previous release put beside transaction ``part`` of ``segment``."""
+    return {
+        COUNTS_TABLE.partition_key: LEGACY_MARKER_PREFIX + segment.first_sequence,
+        COUNTS_TABLE.sort_key: f"{legacy_source}#{part}",
+    }
 
 
 def commit_steps(
     segment: Segment,
-    source: str,
+    writer: Writer,
     table_name: str,
     settings: Settings,
     backoff: Callable[[], Backoff],
-) -> Generator[CommitStep, Outcome | None, CommitResult]:
-    """Commit every part of a segment exactly once, in order: the steps, and the result once done.
+    *,
+    after_previous_release: bool = False,
+) -> Generator[CommitStep, Sequence[bool] | Sequence[Outcome] | None, CommitResult]:
+    """Commit a segment exactly once: the steps, and the result once done.
 
-    Each part is tried up to ``backoff().attempts`` times, pausing as the
-    backoff says between tries while DynamoDB answers conflict or throttling;
-    after the last try RetriesExhausted is raised so that Lambda retries the
-    invocation. A part whose marker exists was committed before: skipped.
+    ``after_previous_release``: the segment may have been committed in part by
+    the previous release; its transactions' markers say which items to skip.
+    Each phase sends its updates; the throttled ones are sent again after a
+    pause, up to ``backoff().attempts`` rounds, then RetriesExhausted is
+    raised so that Lambda retries the invocation. The driver raises on FAIL.
     """
-    transactions = duplicates = retries = 0
-    for part, deltas in enumerate(segment.parts()):
-        items = transact_items(segment, part, deltas, table_name, source, settings)
-        attempt = Attempt(f"{segment.first_sequence}#{part}", items)
+    skip: list[Item] = []
+    if after_previous_release:
+        parts = legacy_parts(segment)
+        keys = [legacy_marker_key(segment, writer.legacy_source, part) for part in range(len(parts))]
+        found = yield ReadMarkers(keys[:1])  # transactions went in order: none if not the first
+        if found and found[0] and len(keys) > 1:
+            found = yield ReadMarkers(keys)
+        for part, exists in zip(parts, found or ()):
+            if exists:
+                skip.extend(part)
+    applied, already, retries = 0, len(skip), 0
+    for phase in segment_updates(segment, writer, table_name, settings, skip):
+        pending = phase
         for delay in backoff().delays():
+            if not pending:
+                break
             if delay:
                 yield Pause(delay)
-            outcome = yield attempt
-            if outcome is Outcome.COMMITTED:
-                transactions += 1
-                break
-            if outcome is Outcome.DUPLICATE:
-                duplicates += 1
-                break
-            if outcome is not Outcome.RETRY:
-                raise ValueError(f"a commit step needs an outcome of its attempt, not {outcome!r}")
-            retries += 1
-        else:
-            raise RetriesExhausted(f"segment part {attempt.name} still conflicted or throttled after {retries} tries")
-    return CommitResult(transactions, duplicates, retries)
-
-
-def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
-    """A short, stable name for the stream shard a segment came from."""
-    text = f"{event_source_arn or ''}|{shard_id or ''}"
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
-
-
-def lane_of(source: str, lanes: int) -> int:
-    """The lane a shard adds to: fixed per shard, so its retries write where its first try did."""
-    return int(hashlib.sha256(source.encode("utf-8")).hexdigest()[:8], 16) % lanes
-
-
-def marker_key(segment: Segment, source: str, part: int) -> dict[str, str]:
-    """Sequence numbers are unique within a stream; the source tells streams apart."""
-    return {
-        COUNTS_TABLE.partition_key: MARKER_PREFIX + segment.first_sequence,
-        COUNTS_TABLE.sort_key: f"{source}#{part}",
-    }
-
-
-def transact_items(
-    segment: Segment, part: int, deltas: list[Delta], table_name: str, source: str, settings: Settings
-) -> list[dict[str, Any]]:
-    """The TransactItems committing one part of a segment, marker first (index 0 in CancellationReasons)."""
-    marker = {
-        **marker_key(segment, source, part),
-        "records": segment.records,
-        "last": segment.last_sequence,
-        TTL_ATTRIBUTE: (segment.first_arrival_ms + MARKER_LIFETIME_MS) // 1000,
-    }
-    items: list[dict[str, Any]] = [
-        {
-            "Put": {
-                "TableName": table_name,
-                "Item": _serialize(marker),
-                "ConditionExpression": "attribute_not_exists(#pk)",
-                "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key},
-            }
-        }
-    ]
-    lane = lane_of(source, settings.bucket_lanes)
-    for (counter, bucket), delta, units in deltas:
-        key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
-        names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
-        values: dict[str, Any] = {":delta": delta, ":ttl": bucket.ttl_seconds(settings)}
-        adds = "#count :delta"
-        serialized = _serialize(values)
-        if units is not None:
-            # DynamoDB adds numbers exactly; amounts.py keeps every bucket's sum within its 38 digits.
-            names["#sum"] = SUM_ATTRIBUTE
-            serialized[":sum"] = {"N": text_of(decimal_of(units))}  # plain digits, never "1E-8"
-            adds += ", #sum :sum"
-        items.append(
-            {
-                "Update": {
-                    "TableName": table_name,
-                    "Key": _serialize(key),
-                    "UpdateExpression": f"ADD {adds} SET #ttl = if_not_exists(#ttl, :ttl)",
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": serialized,
-                }
-            }
-        )
-    return items
-
-
-def classify_cancellation(reasons: Sequence[dict[str, Any]]) -> Outcome:
-    """Read CancellationReasons (one per item, marker first).
-
-    A duplicate is exactly: the marker's condition failed and nothing else went
-    wrong. A conditional failure anywhere else, or a validation error, is a real
-    failure; conflicts and throttling are worth another try.
-    """
-    codes = [(reason or {}).get("Code", "None") for reason in reasons]
-    if not codes:
-        return Outcome.FAIL
-    if any(code in _RETRYABLE_REASONS for code in codes):
-        return Outcome.RETRY
-    marker, buckets = codes[0], codes[1:]
-    if marker == "ConditionalCheckFailed" and all(code == "None" for code in buckets):
-        return Outcome.DUPLICATE
-    return Outcome.FAIL
-
-
-def _serialize(values: dict[str, Any]) -> dict[str, Any]:
-    return {name: _serializer.serialize(value) for name, value in values.items()}
+            outcomes = yield Send(pending)
+            if outcomes is None or len(outcomes) != len(pending):
+                raise ValueError("a Send step needs one outcome per update")
+            retry = []
+            for update, outcome in zip(pending, outcomes):
+                if outcome is Outcome.APPLIED:
+                    applied += 1
+                elif outcome is Outcome.ALREADY_APPLIED:
+                    already += 1
+                elif outcome is Outcome.RETRY:
+                    retry.append(update)
+                else:
+                    raise ValueError(f"a commit step needs an outcome of its update, not {outcome!r}")
+            retries += len(retry)
+            pending = retry
+        if pending:
+            raise RetriesExhausted(
+                f"{len(pending)} bucket updates of segment {segment.first_sequence} still throttled after every retry"
+            )
+    return CommitResult(applied, already, retries)

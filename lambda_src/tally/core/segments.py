@@ -3,15 +3,17 @@
 A segment holds the deltas of every record from its first to its last, however
 many bucket items they touch: with a tumbling window it grows for the whole
 window, so each bucket is written once per window and shard however many
-events fall in it. It is committed in parts of at most 99 bucket items, one
-TransactWriteItems each (99 updates + 1 marker = DynamoDB's 100-item limit).
+events fall in it, by one update (commit.py).
 
-Folding is deterministic in stream order, and so is the split into parts, so a
-retried invocation rebuilds the very same parts and finds their markers.
+Folding is deterministic in stream order, so a retried invocation rebuilds the
+very same segments, with the same first records: their updates find the
+watermarks they left and skip what they applied.
 
 A segment closes early only when it would outgrow MAX_SEGMENT_ITEMS (bounding
 the time one commit takes) or STATE_BUDGET_BYTES (half of the 1 MB Lambda
-allows a tumbling window's state, which carries the open segment).
+allows a tumbling window's state, which carries the open segment). Both are
+the previous release's, which closed segments at the same records: a segment
+it committed in part is rebuilt whole here and its transactions found.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ from typing import Any
 from tally.core.buckets import Bucket, buckets_of
 from tally.core.records import CounterEvent, Outcome, Reason
 
-MAX_PART_ITEMS = 99
-MAX_SEGMENT_ITEMS = 50 * MAX_PART_ITEMS
+MAX_SEGMENT_ITEMS = 4950
 STATE_BUDGET_BYTES = 512_000
 REJECTED_COUNTER_PREFIX = "#rejected#"
-# Version 2 adds a fourth field to summing entries. A segment without sums is written as
-# version 1, unchanged, so a release that reads only version 1 can still take it over.
-STATE_VERSION = 2
-COUNTS_ONLY_STATE_VERSION = 1
-READABLE_STATE_VERSIONS = (COUNTS_ONLY_STATE_VERSION, STATE_VERSION)
+# Version 1: [counter, sort key, delta] entries. Version 2 adds a fourth field, the sum in
+# units, to summing entries. Version 3 has version 2's form: its number tells the previous
+# release (which reads 1 and 2) that the segment belongs to a release that commits without
+# markers; taking it over, that release would add again what this one may have applied, so
+# it discards it instead (WindowStatesDiscarded alarm). Later aggregates extend version 3
+# with optional fields.
+STATE_VERSION = 3
+READABLE_STATE_VERSIONS = (1, 2, STATE_VERSION)
 # JSON of one state entry beyond its counter name: sort key, delta, brackets, commas.
 _ENTRY_OVERHEAD_BYTES = 48
 # ... and of a summing entry's sum: up to 38 digits, sign, quotes, comma.
@@ -111,11 +115,10 @@ class Segment:
         self.last_sequence = sequence
         self.records += 1
 
-    def parts(self) -> list[list[Delta]]:
-        """The deltas in sort-key order, cut into transactions of at most MAX_PART_ITEMS items."""
+    def ordered_deltas(self) -> list[Delta]:
+        """Every item's deltas, in sort-key order (counter, then bucket): the order commits work in."""
         ordered = sorted(self.deltas.items(), key=lambda entry: (entry[0][0], entry[0][1].sort_key))
-        deltas = [(item, count, self.sums.get(item)) for item, count in ordered]
-        return [deltas[start : start + MAX_PART_ITEMS] for start in range(0, len(deltas), MAX_PART_ITEMS)]
+        return [(item, count, self.sums.get(item)) for item, count in ordered]
 
     def to_state(self) -> dict[str, Any]:
         """JSON-safe form for the tumbling-window state; sums as decimal strings of units (exact anywhere)."""
@@ -125,7 +128,7 @@ class Segment:
             entry = [counter, bucket.sort_key, delta]
             entries.append(entry if units is None else [*entry, str(units)])
         return {
-            "v": STATE_VERSION if self.sums else COUNTS_ONLY_STATE_VERSION,
+            "v": STATE_VERSION,
             "first": self.first_sequence,
             "arrival": self.first_arrival_ms,
             "last": self.last_sequence,
@@ -135,7 +138,7 @@ class Segment:
 
     @classmethod
     def from_state(cls, state: Any) -> Segment:
-        """Read what ``to_state`` wrote (this version or the previous); raise UnreadableState for anything else."""
+        """Read what ``to_state`` wrote (this version or an earlier one); raise UnreadableState for anything else."""
         if not isinstance(state, dict):
             raise UnreadableState(f"segment state is a {type(state).__name__}, not an object")
         if state.get("v") not in READABLE_STATE_VERSIONS:

@@ -22,6 +22,8 @@ from typing import Any
 from tally.core.buckets import iso_second
 from tally.core.records import arrival_of
 
+MIN_WINDOW_SECONDS, MAX_WINDOW_SECONDS = 1, 900
+
 Handler = Callable[[dict, Any], "dict | None"]
 RetryHook = Callable[[dict, BaseException, int], None]
 
@@ -29,20 +31,19 @@ RetryHook = Callable[[dict, BaseException, int], None]
 @dataclass(frozen=True)
 class DeliveryConfig:
     batch_size: int = 1000  # records per invocation at most (Lambda's BatchSize)
-    window_seconds: int = 60  # tumbling window length; 0 = no tumbling window
+    window_seconds: int = 60  # tumbling window length (Lambda's TumblingWindowInSeconds, 1-900)
     max_attempts: int = 10  # tries per invocation before giving up (then raise DeliveryFailed)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.window_seconds < 0:
-            raise ValueError(f"window_seconds must not be negative, got {self.window_seconds}")
+        if not MIN_WINDOW_SECONDS <= self.window_seconds <= MAX_WINDOW_SECONDS:
+            raise ValueError(
+                f"window seconds must be between {MIN_WINDOW_SECONDS} and {MAX_WINDOW_SECONDS}, got "
+                f"{self.window_seconds}: tally counts through a tumbling window, the only way an invocation names its shard"
+            )
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
-
-    @property
-    def windowed(self) -> bool:
-        return self.window_seconds > 0
 
 
 class DeliveryFailed(RuntimeError):
@@ -109,12 +110,10 @@ def _group_by_window(
 def cut_invocations(records: Sequence[dict], *, shard_id: str, stream_arn: str, config: DeliveryConfig) -> list[dict]:
     """Pure. Lambda-shaped events for one shard's records in stream order, state left {}.
 
-    With a window: records grouped into tumbling windows by arrival, each
-    window's records cut into batches of at most batch_size, the last batch of
-    each window marked isFinalInvokeForWindow. Without a window: {'Records': batch}.
+    Records grouped into tumbling windows by arrival, each window's records cut
+    into batches of at most batch_size, the last batch of each window marked
+    isFinalInvokeForWindow.
     """
-    if not config.windowed:
-        return [{"Records": batch} for batch in _batches(records, config.batch_size)]
     events = []
     for start, window_records in _group_by_window(records, config.window_seconds):
         batches = _batches(window_records, config.batch_size)
@@ -172,18 +171,12 @@ class ShardDelivery:
     @property
     def open_window_end(self) -> int | None:
         """End (epoch seconds) of the window still waiting for records, if any."""
-        if not self.config.windowed or self._open_start is None:
+        if self._open_start is None:
             return None
         return self._open_start + self.config.window_seconds
 
     def deliver(self, records: Sequence[dict]) -> None:
         """Records that have arrived, in order: invoke every batch known to be complete."""
-        if not self.config.windowed:
-            self._pending.extend(records)
-            while len(self._pending) >= self.config.batch_size:
-                batch, self._pending = self._pending[: self.config.batch_size], self._pending[self.config.batch_size :]
-                self._invoke({"Records": batch})
-            return
         for start, window_records in _group_by_window(records, self.config.window_seconds, self._open_start):
             if self._open_start is not None and start != self._open_start:
                 self._finish_window()
@@ -194,11 +187,6 @@ class ShardDelivery:
 
     def close(self) -> None:
         """Final invocation(s) for whatever is still open (Lambda closes a window when its time passes)."""
-        if not self.config.windowed:
-            if self._pending:
-                batch, self._pending = self._pending, []
-                self._invoke({"Records": batch})
-            return
         if self._open_start is not None:
             self._finish_window()
 
