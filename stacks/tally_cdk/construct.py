@@ -4,8 +4,8 @@
     Tally(self, "Tally", events_table=orders)      # orders: an ITable whose stream has NEW_IMAGE
 
 It holds the counts table, the counting function and its role and log group,
-the event source mapping on the table's stream, the on-failure queue, four
-alarms and a dashboard. The events table stays the caller's: created in the
+the event source mapping on the table's stream, the on-failure queue, alarms,
+a dashboard and (unless turned off) the HTTP read API of `tally_cdk.read_api`. The events table stays the caller's: created in the
 same app (its stream view is checked at synth) or imported by name and stream
 ARN (then the function may read that stream only).
 
@@ -36,6 +36,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from tally_cdk.context import StackSettings
+from tally_cdk.read_api import ReadApi
 from tally.core import settings as tally_settings
 from tally.core.rules import ENV_RULES
 from tally.core.tables import COUNTS_TABLE, TableDescription
@@ -119,8 +120,17 @@ class Tally(Construct):
             self, "CountsTable", COUNTS_TABLE, CDK_REMOVAL_POLICIES[self.settings.counts_table_removal_policy]
         )
         self.failure_queue = self._failure_queue()
+        # One asset and one layer for both functions: the read API runs the very package that counts.
+        self.code = lambda_.Code.from_asset(str(LAMBDA_SOURCE), exclude=ASSET_EXCLUDES)
+        self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(
+            self,
+            "PowertoolsLayer",
+            f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
+            f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
+        )
         self.function = self._counting_function()
         self._connect_stream()
+        self.read_api = self._read_api()
         self.alarms = self._alarms()
         self._dashboard(self.alarms)
 
@@ -173,15 +183,11 @@ class Tally(Construct):
             )
         )
 
-        handler_settings = self.settings.handler_settings
         function = lambda_.Function(
             self,
             "CountingFunction",
             description="Counts events from the events table stream into minute and hour buckets",
-            code=lambda_.Code.from_asset(
-                str(LAMBDA_SOURCE),
-                exclude=ASSET_EXCLUDES,
-            ),
+            code=self.code,
             handler=HANDLER,
             runtime=RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
@@ -189,28 +195,8 @@ class Tally(Construct):
             timeout=TIMEOUT,
             role=role,
             log_group=log_group,
-            layers=[
-                lambda_.LayerVersion.from_layer_version_arn(
-                    self,
-                    "PowertoolsLayer",
-                    f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
-                    f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
-                )
-            ],
-            environment={
-                **self._count_from_environment(),
-                tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
-                tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
-                tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
-                tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
-                tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
-                tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
-                tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
-                tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
-                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
-            },
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
         )
         Validations.of(function).acknowledge(
             Acknowledgment(
@@ -221,6 +207,39 @@ class Tally(Construct):
             )
         )
         return function
+
+    def _settings_environment(self) -> dict[str, str]:
+        """The settings both functions read at cold start (`Settings.from_env`)."""
+        handler_settings = self.settings.handler_settings
+        return {
+            **self._count_from_environment(),
+            tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
+            tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
+            tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
+            tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
+            tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
+            tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
+            tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
+            tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
+        }
+
+    def _read_api(self) -> ReadApi | None:
+        """The HTTP read API (on by default), answering from the counts table with the same package."""
+        if not self.settings.read_api.enabled:
+            return None
+        return ReadApi(
+            self,
+            "ReadApi",
+            settings=self.settings.read_api,
+            counts_table=self.counts_table,
+            code=self.code,
+            runtime=RUNTIME,
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
+        )
 
     def _count_from_environment(self) -> dict[str, str]:
         """Set only when adopting a table with history: records that arrived earlier are the backfill's."""
@@ -284,6 +303,8 @@ class Tally(Construct):
                 self._handler_metric("WindowStatesDiscarded"),
             ),
         ]
+        if self.read_api is not None:
+            alarms += [self._alarm_above(*alarm) for alarm in self.read_api.alarms()]
         if self.settings.alarm_topic_arn:
             topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.settings.alarm_topic_arn)
             for alarm in alarms:
@@ -362,6 +383,8 @@ class Tally(Construct):
                 width=8,
             ),
         )
+        if self.read_api is not None:
+            dashboard.add_widgets(*self.read_api.widgets())
 
 
 def table_from_description(
