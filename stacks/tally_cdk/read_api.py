@@ -92,7 +92,7 @@ class ReadApiSettings:
             if not isinstance(getattr(self, name), bool):
                 raise ReadApiSettingsError(f"must be true or false, got {getattr(self, name)!r}", (name,))
         try:
-            runtime = ApiSettings(tuple(self.public_prefixes), self.public_cache_seconds, self.dashboard)
+            runtime = ApiSettings(self.public_prefixes, self.public_cache_seconds, self.dashboard)
         except SettingsError as error:
             raise ReadApiSettingsError(error.reason, error.fields) from None
         object.__setattr__(self, "public_prefixes", runtime.public_prefixes)
