@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test demo adopt-demo serve bench synth deploy destroy dashboard browser
+.PHONY: install install-scripts test demo adopt-demo serve bench synth deploy destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -35,15 +35,15 @@ install-scripts: $(DEMO_STAMP)
 
 install: $(DEV_STAMP)
 
-test: $(DEV_STAMP) $(DASHBOARD) browser
+test: $(DEV_STAMP) $(DASHBOARD) test-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The dashboard test drives Debian's Chromium through its matching ChromeDriver; CI is a fresh Debian machine
-# running as root, so the packages are installed here when missing.
-browser:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
-		echo "installing Debian's chromium and chromium-driver for the dashboard test"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+# What the tests drive besides Python: Debian's Chromium and its matching ChromeDriver (the dashboard test),
+# curl (the README's examples). CI is a fresh Debian machine running as root: missing ones are installed here.
+test-tools:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ] || [ ! -x /usr/bin/curl ]; then \
+		echo "installing Debian's chromium, chromium-driver and curl for the tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver curl; \
 	fi
 
 # moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.

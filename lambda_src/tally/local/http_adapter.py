@@ -179,10 +179,11 @@ class LocalApi:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop serving and free the port (also when it was bound but never started)."""
         if self._thread is not None:
+            self._server.shutdown()
             self._thread.join(timeout=10)
+        self._server.server_close()
 
     def __enter__(self) -> LocalApi:
         return self.start()
