@@ -132,7 +132,7 @@ def test_listing_answers_the_counters_under_a_prefix(environment):
         ("counter=%23secret", "counter", "'#secret'"),
         ("counter=a&colour=red", "colour", "unknown parameter 'colour': /counts takes counter, window"),
         ("counter=a&window=1h&window=2h", "window", "window is given 2 times"),
-        ("counter=a&window=30d&at=2026-11-22T10:30Z", "window", "align"),
+        ("counter=a&window=30d&at=2026-11-22T10:30Z", "at", "align"),
         ("&".join(f"counter=c{i}" for i in range(101)), "counter", "at most 100 per request"),
         ("&".join(f"counter=c{i}" for i in range(30)) + "&series=minute", "series", "series=hour"),
     ],
@@ -192,21 +192,18 @@ def test_the_dashboard_is_absent_unless_enabled(environment, monkeypatch):
     assert call("/")[0] == 404
 
 
-class Throttled:
-    """A reader whose table refuses every read, as DynamoDB does past the retries."""
-
-    def count_many(self, *args, **kwargs):
-        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "BatchGetItem")
+def throttled(*args, **kwargs):
+    """The counts table refusing a read, as DynamoDB does once the retries are spent."""
+    raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "BatchGetItem")
 
 
-class Broken:
-    def count_many(self, *args, **kwargs):
-        raise KeyError("a bug")
+def broken(*args, **kwargs):
+    raise KeyError("a bug")
 
 
-@pytest.mark.parametrize(("reader", "status", "message"), [(Throttled(), 503, "busy"), (Broken(), 500, "could not read")])
-def test_failures_of_tally_itself_are_one_line_without_a_traceback(environment, monkeypatch, reader, status, message):
-    monkeypatch.setattr(http_api, "reader", lambda: reader)
+@pytest.mark.parametrize(("failure", "status", "message"), [(throttled, 503, "busy"), (broken, 500, "could not read")])
+def test_failures_of_tally_itself_are_one_line_without_a_traceback(environment, monkeypatch, failure, status, message):
+    monkeypatch.setattr(Reader, "count_many", failure)
 
     answered, headers, raw = call("/counts?counter=views/all")
 

@@ -206,7 +206,8 @@ def _parameter_at_fault(error: QueryError, texts: dict[str, str]) -> str | None:
 
 
 def _culprit(error: QueryError, query: Query, default: str = "window") -> str:
-    """A refusal of the read itself (a window past the retention, say) concerns the window's parameters."""
+    """A refusal of the read itself: a window past the minute retention is fixed by its end (an explicit
+    ``at`` on a whole hour, or align=true), anything else concerns the window."""
     named = getattr(error, "parameter", None)
     if named:
         return named
