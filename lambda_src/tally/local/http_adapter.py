@@ -238,7 +238,10 @@ class LocalApi:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 if method != "HEAD":
-                    self.wfile.write(payload)
+                    try:
+                        self.wfile.write(payload)
+                    except (BrokenPipeError, ConnectionResetError):
+                        self.close_connection = True  # the client gave up waiting; nobody is left to answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug(format, *args)
