@@ -126,6 +126,7 @@ def test_listing_answers_the_counters_under_a_prefix(environment):
         ("counter=a&window=0m", "window", "0m"),
         ("counter=a&at=yesterday", "at", "yesterday"),
         ("counter=a&at=2026-11-22T10:00", "at", "offset"),
+        ("counter=a&at=2026-11-22T10:00+01:00", "at", "write the offset as %2B01:00"),
         ("counter=a&series=second", "series", "series must be one of minute, hour"),
         ("counter=a&plan=scan", "plan", "plan must be one of batch, range"),
         ("counter=a&align=perhaps", "align", "align must be one of"),

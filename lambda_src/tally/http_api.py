@@ -55,6 +55,8 @@ MAX_ENTRIES = 40_000  # hours of by_hour plus series points, over all counters o
 MAX_QUERY_FIELDS = 200
 THROTTLING_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
 PRIVATE = "no-store"
+# A hand-typed offset (at=…T10:00+01:00) arrives as a space: '+' means space in a query string.
+PLUS_HINT = " (a '+' in a URL stands for a space: write the offset as %2B01:00, or give the time in UTC with Z)"
 
 logger = Logger(service="tally-api")
 app = APIGatewayHttpResolver()
@@ -189,7 +191,9 @@ def _options(query: Query) -> ReadOptions:
     try:
         return read_options(**texts)
     except QueryError as error:
-        raise BadRequest(_parameter_at_fault(error, texts), str(error)) from None
+        parameter = _parameter_at_fault(error, texts)
+        hint = PLUS_HINT if parameter == "at" and " " in texts.get("at", "") else ""
+        raise BadRequest(parameter, f"{error}{hint}") from None
 
 
 def _parameter_at_fault(error: QueryError, texts: dict[str, str]) -> str | None:
