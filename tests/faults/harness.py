@@ -95,6 +95,7 @@ class FaultStats:
     failed_attempts: int = 0
     windows_compared: int = 0
     windows_refused: int = 0
+    windows_aligned: int = 0  # compared windows ending now that were answered over whole hours at an edge
     windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
     buckets_compared: int = 0
     events_in_minute_and_hour: int = 0
@@ -124,6 +125,7 @@ class FaultStats:
             "faults_by_kind": dict(sorted(self.faults.items())),
             "windows_compared": self.windows_compared,
             "windows_refused": self.windows_refused,
+            "windows_aligned": self.windows_aligned,
             "windows_past_minute_retention": self.windows_past_minute_retention,
             "buckets_compared": self.buckets_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,

@@ -225,7 +225,7 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         ]
     write_items(client("dynamodb"), tables.events, items)
     run_stream(tables)
-    at_iso = audit._iso(end).replace("Z", ":00Z")
+    at_iso = audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
 
     status = audit.main(["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "--json", "--window", "3h", "--at", at_iso])
 

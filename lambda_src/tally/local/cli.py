@@ -36,6 +36,7 @@ from botocore.exceptions import (
 from rich.console import Console
 
 from tally.core.settings import SettingsError
+from tally.core.windows import QueryError
 from tally.local.delivery import DeliveryFailed
 from tally.local.stack_outputs import StackOutputsError
 
@@ -83,7 +84,7 @@ def explain(error: BaseException) -> str | None:
     """One line naming the problem and its fix, or None for an error that is a bug."""
     while isinstance(error, DeliveryFailed) and error.__cause__ is not None:
         error = error.__cause__
-    if isinstance(error, ScriptError | SettingsError | StackOutputsError):
+    if isinstance(error, ScriptError | SettingsError | StackOutputsError | QueryError):
         return str(error)
     if isinstance(error, EndpointConnectionError | ConnectTimeoutError | ConnectionClosedError):
         return unreachable(str(error))

@@ -1,0 +1,197 @@
+"""Read counts from your own code: the one read API behind the CLI, the HTTP API and the dashboard.
+
+    from datetime import timedelta
+    from tally import Reader
+
+    reader = Reader("tally-counts")               # or Reader.from_stack("Tally"); settings from the environment
+    views = reader.count("page-views", window="24h")
+    views.total, views.start, views.end           # the count, and the window answered (aware UTC datetimes)
+    reader.count_many(["a", "b"], window=timedelta(days=7), series="hour")
+
+Every option may be given as its Python value or as text, and ``read_options``
+is the one parser of both: the command line and the HTTP API hand it their
+text, so every edge reads the same window for the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from tally.core.plans import PlanKind, Series
+from tally.core.settings import Settings
+from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant_of, length_ms_of, now_ms
+from tally.dynamo import CountsTable
+from tally.query import WindowCount, count_windows, validate_query_counter
+
+COUNTS_TABLE_OUTPUT = "CountsTableName"
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read: window length, end (None: now), series, plan, alignment (None: auto) and consistency."""
+
+    window: timedelta = timedelta(milliseconds=DEFAULT_LENGTH_MS)
+    at: datetime | None = None
+    series: Series | None = None
+    plan: PlanKind = PlanKind.BATCH
+    align: bool | None = None
+    consistent: bool = False
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def aligns(self) -> bool:
+        """Auto alignment aligns a window that ends now, and refuses an explicit end that needs it."""
+        return self.at is None if self.align is None else self.align
+
+
+def read_options(
+    *,
+    window: timedelta | str | None = None,
+    at: datetime | str | None = None,
+    series: Series | str | None = None,
+    plan: PlanKind | str | None = None,
+    align: bool | str | None = None,
+    consistent: bool | str | None = None,
+) -> ReadOptions:
+    """Options given as Python values or as text (a command line, a query string) -> ReadOptions.
+
+    window: timedelta or "90m" / "24h" / "7d" / "1d12h"; at: aware datetime,
+    ISO-8601 with an offset, or "now"; series: "minute" / "hour" / "none";
+    plan: "batch" / "range"; align: True / False / None or "true" / "false" /
+    "auto"; consistent: bool or "true" / "false". None or "" means the default.
+    Raises QueryError naming the fix; no I/O.
+    """
+    length_ms = DEFAULT_LENGTH_MS if _unset(window) else length_ms_of(window)
+    end = None if _unset(at) or _is(at, "now") else instant_of(at)
+    if end is not None:
+        end_ms_of(end)  # refuses an end outside the keys' years now, not at the first read
+    return ReadOptions(
+        window=timedelta(milliseconds=length_ms),
+        at=end,
+        series=None if _unset(series) or _is(series, "none") else _choice(Series, series, "series"),
+        plan=PlanKind.BATCH if _unset(plan) else _choice(PlanKind, plan, "plan"),
+        align=None if _unset(align) or _is(align, "auto") else _flag(align, "align", "auto"),
+        consistent=False if _unset(consistent) else _flag(consistent, "consistent"),
+    )
+
+
+class Reader:
+    """Counts from one counts table: ``count``, ``count_many``, ``list_counters``, each with the options above."""
+
+    def __init__(self, table_name: str | None = None, *, client: Any = None, settings: Settings | None = None) -> None:
+        """``table_name`` defaults to COUNTS_TABLE (else tally-counts); ``settings`` to the environment's
+        (bucket lanes, counter rules, retentions and clock skew shape every read); ``client`` to boto3's
+        DynamoDB client, which follows AWS_ENDPOINT_URL, AWS_REGION and the usual credential chain."""
+        self.settings = Settings.from_env() if settings is None else settings
+        self.table_name = table_name or self.settings.counts_table
+        if client is None:
+            import boto3
+
+            client = boto3.client("dynamodb")
+        self.table = CountsTable(client, self.table_name, self.settings)
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, str], *, client: Any = None, settings: Settings | None = None) -> Reader:
+        """From a deployed stack's outputs (``cdk deploy --outputs-file``, or describe-stacks): its CountsTableName."""
+        if not outputs.get(COUNTS_TABLE_OUTPUT):
+            raise QueryError(f"the stack outputs lack {COUNTS_TABLE_OUTPUT}: is it a tally stack, fully deployed?")
+        return cls(outputs[COUNTS_TABLE_OUTPUT], client=client, settings=settings)
+
+    @classmethod
+    def from_stack(
+        cls, stack_name: str, *, client: Any = None, cloudformation: Any = None, settings: Settings | None = None
+    ) -> Reader:
+        """From a deployed tally stack, by name (CloudFormation describe-stacks; for code outside the stack)."""
+        import boto3
+
+        from tally.local.stack_outputs import table_names_from_stack
+
+        outputs = table_names_from_stack(stack_name, cloudformation or boto3.client("cloudformation"))
+        return cls.from_outputs(outputs, client=client, settings=settings)
+
+    def count(self, counter: str, **options: Any) -> WindowCount:
+        """One counter over one window (default: the 24 h ending now)."""
+        if not isinstance(counter, str):
+            raise QueryError(f"count takes one counter name, got {counter!r}: for several, use count_many")
+        return self.count_many([counter], **options)[0]
+
+    def count_many(self, counters: Sequence[str], **options: Any) -> list[WindowCount]:
+        """Several counters over the same window, in the order given (the batch plan shares their requests)."""
+        if isinstance(counters, str) or not isinstance(counters, Sequence):
+            raise QueryError(f"count_many takes a list of counter names, got {counters!r}: for one, use count")
+        if not counters:
+            raise QueryError("count_many needs at least one counter name")
+        names = [validate_query_counter(name) for name in counters]
+        chosen = read_options(**options)
+        return count_windows(
+            self.table,
+            names,
+            length_ms=chosen.window // timedelta(milliseconds=1),
+            at_ms=None if chosen.at is None else end_ms_of(chosen.at),
+            plan=chosen.plan,
+            consistent=chosen.consistent,
+            series=chosen.series,
+            align=chosen.aligns(),
+        )
+
+    def notes(self, results: Sequence[WindowCount]) -> list[str]:
+        """Lines an edge shows beside the answer: an aligned window, and why a 0 is a 0 where that is knowable.
+
+        A 0 that is an answer and a 0 that is a mistake look alike: a window
+        entirely in the future, or a counter without a single bucket (one Query
+        of one key each), says so.
+        """
+        if not results:
+            return []
+        first = results[0]
+        notes = []
+        if first.aligned and first.asked is not None:
+            notes.append(
+                f"window {first.asked} reaches past the minute retention "
+                f"({self.settings.minute_retention_ms // 3_600_000} h): answered over whole hours there, {first.window}"
+            )
+        if first.window.start_ms > now_ms():
+            notes.append(f"the window {first.window} lies entirely in the future: nothing can be counted in it yet")
+            return notes
+        notes.extend(
+            f"no bucket of {result.counter!r} exists at all: no event has been counted under that name "
+            "(names are case-sensitive)"
+            for result in results
+            if result.items_read == 0 and not self.table.has_counter(result.counter)
+        )
+        return notes
+
+
+def _unset(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _is(value: object, word: str) -> bool:
+    return isinstance(value, str) and value.strip().lower() == word
+
+
+def _choice(kind: type[Series] | type[PlanKind], value: object, name: str) -> Any:
+    text = value.value if isinstance(value, kind) else str(value).strip().lower()
+    try:
+        return kind(text)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise QueryError(f"{name} must be one of {choices}, got {value!r}") from None
+
+
+def _flag(value: object, name: str, *others: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    allowed = ", ".join(("true", "false", *others))
+    raise QueryError(f"{name} must be one of {allowed}, got {value!r}")
