@@ -60,7 +60,7 @@ def served(tmp_path_factory):
             dynamodb = client("dynamodb")
             create_tables(dynamodb, "dashboard-events", "dashboard-counts")
             settings = Settings.from_env()
-            events = Workload(counters=["page-views", "sign-ups"], hours=25, rate=(20, 60), seed=5).events(now_ms())
+            events = Workload(counters=["page-views", "sign-ups"], hours=25, rate=(5, 20), seed=5).events(now_ms())
             write_items(dynamodb, "dashboard-events", [event.item(settings) for event in events])
             runner = StreamReader(
                 client("dynamodbstreams"),
