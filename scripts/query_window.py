@@ -3,6 +3,7 @@
     .venv/bin/python scripts/query_window.py page-views sign-ups                 # last 24 h, batch plan
     .venv/bin/python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
     .venv/bin/python scripts/query_window.py page-views --series minute          # every minute of the last 24 h
+    .venv/bin/python scripts/query_window.py --prefix jobs/ --window 7d          # counters that counted in a week
 
 A window of length L ending at --at (default now) covers whole minutes: its
 last minute is the one containing at - 1 ms. An end exactly on a minute
@@ -47,7 +48,12 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
+    parser.add_argument("counters", nargs="*", metavar="COUNTER", help="counter names (or --prefix)")
+    parser.add_argument(
+        "--prefix",
+        metavar="PREFIX",
+        help="instead of names: every counter starting with PREFIX ('' for all) that counted anything in the window",
+    )
     parser.add_argument(
         "--at", help="end of the window, ISO-8601 with an offset; on a minute boundary it is exclusive (default now)"
     )
@@ -73,17 +79,19 @@ def parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if bool(args.counters) == (args.prefix is not None):
+        parser().error("name the counters, or list them with --prefix, not both")
     options = read_options(
         window=args.window, at=args.at, series=args.series, plan=args.plan, align=args.align, consistent=args.consistent
     )
     reader, results = query(args, options)
-    for note in reader.notes(results):
+    for note in reader.notes(results) if results else [f"no counter starting with {args.prefix!r} counted anything"]:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         for result in results:
             print(json.dumps(result.as_json()))
-    else:
-        show(results)
+    elif results:
+        show(results, charts=args.prefix is None or args.series is not None)
     return 0
 
 
@@ -92,6 +100,8 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
     tables = resolve_tables(args)
     reader = Reader(tables.counts, client=client("dynamodb"), settings=settings)
     try:
+        if args.prefix is not None:
+            return reader, reader.list_counters(args.prefix, **options.as_kwargs())
         return reader, reader.count_many(args.counters, **options.as_kwargs())
     except ClientError as error:
         if is_missing_table(error):
@@ -99,7 +109,7 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
         raise
 
 
-def show(results: list[WindowCount]) -> None:
+def show(results: list[WindowCount], charts: bool = True) -> None:
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     summing = any(result.sum is not None for result in results)
@@ -118,7 +128,7 @@ def show(results: list[WindowCount]) -> None:
             str(result.items_read),
         )
     out.print(summary)
-    for result in results:
+    for result in results if charts else ():
         out.print(minute_chart(result) if result.series_unit is Series.MINUTE else hour_chart(result))
 
 

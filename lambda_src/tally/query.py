@@ -23,7 +23,7 @@ from tally.core.buckets import iso_minute
 from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
 from tally.core.records import InvalidCounter, Reason, validate_counter
 from tally.core.segments import REJECTED_COUNTER_PREFIX
-from tally.core.settings import HOUR_MS
+from tally.core.settings import HOUR_MS, Settings
 from tally.core.sums import Point, PlanTotals, series_of, sum_plan
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, utc_of
 from tally.dynamo import CountsTable, Fetched
@@ -158,14 +158,21 @@ def count_windows(
     for counter in counters:
         validate_query_counter(counter)
     now = now_ms() if now is None else now
-    asked = Window.ending(now if at_ms is None else at_ms, length_ms)
-    window = align_to_retention(asked, now, table.settings) if align else asked
+    asked, window = answered_window(length_ms, at_ms, now, align, table.settings)
     series = Series(series) if series is not None else None
     the_plan = make_plan(window, now, table.settings, PlanKind(plan), series)
     context = _Context(the_plan, series, asked if window != asked else None)
     if the_plan.kind is PlanKind.BATCH:
         return _by_batch(table, counters, context, consistent)
     return _by_range(table, counters, context, consistent)
+
+
+def answered_window(
+    length_ms: int, at_ms: int | None, now: int, align: bool, settings: Settings
+) -> tuple[Window, Window]:
+    """The window asked (ending at ``at_ms``, default ``now``) and the one answered (aligned, if asked to be)."""
+    asked = Window.ending(now if at_ms is None else at_ms, length_ms)
+    return asked, align_to_retention(asked, now, settings) if align else asked
 
 
 @dataclass(frozen=True)

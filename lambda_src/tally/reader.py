@@ -16,15 +16,16 @@ text, so every edge reads the same window for the same words.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from tally.core.plans import PlanKind, Series
 from tally.core.settings import Settings
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant_of, length_ms_of, now_ms
-from tally.dynamo import CountsTable
-from tally.query import WindowCount, count_windows, validate_query_counter
+from tally.core.directory import RESERVED_PREFIX, days_between
+from tally.dynamo import CounterDirectory, CountsTable
+from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
 _TRUE = {"true", "1", "yes", "on"}
@@ -82,7 +83,10 @@ def read_options(
 
 
 class Reader:
-    """Counts from one counts table: ``count``, ``count_many``, ``list_counters``, each with the options above."""
+    """Counts from one counts table: ``count``, ``count_many``, ``list_counters``, each with the options above.
+
+    ``read_options`` lists the options; an end on a minute boundary is exclusive.
+    """
 
     def __init__(self, table_name: str | None = None, *, client: Any = None, settings: Settings | None = None) -> None:
         """``table_name`` defaults to COUNTS_TABLE (else tally-counts); ``settings`` to the environment's
@@ -95,6 +99,7 @@ class Reader:
 
             client = boto3.client("dynamodb")
         self.table = CountsTable(client, self.table_name, self.settings)
+        self.directory = CounterDirectory(client, self.table_name, self.settings)
 
     @classmethod
     def from_outputs(cls, outputs: Mapping[str, str], *, client: Any = None, settings: Settings | None = None) -> Reader:
@@ -128,14 +133,43 @@ class Reader:
         if not counters:
             raise QueryError("count_many needs at least one counter name")
         names = [validate_query_counter(name) for name in counters]
+        return self._count(names, read_options(**options), now_ms())
+
+    def list_counters(self, prefix: str = "", **options: Any) -> list[WindowCount]:
+        """The counters whose names start with ``prefix`` that counted anything in the window, by name.
+
+        Reads the counter directory (one Query per UTC day of the window) and
+        counts the counters found there, keeping those with a total above 0.
+        The directory knows counters from their first commit by a release that
+        writes it. tally's own ``#rejected#<reason>`` counters are not listed.
+        """
+        if not isinstance(prefix, str):
+            raise QueryError(f"prefix must be text, got {prefix!r}")
+        if prefix.startswith(RESERVED_PREFIX):
+            raise QueryError(
+                f"names starting with '#' are tally's own and never listed, got prefix {prefix!r}: "
+                "read rejections by name, #rejected#<reason>"
+            )
         chosen = read_options(**options)
+        now = now_ms()
+        _asked, window = answered_window(
+            _length_ms(chosen), _at_ms(chosen), now, chosen.aligns(), self.settings
+        )
+        names, requests = self.directory.counters(prefix, days_between(window.start_ms, window.end_ms), chosen.consistent)
+        if not names:
+            return []
+        counted = self._count(names, chosen, now)
+        return [replace(result, requests=result.requests + requests) for result in counted if result.total > 0]
+
+    def _count(self, names: list[str], chosen: ReadOptions, now: int) -> list[WindowCount]:
         return count_windows(
             self.table,
             names,
-            length_ms=chosen.window // timedelta(milliseconds=1),
-            at_ms=None if chosen.at is None else end_ms_of(chosen.at),
+            length_ms=_length_ms(chosen),
+            at_ms=_at_ms(chosen),
             plan=chosen.plan,
             consistent=chosen.consistent,
+            now=now,
             series=chosen.series,
             align=chosen.aligns(),
         )
@@ -166,6 +200,14 @@ class Reader:
             if result.items_read == 0 and not self.table.has_counter(result.counter)
         )
         return notes
+
+
+def _length_ms(chosen: ReadOptions) -> int:
+    return chosen.window // timedelta(milliseconds=1)
+
+
+def _at_ms(chosen: ReadOptions) -> int | None:
+    return None if chosen.at is None else end_ms_of(chosen.at)
 
 
 def _unset(value: object) -> bool:
