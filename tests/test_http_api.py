@@ -27,7 +27,7 @@ from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES
 from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.settings import ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
 from tally.core.windows import parse_instant
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 from tally.local.cli import load_script
 from tally.local.http_adapter import http_api_event
@@ -47,10 +47,11 @@ def blog():
         create_tables(client, EVENTS, COUNTS)
         settings = Settings(counts_table=COUNTS, events_table=EVENTS, time_attribute="time", rules=parse_rules(BLOG.rules_json))
         table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+        commit = CounterDirectory(client, COUNTS, settings).recording(table.commit)  # as the handler commits
         items = BLOG.items(Workload(counters=BLOG.keys, hours=30, rate=(5, 15), seed=3), parse_instant(NOW))
         records = [stream_record(image(**item), arrival_s=parse_instant(NOW) / 1000) for item in items]
         for start in range(0, len(records), 100):
-            process(window_event(records[start : start + 100], final=True), table.commit, settings)
+            process(window_event(records[start : start + 100], final=True), commit, settings)
         yield client, settings
 
 
