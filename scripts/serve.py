@@ -34,7 +34,6 @@ import shlex
 import signal
 import sys
 import threading
-import time
 import uuid
 from typing import Any
 from urllib.parse import urlencode

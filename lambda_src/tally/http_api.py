@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from tally.core.api_access import (
     COUNTERS_PATH,

@@ -30,13 +30,13 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from tally_cdk.context import StackSettings
 from tally_cdk.read_api import ReadApi
+from tally_cdk.roles import role_with_own_logs
 from tally.core import settings as tally_settings
 from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.rules import ENV_RULES
@@ -74,7 +74,6 @@ MEMORY_MB = 256
 # stalls its shard for at most a minute before Lambda retries it, and a retry is
 # safe because commits are idempotent.
 TIMEOUT = Duration.seconds(60)
-LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 # Lambda keeps retrying a failing batch; DynamoDB Streams drops records after 24
 # hours, so this is "retry until the record is gone". Discarding earlier would
@@ -155,21 +154,9 @@ class Tally(Construct):
         return queue
 
     def _counting_function(self) -> lambda_.Function:
-        log_group = logs.LogGroup(
-            self,
-            "CountingFunctionLogs",
-            retention=LOG_RETENTION,
-            removal_policy=RemovalPolicy.DESTROY,
+        role, log_group = role_with_own_logs(
+            self, "CountingFunction", "tally stream handler: read the events stream, write counts"
         )
-        # An explicit role with no managed policies: AWSLambdaBasicExecutionRole would
-        # allow writing to every log group in the account.
-        role = iam.Role(
-            self,
-            "CountingFunctionRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="tally stream handler: read the events stream, write counts",
-        )
-        log_group.grant_write(role)
         # TransactWriteItems is authorized per item action: the segment marker is a
         # conditional Put, each bucket an Update; ConditionCheck keeps a check-only item legal.
         self.counts_table.grant(

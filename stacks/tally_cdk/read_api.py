@@ -28,11 +28,11 @@ from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from tally_cdk.roles import LOG_RETENTION, role_with_own_logs
 from tally.core.api_access import DASHBOARD_PATH, PUBLIC_PATHS, SIGNED_PATHS, ApiSettings
 from tally.core.settings import SettingsError
 
@@ -44,7 +44,6 @@ DASHBOARD_PAGE = Path(__file__).resolve().parents[2] / "lambda_src" / "tally" / 
 READ_MEMORY_MB = 512
 # BatchGetItem retries included, a read takes well under a second; API Gateway gives up after 30 s.
 READ_TIMEOUT = Duration.seconds(10)
-LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 ALARM_PERIOD = Duration.minutes(5)
 # What a browser sends with a SigV4-signed request (a page that signs with its own credentials).
 SIGV4_HEADERS = ["authorization", "content-type", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"]
@@ -194,14 +193,7 @@ class ReadApi(Construct):
         layers: list[lambda_.ILayerVersion],
         environment: Mapping[str, str],
     ) -> lambda_.Function:
-        log_group = logs.LogGroup(self, "ReadFunctionLogs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY)
-        role = iam.Role(
-            self,
-            "ReadFunctionRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="tally read API: read the counts table",
-        )
-        log_group.grant_write(role)
+        role, log_group = role_with_own_logs(self, "ReadFunction", "tally read API: read the counts table")
         # Exact keys (batch plan), ranges (range plan, listing), one item (a counter's existence).
         counts_table.grant(role, "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query")
         function = lambda_.Function(

@@ -9,7 +9,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 from cdk_synthesis import OVERRIDDEN_STACK_NAME, STACK_NAME, UNWINDOWED_STACK_NAME, Synthesis, counting_part
-from test_tally_stack import as_list, policy_statements, render, resources, table_id
+from test_tally_stack import as_list, render, resources, table_id
 
 from stacks import TallyStack
 from tally.core.api_access import ApiSettings
