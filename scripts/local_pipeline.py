@@ -39,6 +39,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from rich.markup import escape
@@ -48,18 +49,18 @@ from rich.table import Table
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
 from tally.local.delivery import DeliveryConfig
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo import create_tables
 from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
 from tally.local.cli import console as make_console
 from tally.local.cli import entry_point
 from tally.core.plans import PlanKind
-from tally.query import count_windows
+from tally.reader import Reader
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.rules import ENV_RULES
 from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, MINUTE_MS, Settings
 from tally.local.stream_reader import StreamReader
-from tally.core.windows import Window, now_ms
+from tally.core.windows import Window, now_ms, utc_of
 from tally.local.workload import (
     DEFAULT_COUNTERS,
     DEFAULT_HOURS,
@@ -192,14 +193,14 @@ def recording_arrivals(handler: Callable[[dict, Any], Any], arrivals: dict[str, 
 
 def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
     """Both plans against brute force: the 24 h window ending now, a long hour-aligned one, the rejections."""
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     items = scan_items(dynamodb, EVENTS_TABLE)
     matched = compare_window(table, items, counters, arrivals, now, Window.ending(now), "4. rolling 24 h window")
 
     # Whole hours, longer than the minute retention: read as hour buckets where the minutes have expired.
     length_h = max(settings.minute_retention_ms // HOUR_MS + 1, hours + 1)
-    long_window = Window.ending(now - now % HOUR_MS - 1, length_h * HOUR_MS)
+    long_window = Window.ending(now - now % HOUR_MS, length_h * HOUR_MS)
     title = f"5. {length_h} h window to the last whole hour (minutes are kept {settings.minute_retention_ms // HOUR_MS} h)"
     matched &= compare_window(table, items, counters, arrivals, now, long_window, title)
     console.print(
@@ -209,7 +210,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
     )
 
     want = expected_rejections(items, arrivals, settings)
-    got = {r.counter: r.total for r in count_windows(table, [rejected_counter(x) for x in REJECTION_REASONS], now=now)}
+    got = {r.counter: r.total for r in table.count_many([rejected_counter(x) for x in REJECTION_REASONS], at=utc_of(now))}
     rejections = Table(title="6. rejections: tally's own #rejected#<reason> counters (by arrival) vs expected")
     for column in ("reason", "counted by tally", "expected", ""):
         rejections.add_column(column, justify="left" if column == "reason" else "right")
@@ -236,7 +237,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
 
 
 def compare_window(
-    table: CountsTable,
+    table: Reader,
     items: list[dict[str, Any]],
     counters: list[str],
     arrivals: dict[str, int],
@@ -246,12 +247,9 @@ def compare_window(
 ) -> bool:
     """One window, every counter, both plans against the brute-force count; prints a table."""
     brute = brute_force_counts(items, counters, window, arrivals_ms=arrivals, settings=table.settings)
-    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
+    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
     plans = {
-        plan: {
-            r.counter: r
-            for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan, consistent=True)
-        }
+        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
     counts = Table(title=escape(f"{title} {window}"))
@@ -284,13 +282,13 @@ def compare_window(
 def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
     """Count, sum and average of every counter the shape's rules name, both plans against brute force."""
     settings = Settings.from_env()
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     truth = shaped_truth(shape, items, window, arrivals, settings)
     counters = sorted(truth.in_window)
     plans = {
-        plan: {r.counter: r for r in count_windows(table, counters, at_ms=now, now=now, plan=plan, consistent=True)}
+        plan: {r.counter: r for r in table.count_many(counters, at=utc_of(now), plan=plan, consistent=True)}
         for plan in PlanKind
     }
     table_view = Table(title=escape(f"4. rolling 24 h window {window}: counters named by the rules"))
@@ -321,7 +319,7 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
         "(exact decimals; the average shown to 2 places) for summing counters, checked in full for both plans."
     )
     late = sum(1 for ts, item in items if is_late(ts, arrivals.get(item["id"], ts), settings))
-    counted = count_windows(table, [rejected_counter(Reason.LATE_EVENT)], now=now)[0].total
+    counted = table.count(rejected_counter(Reason.LATE_EVENT), at=utc_of(now)).total
     ok = counted == late
     matched &= ok
     console.print(

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import time
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import boto3
 import pytest
@@ -18,6 +22,7 @@ from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
+from tally.local.aws import MotoServer
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"
 NOW = parse_instant(NOW_TEXT)
@@ -282,3 +287,49 @@ def test_a_reader_from_a_stacks_outputs(monkeypatch):
         cloudformation.create_stack(StackName="Tally", TemplateBody=json.dumps(template))
         reader = Reader.from_stack("Tally", client=object(), settings=SETTINGS)
     assert reader.table_name == "Tally-CountsTable-DEF"
+
+
+def readme_example() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Read counts from your code") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.server
+def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts(monkeypatch, capsys):
+    now = datetime.now(UTC)
+    if now.minute == 59 and now.second > 50:  # the example reads "now" twice: keep both in one hour
+        time.sleep(15)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    rng = random.Random(6)
+    ages = [rng.randrange(30 * HOUR_MS) for _ in range(60)]
+    # None within minutes of 24 h old: the example reads "now" a little later than this test does.
+    events = [("views/posts/hello-world", now_ms - age) for age in ages if abs(age - DAY_MS) > 5 * MINUTE_MS]
+    events += [("views/all", now_ms - rng.randrange(3 * HOUR_MS)) for _ in range(90)]
+    events += [("jobs/all", now_ms - rng.randrange(20 * HOUR_MS)) for _ in range(30)]
+    with MotoServer() as server:
+        for name, value in server.environment().items():
+            monkeypatch.setenv(name, value)
+        counts = f"readme-counts-{uuid.uuid4().hex[:8]}"  # moto keeps tables per process, not per server
+        monkeypatch.setenv("COUNTS_TABLE", counts)
+        client = boto3.client("dynamodb")
+        create_tables(client, f"readme-events-{counts[-8:]}", counts)
+        settings = Settings()
+        table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
+        records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
+        process(window_event(records, final=True), directory.recording(table.commit), settings)
+
+        exec(compile(readme_example(), "README.md", "exec"), {"__name__": "readme"})
+
+    lines = capsys.readouterr().out.splitlines()
+    day_ago = utc(now_ms - now_ms % MINUTE_MS + MINUTE_MS - DAY_MS)
+    assert lines[0].startswith(f"{counted_between(events, 'views/posts/hello-world', day_ago, utc(now_ms + MINUTE_MS))} views in [")
+    week_start = utc(now_ms - now_ms % MINUTE_MS + MINUTE_MS - 7 * DAY_MS).replace(minute=0)
+    assert lines[1] == f"views/all 90 {week_start}" and lines[2] == f"jobs/all 30 {week_start}"
+    hour_end = utc(now_ms - now_ms % HOUR_MS)
+    minutes = json.loads(lines[3])
+    assert len(minutes) == 60 and sum(minutes) == counted_between(events, "views/all", hour_end - timedelta(hours=1), hour_end)
+    listed = counted_between(events, "views/posts/hello-world", day_ago, utc(now_ms + MINUTE_MS))
+    assert lines[4] == str([("views/all", 90), ("views/posts/hello-world", listed)])
+    assert lines[5] == "window length must be positive, got '0h': try 24h"
+    assert len(readme_example().strip().splitlines()) <= 25

@@ -19,6 +19,8 @@ from tally.core.amounts import decimal_of, stored_units
 from tally.core.tables import COUNT_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
 
+from tally.core.directory import DIRECTORY_PREFIX, day_partition
+
 from .harness import STATS, FaultStats
 from .streams import Expected
 
@@ -56,7 +58,7 @@ def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], 
     sums: dict[tuple[str, str], int] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
-            if not item["pk"]["S"].startswith(MARKER_PREFIX):
+            if not item["pk"]["S"].startswith((MARKER_PREFIX, DIRECTORY_PREFIX)):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
@@ -87,6 +89,17 @@ def check_table(
         stats.add("discrepancies", len(wrong))
     sample = dict(sorted(wrong.items())[:8])
     assert not wrong, f"{len(wrong)} buckets differ (actual, expected), e.g. {sample}; {context}"
+
+
+def check_directory(client: Any, table_name: str, expected: Expected, context: str) -> None:
+    """The counter directory holds one entry per UTC day and counter that counted, and nothing else."""
+    entries = set()
+    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
+        entries.update(
+            (item["pk"]["S"], item["sk"]["S"]) for item in page["Items"] if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
+        )
+    truth = {(day_partition(event_ms // DAY_MS), name) for name, event_ms, _ in expected.events}
+    assert entries == truth, f"directory: extra {sorted(entries - truth)[:5]}, missing {sorted(truth - entries)[:5]}; {context}"
 
 
 def check_summaries(summaries: list[Summary], records: int, expected: Expected, context: str) -> None:

@@ -31,7 +31,7 @@ from unittest import mock
 from botocore.exceptions import ClientError
 from tally.core import segments
 from tally.local.delivery import DeliveryConfig, cut_invocations
-from tally.dynamo import CountsTable, RetriesExhausted
+from tally.dynamo import CounterDirectory, CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
@@ -261,6 +261,15 @@ class FaultyClient:
             "UnprocessedKeys": {table: {**spec, "Keys": withheld}},
         }
 
+    def batch_write_item(self, **kwargs: Any) -> dict[str, Any]:
+        """The counter directory's puts: throttled, or written with the answer lost (then put again)."""
+        if self.schedule.fires(FaultKind.PROVISIONED):
+            raise client_error("ProvisionedThroughputExceededException", "BatchWriteItem")
+        response = self._client.batch_write_item(**kwargs)
+        if self.schedule.fires(FaultKind.RESPONSE_LOST):
+            raise client_error("InternalServerError", "BatchWriteItem")
+        return response
+
     def query(self, **kwargs: Any) -> dict[str, Any]:
         if self.schedule.fires(FaultKind.READ_THROTTLED):
             raise client_error("ProvisionedThroughputExceededException", "Query")
@@ -295,6 +304,8 @@ class FaultyHandler:
         self.settings = settings
         self.schedule = schedule
         self.last_summary: Summary | None = None
+        # The handler's counter directory, written after each commit; a crash after a commit skips it.
+        self.directory = CounterDirectory(table.client, table.table_name, settings, backoff=table.backoff)
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         commits_done = 0
@@ -310,9 +321,13 @@ class FaultyHandler:
                 raise InjectedCrash(FaultKind.TIMEOUT_AFTER_COMMIT.value)
             return result
 
-        response, summary = process(event, commit, self.settings)
-        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
-            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        try:
+            response, summary = process(event, self.directory.recording(commit), self.settings)
+            if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
+                raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        except InjectedCrash:
+            self.directory.written.clear()  # a crashed runtime starts afresh, its memory gone
+            raise
         self.last_summary = summary
         return response
 

@@ -159,3 +159,58 @@ def test_bad_rules_in_the_environment_are_one_line_and_status_2(capsys, monkeypa
     assert query_window.main(["alpha"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "TALLY_RULES: rule 1 ('r'): field 'sum'" in err
+
+
+@pytest.mark.server
+def test_a_week_ending_now_is_answered_over_whole_hours_with_one_note(counted, capsys):
+    assert query_window.main(["alpha", "--window", "7d", "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["aligned"] is True and result["start"].endswith(":00Z")
+    assert captured.err.count("\n") == 1 and captured.err.startswith("note: window [")
+    assert "answered over whole hours there, [" + result["start"] in captured.err
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("plan", ["batch", "range"])
+def test_a_24h_minute_series_lists_1440_minutes_summing_to_the_total(counted, capsys, plan):
+    assert query_window.main(["alpha", "beta", "--series", "minute", "--json", "--consistent", "--plan", plan]) == 0
+    for result in map(json.loads, capsys.readouterr().out.splitlines()):
+        assert len(result["series"]) == 1440 and result["total"] > 0
+        assert sum(point["count"] for point in result["series"]) == result["total"]
+        assert result["series"][0]["start"] == result["start"] and set(result["series"][0]) == {"start", "count"}
+
+
+@pytest.mark.server
+def test_the_table_shows_a_minute_series_as_one_sparkline_per_hour(counted, capsys):
+    assert query_window.main(["alpha", "--series", "minute"]) == 0
+    out = capsys.readouterr().out
+    chart = out[out.index("alpha per minute") :].splitlines()[1:]
+    assert 24 <= len(chart) <= 25  # not 1,440 lines
+    assert any(set("▁▂▃▄▅▆▇█") & set(line) for line in chart)
+
+
+@pytest.mark.server
+def test_prefix_lists_the_counters_that_counted_in_the_window(counted, capsys):
+    assert query_window.main(["--prefix", "al", "--json"]) == 0
+    assert [json.loads(line)["counter"] for line in capsys.readouterr().out.splitlines()] == ["alpha"]
+    assert query_window.main(["--prefix", "", "--window", "3h"]) == 0
+    out = capsys.readouterr().out
+    assert "alpha" in out and "beta" in out and "per hour" not in out
+    assert query_window.main(["--prefix", "zz"]) == 0
+    assert capsys.readouterr().err == "note: no counter starting with 'zz' counted anything\n"
+
+
+@pytest.mark.server
+def test_an_end_on_the_hour_is_exclusive(counted, capsys):
+    end = iso_minute(now_ms() // HOUR_MS * HOUR_MS)
+    assert query_window.main(["alpha", "--window", "1h", "--at", end, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["end"] == end and result["start"] == iso_minute(now_ms() // HOUR_MS * HOUR_MS - HOUR_MS)
+    assert list(result["by_hour"]) == [result["start"]]
+
+
+def test_counters_and_prefix_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(["alpha", "--prefix", "a"])
+    assert exited.value.code == 2 and "not both" in capsys.readouterr().err
