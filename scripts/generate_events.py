@@ -114,10 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         items = shape.items(workload, end_ms)
     else:
         items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, workload.seed, settings)
-    try:
-        table = resolve_tables(args).events
-    except LookupError as error:  # no such stack
-        argument_parser.error(str(error))
+    table = resolve_tables(args).events
 
     dynamodb = client("dynamodb")
     require_table(dynamodb, table, "--table or EVENTS_TABLE")

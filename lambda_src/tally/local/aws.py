@@ -24,12 +24,11 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
 from tally.local import moto_fixes
-from tally.local.cli import DEFAULT_REGION, preflight, region, require_table
+from tally.local.cli import DEFAULT_REGION, DUMMY_CREDENTIALS, ScriptError, preflight, region, require_table
+from tally.core.commit import RetriesExhausted
 from tally.core.retry import Backoff
 from tally.core.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 
-# moto accepts any credentials; these only keep boto3 from looking for real ones.
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # Everything an in-process moto run needs from the environment (tests, benchmarks):
 # Streams clients answer DescribeStream only with account-id endpoints off.
 OFFLINE_ENVIRONMENT = {
@@ -55,7 +54,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-class UnprocessedItems(RuntimeError):
+class UnprocessedItems(RetriesExhausted):
     """DynamoDB kept returning items unwritten after every retry."""
 
 
@@ -109,7 +108,7 @@ def resolve_tables(args: argparse.Namespace, env: Mapping[str, str] | None = Non
 def stream_arn_of(dynamodb_client: Any, events_table: str) -> str:
     arn = require_table(dynamodb_client, events_table, "--table or EVENTS_TABLE").get("LatestStreamArn")
     if not arn:
-        raise LookupError(f"table {events_table!r} has no stream (tally needs a NEW_IMAGE stream)")
+        raise ScriptError(f"table {events_table!r} has no stream (tally needs a NEW_IMAGE stream)")
     return arn
 
 
