@@ -269,6 +269,7 @@ class Rules:
     """The rules every item goes through, in order; each matching rule adds to its counter."""
 
     rules: tuple[Rule, ...]
+    text: str = field(default="", compare=False, repr=False)  # the JSON they were read from ("" for the classic rule)
     attributes: tuple[str, ...] = field(init=False, compare=False, repr=False)  # every attribute the rules read
 
     def __post_init__(self) -> None:
@@ -316,7 +317,7 @@ def parse_rules(text: str) -> Rules:
                 f"rule {index} ({rule.name!r}): field 'sum': counter {rule.counter.text!r} is also written by "
                 f"rule {other.name!r}; both must sum, or neither, or its average would mix them"
             )
-    return Rules(rules)
+    return Rules(rules, text.strip())
 
 
 def _no_constant(name: str) -> Any:

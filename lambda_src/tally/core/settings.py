@@ -131,6 +131,28 @@ class Settings:
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
         object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
 
+    def counting_environment(self) -> dict[str, str]:
+        """The variables that decide what a record counts as and where, as ``from_env`` reads them.
+
+        Table names are left out: they say where, not how. What the pipeline
+        publishes (``dynamo.CountsTable.publish_settings``) so that others can
+        check they agree with it.
+        """
+        environment = {
+            ENV_COUNTER_ATTRIBUTE: self.counter_attribute,
+            ENV_TIME_ATTRIBUTE: self.time_attribute,
+            ENV_VALUE_ATTRIBUTE: self.value_attribute,
+            ENV_MINUTE_RETENTION_HOURS: str(self.minute_retention_ms // HOUR_MS),
+            ENV_HOUR_RETENTION_DAYS: str(self.hour_retention_ms // DAY_MS),
+            ENV_MAX_CLOCK_SKEW_SECONDS: str(self.max_clock_skew_ms // 1000),
+            ENV_BUCKET_LANES: str(self.bucket_lanes),
+        }
+        if self.count_from_ms is not None:
+            environment[ENV_COUNT_FROM] = str(self.count_from_ms // 1000)
+        if self.rules is not None:
+            environment[ENV_RULES] = self.rules.text
+        return environment
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
