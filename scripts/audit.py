@@ -3,8 +3,9 @@
     .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
     .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
 
-The operator's independent proof: the recount shares none of tally's parsing,
-bucketing or window code. The rule it applies, stated once:
+The operator's independent proof: the recount shares none of tally's parsing
+of items, bucketing or window code (only the reading of --window and --at,
+which tally is asked with too). The rule it applies, stated once:
 
   An item counts for counter C once per rule that names C for it, when its
   time attribute is a number of epoch milliseconds (a fraction is dropped) or
@@ -51,7 +52,9 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 from rich.table import Table
 
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings, SettingsError
+from tally.core.windows import InvalidWindow, parse_length
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
@@ -68,15 +71,13 @@ _WIDE = Context(prec=100)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_SEGMENTS = 4
 MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
-_LENGTH = re.compile(r"^(\d+)([mhd])$")
-_LENGTH_MINUTES = {"m": 1, "h": 60, "d": 1440}
 
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
     parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
-    parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
+    parser.add_argument("--at", help="end of the window: ISO-8601 with an offset, or epoch seconds (default now)")
     parser.add_argument("--segments", type=int, default=DEFAULT_SEGMENTS, help="parallel Scan segments (default 4)")
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
@@ -143,17 +144,17 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def window_minutes(text: str) -> int:
-    match = _LENGTH.match(text.strip())
-    if not match or int(match.group(1)) == 0:
-        raise ScriptError(f"--window must look like 90m, 24h or 7d, got {text!r}")
-    return int(match.group(1)) * _LENGTH_MINUTES[match.group(2)]
+    try:
+        return parse_length(text) // MINUTE_MS
+    except InvalidWindow as error:
+        raise ScriptError(f"--window: {error}") from None
 
 
 def instant_ms(text: str) -> int:
-    moment = _iso_instant(text)
-    if moment is None:
-        raise ScriptError(f"--at must be ISO-8601 with a UTC offset, got {text!r}")
-    return moment
+    try:
+        return parse_instant(text)
+    except InvalidInstant as error:
+        raise ScriptError(f"--at {error}") from None
 
 
 def event_minute(value: Any) -> int | None:

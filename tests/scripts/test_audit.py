@@ -50,6 +50,7 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     status, rows = audit_json(capsys, "--window", "3h", "--at", at_iso)
     assert status == 0
     assert all(row["tally"] == row["recount"] > 0 for row in rows.values())
+    assert audit_json(capsys, "--window", "3h", "--at", str(end // MINUTE_MS * 60)) == (status, rows)  # epoch seconds
 
     # An event the stream never saw (as if the stream had been off): tally cannot know of it, the audit can.
     stamped = end - HOUR_MS
@@ -147,7 +148,10 @@ def test_the_rule_counts_only_the_named_counter_as_a_string_inside_the_window():
 def test_bad_arguments_are_one_line(capsys):
     assert audit.main(["orders", "--at", "yesterday"]) == 2
     assert audit.main(["orders", "--segments", "0"]) == 2
-    assert capsys.readouterr().err.count("\n") == 2
+    assert audit.main(["orders", "--window", "0m"]) == 2
+    errors = capsys.readouterr().err
+    assert errors.count("\n") == 3 and "--at must be epoch seconds or ISO-8601" in errors
+    assert "--window: window length must be at least a minute, got '0m'" in errors
 
 
 RULES = json.dumps(

@@ -9,10 +9,10 @@ miscounting later.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
 
 MINUTE_MS = 60_000
@@ -204,21 +204,15 @@ def _count_from(raw: str | None) -> int | None:
 
 
 def parse_count_from(raw: str | int) -> int:
-    """A count-from instant as epoch ms; ValueError unless it names a whole second."""
+    """A count-from instant as epoch ms (``instants.parse_instant``); ValueError unless it names a whole second."""
     text = str(raw).strip()
-    if text.isascii() and text.isdigit():
-        return int(text) * 1000
     try:
-        instant = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    except ValueError:
-        raise ValueError(f"must be epoch seconds or ISO-8601 with an offset, got {text!r}") from None
-    if instant.tzinfo is None:
-        raise ValueError(f"must carry a UTC offset, got {text!r}")
-    if instant.microsecond:
+        instant_ms = parse_instant(text)
+    except InvalidInstant as error:
+        raise ValueError(str(error)) from None
+    if instant_ms % 1000:
         raise ValueError(f"must be a whole second, got {text!r}")
-    if instant.timestamp() < 0:
-        raise ValueError(f"must not be before the epoch, got {text!r}")
-    return int(instant.timestamp()) * 1000
+    return instant_ms
 
 
 def _rules(env: Mapping[str, str]) -> Rules | None:
