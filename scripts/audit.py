@@ -41,7 +41,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,6 +50,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tally.core.instants import InvalidInstant, parse_instant
@@ -61,6 +62,8 @@ from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
 from tally.local.stack_outputs import StackOutputsError
 from tally.query import count_windows
+
+stderr = cli_console(stderr=True)
 
 MINUTE_MS = 60_000
 MAX_COUNTER_LENGTH = 255
@@ -120,7 +123,7 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
         else:
             condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first_minute, last_minute)
-            items = parallel_scan(dynamodb, tables.events, args.segments, condition)
+            items = scan_with_progress(dynamodb, tables.events, args.segments, condition)
         recount = recount_items(items, counters, rules, settings.time_attribute, first_minute, last_minute)
     except (SettingsError, StackOutputsError, ValueError) as error:
         raise ScriptError(str(error)) from None
@@ -347,14 +350,33 @@ def _required(rule: CounterRule) -> list[str]:
     return [name for name in rule.attributes if name not in absent]
 
 
-def parallel_scan(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+def parallel_scan(
+    dynamodb: Any,
+    table: str,
+    segments: int,
+    scan_filter: dict[str, Any],
+    on_scanned: Callable[[int], None] = lambda n: None,
+) -> list[dict[str, Any]]:
+    """The items the filter lets through; ``on_scanned`` hears how many items each page read (the filter aside)."""
     request = {"TableName": table, "TotalSegments": segments, "ConsistentRead": True, **scan_filter}
 
     def segment(number: int) -> list[dict[str, Any]]:
-        return list(_pages(dynamodb.scan, {**request, "Segment": number}))
+        return list(_pages(dynamodb.scan, {**request, "Segment": number}, on_scanned))
 
     with ThreadPoolExecutor(max_workers=segments) as pool:
         return [item for items in pool.map(segment, range(segments)) for item in items]
+
+
+def scan_with_progress(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+    """A parallel Scan with a progress bar on stderr, sized by the table's ItemCount (DynamoDB updates it about every six hours)."""
+    estimate = dynamodb.describe_table(TableName=table)["Table"].get("ItemCount") or None
+    columns = (TextColumn(f"scanning {table}"), BarColumn(), MofNCompleteColumn(), TextColumn("items"), TimeElapsedColumn())
+    with Progress(*columns, console=stderr, transient=True) as progress:
+        task = progress.add_task("scan", total=estimate)
+        items = parallel_scan(dynamodb, table, segments, scan_filter, lambda n: progress.advance(task, n))
+        scanned = int(progress.tasks[0].completed)
+    stderr.print(f"scanned {scanned:,} items of {table} in {segments} segments", highlight=False)
+    return items
 
 
 def query_index(
@@ -390,10 +412,13 @@ def query_index(
     return items
 
 
-def _pages(operation: Any, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _pages(
+    operation: Any, request: dict[str, Any], on_scanned: Callable[[int], None] = lambda n: None
+) -> Iterator[dict[str, Any]]:
     request = dict(request)
     while True:
         response = operation(**request)
+        on_scanned(response.get("ScannedCount", len(response.get("Items", []))))
         yield from response.get("Items", [])
         if "LastEvaluatedKey" not in response:
             return

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from decimal import Decimal
 
 import pytest
+from rich.console import Console
 from script_support import load_script
 
 from tally.core.settings import HOUR_MS, MINUTE_MS
@@ -241,3 +243,15 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         "revenue/s1": 30,
         "{all}": sum(1 for n in range(60) if n % 3 != 2 and n % 5 != 0),
     }
+
+
+def test_a_scan_shows_its_progress_on_stderr(tables, monkeypatch, capsys):
+    end = now_ms() - 5 * MINUTE_MS
+    items = [event.item() for event in Workload(counters=COUNTERS, hours=2, rate=(30, 30), seed=2).events(end)]
+    write_items(client("dynamodb"), tables.events, items)
+    shown = io.StringIO()
+    monkeypatch.setattr(audit, "stderr", Console(file=shown, force_terminal=True, width=120))
+    audit.main([*COUNTERS, "--json", "--segments", "3"])
+    output = shown.getvalue()
+    assert f"scanning {tables.events}" in output and "━" in output  # the bar, drawn while the segments read
+    assert f"scanned {len(items):,} items of {tables.events} in 3 segments" in output
