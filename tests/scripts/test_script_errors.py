@@ -78,6 +78,15 @@ def test_no_credentials_for_a_remote_endpoint_say_so_and_name_the_endpoint(scrip
     assert "no AWS_ENDPOINT_URL" not in error and "AWS_PROFILE" in error
 
 
+@pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:1"])
+def test_a_profile_that_does_not_exist_is_one_line(endpoint, no_credentials, monkeypatch, capsys):
+    if endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_PROFILE", "nosuch")
+    assert query_window.main(["page-views"]) == 2
+    assert "AWS_PROFILE=nosuch: The config profile (nosuch) could not be found" in one_line_error(capsys)
+
+
 @pytest.mark.server
 @pytest.mark.usefixtures("fresh_handler_cache")
 def test_a_loopback_endpoint_needs_no_credentials(tables, no_credentials, moto_server, monkeypatch, capsys):

@@ -36,6 +36,7 @@ from botocore.exceptions import (
     ConnectionError,
     NoCredentialsError,
     PartialCredentialsError,
+    ProfileNotFound,
     ReadTimeoutError,
 )
 from botocore.parsers import ResponseParserError
@@ -109,6 +110,8 @@ def explain(error: BaseException) -> str | None:
         return unreachable(str(error))
     if isinstance(error, NoCredentialsError | PartialCredentialsError):
         return no_credentials()
+    if isinstance(error, ProfileNotFound):
+        return f"AWS_PROFILE={os.environ.get('AWS_PROFILE', '')}: {error}: name a profile of `aws configure list-profiles`, or unset it"
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")
         detail = error.response.get("Error", {}).get("Message", "") or code
