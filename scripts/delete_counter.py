@@ -130,7 +130,11 @@ def delete(counts: CountsTable, keys: list[tuple[str, str]]) -> None:
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("delete", total=len(keys))
         counts.delete_items(keys, on_deleted=lambda n: progress.advance(task, n))
-    err.print(f"deleted {len(keys):,} items")
+    err.print(
+        f"deleted {len(keys):,} items; the stream still counts these counters: events from now on, the open window "
+        "and retries write fresh buckets",
+        highlight=False,
+    )
 
 
 def report_rewritten(counts: CountsTable, counters: Sequence[str]) -> int:

@@ -140,10 +140,11 @@ def server_failed(error: BaseException) -> ServerFailed | None:
     if isinstance(error, ClientError):
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         if status >= 500:
-            code = error.response.get("Error", {}).get("Code", "") or str(status)
+            code = error.response.get("Error", {}).get("Code", "")
             detail = _gist(error.response.get("Error", {}).get("Message", ""))
+            said = ": ".join(part for part in (code, detail) if part and part != str(status))
             return ServerFailed(
-                f"{where()} failed {error.operation_name} with HTTP {status} ({code}{': ' + detail if detail else ''}) "
+                f"{where()} failed {error.operation_name} with HTTP {status}{f' ({said})' if said else ''} "
                 f"every time it was tried: {_server_fix()}"
             )
     return None
