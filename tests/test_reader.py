@@ -226,7 +226,7 @@ def test_results_serialize_to_json_with_decimal_free_numbers_and_iso_minutes(rea
         ({"window": timedelta(minutes=-5)}, "must be positive"),
         ({"window": timedelta(seconds=90)}, "whole number of minutes"),
         ({"window": "24x"}, "units m, h, d"),
-        ({"window": "0h"}, "must be positive"),
+        ({"window": "0h"}, "must be at least a minute"),
         ({"window": 24}, "timedelta or text"),
         ({"at": "2026-11-22T10:00"}, "without a UTC offset"),
         ({"series": "second"}, "series must be one of minute, hour"),
@@ -331,5 +331,5 @@ def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts
     assert len(minutes) == 60 and sum(minutes) == counted_between(events, "views/all", hour_end - timedelta(hours=1), hour_end)
     listed = counted_between(events, "views/posts/hello-world", day_ago, utc(now_ms + MINUTE_MS))
     assert lines[4] == str([("views/all", 90), ("views/posts/hello-world", listed)])
-    assert lines[5] == "window length must be positive, got '0h': try 24h"
+    assert lines[5] == "window length must be at least a minute, got '0h'"
     assert len(readme_example().strip().splitlines()) <= 25
