@@ -37,7 +37,7 @@ def utc(ms: int) -> datetime:
 
 
 def stated_count(events, counter: str, at_ms: int, length_ms: int) -> int:
-    """DESIGN.md section 5 in its own words: the window's last minute holds at - 1 ms, and it has L / 1 min minutes."""
+    """docs/design.md (Window semantics) in its own words: the window's last minute holds at - 1 ms, and it has L / 1 min minutes."""
     last = (at_ms - 1) // MINUTE_MS
     first = last - length_ms // MINUTE_MS + 1
     return sum(1 for name, ms in events if name == counter and first <= ms // MINUTE_MS <= last)
@@ -198,6 +198,16 @@ def test_listing_finds_the_counters_of_a_prefix_that_counted_in_the_window(reade
     assert [r.counter for r in reader.list_counters("jobs/", window="2d", plan=plan)] == ["jobs/acme", "jobs/old", "jobs/zeta"]
     assert {r.counter for r in reader.list_counters(plan=plan)} == {"edge", "jobs/acme", "jobs/zeta", "page-views"}
     assert reader.list_counters("nothing-", plan=plan) == []
+
+
+@freeze_time(NOW_TEXT)
+def test_a_listing_over_its_limit_is_refused_before_anything_is_counted(reader, world):
+    # The limit bounds the candidates, counted or not: jobs/old has buckets yesterday, none in the last 24 h.
+    assert [r.counter for r in reader.list_counters("jobs/", limit=3)] == ["jobs/acme", "jobs/zeta"]
+    with pytest.raises(QueryError, match=r"3 counters starting with 'jobs/' .* more than the limit of 2: narrow"):
+        reader.list_counters("jobs/", limit=2)
+    with pytest.raises(QueryError, match="limit must be"):
+        reader.list_counters("jobs/", limit=0)
 
 
 @freeze_time(NOW_TEXT)
