@@ -119,6 +119,17 @@ def test_listing_answers_the_counters_under_a_prefix(environment):
     assert {item["counter"] for item in body["counters"]} == {f"load/posts/{key}" for key in BLOG.keys}
 
 
+def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(environment, monkeypatch):
+    monkeypatch.setattr(http_api, "MAX_COUNTERS", 2)  # views/all and three posts are four candidates
+    counted = []
+    monkeypatch.setattr(Reader, "count_many", lambda *args, **kwargs: counted.append(args) or [])
+
+    status, _, body = get("/counters?prefix=views/")
+
+    assert status == 400 and body["parameter"] == "prefix"
+    assert "narrow the prefix" in body["message"] and counted == []
+
+
 @pytest.mark.parametrize(
     ("query", "parameter", "fix"),
     [

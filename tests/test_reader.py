@@ -37,7 +37,7 @@ def utc(ms: int) -> datetime:
 
 
 def stated_count(events, counter: str, at_ms: int, length_ms: int) -> int:
-    """DESIGN.md section 5 in its own words: the window's last minute holds at - 1 ms, and it has L / 1 min minutes."""
+    """docs/design.md (Window semantics) in its own words: the window's last minute holds at - 1 ms, and it has L / 1 min minutes."""
     last = (at_ms - 1) // MINUTE_MS
     first = last - length_ms // MINUTE_MS + 1
     return sum(1 for name, ms in events if name == counter and first <= ms // MINUTE_MS <= last)
@@ -201,6 +201,16 @@ def test_listing_finds_the_counters_of_a_prefix_that_counted_in_the_window(reade
 
 
 @freeze_time(NOW_TEXT)
+def test_a_listing_over_its_limit_is_refused_before_anything_is_counted(reader, world):
+    # The limit bounds the candidates, counted or not: jobs/old has buckets yesterday, none in the last 24 h.
+    assert [r.counter for r in reader.list_counters("jobs/", limit=3)] == ["jobs/acme", "jobs/zeta"]
+    with pytest.raises(QueryError, match=r"3 counters starting with 'jobs/' .* more than the limit of 2: narrow"):
+        reader.list_counters("jobs/", limit=2)
+    with pytest.raises(QueryError, match="limit must be"):
+        reader.list_counters("jobs/", limit=0)
+
+
+@freeze_time(NOW_TEXT)
 def test_listing_costs_one_directory_query_per_day_on_top_of_the_counts(reader):
     [alone] = reader.count_many(["page-views"])
     [listed] = reader.list_counters("page")
@@ -226,7 +236,7 @@ def test_results_serialize_to_json_with_decimal_free_numbers_and_iso_minutes(rea
         ({"window": timedelta(minutes=-5)}, "must be positive"),
         ({"window": timedelta(seconds=90)}, "whole number of minutes"),
         ({"window": "24x"}, "units m, h, d"),
-        ({"window": "0h"}, "must be positive"),
+        ({"window": "0h"}, "must be at least a minute"),
         ({"window": 24}, "timedelta or text"),
         ({"at": "2026-11-22T10:00"}, "without a UTC offset"),
         ({"series": "second"}, "series must be one of minute, hour"),
@@ -331,5 +341,5 @@ def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts
     assert len(minutes) == 60 and sum(minutes) == counted_between(events, "views/all", hour_end - timedelta(hours=1), hour_end)
     listed = counted_between(events, "views/posts/hello-world", day_ago, utc(now_ms + MINUTE_MS))
     assert lines[4] == str([("views/all", 90), ("views/posts/hello-world", listed)])
-    assert lines[5] == "window length must be positive, got '0h': try 24h"
+    assert lines[5] == "window length must be at least a minute, got '0h'"
     assert len(readme_example().strip().splitlines()) <= 25

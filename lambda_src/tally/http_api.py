@@ -173,11 +173,12 @@ def _counters(*, public: bool) -> Response:
     if public:
         _check_public(prefix, "prefix")
     options = _options(query)
+    _check_size(1, options)
+    limit = min(MAX_COUNTERS, MAX_ENTRIES // _entries_per_counter(options))  # refused before counting beyond it
     try:
-        results = reader().list_counters(prefix, **options.as_kwargs())
+        results = reader().list_counters(prefix, limit=limit, **options.as_kwargs())
     except QueryError as error:
         raise BadRequest(_culprit(error, query, default="prefix"), str(error)) from None
-    _check_size(len(results), options)
     return _answer("counters", results, public)
 
 
@@ -240,11 +241,17 @@ def _check_public(name: str, parameter: str) -> None:
         )
 
 
-def _check_size(counters: int, options: ReadOptions) -> None:
+def _entries_per_counter(options: ReadOptions) -> int:
+    """by_hour's hours (every hour the window touches) plus the series' points."""
     minutes = int(options.window.total_seconds() // 60)
-    per_counter = -(-minutes // 60) + 1  # by_hour: every hour the window touches
-    if options.series is not None:
-        per_counter += minutes if options.series.value == "minute" else per_counter
+    hours = -(-minutes // 60) + 1
+    if options.series is None:
+        return hours
+    return hours + (minutes if options.series.value == "minute" else hours)
+
+
+def _check_size(counters: int, options: ReadOptions) -> None:
+    per_counter = _entries_per_counter(options)
     if counters * per_counter > MAX_ENTRIES:
         raise BadRequest(
             "series" if options.series is not None else "window",

@@ -135,16 +135,20 @@ class Reader:
         names = [validate_query_counter(name) for name in counters]
         return self._count(names, read_options(**options), now_ms())
 
-    def list_counters(self, prefix: str = "", **options: Any) -> list[WindowCount]:
+    def list_counters(self, prefix: str = "", *, limit: int | None = None, **options: Any) -> list[WindowCount]:
         """The counters whose names start with ``prefix`` that counted anything in the window, by name.
 
         Reads the counter directory (one Query per UTC day of the window) and
         counts the counters found there, keeping those with a total above 0.
-        The directory knows counters from their first commit by a release that
-        writes it. tally's own ``#rejected#<reason>`` counters are not listed.
+        ``limit`` bounds the work: more candidates than that in the directory
+        raise QueryError before anything is counted. The directory knows
+        counters from their first commit by a release that writes it. tally's
+        own ``#rejected#<reason>`` counters are not listed.
         """
         if not isinstance(prefix, str):
             raise QueryError(f"prefix must be text, got {prefix!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise QueryError(f"limit must be a whole number of counters, at least 1, got {limit!r}")
         if prefix.startswith(RESERVED_PREFIX):
             raise QueryError(
                 f"names starting with '#' are tally's own and never listed, got prefix {prefix!r}: "
@@ -158,6 +162,11 @@ class Reader:
         names, requests = self.directory.counters(prefix, days_between(window.start_ms, window.end_ms), chosen.consistent)
         if not names:
             return []
+        if limit is not None and len(names) > limit:
+            raise QueryError(
+                f"{len(names)} counters starting with {prefix!r} have buckets on the days of the window {window}, "
+                f"more than the limit of {limit}: narrow the prefix or the window"
+            )
         counted = self._count(names, chosen, now)
         return [replace(result, requests=result.requests + requests) for result in counted if result.total > 0]
 

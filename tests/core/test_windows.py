@@ -43,13 +43,13 @@ def test_bad_lengths_say_what_is_expected(text):
         parse_length(text)
 
 
-@pytest.mark.parametrize("text", ["0h", "0d0h0m", "0m"])
-def test_zero_lengths_say_it_must_be_positive(text):
-    with pytest.raises(InvalidWindow, match="must be positive"):
+@pytest.mark.parametrize("text", ["0m", "0h", "0d", " 00m ", "0d0h0m"])
+def test_an_empty_window_is_refused_as_empty_not_as_misspelt(text):
+    with pytest.raises(InvalidWindow, match=f"must be at least a minute, got {text!r}"):
         parse_length(text)
 
 
-@pytest.mark.parametrize("text", ["2024-03-28T13:17", "yesterday", "1711631825"])
+@pytest.mark.parametrize("text", ["2024-03-28T13:17", "yesterday", "-5", "1711631825000000"])
 def test_bad_instants_are_invalid_windows(text):
     with pytest.raises(InvalidWindow):
         parse_instant(text)

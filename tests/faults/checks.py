@@ -186,7 +186,7 @@ def check_windows(
 
 
 def stated_window(end_ms: int, length_ms: int, aligned_at: int | None, settings: Settings) -> Window:
-    """The window as DESIGN.md section 5 states it, written apart from the engine's code.
+    """The window as docs/design.md (Window semantics) states it, written apart from the engine's code.
 
     Its last minute holds ``end_ms - 1`` (an end on a minute boundary is
     exclusive); aligned (``aligned_at``: now), an edge whose minute is past the

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, iso_minute, parse_event_time
+from tally.core import instants
+from tally.core.buckets import MAX_EPOCH_MS, iso_minute
+from tally.core.instants import InvalidInstant
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 DEFAULT_LENGTH_MS = DAY_MS
@@ -93,7 +95,7 @@ def parse_length(text: str) -> int:
     days, hours, minutes = (int(part or 0) for part in match.groups())
     length_ms = days * DAY_MS + hours * HOUR_MS + minutes * MINUTE_MS
     if not length_ms:
-        raise InvalidWindow(f"window length must be positive, got {text!r}: try 24h")
+        raise InvalidWindow(f"window length must be at least a minute, got {text!r}")
     if length_ms >= MAX_EPOCH_MS:
         raise InvalidWindow(f"window length {text!r} is longer than any window tally can hold")
     return length_ms
@@ -115,19 +117,19 @@ def length_ms_of(window: timedelta | str) -> int:
 
 
 def parse_instant(text: str) -> int:
-    """An ISO-8601 instant with a UTC offset -> epoch ms (floored)."""
+    """A window end as people type it, epoch seconds or ISO-8601 with a UTC offset (``instants``) -> epoch ms."""
     try:
-        return parse_event_time(text)
-    except InvalidTime as error:
-        raise InvalidWindow(f"{error}: give an ISO-8601 instant with an offset, like 2026-11-23T10:00Z") from None
+        return instants.parse_instant(text)
+    except InvalidInstant as error:
+        raise InvalidWindow(str(error)) from None
 
 
 def instant_of(at: datetime | str) -> datetime:
-    """A window end given as an aware datetime or as ISO-8601 text with an offset -> an aware UTC datetime."""
+    """A window end given as an aware datetime or as text (``parse_instant``) -> an aware UTC datetime."""
     if isinstance(at, str):
+        ms = parse_instant(at)
         text = at.strip()
-        parse_instant(text)  # the same acceptance, and message, as event times
-        return datetime.fromisoformat(text).astimezone(UTC)
+        return utc_of(ms) if text.isdigit() else datetime.fromisoformat(text).astimezone(UTC)
     if not isinstance(at, datetime):
         raise InvalidWindow(f"window end must be an aware datetime or ISO-8601 text, got {at!r}")
     if at.tzinfo is None or at.utcoffset() is None:
