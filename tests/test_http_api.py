@@ -122,12 +122,14 @@ def test_listing_answers_the_counters_under_a_prefix(environment):
 def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(environment, monkeypatch):
     monkeypatch.setattr(http_api, "MAX_COUNTERS", 2)  # views/all and three posts are four candidates
     counted = []
-    monkeypatch.setattr(Reader, "count_many", lambda *args, **kwargs: counted.append(args) or [])
+    monkeypatch.setattr(Reader, "_count", lambda *args, **kwargs: counted.append(args) or [])
 
     status, _, body = get("/counters?prefix=views/")
-
     assert status == 400 and body["parameter"] == "prefix"
     assert "narrow the prefix" in body["message"] and counted == []
+
+    assert get("/counters?prefix=views/posts/a")[0] == 200
+    assert len(counted) == 1  # one candidate (views/posts/about) is within the limit, and is counted
 
 
 @pytest.mark.parametrize(
