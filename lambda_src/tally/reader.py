@@ -26,6 +26,7 @@ from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant
 from tally.core.directory import RESERVED_PREFIX, days_between
 from tally.dynamo import CounterDirectory, CountsTable
 from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
+from tally.stack_outputs import table_names_from_stack
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
 _TRUE = {"true", "1", "yes", "on"}
@@ -114,8 +115,6 @@ class Reader:
     ) -> Reader:
         """From a deployed tally stack, by name (CloudFormation describe-stacks; for code outside the stack)."""
         import boto3
-
-        from tally.local.stack_outputs import table_names_from_stack
 
         outputs = table_names_from_stack(stack_name, cloudformation or boto3.client("cloudformation"))
         return cls.from_outputs(outputs, client=client, settings=settings)
