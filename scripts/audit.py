@@ -60,7 +60,7 @@ from tally.core.windows import InvalidWindow, parse_length
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
-from tally.local.stack_outputs import StackOutputsError
+from tally.stack_outputs import StackOutputsError
 from tally.reader import Reader
 
 stderr = cli_console(stderr=True)

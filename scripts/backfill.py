@@ -39,7 +39,7 @@ from tally.local import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
-from tally.local.stack_outputs import StackOutputsError
+from tally.stack_outputs import StackOutputsError
 
 console = cli_console(stderr=True)
 

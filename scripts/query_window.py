@@ -44,6 +44,7 @@ from tally.reader import Reader, ReadOptions, read_options
 
 BAR_WIDTH = 40
 SPARKS = "▁▂▃▄▅▆▇█"
+MAX_HOUR_ROWS = 48  # longer windows show a line a day
 
 
 def parser() -> argparse.ArgumentParser:
@@ -129,7 +130,12 @@ def show(results: list[WindowCount], charts: bool = True) -> None:
         )
     out.print(summary)
     for result in results if charts else ():
-        out.print(minute_chart(result) if result.series_unit is Series.MINUTE else hour_chart(result))
+        if result.series_unit is Series.MINUTE:
+            out.print(minute_chart(result))
+        elif len(_hours(result)) > MAX_HOUR_ROWS:
+            out.print(day_chart(result))
+        else:
+            out.print(hour_chart(result))
 
 
 def hour_chart(result: WindowCount) -> Table:
@@ -162,12 +168,34 @@ def minute_chart(result: WindowCount) -> Table:
     rows: dict[datetime, list[str]] = {}
     for point in points:
         hour = point.start.replace(minute=0)
-        spark = SPARKS[(point.count * len(SPARKS) - 1) // peak] if point.count else " "
-        rows.setdefault(hour, []).append(spark)
+        rows.setdefault(hour, []).append(sparkline(point.count, peak))
     for hour, sparks in rows.items():
         pad = " " * (points[0].start.minute if hour == points[0].start.replace(minute=0) else 0)
         chart.add_row(_label(hour), pad + "".join(sparks), f"{result.by_hour.get(hour, 0):,}")
     return chart
+
+
+def day_chart(result: WindowCount) -> Table:
+    """A long window, one line per UTC day: a sparkline of its hours (scaled to the busiest hour) and the day's count."""
+    chart = Table(title=escape(f"{result.counter} per hour, a line a day"), show_header=False, box=None, pad_edge=False)
+    chart.add_column("day", style="dim")
+    chart.add_column("hours")
+    chart.add_column("count", justify="right")
+    peak = max(result.by_hour.values(), default=0) or 1
+    rows: dict[str, tuple[list[str], int]] = {}
+    for hour in _hours(result):
+        count = result.by_hour.get(hour, 0)
+        sparks, total = rows.setdefault(hour.strftime("%Y-%m-%d"), ([" "] * 24, 0))
+        sparks[hour.hour] = sparkline(count, peak)
+        rows[hour.strftime("%Y-%m-%d")] = (sparks, total + count)
+    for day, (sparks, total) in rows.items():
+        chart.add_row(day, "".join(sparks), f"{total:,}")
+    return chart
+
+
+def sparkline(count: int, peak: int) -> str:
+    """One character for a count: blank for none, then eight heights up to ``peak``."""
+    return SPARKS[(count * len(SPARKS) - 1) // peak] if count else " "
 
 
 def _hours(result: WindowCount) -> list[datetime]:

@@ -343,3 +343,19 @@ def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts
     assert lines[4] == str([("views/all", 90), ("views/posts/hello-world", listed)])
     assert lines[5] == "window length must be at least a minute, got '0h'"
     assert len(readme_example().strip().splitlines()) <= 25
+
+
+@freeze_time(NOW_TEXT)
+def test_notes_name_the_read_settings_that_differ_from_what_the_function_published(world):
+    reader = world[0]
+    client = reader.table.client
+    create_tables(client, "published-events", "published-counts")
+    function_settings = Settings(bucket_lanes=4, minute_retention_ms=72 * HOUR_MS)
+    CountsTable(client, "published-counts", function_settings).publish_settings("Tally-Counter", NOW)
+    mine = Reader("published-counts", client=client, settings=SETTINGS)
+    note, empty = mine.notes(mine.count_many(["page-views"]))  # this table has no buckets at all
+    assert "no bucket of 'page-views' exists at all" in empty
+    assert note.startswith("Tally-Counter counts into published-counts with TALLY_BUCKET_LANES='4' (here '1'), ")
+    assert "TALLY_MINUTE_RETENTION_HOURS='72' (here '48')" in note and "TALLY_RULES" not in note
+    agreeing = Reader("published-counts", client=client, settings=function_settings)
+    assert agreeing.settings_differences() == []

@@ -29,8 +29,8 @@ from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, ut
 from tally.dynamo import CountsTable, Fetched
 
 
-class InvalidQueryCounter(QueryError):
-    """A counter name no event can write, asked for in a read."""
+class InvalidQueryCounter(QueryError, InvalidCounter):
+    """A counter name no event can write, asked for in a read (an InvalidCounter too)."""
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,28 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from tally.core.plans import PlanKind, Series
-from tally.core.settings import Settings
+from tally.core.rules import ENV_RULES
+from tally.core.settings import (
+    ENV_BUCKET_LANES,
+    ENV_HOUR_RETENTION_DAYS,
+    ENV_MAX_CLOCK_SKEW_SECONDS,
+    ENV_MINUTE_RETENTION_HOURS,
+    Settings,
+)
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant_of, length_ms_of, now_ms
 from tally.core.directory import RESERVED_PREFIX, days_between
 from tally.dynamo import CounterDirectory, CountsTable
 from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
+from tally.stack_outputs import table_names_from_stack
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
+# The published settings a read depends on: which items hold a bucket, which are alive, which counters sum.
+READ_VARIABLES = (
+    ENV_BUCKET_LANES, ENV_MINUTE_RETENTION_HOURS, ENV_HOUR_RETENTION_DAYS, ENV_MAX_CLOCK_SKEW_SECONDS, ENV_RULES
+)
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -115,8 +129,6 @@ class Reader:
         """From a deployed tally stack, by name (CloudFormation describe-stacks; for code outside the stack)."""
         import boto3
 
-        from tally.local.stack_outputs import table_names_from_stack
-
         outputs = table_names_from_stack(stack_name, cloudformation or boto3.client("cloudformation"))
         return cls.from_outputs(outputs, client=client, settings=settings)
 
@@ -199,6 +211,7 @@ class Reader:
                 f"window {first.asked} reaches past the minute retention "
                 f"({self.settings.minute_retention_ms // 3_600_000} h): answered over whole hours there, {first.window}"
             )
+        notes.extend(self.settings_differences())
         if first.window.start_ms > now_ms():
             notes.append(f"the window {first.window} lies entirely in the future: nothing can be counted in it yet")
             return notes
@@ -209,6 +222,31 @@ class Reader:
             if result.items_read == 0 and not self.table.has_counter(result.counter)
         )
         return notes
+
+
+    def settings_differences(self) -> list[str]:
+        """A line naming every read setting that differs from what the counting function published, if any.
+
+        Lanes, rules and retentions shape every read: a reader with fewer lanes
+        than the function reads low counts, silently. One GetItem; nothing when
+        no function has published its settings, or the item cannot be read.
+        """
+        try:
+            published = self.table.published_settings()
+        except ClientError:
+            return []
+        if published is None:
+            return []
+        mine = self.settings.counting_environment()
+        theirs = published.environment
+        differing = [name for name in READ_VARIABLES if mine.get(name) != theirs.get(name)]
+        if not differing:
+            return []
+        shown = ", ".join(f"{name}={theirs.get(name, '')!r} (here {mine.get(name, '')!r})" for name in differing)
+        return [
+            f"{published.publisher} counts into {self.table_name} with {shown}: these answers may be wrong; "
+            "read with the settings it published"
+        ]
 
 
 def _length_ms(chosen: ReadOptions) -> int:

@@ -201,6 +201,17 @@ def test_the_table_shows_a_minute_series_as_one_sparkline_per_hour(counted, caps
 
 
 @pytest.mark.server
+def test_the_table_shows_a_week_as_a_line_a_day(counted, capsys):
+    assert query_window.main(["alpha", "--window", "7d"]) == 0
+    out = capsys.readouterr().out
+    chart = out[out.index("alpha per hour, a line a day") :].splitlines()[1:]
+    assert len(chart) == 8  # the partial first day, six whole days, today
+    assert sum(int(line.split()[-1].replace(",", "")) for line in chart) == int(
+        [line for line in out.splitlines() if "│ alpha" in line][0].split("│")[2].strip().replace(",", "")
+    )
+
+
+@pytest.mark.server
 def test_prefix_lists_the_counters_that_counted_in_the_window(counted, capsys):
     assert query_window.main(["--prefix", "al", "--json"]) == 0
     assert [json.loads(line)["counter"] for line in capsys.readouterr().out.splitlines()] == ["alpha"]

@@ -20,7 +20,7 @@ from cdk_synthesis import (
 
 from tally_cdk.context import DEFAULT_CONTEXT
 from tally.core import settings as tally_settings
-from tally.local.stack_outputs import STACK_OUTPUT_KEYS
+from tally.stack_outputs import STACK_OUTPUT_KEYS
 from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE
 
 pytestmark = pytest.mark.cdk

@@ -46,7 +46,7 @@ from tally.core.commit import RetriesExhausted
 from tally.core.settings import SettingsError
 from tally.core.windows import QueryError
 from tally.local.delivery import DeliveryFailed
-from tally.local.stack_outputs import StackOutputsError
+from tally.stack_outputs import StackOutputsError
 
 EXIT_USAGE = 2
 DEFAULT_REGION = "us-east-1"
