@@ -199,8 +199,9 @@ def sparkline(count: int, peak: int) -> str:
 
 
 def _hours(result: WindowCount) -> list[datetime]:
-    """Every hour the window touches, whether or not it can hold data yet."""
-    first, last = result.window.start_ms // HOUR_MS, (result.window.end_ms - 1) // HOUR_MS
+    """Every hour of the window that can hold data (the hours after now have nothing to show)."""
+    first = result.window.start_ms // HOUR_MS
+    last = min((result.window.end_ms - 1) // HOUR_MS, int(max(result.by_hour, default=utc_of(0)).timestamp()) // 3600)
     return [utc_of(hour * HOUR_MS) for hour in range(first, last + 1)]
 
 

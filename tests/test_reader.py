@@ -186,7 +186,19 @@ def test_an_explicit_end_that_needs_alignment_is_refused_unless_asked(reader, ev
 @freeze_time(NOW_TEXT)
 def test_a_minute_series_past_the_minute_retention_is_refused_naming_the_hour_series(reader):
     with pytest.raises(QueryError, match="ask for an hour series"):
-        reader.count("page-views", window="3d", series="minute")
+        reader.count("page-views", window="47h", at="2026-11-21T10:00Z", series="minute")
+
+
+@freeze_time(NOW_TEXT)
+@pytest.mark.parametrize(
+    ("series", "window", "message"),
+    [("minute", "2d1m", "at most 48h, or for an hour series"), ("hour", "91d", "at most 90d")],
+)
+def test_a_series_is_no_longer_than_its_buckets_are_kept_even_in_the_future(reader, series, window, message):
+    """Every point is listed, so a window far in the future must not make millions of them."""
+    with pytest.raises(QueryError, match=message):
+        reader.count("page-views", window=window, at="9999-12-31T00:00Z", series=series)
+    assert len(reader.count("page-views", window="48h", at="9999-12-31T00:00Z", series="minute").series) == 2880
 
 
 @freeze_time(NOW_TEXT)

@@ -87,10 +87,13 @@ def make_plan(
     minute of the window that can hold data (and its total is their sum).
     """
     populated_until = (now_ms + settings.max_clock_skew_ms) // MINUTE_MS
+    _bound_series(window, series, settings)
     if series is Series.MINUTE:
         return _minute_plan(window, populated_until, now_ms, settings, kind)
     terms: list[Term] = []
-    for hour in range(window.first_minute // MINUTES_PER_HOUR, window.last_minute // MINUTES_PER_HOUR + 1):
+    # Hours after populated_until hold nothing yet: a window far in the future costs no more than one ending now.
+    last_hour = min(window.last_minute, populated_until) // MINUTES_PER_HOUR
+    for hour in range(window.first_minute // MINUTES_PER_HOUR, last_hour + 1):
         terms.extend(_hour_terms(hour, window, populated_until, now_ms, settings, kind))
     return Plan(kind, window, tuple(terms))
 
@@ -133,6 +136,21 @@ def _hour_terms(
     else:
         best = min(alive, key=lambda i: len(options[i]))
     return options[best]
+
+
+def _bound_series(window: Window, series: Series | None, settings: Settings) -> None:
+    """A series lists every bucket of its window: no longer than its buckets are kept (2,880 minutes, 2,160 hours)."""
+    if series is Series.MINUTE and window.length_ms > settings.minute_retention_ms:
+        hours = settings.minute_retention_ms // HOUR_MS
+        raise WindowUnavailable(
+            f"a minute series lists every minute, and minutes are kept {hours} h: ask for a window of at most "
+            f"{hours}h, or for an hour series"
+        )
+    if series is Series.HOUR and window.length_ms > settings.hour_retention_ms:
+        days = settings.hour_retention_ms // (24 * HOUR_MS)
+        raise WindowUnavailable(
+            f"an hour series lists every hour, and hours are kept {days} d: ask for a window of at most {days}d"
+        )
 
 
 def _minute_plan(window: Window, populated_until: int, now_ms: int, settings: Settings, kind: PlanKind) -> Plan:
