@@ -159,10 +159,7 @@ def hour_chart(result: WindowCount) -> Table:
 
 def minute_chart(result: WindowCount) -> Table:
     """A minute series, one line per hour: a sparkline of its minutes (scaled to the busiest minute) and the hour's count."""
-    chart = Table(title=escape(f"{result.counter} per minute"), show_header=False, box=None, pad_edge=False)
-    chart.add_column("hour", style="dim")
-    chart.add_column("minutes")
-    chart.add_column("count", justify="right")
+    chart = spark_table(f"{result.counter} per minute", "hour", "minutes")
     points = result.series or ()
     peak = max((point.count for point in points), default=0) or 1
     rows: dict[datetime, list[str]] = {}
@@ -177,10 +174,7 @@ def minute_chart(result: WindowCount) -> Table:
 
 def day_chart(result: WindowCount) -> Table:
     """A long window, one line per UTC day: a sparkline of its hours (scaled to the busiest hour) and the day's count."""
-    chart = Table(title=escape(f"{result.counter} per hour, a line a day"), show_header=False, box=None, pad_edge=False)
-    chart.add_column("day", style="dim")
-    chart.add_column("hours")
-    chart.add_column("count", justify="right")
+    chart = spark_table(f"{result.counter} per hour, a line a day", "day", "hours")
     peak = max(result.by_hour.values(), default=0) or 1
     rows: dict[str, tuple[list[str], int]] = {}
     for hour in _hours(result):
@@ -190,6 +184,15 @@ def day_chart(result: WindowCount) -> Table:
         rows[hour.strftime("%Y-%m-%d")] = (sparks, total + count)
     for day, (sparks, total) in rows.items():
         chart.add_row(day, "".join(sparks), f"{total:,}")
+    return chart
+
+
+def spark_table(title: str, period: str, parts: str) -> Table:
+    """A chart of one line per period: its label, a sparkline of its parts, its count."""
+    chart = Table(title=escape(title), show_header=False, box=None, pad_edge=False)
+    chart.add_column(period, style="dim")
+    chart.add_column(parts)
+    chart.add_column("count", justify="right")
     return chart
 
 

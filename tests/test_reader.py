@@ -371,3 +371,26 @@ def test_notes_name_the_read_settings_that_differ_from_what_the_function_publish
     assert "TALLY_MINUTE_RETENTION_HOURS='72' (here '48')" in note and "TALLY_RULES" not in note
     agreeing = Reader("published-counts", client=client, settings=function_settings)
     assert agreeing.settings_differences() == []
+
+
+def test_a_reader_reads_the_published_settings_at_most_once_a_minute(world, monkeypatch):
+    class Counting:
+        def __init__(self, client):
+            self.client, self.calls = client, {"get_item": 0}
+
+        def get_item(self, **kwargs):
+            self.calls["get_item"] += 1
+            return self.client.get_item(**kwargs)
+
+    client = Counting(world[0].table.client)
+    reader = Reader(COUNTS, client=client, settings=SETTINGS)
+    clock = [1000.0]
+    monkeypatch.setattr("tally.reader.time.monotonic", lambda: clock[0])
+    for _ in range(3):
+        reader.settings_differences()
+    clock[0] += 59
+    reader.settings_differences()
+    assert client.calls["get_item"] == 1
+    clock[0] += 1
+    reader.settings_differences()
+    assert client.calls["get_item"] == 2

@@ -15,6 +15,7 @@ text, so every edge reads the same window for the same words.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,11 +34,12 @@ from tally.core.settings import (
 )
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant_of, length_ms_of, now_ms
 from tally.core.directory import RESERVED_PREFIX, days_between
-from tally.dynamo import CounterDirectory, CountsTable
+from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings
 from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
 from tally.stack_outputs import table_names_from_stack
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
+PUBLISHED_SETTINGS_SECONDS = 60  # how long a Reader trusts the published settings it read
 # The published settings a read depends on: which items hold a bucket, which are alive, which counters sum.
 READ_VARIABLES = (
     ENV_BUCKET_LANES, ENV_MINUTE_RETENTION_HOURS, ENV_HOUR_RETENTION_DAYS, ENV_MAX_CLOCK_SKEW_SECONDS, ENV_RULES
@@ -114,6 +116,8 @@ class Reader:
             client = boto3.client("dynamodb")
         self.table = CountsTable(client, self.table_name, self.settings)
         self.directory = CounterDirectory(client, self.table_name, self.settings)
+        self._published: PublishedSettings | None = None
+        self._published_read_at: float | None = None
 
     @classmethod
     def from_outputs(cls, outputs: Mapping[str, str], *, client: Any = None, settings: Settings | None = None) -> Reader:
@@ -228,13 +232,11 @@ class Reader:
         """A line naming every read setting that differs from what the counting function published, if any.
 
         Lanes, rules and retentions shape every read: a reader with fewer lanes
-        than the function reads low counts, silently. One GetItem; nothing when
-        no function has published its settings, or the item cannot be read.
+        than the function reads low counts, silently. One GetItem a minute per
+        Reader; nothing when no function has published its settings, or the
+        item cannot be read.
         """
-        try:
-            published = self.table.published_settings()
-        except ClientError:
-            return []
+        published = self._published_settings()
         if published is None:
             return []
         mine = self.settings.counting_environment()
@@ -247,6 +249,18 @@ class Reader:
             f"{published.publisher} counts into {self.table_name} with {shown}: these answers may be wrong; "
             "read with the settings it published"
         ]
+
+
+    def _published_settings(self) -> PublishedSettings | None:
+        """The published settings, read at most once a minute: a warm process keeps one Reader for many reads."""
+        now = time.monotonic()
+        if self._published_read_at is None or now - self._published_read_at >= PUBLISHED_SETTINGS_SECONDS:
+            try:
+                self._published = self.table.published_settings()
+            except ClientError:
+                self._published = None  # a reader allowed to read buckets but not this item: no check
+            self._published_read_at = now
+        return self._published
 
 
 def _length_ms(chosen: ReadOptions) -> int:
