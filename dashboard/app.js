@@ -63,6 +63,14 @@ function cell(text, className) {
   return td;
 }
 
+// Sums and averages arrive as exact decimal strings; shown to two places, exact on hover.
+function decimalCell(text) {
+  if (text === undefined || text === null) return cell("");
+  const shown = cell(Number(text).toLocaleString("en-US", { maximumFractionDigits: 2 }));
+  shown.title = text;
+  return shown;
+}
+
 function showTotals(counts) {
   const body = elements.totals.tBodies[0];
   body.replaceChildren(
@@ -72,8 +80,8 @@ function showTotals(counts) {
       row.append(
         cell(count.counter),
         cell(count.total.toLocaleString("en-US"), "total"),
-        cell(count.sum ?? ""),
-        cell(count.average ?? ""),
+        decimalCell(count.sum),
+        decimalCell(count.average),
         cell(`${count.start} – ${count.end}`),
       );
       return row;
@@ -102,7 +110,7 @@ function showChart(counts) {
         points: { show: times.length <= 60 },
       })),
     ],
-    axes: [{}, { label: `events per ${elements.series.value}` }],
+    axes: [{ space: 70 }, { label: `events per ${elements.series.value}` }],
   };
   if (chart) chart.destroy();
   chart = new uPlot(options, data, elements.chart);
