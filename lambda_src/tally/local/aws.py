@@ -122,10 +122,34 @@ def write_items(
     on_written: Callable[[int], None] | None = None,
 ) -> int:
     """PutRequests in BatchWriteItem calls of 25; UnprocessedItems are retried with backoff, never dropped."""
+    requests = [{"PutRequest": {"Item": serialize(item)}} for item in items]
+    return _batch_write(dynamodb_client, table, requests, backoff, on_written)
+
+
+def delete_items(
+    dynamodb_client: Any,
+    table: str,
+    keys: Sequence[Mapping[str, Any]],
+    *,
+    backoff: Callable[[], Backoff] = Backoff,
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """DeleteRequests for ``keys`` (plain values), batched and retried as ``write_items`` does."""
+    requests = [{"DeleteRequest": {"Key": serialize(key)}} for key in keys]
+    return _batch_write(dynamodb_client, table, requests, backoff, on_written)
+
+
+def _batch_write(
+    dynamodb_client: Any,
+    table: str,
+    requests: Sequence[dict[str, Any]],
+    backoff: Callable[[], Backoff],
+    on_written: Callable[[int], None] | None,
+) -> int:
     written = 0
-    for start in range(0, len(items), BATCH_WRITE_LIMIT):
-        chunk = items[start : start + BATCH_WRITE_LIMIT]
-        pending = [{"PutRequest": {"Item": serialize(item)}} for item in chunk]
+    for start in range(0, len(requests), BATCH_WRITE_LIMIT):
+        chunk = requests[start : start + BATCH_WRITE_LIMIT]
+        pending = list(chunk)
         for _ in backoff().pauses():
             response = dynamodb_client.batch_write_item(RequestItems={table: pending})
             pending = response.get("UnprocessedItems", {}).get(table, [])
