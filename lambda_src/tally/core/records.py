@@ -221,8 +221,8 @@ def judge(
     the number of rules reading it, and only when some rule would have
     counted with it.
     """
-    times: dict[str | None, tuple[int, bool] | Rejection] = {}
-    refused_times: dict[str | None, Rejection] = {}
+    times: dict[str, tuple[int, bool] | Rejection] = {}  # by time attribute (or ARRIVAL)
+    refused_times: dict[str, Rejection] = {}
     counted = False
     events: list[Outcome] = []
     refusals: list[Outcome] = []
@@ -250,10 +250,10 @@ def judge(
             refusals.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))
             continue
         counted = True
-        source = rule.time
+        source = rule.time or settings.time_attribute
         time = times.get(source)
         if time is None:
-            time = times[source] = _time_of(image, rule, arrival_ms, sequence, settings)
+            time = times[source] = _time_of(image, source, rule, arrival_ms, sequence, settings)
         if type(time) is tuple:
             events.append(CounterEvent(result.counter, time[0], sequence, arrival_ms, result.units, time[1]))
         else:
@@ -271,28 +271,28 @@ def _missing_old_image(rule: Rule, kind: str, sequence: str, arrival_ms: int) ->
 
 
 def _time_of(
-    item: Mapping[str, Any], rule: Rule, arrival_ms: int, sequence: str, settings: Settings
+    item: Mapping[str, Any], source: str, rule: Rule, arrival_ms: int, sequence: str, settings: Settings
 ) -> tuple[int, bool] | Rejection:
-    """The rule's event time in epoch ms and whether it counts in its hour alone, or the rejection its time earns.
+    """The event time read from ``source`` (an attribute, or ARRIVAL) in epoch ms and whether it counts in
+    its hour alone, or the rejection it earns.
 
     A rejection for a rule's own time attribute names the rule; one for the
     table-wide attribute names none, as it is the same for every rule.
     """
-    if rule.time == ARRIVAL:
+    owner = None if source == settings.time_attribute else rule.name
+    if source == ARRIVAL:
         event_ms = arrival_ms
+    elif source not in item:
+        return Rejection(Reason.MISSING_TIME, f"no attribute {source!r}", sequence, arrival_ms, owner)
     else:
-        attribute = rule.time or settings.time_attribute
-        owner = rule.name if rule.time else None
-        if attribute not in item:
-            return Rejection(Reason.MISSING_TIME, f"no attribute {attribute!r}", sequence, arrival_ms, owner)
         try:
-            event_ms = parse_event_time(item[attribute])
+            event_ms = parse_event_time(item[source])
         except (InvalidTime, ValueError) as error:
             return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms, owner)
-    placed = place_in_time(event_ms, arrival_ms, settings, rule.time or settings.time_attribute)
+    placed = place_in_time(event_ms, arrival_ms, settings, source)
     if type(placed[0]) is not Bucket:
         reason, detail = placed
-        return Rejection(reason, detail, sequence, arrival_ms, rule.name if rule.time else None)
+        return Rejection(reason, detail, sequence, arrival_ms, owner)
     return event_ms, len(placed) == 1
 
 
