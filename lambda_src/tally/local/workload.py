@@ -373,47 +373,50 @@ JOB_TTL_HOURS = 24
 
 
 def job_histories(workload: Workload, end_ms: int) -> list[list[Change]]:
-    """Jobs placed at the workload's event times, then done (7 in 10, a few reopened and done again) or
-    cancelled (2 in 10) minutes later, if that is before ``end_ms``; a third of the cancelled ones are
-    deleted by their owner within the hour, and jobs still there a day after they were placed expire by TTL."""
+    """A job placed at each of the workload's event times, with its changes up to ``end_ms`` (``job_history``)."""
     rng = random.Random(f"jobs-{workload.seed}")
-    histories = []
-    for event in workload.events(end_ms):
-        job: dict[str, Any] = {
-            "id": event.id,
-            "providerId": event.counter,
-            "status": "placed",
-            "placedAt": event.ts_ms,
-            "amount": Decimal(rng.randint(100, 99_999)) / 100,
-            "expiresAt": event.ts_ms // 1000 + JOB_TTL_HOURS * 3600,
-        }
-        history = [Change("INSERT", job, None, event.ts_ms)]
-        outcome = rng.choices(["done", "cancelled", "open"], weights=[7, 2, 1])[0]
-        steps = {"done": [("done", 30)], "cancelled": [("cancelled", 10)], "open": []}[outcome]
-        if outcome == "done" and rng.random() < 0.05:
-            steps += [("placed", 5), ("done", 20)]  # reopened, then done again: two transitions to done
-        if outcome == "cancelled" and rng.random() < 0.33:
-            steps.append(("deleted", 60))
-        at = event.ts_ms
-        for status, most_minutes in steps:
-            at += rng.randint(1, most_minutes * 60) * 1000 + rng.randrange(1000)
-            if at > end_ms:
-                break
-            old = history[-1].new
-            assert old is not None
-            if status == "deleted":
-                history.append(Change("REMOVE", None, old, at))
-                break
-            new = {key: value for key, value in old.items() if status != "placed" or key != "doneAt"}
-            new["status"] = status
-            if status != "placed":
-                new[f"{status}At"] = at
-            history.append(Change("MODIFY", new, old, at))
-        last = history[-1]
-        if last.new is not None and last.new["expiresAt"] * 1000 <= end_ms:
-            history.append(Change("REMOVE", None, last.new, end_ms, by_ttl=True))
-        histories.append(history)
-    return histories
+    return [job_history(event, rng, end_ms) for event in workload.events(end_ms)]
+
+
+def job_history(event: Event, rng: random.Random, end_ms: int, ttl_seconds: int = JOB_TTL_HOURS * 3600) -> list[Change]:
+    """A job placed at the event's time, then done (7 in 10, a few reopened and done again) or cancelled
+    (2 in 10) minutes later, as far as that happens by ``end_ms``; a third of the cancelled ones are
+    deleted by their owner within the hour; one still there when ``expiresAt`` (``ttl_seconds`` after
+    its placement) passes is deleted by TTL, at that instant, if it lies before ``end_ms``."""
+    job: dict[str, Any] = {
+        "id": event.id,
+        "providerId": event.counter,
+        "status": "placed",
+        "placedAt": event.ts_ms,
+        "amount": Decimal(rng.randint(100, 99_999)) / 100,
+        "expiresAt": event.ts_ms // 1000 + ttl_seconds,
+    }
+    history = [Change("INSERT", job, None, event.ts_ms)]
+    outcome = rng.choices(["done", "cancelled", "open"], weights=[7, 2, 1])[0]
+    steps = {"done": [("done", 30)], "cancelled": [("cancelled", 10)], "open": []}[outcome]
+    if outcome == "done" and rng.random() < 0.05:
+        steps += [("placed", 5), ("done", 20)]  # reopened, then done again: two transitions to done
+    if outcome == "cancelled" and rng.random() < 0.33:
+        steps.append(("deleted", 60))
+    at = event.ts_ms
+    for status, most_minutes in steps:
+        at += rng.randint(1, most_minutes * 60) * 1000 + rng.randrange(1000)
+        if at > end_ms or at >= job["expiresAt"] * 1000:
+            break
+        old = history[-1].new
+        assert old is not None
+        if status == "deleted":
+            history.append(Change("REMOVE", None, old, at))
+            break
+        new = {key: value for key, value in old.items() if status != "placed" or key != "doneAt"}
+        new["status"] = status
+        if status != "placed":
+            new[f"{status}At"] = at
+        history.append(Change("MODIFY", new, old, at))
+    last = history[-1]
+    if last.new is not None and last.new["expiresAt"] * 1000 <= end_ms:
+        history.append(Change("REMOVE", None, last.new, last.new["expiresAt"] * 1000, by_ttl=True))
+    return history
 
 
 def job_truth(change: Change, arrival_ms: int) -> list[tuple[str, int, Decimal | None]]:
