@@ -182,7 +182,7 @@ def _deleted_by_ttl(record: Mapping[str, Any]) -> bool:
 
 def parse_image(image: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> list[Outcome]:
     """Outcomes of one new item image in DynamoDB JSON (a stream record's NewImage, an export's Item)."""
-    return parse_item(_decode(image, settings), arrival_ms, sequence, settings)
+    return judge(INSERT, _decode(image, settings), None, arrival_ms, sequence, settings)
 
 
 def _decode(image: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
@@ -222,7 +222,7 @@ def judge(
     counted with it.
     """
     times: dict[str, tuple[int, bool] | Rejection] = {}  # by time attribute (or ARRIVAL)
-    refused_times: dict[str, Rejection] = {}
+    refused_times: dict[str, Rejection] | None = None
     counted = False
     events: list[Outcome] = []
     refusals: list[Outcome] = []
@@ -235,9 +235,8 @@ def judge(
                 refusals.append(_missing_old_image(rule, kind, sequence, arrival_ms))
                 continue
         else:
-            image = new
-        assert image is not None
-        if not rule.matches(image):
+            image = new  # type: ignore[assignment]  # never None here: parse_record checked it
+        if rule.conditions and not rule.matches(image):
             continue
         if kind == MODIFY and rule.becomes:
             if old is None:
@@ -256,6 +255,8 @@ def judge(
             time = times[source] = _time_of(image, source, rule, arrival_ms, sequence, settings)
         if type(time) is tuple:
             events.append(CounterEvent(result.counter, time[0], sequence, arrival_ms, result.units, time[1]))
+        elif refused_times is None:
+            refused_times = {source: time}
         else:
             refused_times.setdefault(source, time)
     if not counted:

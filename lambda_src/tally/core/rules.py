@@ -261,6 +261,10 @@ class Rule:
     on: frozenset[str] = INSERTS_ONLY
     time: str | None = None
     deleted_by: str = "any"
+    conditions: tuple[Condition, ...] = field(init=False, compare=False, repr=False)  # when, then becomes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "conditions", self.when + self.becomes)
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -291,14 +295,10 @@ class Rule:
 
     def matches(self, values: Mapping[str, Any]) -> bool:
         """Whether ``when`` and ``becomes`` hold on the image the rule judges."""
-        for condition in self._conditions:
+        for condition in self.conditions:
             if not condition.holds(values):
                 return False
         return True
-
-    @property
-    def _conditions(self) -> tuple[Condition, ...]:
-        return self.when + self.becomes if self.becomes else self.when
 
     def apply(self, values: Mapping[str, Any]) -> Counted | Refused | None:
         """What this rule makes of an item's decoded attributes; None when its conditions do not hold."""
