@@ -27,10 +27,10 @@ from tally.core.settings import MINUTE_MS, Settings
 
 from .streams import (
     AMOUNTS,
-    STREAM_ARN,
     TTL_DELETION_IDENTITY,
     Expected,
     Stream,
+    _record as stream_record,
     _rendered,
     _time_offset,
     _time_value,
@@ -221,28 +221,13 @@ def _set_time(rng: random.Random, spec: HistorySpec, job: Job, attribute: str, e
 def _record(
     kind: str, item_id: str, sequence: int, arrival_ms: int, new: Job | None, old: Job | None, by_ttl: bool
 ) -> dict[str, Any]:
-    stream: dict[str, Any] = {
-        "ApproximateCreationDateTime": arrival_ms // 1000,
-        "Keys": {"id": {"S": item_id}},
-        "SequenceNumber": str(sequence),
-        "SizeBytes": 200,
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-    }
-    if new is not None:
-        stream["NewImage"] = new.image
+    """The record of one change on a table streaming NEW_AND_OLD_IMAGES."""
+    record = stream_record(
+        kind, item_id, sequence, arrival_ms, new.image if new else None, TTL_DELETION_IDENTITY if by_ttl else None
+    )
+    record["dynamodb"]["StreamViewType"] = "NEW_AND_OLD_IMAGES"
     if old is not None:
-        stream["OldImage"] = old.image
-    record = {
-        "eventID": f"{sequence:032x}"[-32:],
-        "eventName": kind,
-        "eventVersion": "1.1",
-        "eventSource": "aws:dynamodb",
-        "awsRegion": "us-east-1",
-        "dynamodb": stream,
-        "eventSourceARN": STREAM_ARN,
-    }
-    if by_ttl:
-        record["userIdentity"] = dict(TTL_DELETION_IDENTITY)
+        record["dynamodb"]["OldImage"] = old.image
     return record
 
 

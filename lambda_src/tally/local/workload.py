@@ -302,6 +302,25 @@ class ShapedTruth:
     def average(self, counter: str) -> Decimal | None:
         return average_of(self.sums[counter], self.expected[counter]) if counter in self.sums else None
 
+    def add(
+        self, counter: str, event_ms: int, amount: Decimal | None, arrival_ms: int | None, window: Window,
+        settings: Settings,
+    ) -> None:
+        """One event of ``counter`` (with its amount, for a summing rule), if it falls in ``window``; set
+        aside as late or future when its record's arrival (None: unknown) makes tally reject it."""
+        if amount is not None:
+            self.sums.setdefault(counter, Decimal(0))
+        self.counters.add(counter)
+        if not window.covers(event_ms):
+            return
+        self.in_window[counter] += 1
+        if arrival_ms is not None and _arrival_verdict(event_ms, arrival_ms, settings) is not None:
+            self.late[counter] += 1
+            return
+        self.expected[counter] += 1
+        if amount is not None:
+            self.sums[counter] += amount
+
 
 def shaped_truth(
     shape: Shape, items: Iterable[tuple[int, Mapping[str, Any]]], window: Window, arrivals_ms: Mapping[str, int],
@@ -311,19 +330,7 @@ def shaped_truth(
     truth = ShapedTruth()
     for ts_ms, item in items:
         for counter, amount in shape.truth(item):
-            if amount is not None:
-                truth.sums.setdefault(counter, Decimal(0))
-            truth.counters.add(counter)
-            if not window.covers(ts_ms):
-                continue
-            truth.in_window[counter] += 1
-            arrival = arrivals_ms.get(str(item["id"]))
-            if arrival is not None and _arrival_verdict(ts_ms, arrival, settings) is not None:
-                truth.late[counter] += 1
-                continue
-            truth.expected[counter] += 1
-            if amount is not None:
-                truth.sums[counter] += amount
+            truth.add(counter, ts_ms, amount, arrivals_ms.get(str(item["id"])), window, settings)
     return truth
 
 
@@ -481,16 +488,5 @@ def history_truth(
         item_arrivals = arrivals.get(str(history[0].key["id"]), [])
         for change, arrival in zip(history, item_arrivals, strict=False):
             for counter, event_ms, amount in shape.truth(change, arrival):
-                if amount is not None:
-                    truth.sums.setdefault(counter, Decimal(0))
-                truth.counters.add(counter)
-                if not window.covers(event_ms):
-                    continue
-                truth.in_window[counter] += 1
-                if _arrival_verdict(event_ms, arrival, settings) is not None:
-                    truth.late[counter] += 1
-                    continue
-                truth.expected[counter] += 1
-                if amount is not None:
-                    truth.sums[counter] += amount
+                truth.add(counter, event_ms, amount, arrival, window, settings)
     return truth
