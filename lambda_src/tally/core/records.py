@@ -267,7 +267,8 @@ def judge(
 
 
 def _missing_old_image(rule: Rule, kind: str, sequence: str, arrival_ms: int) -> Rejection:
-    detail = f"{rule.label}: {kind} without OldImage (stream view must be NEW_AND_OLD_IMAGES)"
+    view = "NEW_AND_OLD_IMAGES" if kind == MODIFY else "OLD_IMAGE or NEW_AND_OLD_IMAGES"
+    detail = f"{rule.label}: {kind} without OldImage (stream view must be {view})"
     return Rejection(Reason.MISSING_OLD_IMAGE, detail, sequence, arrival_ms, rule.name)
 
 
