@@ -339,6 +339,7 @@ class Rules:
     """The rules every item goes through, in order; each matching rule adds to its counter."""
 
     rules: tuple[Rule, ...]
+    text: str = field(default="", compare=False, repr=False)  # the JSON they were read from ("" for the classic rule)
     attributes: tuple[str, ...] = field(init=False, compare=False, repr=False)  # every attribute the rules read
 
     kinds: frozenset[str] = field(init=False, compare=False, repr=False)  # the record kinds some rule sees
@@ -417,7 +418,7 @@ def parse_rules(text: str) -> Rules:
                 f"rule {index} ({rule.name!r}): field 'sum': counter {rule.counter.text!r} is also written by "
                 f"rule {other.name!r}; both must sum, or neither, or its average would mix them"
             )
-    return Rules(rules)
+    return Rules(rules, text.strip())
 
 
 def _no_constant(name: str) -> Any:
@@ -457,7 +458,7 @@ def _rule(index: int, entry: Any) -> Rule:
         if "name" in entry:
             raise RulesError(
                 f"{where}: field 'name': must be 1-{MAX_RULE_NAME_LENGTH} letters, digits or _.:/- "
-                f"starting with a letter or digit, got {name!r}"
+                f"starting with a letter or digit, got {_short(name)}"
             )
         name = f"rule-{index}"  # a template is no name: {…} and long texts make poor metric dimensions
 
@@ -505,7 +506,7 @@ def _time(where: str, entry: dict[str, Any]) -> str | None:
         return None
     raw = entry["time"]
     if not isinstance(raw, str) or not raw or (raw.startswith("@") and raw != ARRIVAL):
-        raise RulesError(f"{where}: field 'time': must be an attribute name or {ARRIVAL!r}, got {_short(raw)}")
+        raise RulesError(f"{where}: field 'time': must be an attribute name or {_short(ARRIVAL)}, got {_short(raw)}")
     return raw
 
 
@@ -523,7 +524,7 @@ def _deleted_by(where: str, entry: dict[str, Any], on: frozenset[str]) -> str:
 
 def _conditions(where: str, raw: Any, key: str = "when") -> tuple[Condition, ...]:
     if not isinstance(raw, dict):
-        raise RulesError(f"{where}: field '{key}': must map attribute names to conditions, got {raw!r}")
+        raise RulesError(f"{where}: field '{key}': must map attribute names to conditions, got {_short(raw)}")
     conditions = []
     for attribute, spec in raw.items():
         field = f"field '{key}.{attribute}'"
@@ -553,7 +554,17 @@ def _conditions(where: str, raw: Any, key: str = "when") -> tuple[Condition, ...
 
 
 def _short(value: Any) -> str:
-    """A value as the JSON it came from (numbers are read as Decimals)."""
+    """A value as the JSON the user wrote (numbers keep their digits), cut to 80 characters."""
+    text = _as_json(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _as_json(value: Any) -> str:
+    """JSON text of a value parse_rules read: numbers were read as Decimals, which json cannot write as they came."""
     if isinstance(value, Decimal):
         return str(value)
-    return repr(value)[:80]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(key)}: {_as_json(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_json(item) for item in value) + "]"
+    return json.dumps(value)
