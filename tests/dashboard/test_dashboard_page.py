@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from botocore.credentials import Credentials
 
+from handler_state import handler_state_restored
 from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD
 from tally.core.settings import Settings
@@ -53,8 +54,7 @@ def served(tmp_path_factory):
         pytest.fail("Debian's chromium and chromium-driver are missing: `make test-tools` installs them (make test does)")
     if http_api.dashboard_page() is None:
         pytest.fail("the dashboard page is not built: `make dashboard` builds it (make test does)")
-    saved = dict(os.environ)
-    with MotoServer() as server:
+    with handler_state_restored(), MotoServer() as server:
         try:
             os.environ.update({**server.environment(), "COUNTS_TABLE": "dashboard-counts"})
             dynamodb = client("dynamodb")
@@ -77,8 +77,6 @@ def served(tmp_path_factory):
         finally:
             http_api.reader.cache_clear()
             http_api.api_settings.cache_clear()
-            os.environ.clear()
-            os.environ.update(saved)
 
 
 @pytest.fixture
