@@ -35,6 +35,9 @@ install-scripts: $(DEMO_STAMP)
 
 install: $(DEV_STAMP)
 
+# One pytest worker per core (pytest-xdist): the suite takes minutes instead of several times that.
+PYTEST_ARGS ?= -n auto
+
 test: $(DEV_STAMP) $(DASHBOARD) test-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
