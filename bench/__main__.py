@@ -6,8 +6,9 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-``python -m bench scale`` runs the scale model alone (about a minute) and
-replaces only its figures in the file(s) it writes.
+``python -m bench scale`` runs the scale model alone (about a minute), and
+``python -m bench read-api`` the read API's load test alone (about two
+minutes); each replaces only its own figures in the file(s) it writes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import latency, reads, scale, speed, workloads, writes
+from bench import latency, read_api, reads, scale, speed, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -79,6 +80,7 @@ def timed(label: str, work):  # noqa: ANN001, ANN202 - any zero-argument callabl
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     by_name = {w["workload"]: w for w in results["writes"]}
     steady, hot, mock = by_name["steady"], by_name["hot counter"], by_name["origin mock"]
+    transitions = by_name["transitions"]
     read_now = results["reads"]["cost"]["ending_now"]
     read_past = results["reads"]["cost"]["ending_past"]
     range_requests = max(read_now["tally_range"]["requests"]["worst"], read_past["tally_range"]["requests"]["worst"])
@@ -94,6 +96,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
         ("steady: bucket writes / floor", "<= 1.1", steady["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
         ("hot: bucket writes / floor", "<= 1.1", hot["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
+        (
+            "transitions: bucket writes / floor",
+            "<= 1.1",
+            transitions["ratios"]["tally_bucket_writes_over_floor"],
+            lambda v: v <= 1.1,
+        ),
         ("hot: busiest item writes per window", "<= 1", hot["tally"]["busiest_item_writes_per_window"], lambda v: v <= 1),
         *(
             (f"{name}: tally WCU / floor WCU", "<= 1.15", ratio, lambda v: v <= 1.15)
@@ -125,10 +133,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 def run() -> dict[str, Any]:
     settings, config, described = deployment()
     mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
-    fan_out, backfill = workloads.fan_out(), workloads.backfill()
+    fan_out, backfill, transitions = workloads.fan_out(), workloads.backfill(), workloads.transitions()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
     results["writes"] = [
-        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot, fan_out, backfill)
+        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config))
+        for w in (mock, steady, hot, fan_out, backfill, transitions)
     ]
     results["writes_checked_against_moto"] = timed(
         "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
@@ -136,6 +145,12 @@ def run() -> dict[str, Any]:
     results["fan_out_writes_checked_against_moto"] = timed(
         "fan-out writes into moto",
         lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
+    )
+    results["transitions_writes_checked_against_moto"] = timed(
+        "transitions writes into moto",
+        lambda: writes.verify_against_moto(
+            workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
+        ),
     )
     mock_events = list(mock.events())
     results["reads"] = timed(
@@ -157,6 +172,7 @@ def run() -> dict[str, Any]:
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
+    results.update(timed("read API on loopback", read_api_results))
     results.update(timed("scale model", scale_results))
     results["targets"] = targets(results)
     return results
@@ -164,6 +180,15 @@ def run() -> dict[str, Any]:
 
 def scale_results() -> dict[str, Any]:
     return {"scale_model": scale.model_description(), **scale.results()}
+
+
+def read_api_results() -> dict[str, Any]:
+    return {"read_api_loopback": read_api.measure()}
+
+
+# Parts that run alone: their figures replace only their own keys in the file(s) written.
+PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
+         "read-api": (read_api_results, lambda out, results: report_read_api(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -177,7 +202,7 @@ def report(results: dict[str, Any]) -> None:
 
     table = Table(title="Write cost per 1,000 events (WCU)")
     for column in ("workload", "events", "origin", "dedup", "tally", "floor", "tally/floor", "origin/tally",
-                   "dedup/tally", "busiest item writes/s: origin -> tally"):
+                   "dedup/tally", "directory WCU (share of tally)", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
@@ -186,15 +211,23 @@ def report(results: dict[str, Any]) -> None:
             f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
             f"{w['ratios']['tally_units_over_floor_units']}x", f"{w['ratios']['origin_units_over_tally_units']:,}x",
             f"{w['ratios']['dedup_units_over_tally_units']:,}x",
+            f"{w['tally']['directory_write_units']:,} (+{w['ratios']['directory_units_over_counting_units']:.1%})",
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
-    fan_out = next(w for w in results["writes"] if w["workload"] == "fan-out")
+    by_name = {w["workload"]: w for w in results["writes"]}
     checked = results["fan_out_writes_checked_against_moto"]
+    fan_out = by_name["fan-out"]
     out.print(
         f"fan-out: {fan_out['counter_events']:,} counter events from {fan_out['events']:,} jobs; moto stores what the "
         f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}, "
         f"dedup {checked['dedup_matches_moto']}"
+    )
+    checked = results["transitions_writes_checked_against_moto"]
+    moved = by_name["transitions"]
+    out.print(
+        f"transitions: {moved['description']}; {moved['counter_events']:,} counter events; moto stores what the "
+        f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
     )
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
@@ -231,6 +264,7 @@ def report(results: dict[str, Any]) -> None:
     out.print(table)
 
     report_scale(out, results)
+    report_read_api(out, results)
 
     table = Table(title="Targets")
     for column in ("target", "wanted", "figure", "met"):
@@ -280,21 +314,40 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
     out.print(table)
 
 
+def report_read_api(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("read_api_loopback")
+    if not figures:
+        return
+    table = Table(title=f"Read API on loopback (local adapter, handler, moto): {figures['window']}, "
+                        f"{figures['seconds_per_case']:g} s per case")
+    for column in ("counters", "clients", "requests", "requests/s", "p50 ms", "p99 ms", "errors",
+                   "library p50 ms", "library p99 ms", "API/library p50"):
+        table.add_column(column, justify="right")
+    for case in figures["cases"]:
+        table.add_row(
+            str(case["counters"]), str(case["clients"]), f"{case['requests']:,}", f"{case['requests_per_second']:,}",
+            str(case["p50_ms"]), str(case["p99_ms"]), str(case["errors"]), str(case["library_p50_ms"]),
+            str(case["library_p99_ms"]), f"{case['api_over_library_p50']}x",
+        )
+    out.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("part", nargs="?", choices=["scale"], help="run only the scale model")
+    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model or the read API's load")
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     args = parser.parse_args(argv)
     targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)
     start = time.perf_counter()
-    if args.part == "scale":
-        figures = timed("scale model", scale_results)
+    if args.part:
+        measure, show = PARTS[args.part]
+        figures = timed(args.part, measure)
         for path in targets:
             results = json.loads(path.read_text()) if path.exists() else {}
             results.update(figures)
             path.write_text(json.dumps(results, indent=2) + "\n")
-            console.log(f"wrote the scale figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
-        report_scale(Console(width=150), results)
+            console.log(f"wrote the {args.part} figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
+        show(Console(width=150), results)
         return 0
     results = run()
     results["seconds"] = round(time.perf_counter() - start)

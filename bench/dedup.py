@@ -33,8 +33,11 @@ class DedupHandler:
         table_name: str,
         time_attribute: str = "ts",
         counters: Callable[[Mapping[str, Any]], list[tuple[str, str | None]]] | None = None,
+        counted: Callable[[Mapping[str, Any]], list[tuple[str, int, str | None]]] | None = None,
     ) -> None:
+        """``counters`` and ``counted`` as the origin's handler takes them (``bench/origin.py``)."""
         self.client = client
+        self.counted = counted
         self.table_name = table_name
         self.time_attribute = time_attribute
         self.counters = counters or (lambda image: [(image["counter"]["S"], None)])
@@ -42,10 +45,10 @@ class DedupHandler:
 
     def __call__(self, event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         for record in event["Records"]:
-            if record["eventName"] != "INSERT":
+            counted = self._counted(record)
+            if not counted:
                 continue
-            image = record["dynamodb"]["NewImage"]
-            seconds = int(image[self.time_attribute]["N"]) // 1000
+            seconds = min(at for _, at, _ in counted)
             items: list[dict[str, Any]] = [
                 {
                     "Put": {
@@ -59,11 +62,21 @@ class DedupHandler:
                     }
                 }
             ]
-            for prefix, amount in self.counters(image):
-                for key in (origin.hour_key(prefix, seconds), origin.minute_key(prefix, seconds)):
-                    items.append({"Update": origin.update_request(self.table_name, key, seconds, amount)})
+            for prefix, at, amount in counted:
+                for key in (origin.hour_key(prefix, at), origin.minute_key(prefix, at)):
+                    items.append({"Update": origin.update_request(self.table_name, key, at, amount)})
             self._commit(items)
         return {}
+
+    def _counted(self, record: Mapping[str, Any]) -> list[tuple[str, int, str | None]]:
+        """(counter prefix, epoch seconds, amount or None) of everything the record counts in."""
+        if self.counted is not None:
+            return self.counted(record)
+        if record["eventName"] != "INSERT":
+            return []
+        image = record["dynamodb"]["NewImage"]
+        seconds = int(image[self.time_attribute]["N"]) // 1000
+        return [(prefix, seconds, amount) for prefix, amount in self.counters(image)]
 
     def _commit(self, items: list[dict[str, Any]]) -> None:
         try:

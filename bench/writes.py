@@ -27,10 +27,9 @@ from bench.workloads import (
     busiest_item_per_second,
     floor_writes,
     hour_only_events,
-    record_chunks,
 )
 from tally.local.delivery import DeliveryConfig, ShardDelivery
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
@@ -43,21 +42,22 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
     """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
     client = MeteredClient(("pk", "sk"), forward_to)
     if workload.rules:
-        settings = dataclasses.replace(settings, time_attribute="insertUtcTime", rules=parse_rules(workload.rules))
+        settings = dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
     # One update at a time into the meter (it keeps one image of the table), and the steady
     # state: no segment here can predate this release, so no markers of the previous one are read.
     table = CountsTable(client, settings.counts_table, settings, workers=1, previous_release_until_ms=0)
+    directory = CounterDirectory(client, settings.counts_table, settings)  # one container: this shard's
 
     def handler(event: dict, context: Any) -> dict:
         if "window" in event:
             client.slot = int(datetime.fromisoformat(event["window"]["start"]).timestamp())
         else:
             client.slot += 1
-        response, _summary = process(event, table.commit, settings)
+        response, _summary = process(event, directory.recording(table.commit), settings)
         return response
 
     delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in record_chunks(workload.events(), image=workload.image, arrival=workload.arrival):
+    for chunk in workload.chunks():
         delivery.deliver(chunk)
     delivery.close()
     return client
@@ -65,18 +65,22 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
-    time_attribute = "insertUtcTime" if workload.rules else "ts"
-    handler = origin.OriginHandler(client, ORIGIN_TABLE, time_attribute=time_attribute, counters=workload.counters)
-    for batch in record_chunks(workload.events(), batch_size, workload.image, workload.arrival):
+    time_attribute = workload.time_attribute if workload.rules else "ts"
+    handler = origin.OriginHandler(
+        client, ORIGIN_TABLE, time_attribute=time_attribute, counters=workload.counters, counted=workload.origin_counted
+    )
+    for batch in workload.chunks(batch_size):
         handler({"Records": batch})
     return client
 
 
 def run_dedup(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
-    time_attribute = "insertUtcTime" if workload.rules else "ts"
-    handler = DedupHandler(client, DEDUP_TABLE, time_attribute=time_attribute, counters=workload.counters)
-    for batch in record_chunks(workload.events(), batch_size, workload.image, workload.arrival):
+    time_attribute = workload.time_attribute if workload.rules else "ts"
+    handler = DedupHandler(
+        client, DEDUP_TABLE, time_attribute=time_attribute, counters=workload.counters, counted=workload.origin_counted
+    )
+    for batch in workload.chunks(batch_size):
         handler({"Records": batch})
     return client
 
@@ -93,7 +97,8 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     dedup = run_dedup(workload, config.batch_size).meter
     floor = floor_writes(workload.counted_arrivals(), config.window_seconds, settings)
     origin_peak = busiest_item_per_second(workload.counted())
-    bucket_writes = tally.item_writes  # one UpdateItem per bucket item per segment, nothing else
+    bucket_writes = tally.item_writes - tally.batch_item_writes  # one UpdateItem per bucket item per segment
+    counting_units = tally.units - tally.batch_units
     tally_peak = tally.busiest_item_writes()
     return {
         "workload": workload.name,
@@ -120,6 +125,9 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "bucket_writes": bucket_writes,
             "write_units": tally.units,
             "write_units_per_1000_events": per_thousand(tally.units, events),
+            "directory_writes": tally.batch_item_writes,
+            "directory_requests": tally.batch_requests,
+            "directory_write_units": tally.batch_units,
             "busiest_item_writes_per_window": tally_peak,
             "busiest_item_writes_per_second": round(tally_peak / config.window_seconds, 4),
         },
@@ -133,6 +141,8 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "dedup_units_over_tally_units": round(dedup.units / tally.units, 2),
             "tally_bucket_writes_over_floor": round(bucket_writes / floor, 3),
             "tally_units_over_floor_units": round(tally.units / floor, 2),
+            "directory_units_over_counting_units": round(tally.batch_units / counting_units, 4),
+            "directory_units_over_floor_units": round(tally.batch_units / floor, 4),
         },
     }
 

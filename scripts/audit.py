@@ -3,14 +3,16 @@
     .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
     .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
 
-The operator's independent proof: the recount shares none of tally's parsing,
-bucketing or window code. The rule it applies, stated once:
+The operator's independent proof: the recount shares none of tally's parsing
+of items, bucketing or window code (only the reading of --window and --at,
+which tally is asked with too). The rule it applies, stated once:
 
   An item counts for counter C once per rule that names C for it, when its
   time attribute is a number of epoch milliseconds (a fraction is dropped) or
   an ISO-8601 string with a UTC offset, not before the epoch, and the minute
   holding that time is one of the window's minutes: a window of length L
-  ending at --at covers the L / 1 min whole minutes whose last contains --at.
+  ending at --at covers the L / 1 min whole minutes whose last contains the
+  millisecond before --at (an --at on a minute boundary is exclusive).
   Without TALLY_RULES the one rule is: the counter attribute is the string C.
   With TALLY_RULES (JSON), a rule names C when every "when" condition holds
   (equals / oneOf: strings to strings, numbers to numbers, booleans to
@@ -18,6 +20,20 @@ bucketing or window code. The rule it applies, stated once:
   each {attribute} replaced by the item's string (non-empty) or number (in
   plain notation, 5.0 as 5) spells C, and, for a summing rule, its "sum"
   attribute is a number with at most 18 digits before the point and 8 after.
+  A rule with "becomes" names C when those conditions hold too; a rule with
+  its own "time" attribute reads the time there.
+
+What the audit can recount: the table holds each item as it is now, not its
+history. A rule counting transitions ("becomes") is recounted from the items
+that are in that state now, by the rule's time (say items now "done" with
+"doneAt" in the window): that equals tally's count when items do not leave
+the state again, are not deleted, and (for a rule that does not see INSERTs)
+were not inserted in it. Rules counting deletions ("on": "REMOVE"), every
+change ("on": "MODIFY" without "becomes") or at the record's arrival
+("time": "@arrival") cannot be recounted from the table: a counter one of
+them may write is shown as not recountable, with the rule's name, and left out
+of the exit status (when no counter asked for can be recounted, the audit says
+so and exits 2).
 
 tally also refuses, by design, events whose hour was past the hour retention
 at their arrival or stamped more than the clock skew after it, and (after adoption) records that
@@ -40,7 +56,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -49,15 +65,19 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings, SettingsError
-from tally.dynamo import CountsTable
+from tally.core.windows import InvalidWindow, parse_length
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
-from tally.local.stack_outputs import StackOutputsError
-from tally.query import count_windows
+from tally.stack_outputs import StackOutputsError
+from tally.reader import Reader
+
+stderr = cli_console(stderr=True)
 
 MINUTE_MS = 60_000
 MAX_COUNTER_LENGTH = 255
@@ -68,15 +88,16 @@ _WIDE = Context(prec=100)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_SEGMENTS = 4
 MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
-_LENGTH = re.compile(r"^(\d+)([mhd])$")
-_LENGTH_MINUTES = {"m": 1, "h": 60, "d": 1440}
 
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
-    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
-    parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
+    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
+    parser.add_argument(
+        "--at",
+        help="end of the window: ISO-8601 with an offset, or epoch seconds; exclusive on a minute boundary (default now)",
+    )
     parser.add_argument("--segments", type=int, default=DEFAULT_SEGMENTS, help="parallel Scan segments (default 4)")
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
@@ -89,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rows = audit(args)
     show(rows, args.json)
-    return 0 if all(row["difference"] == 0 for row in rows) else 1
+    return 0 if all(row["difference"] in (0, None) for row in rows) else 1
 
 
 def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -100,7 +121,7 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise ScriptError("--segments must be at least 1")
     minutes = window_minutes(args.window)
     at_ms = instant_ms(args.at) if args.at else int(datetime.now(UTC).timestamp() * 1000)
-    last_minute = at_ms // MINUTE_MS
+    last_minute = (at_ms - 1) // MINUTE_MS
     first_minute = last_minute - minutes + 1
     try:
         settings = Settings.from_env()
@@ -110,16 +131,23 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             raise ScriptError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
         tables = resolve_tables(args)
         dynamodb = client("dynamodb")
-        answers = count_windows(
-            CountsTable(dynamodb, tables.counts, settings), counters, length_ms=minutes * MINUTE_MS, at_ms=at_ms,
-            consistent=True,
+        reader = Reader(tables.counts, client=dynamodb, settings=settings)
+        answers = reader.count_many(
+            counters, window=timedelta(minutes=minutes), at=EPOCH + timedelta(milliseconds=at_ms), consistent=True, align=False
         )
+        blocked = {
+            counter: next((rule.unrecountable for rule in rules if rule.unrecountable and rule.could_name(counter)), None)
+            for counter in counters
+        }
+        if all(blocked.values()):
+            raise ScriptError(f"nothing to recount: {blocked[counters[0]]}")
+        rules = [rule for rule in rules if not rule.unrecountable]
         attributes = (settings.counter_attribute, settings.time_attribute)
         if args.index:
             items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
         else:
             condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first_minute, last_minute)
-            items = parallel_scan(dynamodb, tables.events, args.segments, condition)
+            items = scan_with_progress(dynamodb, tables.events, args.segments, condition)
         recount = recount_items(items, counters, rules, settings.time_attribute, first_minute, last_minute)
     except (SettingsError, StackOutputsError, ValueError) as error:
         raise ScriptError(str(error)) from None
@@ -135,25 +163,26 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             "start": start,
             "end": end,
             "tally": answer.total,
-            "recount": recount[answer.counter],
-            "difference": answer.total - recount[answer.counter],
+            "recount": None if blocked[answer.counter] else recount[answer.counter],
+            "difference": None if blocked[answer.counter] else answer.total - recount[answer.counter],
+            "not_recountable": blocked[answer.counter],
         }
         for answer in answers
     ]
 
 
 def window_minutes(text: str) -> int:
-    match = _LENGTH.match(text.strip())
-    if not match or int(match.group(1)) == 0:
-        raise ScriptError(f"--window must look like 90m, 24h or 7d, got {text!r}")
-    return int(match.group(1)) * _LENGTH_MINUTES[match.group(2)]
+    try:
+        return parse_length(text) // MINUTE_MS
+    except InvalidWindow as error:
+        raise ScriptError(f"--window: {error}") from None
 
 
 def instant_ms(text: str) -> int:
-    moment = _iso_instant(text)
-    if moment is None:
-        raise ScriptError(f"--at must be ISO-8601 with a UTC offset, got {text!r}")
-    return moment
+    try:
+        return parse_instant(text)
+    except InvalidInstant as error:
+        raise ScriptError(f"--at {error}") from None
 
 
 def event_minute(value: Any) -> int | None:
@@ -169,17 +198,27 @@ def event_minute(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class CounterRule:
-    """The audit's own reading of one counter rule: template pieces, conditions, summed attribute."""
+    """The audit's own reading of one counter rule: template pieces, conditions, summed attribute, time.
+
+    ``unrecountable`` says why the table cannot recount what the rule counts (None when it can).
+    """
 
     pieces: tuple[tuple[str, str], ...]  # ("text", literal) or ("attribute", name)
-    when: tuple[tuple[str, str, Any], ...] = ()  # (attribute, "equals" | "oneOf" | "exists", operand)
+    when: tuple[tuple[str, str, Any], ...] = ()  # (attribute, "equals" | "oneOf" | "exists", operand), becomes included
     sum: str | None = None
     strings_only: bool = False
+    time: str | None = None  # its own time attribute; None: the table-wide one
+    unrecountable: str | None = None
 
     @property
     def attributes(self) -> list[str]:
         names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
         return list(dict.fromkeys(names + ([self.sum] if self.sum else [])))
+
+    def could_name(self, counter: str) -> bool:
+        """Whether some item could make this rule name ``counter``."""
+        pattern = "".join(re.escape(value) if kind == "text" else "(.+)" for kind, value in self.pieces)
+        return re.fullmatch(pattern, counter, re.DOTALL) is not None
 
     def names(self, item: dict[str, Any]) -> str | None:
         """The counter this rule names for a decoded item, or None when it names none."""
@@ -228,11 +267,28 @@ def _read_rules(text: str) -> list[CounterRule]:
         if not isinstance(entry, dict) or not isinstance(entry.get("counter"), str):
             raise ValueError(f"TALLY_RULES: a rule without a counter template: {str(entry)[:80]}")
         when = []
-        for attribute, condition in (entry.get("when") or {}).items():
+        for attribute, condition in [*(entry.get("when") or {}).items(), *(entry.get("becomes") or {}).items()]:
             ((kind, operand),) = condition.items()
             when.append((attribute, kind, operand if kind != "equals" else [operand]))
-        rules.append(CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum")))
+        rules.append(
+            CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum"), time=entry.get("time"),
+                        unrecountable=_unrecountable(entry))
+        )
     return rules
+
+
+def _unrecountable(entry: dict[str, Any]) -> str | None:
+    """Why the items of the table cannot recount what a rule counts, or None."""
+    name = f"rule {entry.get('name') or entry['counter']!r}"
+    kinds = entry.get("on") or []
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if "REMOVE" in kinds:
+        return f"{name} counts deletions: deleted items are no longer in the table"
+    if "MODIFY" in kinds and not entry.get("becomes"):
+        return f"{name} counts every change: the table keeps no history of changes"
+    if entry.get("time") == "@arrival":
+        return f"{name} counts at each record's arrival: the table does not keep it"
+    return None
 
 
 def _pieces(template: str) -> tuple[tuple[str, str], ...]:
@@ -293,10 +349,10 @@ def recount_items(
             item = {name: _deserializer.deserialize(value) for name, value in raw.items()}
         except (TypeError, ValueError, InvalidOperation):
             continue
-        minute = event_minute(item.get(time_attribute))
-        if minute is None or not first_minute <= minute <= last_minute:
-            continue
         for rule in rules:
+            minute = event_minute(item.get(rule.time or time_attribute))
+            if minute is None or not first_minute <= minute <= last_minute:
+                continue
             name = rule.names(item)
             if name in wanted:
                 found[name] += 1
@@ -307,34 +363,52 @@ def scan_filter(
     counters: list[str], rules: list[CounterRule], classic: bool, time_attribute: str, first: int, last: int
 ) -> dict[str, Any]:
     """Only items that might count: a numeric time in the window or a string time (read client-side), and
-    the counter attribute among the counters (classic) or every attribute some rule needs present."""
-    names = {"#t": time_attribute}
+    the counter attribute among the counters (classic) or every attribute some rule needs present; for
+    rules with their own time attribute, each rule's time and attributes together."""
     values: dict[str, Any] = {
         ":lo": {"N": str(first * MINUTE_MS)},
         ":end": {"N": str((last + 1) * MINUTE_MS)},
         ":n": {"S": "N"},
         ":s": {"S": "S"},
     }
-    time_filter = "((attribute_type(#t, :n) AND #t >= :lo AND #t < :end) OR attribute_type(#t, :s))"
+    times = list(dict.fromkeys([time_attribute] + [rule.time for rule in rules if rule.time]))
+    time_alias = {name: "#t" if index == 0 else f"#t{index}" for index, name in enumerate(times)}
     attributes = [
-        name for name in dict.fromkeys(name for rule in rules for name in rule.attributes) if name != time_attribute
+        name for name in dict.fromkeys(name for rule in rules for name in rule.attributes) if name not in time_alias
     ]
-    names.update({f"#a{index}": name for index, name in enumerate(attributes)})
     alias = {name: f"#a{index}" for index, name in enumerate(attributes)}
+    names = {**{code: name for name, code in time_alias.items()}, **{code: name for name, code in alias.items()}}
+    alias.update(time_alias)
+
+    def in_window(code: str) -> str:
+        return f"((attribute_type({code}, :n) AND {code} >= :lo AND {code} < :end) OR attribute_type({code}, :s))"
+
     if classic:
         values.update({f":c{index}": {"S": counter} for index, counter in enumerate(counters)})
-        rule_filter = f"{alias[attributes[0]]} IN ({', '.join(f':c{index}' for index in range(len(counters)))})"
+        listed = ", ".join(f":c{index}" for index in range(len(counters)))
+        expression = f"{in_window('#t')} AND ({alias[attributes[0]]} IN ({listed}))"
     else:
-        required = [[alias.get(name, "#t") for name in _required(rule)] for rule in rules]
-        # A rule that needs no attribute (a constant counter) may count any item: then no rule filter.
-        rule_filter = (
-            " OR ".join("(" + " AND ".join(f"attribute_exists({name})" for name in group) + ")" for group in required)
-            if all(required)
-            else ""
-        )
+        clauses = []
+        for time in times:
+            group = [rule for rule in rules if (rule.time or time_attribute) == time]
+            if not group:
+                continue
+            required = [" AND ".join(f"attribute_exists({alias[name]})" for name in _required(rule)) for rule in group]
+            time_filter = in_window(time_alias[time])
+            if not all(required):  # a rule that needs no attribute (a constant counter) may count any item
+                clauses.append(time_filter)
+            elif len(set(required)) == 1:  # DynamoDB refuses parentheses it finds redundant
+                clauses.append(f"{time_filter} AND {required[0]}")
+            else:
+                either = " OR ".join(f"({needs})" if " AND " in needs else needs for needs in dict.fromkeys(required))
+                clauses.append(f"{time_filter} AND ({either})")
+        if not clauses:  # no rule the audit can recount: items in the window, none of which will count
+            expression = in_window("#t")
+        else:  # AND binds tighter than OR; DynamoDB refuses parentheses it finds redundant
+            expression = " OR ".join(clauses)
     return {
-        "FilterExpression": f"{time_filter} AND ({rule_filter})" if rule_filter else time_filter,
-        "ProjectionExpression": ", ".join(["#t", *alias.values()]),
+        "FilterExpression": expression,
+        "ProjectionExpression": ", ".join(names),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
     }
@@ -346,14 +420,33 @@ def _required(rule: CounterRule) -> list[str]:
     return [name for name in rule.attributes if name not in absent]
 
 
-def parallel_scan(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+def parallel_scan(
+    dynamodb: Any,
+    table: str,
+    segments: int,
+    scan_filter: dict[str, Any],
+    on_scanned: Callable[[int], None] = lambda n: None,
+) -> list[dict[str, Any]]:
+    """The items the filter lets through; ``on_scanned`` hears how many items each page read (the filter aside)."""
     request = {"TableName": table, "TotalSegments": segments, "ConsistentRead": True, **scan_filter}
 
     def segment(number: int) -> list[dict[str, Any]]:
-        return list(_pages(dynamodb.scan, {**request, "Segment": number}))
+        return list(_pages(dynamodb.scan, {**request, "Segment": number}, on_scanned))
 
     with ThreadPoolExecutor(max_workers=segments) as pool:
         return [item for items in pool.map(segment, range(segments)) for item in items]
+
+
+def scan_with_progress(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+    """A parallel Scan with a progress bar on stderr, sized by the table's ItemCount (DynamoDB updates it about every six hours)."""
+    estimate = dynamodb.describe_table(TableName=table)["Table"].get("ItemCount") or None
+    columns = (TextColumn(f"scanning {table}"), BarColumn(), MofNCompleteColumn(), TextColumn("items"), TimeElapsedColumn())
+    with Progress(*columns, console=stderr, transient=True) as progress:
+        task = progress.add_task("scan", total=estimate)
+        items = parallel_scan(dynamodb, table, segments, scan_filter, lambda n: progress.advance(task, n))
+        scanned = int(progress.tasks[0].completed)
+    stderr.print(f"scanned {scanned:,} items of {table} in {segments} segments", highlight=False)
+    return items
 
 
 def query_index(
@@ -389,10 +482,13 @@ def query_index(
     return items
 
 
-def _pages(operation: Any, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _pages(
+    operation: Any, request: dict[str, Any], on_scanned: Callable[[int], None] = lambda n: None
+) -> Iterator[dict[str, Any]]:
     request = dict(request)
     while True:
         response = operation(**request)
+        on_scanned(response.get("ScannedCount", len(response.get("Items", []))))
         yield from response.get("Items", [])
         if "LastEvaluatedKey" not in response:
             return
@@ -408,9 +504,15 @@ def show(rows: list[dict[str, Any]], as_json: bool) -> None:
     for column in ("counter", "tally", "recount", "difference", ""):
         table.add_column(column, justify="left" if column == "counter" else "right")
     for row in rows:
+        if row["not_recountable"]:
+            table.add_row(row["counter"], f"{row['tally']:,}", "", "", "[yellow]NOT RECOUNTABLE")
+            continue
         verdict = "[green]EQUAL" if row["difference"] == 0 else "[red]DIFFERENT"
         table.add_row(row["counter"], f"{row['tally']:,}", f"{row['recount']:,}", f"{row['difference']:+,}", verdict)
     cli_console().print(table)
+    for row in rows:
+        if row["not_recountable"]:
+            cli_console(stderr=True).print(f"{row['counter']}: not recountable: {row['not_recountable']}")
 
 
 def _iso_instant(text: str) -> int | None:

@@ -6,7 +6,10 @@ import pytest
 
 from moto_tables import COUNTS, read_counts
 from factories import LambdaContext, counter_record, image, stream_record, window_event
+from botocore.exceptions import ClientError
+
 from tally import handler as handler_module
+from tally.dynamo import CountsTable
 from tally.core.settings import HOUR_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
@@ -16,6 +19,8 @@ T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 def lambda_handler(dynamodb, monkeypatch):
     monkeypatch.setenv("COUNTS_TABLE", COUNTS)
     handler_module.counts_table.cache_clear()
+    # Scripts that ran the handler earlier in this process with metrics disabled leave their values behind.
+    handler_module.metrics.clear_metrics()
     yield handler_module.handler
     handler_module.counts_table.cache_clear()
 
@@ -109,9 +114,55 @@ def test_with_rules_the_handler_fans_out_sums_and_names_the_refusing_rule(lambda
     assert sorted(by_rule["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["rule", "service"]
 
 
+def test_a_change_without_its_old_image_is_counted_and_logged_with_the_rules_name(lambda_handler, monkeypatch, dynamodb, caplog):
+    # A table still streaming NEW_IMAGE while a becomes rule counts its transitions: nothing fails, the
+    # record is a rejection counted at its arrival, named by the rule that needed the old image.
+    monkeypatch.setenv("TALLY_RULES", '[{"name": "done", "counter": "done/{p}", "becomes": {"status": {"equals": "done"}}}]')
+    handler_module.counts_table.cache_clear()
+    update = stream_record(image(id="1", ts=T0, p="a", status="done"), event_name="MODIFY", arrival_s=T0 / 1000)
+    lambda_handler(window_event([update], final=True), LambdaContext())
+    [rejected] = [r for r in caplog.records if r.getMessage() == "record rejected"]
+    assert (rejected.reason, rejected.rule) == ("missing_old_image", "done")
+    assert "NEW_AND_OLD_IMAGES" in rejected.detail
+    assert read_counts(dynamodb, "#rejected#missing_old_image") == {"M#2026-11-18T11:00": 1, "H#2026-11-18T11": 1}
+
+
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
 def test_bad_rules_fail_the_cold_start_naming_rule_and_field(lambda_handler, monkeypatch):
     monkeypatch.setenv("TALLY_RULES", '[{"name": "jobs", "counter": "jobs/{providerId"}]')
     handler_module.counts_table.cache_clear()
     with pytest.raises(ValueError, match=r"TALLY_RULES: rule 1 \('jobs'\): field 'counter'"):
         lambda_handler(window_event([]), LambdaContext())
+
+
+def test_the_handler_publishes_its_settings_at_a_cold_start(lambda_handler, dynamodb, monkeypatch):
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Tally-Counter")
+    monkeypatch.setenv("TALLY_BUCKET_LANES", "4")
+    lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
+    published = handler_module.counts_table().published_settings()
+    assert published.publisher == "Tally-Counter" and published.settings().bucket_lanes == 4
+    assert published.environment == handler_module.counts_table().settings.counting_environment()
+
+
+def test_a_failure_to_publish_never_stops_the_counting(lambda_handler, dynamodb, monkeypatch, caplog):
+    def refused(**request):
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "PutItem")
+
+    monkeypatch.setattr(CountsTable, "publish_settings", lambda self, *args: refused())
+    lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 1, "H#2026-11-18T11": 1}
+    assert [r for r in caplog.records if r.getMessage() == "settings not published"]
+
+
+def test_the_handler_lists_what_it_counted_in_the_counter_directory_once_per_warm_function(lambda_handler, dynamodb):
+    records = [counter_record(name, T0, arrival_s=T0 / 1000) for name in ("a", "b", "a")]
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    written = handler_module.counter_directory(handler_module.counts_table()).written
+    lambda_handler(window_event([counter_record("a", T0 + 1, arrival_s=T0 / 1000)], final=True), LambdaContext())
+    items = dynamodb.scan(TableName=COUNTS, ConsistentRead=True)["Items"]
+    entries = sorted((i["pk"]["S"], i["sk"]["S"]) for i in items if i["pk"]["S"].startswith("#counters#"))
+    assert entries == [("#counters#2026-11-18", "a"), ("#counters#2026-11-18", "b")]
+    assert handler_module.counter_directory(handler_module.counts_table()).written is written == {
+        (T0 // 86_400_000, "a"),
+        (T0 // 86_400_000, "b"),
+    }

@@ -29,7 +29,8 @@ from tally.core.commit import (
     commit_steps,
     condition_failed,
 )
-from tally.core.buckets import bucket_sort_key, last_lane_bound, lane_sort_keys
+from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys
+from tally.core.directory import Entry, day_partition, entries_of, entry_item
 from tally.core.amounts import stored_units
 from tally.core.retry import Backoff, commit_backoff
 from tally.core.segments import Segment
@@ -39,6 +40,9 @@ from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_A
 logger = logging.getLogger(__name__)
 
 BATCH_GET_LIMIT = 100
+BATCH_WRITE_LIMIT = 25
+# Directory entries a container remembers having written (a few MB): past it, it forgets and may put some again.
+DIRECTORY_MEMORY = 100_000
 # Updates of one segment in flight at once: a 4,950-item segment commits in about
 # 4,950 / 32 round trips. The client's connection pool must be at least as large.
 COMMIT_WORKERS = 32
@@ -73,6 +77,22 @@ class BackfillClaimed(RuntimeError):
 BACKFILL_PREFIX = "#backfill#"
 # Backfills of this release fold an export across its files under one watermark.
 BACKFILL_PROTOCOL = "watermarks"
+# The settings the pipeline counts with, published where the counts are, so that whoever writes
+# events or reads counts can check it agrees (pk, sk). Reserved: no counter name starts with '#'.
+SETTINGS_KEY = ("#settings#", "counting")
+
+
+@dataclass(frozen=True)
+class PublishedSettings:
+    """What the pipeline last published: its counting environment, who published it and when."""
+
+    environment: dict[str, str]
+    publisher: str
+    published_ms: int
+
+    def settings(self) -> Settings:
+        """The published settings as ``Settings.from_env`` reads them (SettingsError if this release cannot)."""
+        return Settings.from_env(self.environment)
 
 
 @dataclass
@@ -240,6 +260,28 @@ class CountsTable:
                 f"counting {export_arn} too would count its items twice"
             ) from None
 
+    def publish_settings(self, publisher: str, published_ms: int) -> None:
+        """Write the settings this table is counted with (``Settings.counting_environment``), replacing the last."""
+        self.client.put_item(
+            TableName=self.table_name,
+            Item={
+                **_key(*SETTINGS_KEY),
+                "environment": {"M": {name: {"S": value} for name, value in self.settings.counting_environment().items()}},
+                "publisher": {"S": publisher},
+                "published": {"N": str(published_ms)},
+            },
+        )
+
+    def published_settings(self) -> PublishedSettings | None:
+        """What the pipeline counting into this table last published, or None if nothing has."""
+        item = self._call(
+            self.client.get_item, TableName=self.table_name, Key=_key(*SETTINGS_KEY), ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            return None
+        environment = {name: value["S"] for name, value in item["environment"]["M"].items()}
+        return PublishedSettings(environment, item["publisher"]["S"], int(item["published"]["N"]))
+
     def batch_get(self, keys: Iterable[Key], consistent: bool = False) -> Fetched:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.
 
@@ -302,6 +344,32 @@ class CountsTable:
                 return fetched
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
+    def counter_items(self, counter: str) -> list[dict[str, Any]]:
+        """Every stored item of ``counter`` (all buckets, all lanes) as {pk, sk, count}, all pages, strongly consistent."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk",
+            "ProjectionExpression": "#pk, #sk, #count",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key, "#count": COUNT_ATTRIBUTE},
+            "ExpressionAttributeValues": {":pk": {"S": counter}},
+            "ConsistentRead": True,
+        }
+        items: list[dict[str, Any]] = []
+        while True:
+            response = self._call(self.client.query, **request)
+            items.extend(
+                {"pk": item["pk"]["S"], "sk": item["sk"]["S"], "count": int(item.get(COUNT_ATTRIBUTE, {}).get("N", 0))}
+                for item in response.get("Items", [])
+            )
+            if "LastEvaluatedKey" not in response:
+                return items
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def delete_items(self, keys: Iterable[Key], on_deleted: Callable[[int], None] | None = None) -> int:
+        """Delete items by key with BatchWriteItem, unprocessed ones retried until none are left."""
+        requests = [{"DeleteRequest": {"Key": _key(pk, sk)}} for pk, sk in keys]
+        return batch_write(self.client, self.table_name, requests, backoff=self.backoff, on_written=on_deleted)
+
     def has_counter(self, counter: str) -> bool:
         """Whether any bucket of ``counter`` exists, at any time: one Query of at most one key."""
         response = self._call(
@@ -316,23 +384,120 @@ class CountsTable:
         return bool(response.get("Items"))
 
     def _call(self, operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
-        """One read request, retried while DynamoDB throttles it."""
-        for attempt in self.backoff().pauses():
-            try:
-                return operation(**kwargs)
-            except ClientError as error:
-                if _code(error) not in _RETRYABLE_CODES:
-                    raise
-                logger.warning("read throttled (attempt %d): %s", attempt + 1, _describe(error))
-        raise RetriesExhausted("reads still throttled after every retry")
+        return _throttled(self.backoff, operation, **kwargs)
 
 
-def create_tables(client: Any, events_table: str, counts_table: str) -> None:
+class CounterDirectory:
+    """The counter directory (``core/directory.py``) in the counts table: written beside commits, read by listings.
+
+    An instance remembers the entries it has written, so a warm function puts
+    each (day, counter) entry once, however many windows it commits; a new
+    container, or another shard's, puts it again, which changes nothing.
+    """
+
+    def __init__(
+        self, client: Any, table_name: str, settings: Settings, backoff: Callable[[], Backoff] | None = None
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.settings = settings
+        self.backoff = backoff or Backoff
+        self.written: set[Entry] = set()
+
+    def recording(self, commit: Callable[[Segment, Writer], CommitResult]) -> Callable[[Segment, Writer], CommitResult]:
+        """``commit``, then the directory entries of what it committed (also after a duplicate, which a
+        retry that failed between the two finds)."""
+
+        def commit_and_record(segment: Segment, writer: Writer) -> CommitResult:
+            result = commit(segment, writer)
+            self.record(segment.deltas)
+            return result
+
+        return commit_and_record
+
+    def record(self, items: Iterable[tuple[str, Bucket]]) -> int:
+        """Put the entries of these bucket items this instance has not written yet; the number put."""
+        new = sorted(entries_of(items) - self.written)
+        if len(self.written) + len(new) > DIRECTORY_MEMORY:
+            self.written.clear()  # a long-lived container forgets old days; at worst an entry is put again
+        requests = [{"PutRequest": {"Item": entry_item(entry, self.settings)}} for entry in new]
+        batch_write(self.client, self.table_name, requests, backoff=self.backoff)
+        self.written.update(new)
+        return len(new)
+
+    def counters(self, prefix: str, days: Iterable[int], consistent: bool = False) -> tuple[list[str], int]:
+        """Names starting with ``prefix`` that have an entry on any of ``days`` (sorted), and the Queries made."""
+        names: set[str] = set()
+        requests = 0
+        for day in days:
+            request: dict[str, Any] = {
+                "TableName": self.table_name,
+                "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
+                "ProjectionExpression": "#sk",
+                "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": day_partition(day)},
+                    **({":prefix": {"S": prefix}} if prefix else {}),
+                },
+                "ConsistentRead": consistent,
+            }
+            while True:
+                response = _throttled(self.backoff, self.client.query, **request)
+                requests += 1
+                names.update(item[COUNTS_TABLE.sort_key]["S"] for item in response.get("Items", []))
+                if "LastEvaluatedKey" not in response:
+                    break
+                request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return sorted(names), requests
+
+
+def _throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    """One request, retried while DynamoDB throttles it."""
+    for attempt in backoff().pauses():
+        try:
+            return operation(**kwargs)
+        except ClientError as error:
+            if _code(error) not in _RETRYABLE_CODES:
+                raise
+            logger.warning("request throttled (attempt %d): %s", attempt + 1, _describe(error))
+    raise RetriesExhausted("requests still throttled after every retry")
+
+
+def batch_write(
+    client: Any,
+    table: str,
+    requests: list[dict[str, Any]],
+    *,
+    backoff: Callable[[], Backoff] = Backoff,
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """Put or delete requests in BatchWriteItem calls of 25; UnprocessedItems are retried with backoff, never dropped."""
+    written = 0
+    for start in range(0, len(requests), BATCH_WRITE_LIMIT):
+        pending = requests[start : start + BATCH_WRITE_LIMIT]
+        done = len(pending)
+        for _ in backoff().pauses():
+            response = _throttled(backoff, client.batch_write_item, RequestItems={table: pending})
+            pending = response.get("UnprocessedItems", {}).get(table, [])
+            if not pending:
+                break
+        else:
+            raise RetriesExhausted(f"{len(pending)} items still unprocessed after every retry")
+        written += done
+        if on_written is not None:
+            on_written(done)
+    return written
+
+
+def create_tables(
+    client: Any, events_table: str, counts_table: str, events: TableDescription = EVENTS_TABLE
+) -> None:
     """Create both tables as the stack does (used locally and in tests), and wait for them.
 
-    Point-in-time recovery is on for both, as in the stack.
+    Point-in-time recovery is on for both, as in the stack. ``events`` describes
+    the events table: ``tables.events_table_for(rules)`` streams the images the rules need.
     """
-    for description, name in ((EVENTS_TABLE, events_table), (COUNTS_TABLE, counts_table)):
+    for description, name in ((events, events_table), (COUNTS_TABLE, counts_table)):
         _create_table(client, description, name)
 
 

@@ -8,7 +8,9 @@ metrics (defaults: ``tally`` and ``Tally``).
 from __future__ import annotations
 
 import os
-from functools import cache
+import sys
+import time
+from functools import cache, lru_cache
 from typing import Any
 
 import boto3
@@ -16,8 +18,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.dynamo import COMMIT_WORKERS, CountsTable
+from tally.dynamo import COMMIT_WORKERS, CounterDirectory, CountsTable
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
 
@@ -32,17 +35,38 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 
 @cache
 def counts_table() -> CountsTable:
-    """Created once per execution environment, at the first invocation."""
+    """Created once per execution environment, at the first invocation, which also publishes the settings."""
     settings = Settings.from_env()
     config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
-    return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings)
+    client = boto3.client("dynamodb", config=config)
+    table = CountsTable(client, settings.counts_table, settings)
+    _publish_settings(table)
+    return table
+
+
+def _publish_settings(table: CountsTable) -> None:
+    """Say in the counts table what this function counts with, so a producer can check it will be counted.
+
+    One PutItem per execution environment. A failure costs only the check, never the counting: logged, not raised.
+    """
+    publisher = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or os.path.basename(sys.argv[0]) or "tally"
+    try:
+        table.publish_settings(publisher, int(time.time() * 1000))
+    except (BotoCoreError, ClientError) as error:
+        logger.warning("settings not published", extra={"error": f"{type(error).__name__}: {error}"[:300]})
+
+
+@lru_cache(maxsize=1)
+def counter_directory(table: CountsTable) -> CounterDirectory:
+    """Once per execution environment too: it remembers the entries it wrote, so a warm function puts each once."""
+    return CounterDirectory(table.client, table.table_name, table.settings)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     table = counts_table()
-    response, summary = process(event, table.commit, table.settings)
+    response, summary = process(event, counter_directory(table).recording(table.commit), table.settings)
     _log(summary, event)
     _publish(summary)
     return response

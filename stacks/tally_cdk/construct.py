@@ -4,10 +4,12 @@
     Tally(self, "Tally", events_table=orders)      # orders: an ITable whose stream has NEW_IMAGE
 
 It holds the counts table, the counting function and its role and log group,
-the event source mapping on the table's stream, the on-failure queue, four
-alarms and a dashboard. The events table stays the caller's: created in the
-same app (its stream view is checked at synth) or imported by name and stream
-ARN (then the function may read that stream only).
+the event source mapping on the table's stream, the on-failure queue, alarms,
+a dashboard and (unless turned off) the HTTP read API of `tally_cdk.read_api`.
+The events table stays the caller's: created in the same app (its stream view
+is checked at synth against what the rules need: ``events_table_for(rules)``
+describes one that has it) or imported by name and stream ARN (then the
+function may read that stream only).
 
 The counts table's keys and TTL come from `tally.core.tables`, the same
 descriptions the local pipeline builds its tables from.
@@ -31,14 +33,16 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
 from tally_cdk.context import StackSettings
+from tally_cdk.read_api import ReadApi
+from tally_cdk.roles import role_with_own_logs
 from tally.core import settings as tally_settings
-from tally.core.rules import ENV_RULES
+from tally.core.directory import DIRECTORY_PREFIX
+from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
 LAMBDA_SOURCE = Path(__file__).resolve().parents[2] / "lambda_src"
@@ -71,7 +75,6 @@ MEMORY_MB = 256
 # yet a hung invocation stalls its shard for at most a minute before Lambda retries it,
 # and a retry is safe because every update is idempotent.
 TIMEOUT = Duration.seconds(60)
-LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 # Lambda keeps retrying a failing batch; DynamoDB Streams drops records after 24
 # hours, so this is "retry until the record is gone". Discarding earlier would
@@ -89,9 +92,6 @@ PARALLELIZATION_FACTOR = 1
 ITERATOR_AGE_ALARM_MINUTES = 5
 ALARM_PERIOD = Duration.minutes(5)
 FAILURE_QUEUE_RETENTION = Duration.days(14)
-
-# The stream views whose INSERT records carry the new item.
-COUNTABLE_STREAM_VIEWS = ("NEW_IMAGE", "NEW_AND_OLD_IMAGES")
 
 CDK_REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
 
@@ -147,14 +147,23 @@ class Tally(Construct):
         super().__init__(scope, construct_id)
         self.settings = settings or StackSettings.from_context(lambda key: None)
         self.events_table = events_table
-        check_stream(events_table)
+        check_stream(events_table, self.settings.handler_settings.counter_rules)
         self.counts_table = table_from_description(
             self, "CountsTable", COUNTS_TABLE, CDK_REMOVAL_POLICIES[self.settings.counts_table_removal_policy]
         )
         self.failure_queue = self._failure_queue()
+        # One asset and one layer for both functions: the read API runs the very package that counts.
+        self.code = lambda_.Code.from_asset(str(LAMBDA_SOURCE), exclude=ASSET_EXCLUDES)
+        self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(
+            self,
+            "PowertoolsLayer",
+            f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
+            f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
+        )
         self.function = self._counting_function()
         self._connect_stream()
         self.node.add_validation(_StreamContract(self))
+        self.read_api = self._read_api()
         self.alarms = self._alarms()
         self._dashboard(self.alarms)
 
@@ -178,24 +187,21 @@ class Tally(Construct):
         return queue
 
     def _counting_function(self) -> lambda_.Function:
-        log_group = logs.LogGroup(
-            self,
-            "CountingFunctionLogs",
-            retention=LOG_RETENTION,
-            removal_policy=RemovalPolicy.DESTROY,
+        role, log_group = role_with_own_logs(
+            self, "CountingFunction", "tally stream handler: read the events stream, write counts"
         )
-        # An explicit role with no managed policies: AWSLambdaBasicExecutionRole would
-        # allow writing to every log group in the account.
-        role = iam.Role(
-            self,
-            "CountingFunctionRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="tally stream handler: read the events stream, write counts",
-        )
-        log_group.grant_write(role)
         # One conditional UpdateItem per bucket item; BatchGetItem reads the markers the
-        # previous release left, to take over segments it committed in part.
-        self.counts_table.grant(role, "dynamodb:UpdateItem", "dynamodb:BatchGetItem")
+        # previous release left, to take over segments it committed in part; PutItem
+        # publishes the counting settings.
+        self.counts_table.grant(role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem")
+        # The counter directory's entries go in BatchWriteItem puts, to its own partitions only.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:BatchWriteItem"],
+                resources=[self.counts_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [DIRECTORY_PREFIX + "*"]}},
+            )
+        )
         Validations.of(role).acknowledge(
             Acknowledgment(
                 id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
@@ -205,15 +211,11 @@ class Tally(Construct):
             )
         )
 
-        handler_settings = self.settings.handler_settings
         function = lambda_.Function(
             self,
             "CountingFunction",
             description="Counts events from the events table stream into minute and hour buckets",
-            code=lambda_.Code.from_asset(
-                str(LAMBDA_SOURCE),
-                exclude=ASSET_EXCLUDES,
-            ),
+            code=self.code,
             handler=HANDLER,
             runtime=RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
@@ -221,28 +223,8 @@ class Tally(Construct):
             timeout=TIMEOUT,
             role=role,
             log_group=log_group,
-            layers=[
-                lambda_.LayerVersion.from_layer_version_arn(
-                    self,
-                    "PowertoolsLayer",
-                    f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
-                    f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
-                )
-            ],
-            environment={
-                **self._count_from_environment(),
-                tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
-                tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
-                tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
-                tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
-                tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
-                tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
-                tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
-                tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
-                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
-            },
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
         )
         Validations.of(function).acknowledge(
             Acknowledgment(
@@ -253,6 +235,39 @@ class Tally(Construct):
             )
         )
         return function
+
+    def _settings_environment(self) -> dict[str, str]:
+        """The settings both functions read at cold start (`Settings.from_env`)."""
+        handler_settings = self.settings.handler_settings
+        return {
+            **self._count_from_environment(),
+            tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
+            tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
+            tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
+            tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
+            tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
+            tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
+            tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
+            tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
+        }
+
+    def _read_api(self) -> ReadApi | None:
+        """The HTTP read API (on by default), answering from the counts table with the same package."""
+        if not self.settings.read_api.enabled:
+            return None
+        return ReadApi(
+            self,
+            "ReadApi",
+            settings=self.settings.read_api,
+            counts_table=self.counts_table,
+            code=self.code,
+            runtime=RUNTIME,
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
+        )
 
     def _count_from_environment(self) -> dict[str, str]:
         """Set only when adopting a table with history: records that arrived earlier are the backfill's."""
@@ -318,6 +333,8 @@ class Tally(Construct):
                 self._handler_metric("WindowStatesDiscarded"),
             ),
         ]
+        if self.read_api is not None:
+            alarms += [self._alarm_above(*alarm) for alarm in self.read_api.alarms()]
         if self.settings.alarm_topic_arn:
             topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.settings.alarm_topic_arn)
             for alarm in alarms:
@@ -396,6 +413,8 @@ class Tally(Construct):
                 width=8,
             ),
         )
+        if self.read_api is not None:
+            dashboard.add_widgets(*self.read_api.widgets())
 
 
 def table_from_description(
@@ -418,21 +437,20 @@ def table_from_description(
     )
 
 
-def check_stream(table: dynamodb.ITable) -> None:
-    """Refuse a table tally cannot count: no stream, or (when the app defines it) a view without new images.
+def check_stream(table: dynamodb.ITable, rules: Rules) -> None:
+    """Refuse a table tally cannot count: no stream, or (when the app defines it) a view without the images
+    the rules judge: new images for inserts and changes, old ones for transitions and deletions.
 
     An imported table's view cannot be known at synth; the handler then rejects
-    INSERTs without a new image as ``missing_image``, counted and logged.
+    records without an image a rule needs (``missing_image``, ``missing_old_image``), counted and logged.
     """
     if not table.table_stream_arn:
         raise TallyConfigurationError(
-            f"events table {table.node.path} has no stream: tally needs one with view NEW_IMAGE or NEW_AND_OLD_IMAGES"
+            f"events table {table.node.path} has no stream: tally needs one with view {rules.stream_view}"
         )
     definition = table.node.default_child
     specification = getattr(definition, "stream_specification", None)
     view = getattr(specification, "stream_view_type", None) if specification is not None else None
-    if isinstance(view, str) and view not in COUNTABLE_STREAM_VIEWS:
-        raise TallyConfigurationError(
-            f"events table {table.node.path} streams {view}: tally reads each new item from the stream, "
-            f"so the view must be NEW_IMAGE or NEW_AND_OLD_IMAGES"
-        )
+    shortfall = rules.view_shortfall(view) if isinstance(view, str) else None
+    if shortfall:
+        raise TallyConfigurationError(f"events table {table.node.path} streams {view}: {shortfall}")

@@ -35,7 +35,7 @@ from unittest import mock
 from botocore.exceptions import ClientError
 from tally.core import segments
 from tally.local.delivery import DeliveryConfig, cut_invocations
-from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
+from tally.dynamo import CommitFailed, CounterDirectory, CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
 from tally.core.commit import Writer
 from tally.core.retry import Backoff
@@ -98,11 +98,16 @@ class FaultStats:
 
     streams: int = 0
     streams_with_rules: int = 0  # counted by fan-out rules with sums
+    streams_with_changes: int = 0  # items changed and deleted, counted by transition and deletion rules
+    change_records: int = 0  # MODIFY records in those streams
+    removal_records: int = 0  # REMOVE records, by owners and by TTL
+    ttl_removal_records: int = 0  # REMOVE records signed by DynamoDB's TTL process
     records: int = 0
     invocations: int = 0
     failed_attempts: int = 0
     windows_compared: int = 0
     windows_refused: int = 0
+    windows_aligned: int = 0  # compared windows ending now that were answered over whole hours at an edge
     windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
     buckets_compared: int = 0
     events_in_minute_and_hour: int = 0
@@ -124,6 +129,10 @@ class FaultStats:
         return {
             "streams": self.streams,
             "streams_with_rules": self.streams_with_rules,
+            "streams_with_changes": self.streams_with_changes,
+            "change_records": self.change_records,
+            "removal_records": self.removal_records,
+            "ttl_removal_records": self.ttl_removal_records,
             "records": self.records,
             "identical_rewrites": self.identical_rewrites,
             "invocations": self.invocations,
@@ -132,6 +141,7 @@ class FaultStats:
             "faults_by_kind": dict(sorted(self.faults.items())),
             "windows_compared": self.windows_compared,
             "windows_refused": self.windows_refused,
+            "windows_aligned": self.windows_aligned,
             "windows_past_minute_retention": self.windows_past_minute_retention,
             "buckets_compared": self.buckets_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,
@@ -265,6 +275,15 @@ class FaultyClient:
             "UnprocessedKeys": {table: {**spec, "Keys": withheld}},
         }
 
+    def batch_write_item(self, **kwargs: Any) -> dict[str, Any]:
+        """The counter directory's puts: throttled, or written with the answer lost (then put again)."""
+        if self.schedule.fires(FaultKind.PROVISIONED):
+            raise client_error("ProvisionedThroughputExceededException", "BatchWriteItem")
+        response = self._client.batch_write_item(**kwargs)
+        if self.schedule.fires(FaultKind.RESPONSE_LOST):
+            raise client_error("InternalServerError", "BatchWriteItem")
+        return response
+
     def query(self, **kwargs: Any) -> dict[str, Any]:
         if self.schedule.fires(FaultKind.READ_THROTTLED):
             raise client_error("ProvisionedThroughputExceededException", "Query")
@@ -296,6 +315,8 @@ class FaultyHandler:
         self.settings = settings
         self.schedule = schedule
         self.last_summary: Summary | None = None
+        # The handler's counter directory, written after each commit; a crash after a commit skips it.
+        self.directory = CounterDirectory(table.client, table.table_name, settings, backoff=table.backoff)
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         commits_done = 0
@@ -311,9 +332,13 @@ class FaultyHandler:
                 raise InjectedCrash(FaultKind.TIMEOUT_AFTER_COMMIT.value)
             return result
 
-        response, summary = process(event, commit, self.settings)
-        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
-            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        try:
+            response, summary = process(event, self.directory.recording(commit), self.settings)
+            if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
+                raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        except InjectedCrash:
+            self.directory.written.clear()  # a crashed runtime starts afresh, its memory gone
+            raise
         self.last_summary = summary
         return response
 

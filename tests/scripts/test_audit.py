@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from decimal import Decimal
 
 import pytest
+from rich.console import Console
 from script_support import load_script
 
 from tally.core.settings import HOUR_MS, MINUTE_MS
@@ -50,6 +52,7 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     status, rows = audit_json(capsys, "--window", "3h", "--at", at_iso)
     assert status == 0
     assert all(row["tally"] == row["recount"] > 0 for row in rows.values())
+    assert audit_json(capsys, "--window", "3h", "--at", str(end // MINUTE_MS * 60)) == (status, rows)  # epoch seconds
 
     # An event the stream never saw (as if the stream had been off): tally cannot know of it, the audit can.
     stamped = end - HOUR_MS
@@ -147,7 +150,10 @@ def test_the_rule_counts_only_the_named_counter_as_a_string_inside_the_window():
 def test_bad_arguments_are_one_line(capsys):
     assert audit.main(["orders", "--at", "yesterday"]) == 2
     assert audit.main(["orders", "--segments", "0"]) == 2
-    assert capsys.readouterr().err.count("\n") == 2
+    assert audit.main(["orders", "--window", "0m"]) == 2
+    errors = capsys.readouterr().err
+    assert errors.count("\n") == 3 and "--at must be epoch seconds or ISO-8601" in errors
+    assert "--window: window length must be at least a minute, got '0m'" in errors
 
 
 RULES = json.dumps(
@@ -225,7 +231,7 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         ]
     write_items(client("dynamodb"), tables.events, items)
     run_stream(tables)
-    at_iso = audit._iso(end).replace("Z", ":00Z")
+    at_iso = audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
 
     status = audit.main(["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "--json", "--window", "3h", "--at", at_iso])
 
@@ -237,3 +243,98 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         "revenue/s1": 30,
         "{all}": sum(1 for n in range(60) if n % 3 != 2 and n % 5 != 0),
     }
+
+
+TRANSITION_RULES = json.dumps(
+    [
+        {"name": "placed", "counter": "placed/{p}"},
+        {"name": "done", "counter": "done/{p}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"},
+        {"name": "gone", "counter": "gone/{status}", "on": "REMOVE", "time": "@arrival"},
+        {"name": "edits", "counter": "edits", "on": "MODIFY"},
+        {"name": "done-now", "counter": "done-now", "becomes": {"status": {"equals": "done"}}, "time": "@arrival"},
+    ]
+)
+
+
+def test_a_transition_rule_is_recounted_from_the_state_items_are_in_now_at_its_own_time():
+    rules = audit.read_rules(TRANSITION_RULES)
+    placed, done, gone, edits, done_now = rules
+    minute = T // MINUTE_MS
+    assert done.names({"p": "a", "status": "done"}) == "done/a" and done.names({"p": "a", "status": "placed"}) is None
+    at_done = [item(p="a", status="done", doneAt=Decimal(T), ts=Decimal(0))]
+    assert audit.recount_items(at_done, ["done/a", "placed/a"], [placed, done], "ts", minute, minute) == {
+        "done/a": 1,
+        "placed/a": 0,  # placed long before: its own time is outside the window
+    }
+    assert [rule.unrecountable is None for rule in rules] == [True, True, False, False, False]
+    assert "deletions" in gone.unrecountable and "every change" in edits.unrecountable
+    assert "arrival" in done_now.unrecountable
+    assert gone.could_name("gone/done") and not gone.could_name("done/a") and done_now.could_name("done-now")
+    request = audit.scan_filter(["done/a"], [placed, done], False, "ts", 10, 20)
+    assert set(request["ExpressionAttributeNames"].values()) == {"ts", "doneAt", "p", "status"}
+    assert request["FilterExpression"].count(" >= :lo") == 2  # each rule's time, with its own attributes
+
+
+def test_transitions_audit_equal_until_an_item_goes_back_and_deletions_are_not_recountable(
+    server_env, capsys, monkeypatch
+):
+    from tally.core.rules import parse_rules
+    from tally.core.tables import events_table_for
+    from tally.dynamo import create_tables
+    from tally.local.aws import Tables
+
+    monkeypatch.setenv("TALLY_RULES", TRANSITION_RULES)
+    tables = Tables(events=f"jobs-{T}", counts=f"jobs-counts-{T}")
+    dynamodb = client("dynamodb")
+    create_tables(dynamodb, tables.events, tables.counts, events_table_for(parse_rules(TRANSITION_RULES)))
+    monkeypatch.setenv("EVENTS_TABLE", tables.events)
+    monkeypatch.setenv("COUNTS_TABLE", tables.counts)
+    end = now_ms() - 5 * MINUTE_MS
+    jobs = [{"id": f"j{n}", "p": "ab"[n % 2], "status": "placed", "ts": end - HOUR_MS + n * 1000} for n in range(8)]
+    done = [{**job, "status": "done", "doneAt": job["ts"] + 60_000} for job in jobs[:6]]
+    write_items(dynamodb, tables.events, jobs)
+    write_items(dynamodb, tables.events, done)
+    # j1 (provider b) goes back to placed and is done again: two transitions, one item done now.
+    write_items(dynamodb, tables.events, [{**jobs[1], "status": "placed"}])
+    write_items(dynamodb, tables.events, [{**done[1], "doneAt": done[1]["doneAt"] + 60_000}])
+    dynamodb.delete_item(TableName=tables.events, Key={"id": {"S": "j7"}})
+    run_stream(tables)
+    at_iso = audit._iso(now_ms() + MINUTE_MS).replace("Z", ":00Z")  # the deletion counts at its arrival, now
+
+    status = audit.main(["done/a", "done/b", "placed/b", "gone/placed", "--json", "--window", "3h", "--at", at_iso])
+
+    rows = {row["counter"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert status == 1
+    assert (rows["done/a"]["tally"], rows["done/a"]["recount"]) == (3, 3)
+    assert (rows["done/b"]["tally"], rows["done/b"]["recount"], rows["done/b"]["difference"]) == (4, 3, 1)
+    # A deleted item was counted by tally and is gone from the table: the audit recounts what is left.
+    assert (rows["placed/b"]["tally"], rows["placed/b"]["recount"]) == (4, 3)
+    assert rows["gone/placed"]["tally"] == 1 and rows["gone/placed"]["recount"] is None
+    assert "rule 'gone' counts deletions" in rows["gone/placed"]["not_recountable"]
+
+    assert audit.main(["gone/placed", "edits", "--at", at_iso]) == 2
+    assert "nothing to recount: rule 'gone' counts deletions" in capsys.readouterr().err
+
+
+def test_one_rule_alone_is_recounted_by_a_filter_dynamodb_accepts(tables, capsys, monkeypatch):
+    # DynamoDB refuses an expression with redundant parentheses, such as ((attribute_exists(#a0))).
+    monkeypatch.setenv("TALLY_RULES", '[{"name": "jobs", "counter": "jobs/{providerId}"}]')
+    end = now_ms() - 5 * MINUTE_MS
+    write_items(client("dynamodb"), tables.events, [{"id": f"j{n}", "ts": end - n * 60_000, "providerId": "a"} for n in range(5)])
+    run_stream(tables)
+    at_iso = audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
+    assert audit.main(["jobs/a", "--json", "--window", "1h", "--at", at_iso]) == 0
+    [row] = map(json.loads, capsys.readouterr().out.splitlines())
+    assert row["tally"] == row["recount"] == 5
+
+
+def test_a_scan_shows_its_progress_on_stderr(tables, monkeypatch, capsys):
+    end = now_ms() - 5 * MINUTE_MS
+    items = [event.item() for event in Workload(counters=COUNTERS, hours=2, rate=(30, 30), seed=2).events(end)]
+    write_items(client("dynamodb"), tables.events, items)
+    shown = io.StringIO()
+    monkeypatch.setattr(audit, "stderr", Console(file=shown, force_terminal=True, width=120))
+    audit.main([*COUNTERS, "--json", "--segments", "3"])
+    output = shown.getvalue()
+    assert f"scanning {tables.events}" in output and "━" in output  # the bar, drawn while the segments read
+    assert f"scanned {len(items):,} items of {tables.events} in 3 segments" in output

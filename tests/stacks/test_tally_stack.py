@@ -16,12 +16,13 @@ from cdk_synthesis import (
     STACK_NAME,
     Synthesis,
     cdk_json_context,
+    counting_part,
 )
 
 from tally_cdk.context import DEFAULT_CONTEXT
 from stacks import TallyStack
 from tally.core import settings as tally_settings
-from tally.local.stack_outputs import STACK_OUTPUT_KEYS
+from tally.stack_outputs import STACK_OUTPUT_KEYS
 from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE
 
 pytestmark = pytest.mark.cdk
@@ -70,7 +71,8 @@ def render(value: Any) -> str:
 
 @pytest.fixture(scope="module")
 def template(default_synthesis: Synthesis) -> dict[str, Any]:
-    return default_synthesis.templates[STACK_NAME]
+    """What counts events; the read API beside it has tests of its own (test_read_api.py)."""
+    return counting_part(default_synthesis.templates[STACK_NAME])
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +140,15 @@ def test_counts_table_is_built_from_its_description_with_ttl(default_synthesis, 
 # --- function ---------------------------------------------------------------------
 
 
-def test_function_runtime_architecture_size_and_handler(default_synthesis):
-    default_synthesis.template().has_resource_properties(
-        "AWS::Lambda::Function",
-        {
-            "Handler": "tally.handler.handler",
-            "Runtime": "python3.13",
-            "Architectures": ["arm64"],
-            "MemorySize": 256,
-            "Timeout": 60,
-        },
+def test_function_runtime_architecture_size_and_handler(template, ids):
+    function = template["Resources"][ids["function"]]["Properties"]
+
+    assert (function["Handler"], function["Runtime"], function["Architectures"]) == (
+        "tally.handler.handler",
+        "python3.13",
+        ["arm64"],
     )
+    assert (function["MemorySize"], function["Timeout"]) == (256, 60)
 
 
 def test_function_environment_comes_from_the_settings_contract(template, ids):
@@ -307,6 +307,13 @@ def test_every_resource_is_scoped_except_list_streams(template, ids):
     assert [as_list(statement["Action"]) for statement in unscoped] == [["dynamodb:ListStreams"]]
 
 
+def test_batch_writes_reach_the_counter_directory_only(template, ids):
+    [statement] = [s for s in policy_statements(template) if "dynamodb:BatchWriteItem" in as_list(s["Action"])]
+    assert as_list(statement["Action"]) == ["dynamodb:BatchWriteItem"]
+    assert [render(resource) for resource in as_list(statement["Resource"])] == ["${%s.Arn}" % ids["counts"]]
+    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#counters#*"]}}
+
+
 def test_each_resource_gets_exactly_the_actions_the_handler_needs(template, ids):
     granted: dict[str, set[str]] = {}
     for statement in policy_statements(template):
@@ -314,7 +321,12 @@ def test_each_resource_gets_exactly_the_actions_the_handler_needs(template, ids)
             granted.setdefault(render(resource), set()).update(as_list(statement["Action"]))
 
     assert granted == {
-        "${%s.Arn}" % ids["counts"]: {"dynamodb:UpdateItem", "dynamodb:BatchGetItem"},
+        "${%s.Arn}" % ids["counts"]: {
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:BatchWriteItem",
+        },
         "${%s.StreamArn}" % ids["events"]: {
             "dynamodb:DescribeStream",
             "dynamodb:GetRecords",
@@ -368,7 +380,8 @@ def test_five_alarms_watch_the_failure_signals(template, ids):
         assert "AlarmActions" not in alarm
 
 
-def test_dashboard_shows_alarms_handler_metrics_and_service_metrics(template):
+def test_dashboard_shows_alarms_handler_metrics_and_service_metrics(default_synthesis):
+    template = default_synthesis.templates[STACK_NAME]
     _, dashboard = only(template, "AWS::CloudWatch::Dashboard")
     body = json.loads(render(dashboard["Properties"]["DashboardBody"]))
     widgets = [widget["properties"] for widget in body["widgets"]]
@@ -408,8 +421,21 @@ def test_cdk_json_lists_every_default_and_runs_the_venv_python():
     assert json.loads((REPO_ROOT / "cdk.json").read_text())["app"] == ".venv/bin/python app.py"
 
 
+def test_a_becomes_rule_gives_the_events_table_new_and_old_images(overridden_synthesis, template):
+    # The overridden rules count a transition, which is judged against the old image; the default rule is not.
+    views = {
+        name: [
+            body["Properties"]["StreamSpecification"]["StreamViewType"]
+            for body in resources(stack, "AWS::DynamoDB::Table").values()
+            if "StreamSpecification" in body["Properties"]
+        ]
+        for name, stack in ((OVERRIDDEN_STACK_NAME, overridden_synthesis.templates[OVERRIDDEN_STACK_NAME]), ("default", template))
+    }
+    assert views == {OVERRIDDEN_STACK_NAME: ["NEW_AND_OLD_IMAGES"], "default": ["NEW_IMAGE"]}
+
+
 def test_context_overrides_reach_the_template(overridden_synthesis):
-    template = overridden_synthesis.templates[OVERRIDDEN_STACK_NAME]
+    template = counting_part(overridden_synthesis.templates[OVERRIDDEN_STACK_NAME])
     _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
     _, function = only(template, "AWS::Lambda::Function")
     variables = function["Properties"]["Environment"]["Variables"]
@@ -422,6 +448,7 @@ def test_context_overrides_reach_the_template(overridden_synthesis):
     assert [(rule.name, rule.counter.text, rule.sum) for rule in rules.rules] == [
         ("jobs", "jobs/{providerId}", None),
         ("revenue", "revenue/{shop}", "amount"),
+        ("done", "done/{providerId}", None),
     ]
     assert render(function["Properties"]["Layers"][0]).endswith("-python313-arm64:31")
     policies = {

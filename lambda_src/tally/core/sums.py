@@ -1,11 +1,13 @@
-"""Fetched buckets -> the window's count and sum, in total and per hour. No I/O."""
+"""Fetched buckets -> the window's count and sum, in total, per hour and as a series. No I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tally.core.plans import Plan
+from tally.core.buckets import MINUTES_PER_HOUR, Bucket
+from tally.core.plans import Plan, Series
+from tally.core.settings import HOUR_MS
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,15 @@ class PlanTotals:
     count_by_hour: dict[int, int]
     units: int
     units_by_hour: dict[int, int]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One entry of a series: what the window holds from ``start_ms`` to the next entry (or the window's end)."""
+
+    start_ms: int
+    count: int
+    units: int
 
 
 def sum_plan(plan: Plan, counts: Mapping[str, int], sums: Mapping[str, int] | None = None) -> PlanTotals:
@@ -37,3 +48,31 @@ def sum_plan(plan: Plan, counts: Mapping[str, int], sums: Mapping[str, int] | No
         units=sum(units_by_hour.values()),
         units_by_hour=dict(sorted(units_by_hour.items())),
     )
+
+
+def series_of(
+    plan: Plan, series: Series, totals: PlanTotals, counts: Mapping[str, int], sums: Mapping[str, int] | None = None
+) -> list[Point]:
+    """Every minute or hour of the plan's window in order, empty ones included: the points add up to ``totals``.
+
+    An hour series comes from the per-hour totals (the partial first and last
+    hours start at the window's edges); a minute series needs a minute plan
+    (``make_plan(..., series=Series.MINUTE)``), whose terms are the minutes.
+    """
+    window = plan.window
+    if series is Series.MINUTE:
+        sums = sums or {}
+        points = []
+        for minute in range(window.first_minute, window.last_minute + 1):
+            sort_key = Bucket.of_minute(minute).sort_key
+            points.append(Point(minute * 60_000, counts.get(sort_key, 0), sums.get(sort_key, 0)))
+        return points
+    first_hour, last_hour = window.first_minute // MINUTES_PER_HOUR, window.last_minute // MINUTES_PER_HOUR
+    return [
+        Point(
+            max(hour * HOUR_MS, window.start_ms),
+            totals.count_by_hour.get(hour, 0),
+            totals.units_by_hour.get(hour, 0),
+        )
+        for hour in range(first_hour, last_hour + 1)
+    ]
