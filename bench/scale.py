@@ -67,6 +67,8 @@ STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/
 WINDOW_SECONDS = 60
 FUNCTION_TIMEOUT_SECONDS = 60.0
 LAMBDA_RETRY_DELAY_SECONDS = 1.0
+# Records leave the stream after a day: a run still retrying then has lost them.
+STREAM_RETENTION_SECONDS = 86_400.0
 # 2026-11-23T10:00Z: windows end on whole minutes, as Lambda aligns them.
 START_MS = 1_795_428_000_000
 
@@ -455,6 +457,8 @@ class Simulation:
             self._at(window_end + self.rng.expovariate(1 / self.invoke_delay_mean_seconds), self._arrive, shard, window, segments)
         while self.queue:
             now, _, action, arguments = heapq.heappop(self.queue)
+            if now > STREAM_RETENTION_SECONDS:
+                raise RuntimeError(f"records still uncommitted after {now:,.0f} s: the stream would have dropped them")
             action(now, *arguments)
         self._check_exact()
         for window in range(self.scenario.windows):

@@ -112,12 +112,15 @@ def test_shards_on_the_same_buckets_are_throttled_retry_through_tallys_policy_an
 
 
 def test_a_commit_that_gives_up_fails_its_invocation_and_the_lambda_retry_completes_it():
-    table = SimulatedTable(FIXED, Limits(partition_write_units_per_second=1, burst_seconds=1.0))
+    # Eight units a second for sixteen updates: some shards must wait for a Lambda retry. A retry
+    # pays again for what it applied before (a refused condition is charged), and still gets through.
+    table = SimulatedTable(FIXED, Limits(partition_write_units_per_second=8, burst_seconds=1.0))
     one_try = lambda: Backoff(attempts=1)  # noqa: E731
     simulation = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), table, 1, schedule=one_try)
     stats = simulation.run()
-    assert stats.failed_retries_exhausted >= 3  # the partition takes a unit a second: most shards wait for a retry
-    assert max(stats.commit_seconds) > 3.0
+    assert stats.failed_retries_exhausted >= 2
+    assert table.stats.already_applied > 0  # the retries found their hours applied
+    assert max(stats.commit_seconds) > 1.0
     assert table.stats.throttled > 0 and len(stats.commit_seconds) == 4
 
 
