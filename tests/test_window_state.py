@@ -1,4 +1,5 @@
-"""The tumbling-window state across releases: today's format stays readable, an unreadable one never blocks the shard."""
+"""Across releases: the previous release's window state and bucket items are taken over exactly, an
+unreadable state never blocks the shard, and the previous release refuses this one's state loudly."""
 
 import json
 from pathlib import Path
@@ -6,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from factories import counter_record, window_event
-from moto_tables import read_counts
-from tally.core.segments import Segment, UnreadableState
+from moto_tables import COUNTS, read_counts
+from tally.core.buckets import lane_sort_key
+from tally.core.commit import Writer, legacy_marker_key, legacy_parts
+from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.settings import HOUR_MS, MINUTE_MS
-from tally.invocation import process
+from tally.invocation import outcomes_of, process, writer_of
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 # A window state exactly as the released handler returns it to Lambda (format version 1), frozen:
@@ -83,3 +86,101 @@ def test_the_discard_detail_names_the_lost_records_when_the_state_says_which(set
     assert "100000000000000000001" in summary.discarded_state_detail
     assert "100000000000000000011" in summary.discarded_state_detail
     assert "6 records" in summary.discarded_state_detail
+
+
+# What the previous release reads (its READABLE_STATE_VERSIONS), frozen: it discards any other
+# state with its WindowStatesDiscarded metric and alarm, never takes it over.
+PREVIOUS_RELEASE_READS = (1, 2)
+
+
+def previous_release_commit(client, segment: Segment, writer: Writer, settings, parts: list[int]) -> None:
+    """The previous release's commit of some parts of ``segment``, request for request, frozen here:
+    per part, one TransactWriteItems of its marker (conditional Put) and one unconditional ADD per bucket."""
+    for part in parts:
+        items = legacy_parts(segment)[part]
+        marker = {name: {"S": value} for name, value in legacy_marker_key(segment, writer.legacy_source, part).items()}
+        marker |= {"records": {"N": str(segment.records)}, "last": {"S": segment.last_sequence}, "ttl": {"N": "1"}}
+        transaction = [
+            {
+                "Put": {
+                    "TableName": COUNTS,
+                    "Item": marker,
+                    "ConditionExpression": "attribute_not_exists(#pk)",
+                    "ExpressionAttributeNames": {"#pk": "pk"},
+                }
+            }
+        ]
+        for counter, bucket in items:
+            key = {"pk": {"S": counter}, "sk": {"S": lane_sort_key(bucket.sort_key, writer.lane(settings.bucket_lanes))}}
+            transaction.append(
+                {
+                    "Update": {
+                        "TableName": COUNTS,
+                        "Key": key,
+                        "UpdateExpression": "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)",
+                        "ExpressionAttributeNames": {"#count": "count", "#ttl": "ttl"},
+                        "ExpressionAttributeValues": {
+                            ":delta": {"N": str(segment.deltas[(counter, bucket)])},
+                            ":ttl": {"N": str(bucket.ttl_seconds(settings))},
+                        },
+                    }
+                }
+            )
+        client.transact_write_items(TransactItems=transaction)
+
+
+def wide_window(counters: int, first_minute: int) -> dict:
+    """A one-invocation window whose records touch ``counters`` x (minute, hour) bucket items."""
+    records = [counter_record(f"c{i:03d}", T0 + (first_minute + i % 3) * MINUTE_MS) for i in range(counters)]
+    return window_event(records, final=True)
+
+
+def folded(event: dict, settings) -> Segment:
+    """The window's one segment, as both releases fold it (the same records close it at the same place)."""
+    folder = SegmentFolder()
+    assert list(folder.fold(outcomes_of(event["Records"], settings))) == []
+    return folder.close()
+
+
+def test_a_segment_the_previous_release_committed_in_part_is_completed_exactly_after_the_upgrade(
+    counts_table, dynamodb, settings
+):
+    earlier, window = wide_window(120, 0), wide_window(120, 0)
+    writer = writer_of(window)
+    # Before the upgrade the previous release committed a whole segment (its buckets carry no watermark)...
+    previous_release_commit(dynamodb, folded(earlier, settings), writer, settings, parts=[0, 1, 2])
+    # ... and two of the three transactions of the next one, then its invocation died.
+    segment = folded(window, settings)
+    assert [len(part) for part in legacy_parts(segment)] == [99, 99, 42]
+    previous_release_commit(dynamodb, segment, writer, settings, parts=[0, 1])
+
+    # Lambda retries the invocation on this release: it skips the two parts and completes the third.
+    summary = process(window, counts_table.commit, settings)[1]
+    assert (summary.updates_already_applied, summary.bucket_updates) == (198, 42)
+    for i in range(120):
+        minute = f"M#2026-11-18T11:{i % 3:02d}"
+        assert read_counts(dynamodb, f"c{i:03d}") == {minute: 2, "H#2026-11-18T11": 2}, i
+    # A retry of that retry finds every watermark, and later segments take the items over as their own.
+    assert process(window, counts_table.commit, settings)[1].updates_already_applied == 240
+
+
+def test_the_previous_release_refuses_this_ones_window_state_loudly(counts_table, settings):
+    """A segment this release may have applied in part must never be taken over by a release that would add it again."""
+    open_window = {**wide_window(3, 0), "isFinalInvokeForWindow": False}
+    response = process(open_window, counts_table.commit, settings)[0]
+    assert response["state"]["segment"]["v"] not in PREVIOUS_RELEASE_READS
+
+
+def test_after_a_rollback_the_previous_release_adds_exactly_to_watermarked_items_and_a_roll_forward_goes_on(
+    counts_table, dynamodb, settings
+):
+    first, second, third = wide_window(120, 0), wide_window(120, 0), wide_window(120, 0)
+    writer = writer_of(first)
+    process(first, counts_table.commit, settings)  # this release: the items now carry the shard's watermark
+    # Rolled back: the previous release commits the next segment its own way, markers and transactions.
+    previous_release_commit(dynamodb, folded(second, settings), writer, settings, parts=[0, 1, 2])
+    # Rolled forward again: the next segment lies after the watermark, and is applied whole.
+    summary = process(third, counts_table.commit, settings)[1]
+    assert (summary.bucket_updates, summary.updates_already_applied) == (240, 0)
+    for i in range(120):
+        assert read_counts(dynamodb, f"c{i:03d}") == {f"M#2026-11-18T11:{i % 3:02d}": 3, "H#2026-11-18T11": 3}, i
