@@ -4,6 +4,7 @@
     [result] = count_windows(table, ["page-views"])          # last 24 h, batch plan
     result.total, result.by_hour                             # and for a summing counter
     result.sum, result.average, result.sum_by_hour           # exact Decimals (None when it does not sum)
+    result.histogram.quantile("0.99"), result.histogram_by_hour  # for a histogram counter (else None)
 
 With several counters the batch plan shares BatchGetItem requests among them
 (100 keys each), so ``requests`` is what the whole call made.
@@ -15,11 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from tally.core.histograms import Histogram
+
 from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute
 from tally.dynamo import CountsTable, Fetched
 from tally.core.plans import Plan, PlanKind, make_plan
 from tally.core.records import InvalidCounter, Reason, validate_counter
+from tally.core.rules import Rules
 from tally.core.segments import REJECTED_COUNTER_PREFIX
 from tally.core.settings import HOUR_MS
 from tally.core.sums import sum_plan
@@ -38,6 +42,8 @@ class WindowCount:
     items_read: int  # bucket items DynamoDB returned for this counter
     sum: Decimal | None = None  # for a summing counter: the exact sum in the window
     sum_by_hour: dict[int, Decimal] | None = None
+    histogram: Histogram | None = None  # for a histogram counter: its values in the window, for quantiles
+    histogram_by_hour: dict[int, Histogram] | None = None
 
     @property
     def average(self) -> Decimal | None:
@@ -51,8 +57,12 @@ class WindowCount:
             return None
         return average_of(self.sum_by_hour.get(hour, Decimal(0)), self.by_hour[hour])
 
-    def as_json(self) -> dict[str, object]:
-        """Counts as JSON numbers; sums and averages as decimal strings, so no JSON parser rounds them."""
+    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
+        """Counts as JSON numbers; sums, averages and quantiles as decimal strings, so no JSON parser rounds them.
+
+        ``quantiles`` as the user wrote them (``"0.99"``) become the keys of ``quantiles`` (null for no values),
+        for a counter that keeps a histogram; ``bounds`` hold the lowest and highest value it may have seen.
+        """
         result: dict[str, object] = {
             "counter": self.counter,
             "start": iso_minute(self.window.start_ms),
@@ -62,6 +72,9 @@ class WindowCount:
         if self.sum is not None:
             result["sum"] = text_of(self.sum)
             result["average"] = text_of(self.average)
+        if self.histogram is not None and quantiles:
+            result["quantiles"] = _quantiles_json(self.histogram, quantiles)
+            result["bounds"] = {"low": text_of(self.histogram.low), "high": text_of(self.histogram.high)}
         result.update(
             {
                 "plan": self.plan.value,
@@ -76,7 +89,16 @@ class WindowCount:
             result["average_by_hour"] = {
                 iso_minute(hour * HOUR_MS): text_of(self.average_in_hour(hour)) for hour in self.by_hour
             }
+        if self.histogram_by_hour is not None and quantiles:
+            result["quantiles_by_hour"] = {
+                iso_minute(hour * HOUR_MS): _quantiles_json(histogram, quantiles)
+                for hour, histogram in self.histogram_by_hour.items()
+            }
         return result
+
+
+def _quantiles_json(histogram: Histogram, quantiles: Sequence[str]) -> dict[str, str | None]:
+    return {q: text_of(histogram.quantile(q)) for q in quantiles}
 
 
 def validate_query_counter(name: str) -> str:
@@ -112,7 +134,7 @@ def count_windows(
 def _by_batch(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
     keys = [(counter, bucket.sort_key) for counter in dict.fromkeys(counters) for bucket in plan.buckets]
     fetched = table.batch_get(keys, consistent)
-    return [_result(counter, plan, fetched, table.settings.counter_rules.sums(counter)) for counter in counters]
+    return [_result(counter, plan, fetched, table.settings.counter_rules) for counter in counters]
 
 
 def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
@@ -123,18 +145,21 @@ def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consisten
             part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent)
             fetched.counts.update(part.counts)
             fetched.sums.update(part.sums)
+            fetched.bins.update(part.bins)
             fetched.requests += part.requests
             fetched.items += part.items
-        results.append(_result(counter, plan, fetched, table.settings.counter_rules.sums(counter)))
+        results.append(_result(counter, plan, fetched, table.settings.counter_rules))
     return results
 
 
-def _result(counter: str, plan: Plan, fetched: Fetched, sums: bool) -> WindowCount:
-    """``sums``: a rule sums this counter; a bucket that carries a sum says so too."""
+def _result(counter: str, plan: Plan, fetched: Fetched, rules: Rules) -> WindowCount:
+    """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does."""
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
-    totals = sum_plan(plan, counts, units)
-    summing = sums or bool(units)
+    bins = {sk: value for (pk, sk), value in fetched.bins.items() if pk == counter}
+    totals = sum_plan(plan, counts, units, bins)
+    summing = rules.sums(counter) or bool(units)
+    binning = rules.keeps_histogram(counter) or bool(bins)
     return WindowCount(
         counter=counter,
         window=plan.window,
@@ -146,4 +171,6 @@ def _result(counter: str, plan: Plan, fetched: Fetched, sums: bool) -> WindowCou
         items_read=len(counts),
         sum=decimal_of(totals.units) if summing else None,
         sum_by_hour={h: decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
+        histogram=Histogram(totals.bins) if binning else None,
+        histogram_by_hour={h: Histogram(b) for h, b in totals.bins_by_hour.items()} if binning else None,
     )

@@ -1,3 +1,5 @@
+from decimal import Decimal
+
 import pytest
 
 from tally.core.buckets import Bucket, lane_sort_key
@@ -10,7 +12,8 @@ from tally.core.commit import (
     source_id,
     transact_items,
 )
-from tally.core.segments import Segment
+from tally.core.histograms import bin_of
+from tally.core.segments import MAX_ITEM_BINS, Segment
 from tally.core.settings import HOUR_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
@@ -101,3 +104,28 @@ def test_with_lanes_a_shard_writes_its_own_lane_of_every_bucket_every_time():
         keys = [item["Update"]["Key"]["sk"]["S"] for item in items[1:]]
         assert keys == [lane_sort_key(b.sort_key, lanes[source]) for b in (Bucket.of_minute(T0 // 60_000), Bucket.of_hour(T0 // HOUR_MS))]
         assert keys == [item["Update"]["Key"]["sk"]["S"] for item in transact_items(segment(), 0, part, "counts", source, settings)[1:]]
+
+
+def test_histogram_bins_are_added_beside_the_count_in_the_same_update():
+    item = ("load", Bucket.of_minute(T0 // 60_000))
+    bins = {bin_of(Decimal(5)): 2, bin_of(Decimal(-5)): 1, bin_of(0): 2}
+    with_bins = Segment("100", T0, "102", 3, deltas={item: 5}, sums={item: 0}, bins={item: bins})
+    [part] = with_bins.parts()
+    [update] = [action["Update"] for action in transact_items(with_bins, 0, part, "counts", "src", Settings())[1:]]
+    expression = update["UpdateExpression"]
+    assert expression.startswith("ADD #count :delta, #sum :sum, ") and expression.endswith(" SET #ttl = if_not_exists(#ttl, :ttl)")
+    names, values = update["ExpressionAttributeNames"], update["ExpressionAttributeValues"]
+    added = dict(term.split(" ") for term in expression[len("ADD ") : expression.index(" SET")].split(", "))
+    assert {names[name]: int(values[value]["N"]) for name, value in added.items() if name not in ("#count", "#sum")} == bins
+    assert len([name for name in values if name.startswith(":b")]) == 2  # one value per distinct count
+
+
+def test_an_update_naming_the_most_bins_a_segment_allows_fits_in_dynamodbs_expression_limit():
+    item = ("x" * 255, Bucket.of_minute(T0 // 60_000))
+    # The widest placeholders: every bin a distinct count.
+    bins = {bin_of(-Decimal(1.03**k)): 10**6 + k for k in range(MAX_ITEM_BINS)}
+    wide = Segment("100", T0, "100", 1, deltas={item: 1}, sums={item: 10**20}, bins={item: bins})
+    [part] = wide.parts()
+    [update] = [action["Update"] for action in transact_items(wide, 0, part, "counts", "src", Settings())[1:]]
+    assert len(bins) == MAX_ITEM_BINS
+    assert len(update["UpdateExpression"].encode()) <= 4096 - 512  # room to spare for other terms

@@ -25,6 +25,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
+from tally.core.histograms import NEGATIVE, POSITIVE, ZERO_BIN
 from tally.core.retry import Backoff
 from tally.core.segments import Delta, Segment
 from tally.core.settings import DAY_MS, STREAM_RETENTION_MS, Settings
@@ -153,7 +154,7 @@ def transact_items(
         }
     ]
     lane = lane_of(source, settings.bucket_lanes)
-    for (counter, bucket), delta, units in deltas:
+    for (counter, bucket), delta, units, bins in deltas:
         key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
         names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
         values: dict[str, Any] = {":delta": delta, ":ttl": bucket.ttl_seconds(settings)}
@@ -164,6 +165,8 @@ def transact_items(
             names["#sum"] = SUM_ATTRIBUTE
             serialized[":sum"] = {"N": text_of(decimal_of(units))}  # plain digits, never "1E-8"
             adds += ", #sum :sum"
+        if bins:
+            adds += bin_additions(bins, names, serialized)
         items.append(
             {
                 "Update": {
@@ -176,6 +179,28 @@ def transact_items(
             }
         )
     return items
+
+
+def bin_additions(bins: dict[str, int], names: dict[str, str], values: dict[str, Any]) -> str:
+    """The ``ADD`` terms of an item's histogram bins (", #pAb :b0, ..."); their names and values go in place.
+
+    Placeholders stay short (a bin's own name, its sign spelled p, n or z; one value per distinct
+    count), so that MAX_ITEM_BINS bins take at most 12 bytes each of DynamoDB's 4 KB per expression.
+    """
+    placeholders: dict[int, str] = {}
+    terms = []
+    for name, count in bins.items():
+        value = placeholders.get(count)
+        if value is None:
+            value = placeholders[count] = f":b{len(placeholders)}"
+            values[value] = {"N": str(count)}
+        placeholder = "#" + _SIGN_LETTER[name[0]] + name[1:]
+        names[placeholder] = name
+        terms.append(f", {placeholder} {value}")
+    return "".join(terms)
+
+
+_SIGN_LETTER = {POSITIVE: "p", NEGATIVE: "n", ZERO_BIN: "z"}
 
 
 def classify_cancellation(reasons: Sequence[dict[str, Any]]) -> Outcome:
