@@ -16,8 +16,10 @@ bucketing or window code. The rule it applies, stated once:
   (equals / oneOf: strings to strings, numbers to numbers, booleans to
   booleans; exists: the attribute is there or not), its counter template with
   each {attribute} replaced by the item's string (non-empty) or number (in
-  plain notation, 5.0 as 5) spells C, and, for a summing rule, its "sum"
-  attribute is a number with at most 18 digits before the point and 8 after.
+  plain notation, 5.0 as 5) spells C, for a summing rule, its "sum"
+  attribute is a number with at most 18 digits before the point and 8 after,
+  and, for a histogram rule, its "histogram" attribute is 0 or a number whose
+  magnitude is at least 1E-9 and below 1E18.
 
 tally also refuses, by design, events whose hour was past the hour retention
 at their arrival or stamped more than the clock skew after it, and (after adoption) records that
@@ -169,17 +171,18 @@ def event_minute(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class CounterRule:
-    """The audit's own reading of one counter rule: template pieces, conditions, summed attribute."""
+    """The audit's own reading of one counter rule: template pieces, conditions, summed and binned attributes."""
 
     pieces: tuple[tuple[str, str], ...]  # ("text", literal) or ("attribute", name)
     when: tuple[tuple[str, str, Any], ...] = ()  # (attribute, "equals" | "oneOf" | "exists", operand)
     sum: str | None = None
     strings_only: bool = False
+    histogram: str | None = None
 
     @property
     def attributes(self) -> list[str]:
         names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
-        return list(dict.fromkeys(names + ([self.sum] if self.sum else [])))
+        return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram) if name]))
 
     def names(self, item: dict[str, Any]) -> str | None:
         """The counter this rule names for a decoded item, or None when it names none."""
@@ -202,6 +205,8 @@ class CounterRule:
         if not name or len(name) > MAX_COUNTER_LENGTH or name.startswith("#"):
             return None
         if self.sum is not None and not _summable(item.get(self.sum)):
+            return None
+        if self.histogram is not None and not _binnable(item.get(self.histogram)):
             return None
         return name
 
@@ -231,7 +236,9 @@ def _read_rules(text: str) -> list[CounterRule]:
         for attribute, condition in (entry.get("when") or {}).items():
             ((kind, operand),) = condition.items()
             when.append((attribute, kind, operand if kind != "equals" else [operand]))
-        rules.append(CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum")))
+        rules.append(
+            CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum"), histogram=entry.get("histogram"))
+        )
     return rules
 
 
@@ -275,6 +282,14 @@ def _summable(value: Any) -> bool:
         return False
     exponent = number.normalize(_WIDE).as_tuple().exponent
     return isinstance(exponent, int) and exponent >= -8
+
+
+def _binnable(value: Any) -> bool:
+    """0, or a magnitude from 1E-9 up to (not including) 1E18."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        return False
+    magnitude = Decimal(value).copy_abs()
+    return magnitude == 0 or (magnitude.is_finite() and Decimal("1E-9") <= magnitude < Decimal("1E18"))
 
 
 def recount_items(

@@ -2,10 +2,14 @@
 
     .venv/bin/python scripts/query_window.py page-views sign-ups                 # last 24 h, batch plan
     .venv/bin/python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
+    .venv/bin/python scripts/query_window.py load/home --quantiles 0.5,0.9,0.99  # a histogram rule's counter
 
 A window of length L ending at --at (default now) covers the minutes
 (at - L, at]. Counters that a summing counter rule writes (TALLY_RULES) also
-show their sum and average; --json carries them as decimal strings. The table is --table, else COUNTS_TABLE, else a stack's outputs
+show their sum and average; --json carries them as decimal strings. Counters a
+histogram rule writes answer --quantiles: the value of rank ceil(q*n) among the
+window's n values, within 1 %, in total and per hour, with the bounds every
+value lies within. The table is --table, else COUNTS_TABLE, else a stack's outputs
 (--stack), else tally-counts. Bad input exits with status 2 and one line on stderr.
 A count of 0 says why on stderr when it can: a window that has not begun, or a
 counter without a single bucket.
@@ -23,6 +27,7 @@ from rich.table import Table
 
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
+from tally.core.histograms import Histogram, InvalidQuantile, parse_quantile, percentile_label
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, client, resolve_tables
 from tally.local.cli import ScriptError, console, entry_point, is_missing_table, missing_table
@@ -43,23 +48,37 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
     parser.add_argument("--plan", choices=[kind.value for kind in PlanKind], default=PlanKind.BATCH.value)
     parser.add_argument("--consistent", action="store_true", help="strongly consistent reads")
+    parser.add_argument(
+        "--quantiles", type=quantile_list, default=[], metavar="Q,Q,...", help="e.g. 0.5,0.9,0.99 (each from 0 to 1)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
     parser.add_argument("--table", dest="counts_table", help="counts table name")
     parser.add_argument("--stack", help="read the counts table's name from this deployed tally stack")
     return parser
 
 
+def quantile_list(text: str) -> list[str]:
+    """Quantiles as written (``0.5,0.99``): they key the JSON answer as the user wrote them."""
+    quantiles = [part.strip() for part in text.split(",")]
+    try:
+        for q in quantiles:
+            parse_quantile(q)
+    except InvalidQuantile as error:
+        raise argparse.ArgumentTypeError(f"{error}; write them like 0.5,0.9,0.99") from None
+    return list(dict.fromkeys(quantiles))
+
+
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     table, results = query(args)
-    for note in notes(table, results):
+    for note in notes(table, results, args.quantiles):
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         for result in results:
-            print(json.dumps(result.as_json()))
+            print(json.dumps(result.as_json(args.quantiles)))
     else:
-        show(results)
+        show(results, args.quantiles)
     return 0
 
 
@@ -82,34 +101,59 @@ def query(args: argparse.Namespace) -> tuple[CountsTable, list[WindowCount]]:
         raise
 
 
-def notes(table: CountsTable, results: list[WindowCount]) -> list[str]:
-    """Why a count is 0, where that is knowable: a 0 that is an answer and a 0 that is a mistake look alike."""
+def notes(table: CountsTable, results: list[WindowCount], quantiles: list[str] = ()) -> list[str]:
+    """Why a count is 0, where that is knowable: a 0 that is an answer and a 0 that is a mistake look alike.
+    And why a counter answers no quantiles."""
     if not results:
         return []
     window = results[0].window
     if window.start_ms > now_ms():
         return [f"the window {window} lies entirely in the future: nothing can be counted in it yet"]
-    return [
+    missing = [
         f"no bucket of {result.counter!r} exists at all: no event has been counted under that name "
         "(names are case-sensitive)"
         for result in results
         if result.items_read == 0 and not table.has_counter(result.counter)
     ]
+    unbinned = [
+        f"{result.counter!r} keeps no histogram (no rule with 'histogram' writes it, and no bucket read holds bins): "
+        "no quantiles"
+        for result in results
+        if quantiles and result.histogram is None
+    ]
+    return missing + unbinned
 
 
-def show(results: list[WindowCount]) -> None:
+def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     summing = any(result.sum is not None for result in results)
-    columns = ("counter", "total", *(("sum", "average") if summing else ()), "plan", "keys", "requests", "items read")
+    binning = [q for q in quantiles if any(result.histogram is not None for result in results)]
+    columns = (
+        "counter",
+        "total",
+        *(("sum", "average") if summing else ()),
+        *map(percentile_label, binning),
+        *(("low", "high") if binning else ()),
+        "plan",
+        "keys",
+        "requests",
+        "items read",
+    )
     for column in columns:
         summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
     for result in results:
         sums = (text_of(result.sum) or "", text_of(result.average) or "") if summing else ()
+        bounds = ()
+        if binning:
+            histogram = result.histogram
+            bounds = (text_of(histogram.low) or "", text_of(histogram.high) or "") if histogram else ("", "")
         summary.add_row(
             escape(result.counter),
             f"{result.total:,}",
             *sums,
+            *quantile_cells(result.histogram, binning),
+            *bounds,
             result.plan.value,
             str(result.keys),
             str(result.requests),
@@ -117,18 +161,29 @@ def show(results: list[WindowCount]) -> None:
         )
     out.print(summary)
     for result in results:
-        out.print(hour_chart(result))
+        out.print(hour_chart(result, binning))
 
 
-def hour_chart(result: WindowCount) -> Table:
-    """The window's count per hour as bars (first and last hour may be partial)."""
-    chart = Table(title=escape(f"{result.counter} per hour"), show_header=False, box=None, pad_edge=False)
+def quantile_cells(histogram: Histogram | None, quantiles: list[str]) -> list[str]:
+    if histogram is None:
+        return [""] * len(quantiles)
+    return [text_of(histogram.quantile(q)) or "" for q in quantiles]
+
+
+def hour_chart(result: WindowCount, quantiles: list[str] = ()) -> Table:
+    """The window's count per hour as bars (first and last hour may be partial); sums and quantiles beside them,
+    under a header that names them."""
+    by_hour = result.histogram_by_hour if quantiles else None
+    header = result.sum_by_hour is not None or by_hour is not None
+    chart = Table(title=escape(f"{result.counter} per hour"), show_header=header, box=None, pad_edge=False)
     chart.add_column("hour", style="dim")
-    chart.add_column("bar")
+    chart.add_column("")
     chart.add_column("count", justify="right")
     if result.sum_by_hour is not None:
         chart.add_column("sum", justify="right")
         chart.add_column("average", justify="right")
+    for q in quantiles if by_hour is not None else ():
+        chart.add_column(percentile_label(q), justify="right")
     first_hour, last_hour = result.window.start_ms // HOUR_MS, (result.window.end_ms - 1) // HOUR_MS
     peak = max(result.by_hour.values(), default=0) or 1
     for hour in range(first_hour, last_hour + 1):
@@ -136,7 +191,8 @@ def hour_chart(result: WindowCount) -> Table:
         sums = ()
         if result.sum_by_hour is not None:
             sums = (text_of(result.sum_by_hour.get(hour)) or "0", text_of(result.average_in_hour(hour)) or "")
-        chart.add_row(iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums)
+        cells = quantile_cells(by_hour.get(hour, Histogram({})), quantiles) if by_hour is not None else ()
+        chart.add_row(iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums, *cells)
     return chart
 
 

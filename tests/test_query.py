@@ -1,6 +1,8 @@
 """count_windows on moto, fed by the real handler path: both plans against brute force."""
 
+import json
 import random
+from decimal import Decimal
 
 import boto3
 import pytest
@@ -8,12 +10,14 @@ from freezegun import freeze_time
 from moto import mock_aws
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
-from factories import counter_record, window_event
+from factories import counter_record, image, stream_record, window_event
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
 from tally.core.plans import PlanKind, WindowUnavailable
 from tally.query import count_windows, validate_query_counter
+from tally.core.buckets import iso_minute
 from tally.core.records import InvalidCounter
+from tally.core.rules import parse_rules
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window, parse_instant
 
@@ -151,3 +155,33 @@ def test_with_bucket_lanes_shards_write_apart_and_both_plans_sum_the_lanes():
             for plan in PlanKind:
                 [result] = count_windows(table, ["hot"], at_ms=at, length_ms=90 * MINUTE_MS, plan=plan)
                 assert result.total == brute_force(events, "hot", window), (offset, plan)
+
+
+def test_quantiles_in_json_keep_the_quantiles_as_written_and_answer_null_for_an_empty_window():
+    rules = parse_rules(json.dumps([{"name": "load", "counter": "load/{page}", "histogram": "ms"}, {"counter": "all"}]))
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, "q-events", "q-counts")
+        settings = Settings(counts_table="q-counts", events_table="q-events", rules=rules)
+        table = CountsTable(client, "q-counts", settings, backoff=no_sleep_backoff)
+        values = [Decimal(v) for v in (20, 35, 35, 80, 400, 2900)]
+        records = [
+            stream_record(image(id=str(n), ts=NOW - n * MINUTE_MS, page="home", ms=v), arrival_s=NOW / 1000)
+            for n, v in enumerate(values)
+        ]
+        process(window_event(records, final=True), table.commit, settings)
+
+        home, other, everything = count_windows(table, ["load/home", "load/none", "all"], now=NOW)
+        as_json = home.as_json(quantiles=["0.5", "0.50", "1", "0"])
+        assert list(as_json["quantiles"]) == ["0.5", "0.50", "1", "0"]
+        answers = {q: Decimal(text) for q, text in as_json["quantiles"].items()}
+        for q, truth in {"0.5": 35, "0.50": 35, "1": 2900, "0": 20}.items():
+            assert abs(answers[q] - truth) <= truth / 100, q
+        low, high = Decimal(as_json["bounds"]["low"]), Decimal(as_json["bounds"]["high"])
+        assert Decimal("19.6") < low <= 20 and 2900 <= high < Decimal("2958")
+        assert list(as_json["quantiles_by_hour"]) == [iso_minute(h * HOUR_MS) for h in home.by_hour]
+
+        empty = other.as_json(quantiles=["0.99"])  # a rule could write it: its empty window answers null
+        assert empty["quantiles"] == {"0.99": None} and empty["bounds"] == {"low": None, "high": None}
+        assert "quantiles" not in everything.as_json(quantiles=["0.99"])  # no histogram rule writes it
+        assert "quantiles" not in home.as_json()  # none asked for

@@ -11,7 +11,7 @@ from script_support import load_script
 from tally.core.buckets import iso_minute
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.local.aws import client, scan_items
-from tally.core.windows import Window, now_ms
+from tally.core.windows import Window, now_ms, parse_instant
 from tally.core.settings import Settings
 from tally.local.workload import SHAPES, brute_force_counts, shaped_truth
 
@@ -72,8 +72,16 @@ def test_bad_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["alpha", "--plan", "fastest"], ["alpha", "--bogus"], ["alpha", "--window"]],
-    ids=["no counter", "bad choice", "unknown option", "missing value"],
+    [
+        [],
+        ["alpha", "--plan", "fastest"],
+        ["alpha", "--bogus"],
+        ["alpha", "--window"],
+        ["alpha", "--quantiles", "0.5,1.5"],
+        ["alpha", "--quantiles", "p99"],
+        ["alpha", "--quantiles", "0.5,"],
+    ],
+    ids=["no counter", "bad choice", "unknown option", "missing value", "quantile > 1", "not a number", "empty"],
 )
 def test_argument_errors_are_one_line_too(argv, capsys):
     with pytest.raises(SystemExit) as exited:
@@ -159,3 +167,43 @@ def test_bad_rules_in_the_environment_are_one_line_and_status_2(capsys, monkeypa
     assert query_window.main(["alpha"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "TALLY_RULES: rule 1 ('r'): field 'sum'" in err
+
+
+@pytest.fixture
+def blog_views(tables, fresh_handler_cache, monkeypatch):
+    """A blog's page views for two hours, counted by its shape's rules: load times keep a histogram."""
+    shape = SHAPES["blog"]
+    monkeypatch.setenv("TALLY_RULES", shape.rules_json)
+    monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
+    generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
+    assert generate_events.main(["--seed", "8", "--shape", "blog", "--hours", "2"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    return tables
+
+
+@pytest.mark.server
+def test_quantiles_in_json_are_within_one_percent_of_brute_force_by_both_plans(blog_views, capsys):
+    items = scan_items(client("dynamodb"), blog_views.events)
+    window = Window.ending(now_ms())
+    times = [(parse_instant(item["time"]), item) for item in items]
+    truth = shaped_truth(SHAPES["blog"], times, window, {}, Settings())
+    capsys.readouterr()
+    for plan in ("batch", "range"):
+        assert query_window.main(["load/posts/about", "views/all", "--quantiles", "0.5,0.99", "--json", "--plan", plan]) == 0
+        captured = capsys.readouterr()
+        load, views = map(json.loads, captured.out.splitlines())
+        assert list(load["quantiles"]) == ["0.5", "0.99"]
+        for q, text in load["quantiles"].items():
+            exact = truth.quantile("load/posts/about", Decimal(q))
+            assert abs(Decimal(text) - exact) <= exact / 100, (plan, q)
+        assert Decimal(load["bounds"]["low"]) <= truth.values["load/posts/about"][0]
+        assert Decimal(load["bounds"]["high"]) >= truth.values["load/posts/about"][-1]
+        assert "quantiles" not in views and "'views/all' keeps no histogram" in captured.err
+
+
+@pytest.mark.server
+def test_the_table_shows_the_asked_percentiles_in_total_and_per_hour(blog_views, capsys):
+    assert query_window.main(["load/posts/about", "--quantiles", "0.5,0.999", "--window", "3h"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("p50") == 2 and out.count("p99.9") == 2  # the summary and the hourly chart
+    assert "low" in out and "high" in out

@@ -136,6 +136,11 @@ def parse_quantile(text: str) -> Decimal:
     return q
 
 
+def percentile_label(q: str) -> str:
+    """How people name a quantile: 0.99 -> p99, 0.999 -> p99.9, 1 -> p100."""
+    return "p" + format(_plain(parse_quantile(q) * 100), "f")
+
+
 @dataclass(frozen=True)
 class Histogram:
     """How many values of a window (or bucket) fell in each bin, by bin name.
