@@ -1,4 +1,4 @@
-"""The origin design (DESIGN.md section 1), re-implemented with its defects, as the baseline.
+"""The origin design (docs/design.md, "The origin design"), re-implemented with its defects, as the baseline.
 
 Its handler makes two UpdateItem calls per stream record, one per bucket key
 ``<prefix>_hour_<n>`` and ``<prefix>_minute_<n>`` (n = epoch seconds // 3600

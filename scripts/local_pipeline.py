@@ -12,9 +12,9 @@ All events are written now, so each arrives (ApproximateCreationDateTime) now,
 however old its own time. tally counts every one of them: an event counts in
 its minute and hour while its minute is within the minute retention at
 arrival, in its hour alone after that, and is rejected as late only once its
-hour is past the hour retention (DESIGN.md, section 2). The brute force
-applies that stated rule, with each record's arrival as the stream reports
-it; the one late record is an injected bad record, 100 days old.
+hour is past the hour retention (docs/design.md, "The late-arrival rule").
+The brute force applies that stated rule, with each record's arrival as the
+stream reports it; the one late record is an injected bad record, 100 days old.
 
 The handler, the generator and the brute force read the same settings from
 the environment (TALLY_MINUTE_RETENTION_HOURS, TALLY_COUNTER_ATTRIBUTE, ...),

@@ -128,7 +128,7 @@ def brute_force_counts(
     With ``arrivals_ms`` (item id -> when its stream record was created),
     events whose hour was past the hour retention at arrival, or stamped more
     than the clock skew after it, are split out as ``late``/``future``: tally
-    rejects those by design (DESIGN.md, section 3). ``expected`` is what the
+    rejects those by design (docs/design.md, "Time and buckets"). ``expected`` is what the
     window must count.
     """
     wanted = set(counters)
