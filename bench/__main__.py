@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import latency, reads, scale, speed, workloads, writes
+from bench import aggregates, latency, reads, scale, speed, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -120,6 +120,7 @@ def run() -> dict[str, Any]:
         "fan-out writes into moto",
         lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
     )
+    results["histogram"] = timed("histogram rule", lambda: histogram_results(settings, config))
     mock_events = list(mock.events())
     results["reads"] = timed(
         "reads",
@@ -140,6 +141,16 @@ def run() -> dict[str, Any]:
     results.update(timed("scale model", scale_results))
     results["targets"] = targets(results)
     return results
+
+
+def histogram_results(settings: Settings, config: DeliveryConfig) -> dict[str, Any]:
+    """The fan-out with and without a histogram rule, and a day of it at a lower rate (full hours: what a 24 h
+    read meets), and what a histogram bucket weighs by the spread of its values."""
+    return {
+        "fan_out": aggregates.histogram_costs(settings, config),
+        "fan_out_day": aggregates.histogram_costs(settings, config, providers=10, per_second=2, seconds=25 * 3600),
+        "bucket_size_by_spread": aggregates.bucket_size_by_spread(),
+    }
 
 
 def scale_results() -> dict[str, Any]:
@@ -173,6 +184,8 @@ def report(results: dict[str, Any]) -> None:
         f"fan-out: {results['writes'][-1]['counter_events']:,} counter events from {results['writes'][-1]['events']:,} "
         f"jobs; moto stores what the meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
     )
+
+    report_histogram(out, results["histogram"])
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",
@@ -214,6 +227,35 @@ def report(results: dict[str, Any]) -> None:
         table.add_column(column, justify="right")
     for t in results["targets"]:
         table.add_row(t["target"], t["wanted"], f"{t['figure']:,}", "[green]yes[/green]" if t["met"] else "[red]no[/red]")
+    out.print(table)
+
+
+def report_histogram(out: Console, histogram: dict[str, Any]) -> None:
+    table = Table(title="A histogram rule beside the same rule without it (per-provider rule of the fan-out, job durations)")
+    for column in ("workload", "histogram", "WCU / 1k events", "hour bucket bytes mean/max", "bins mean/max",
+                   "minute bucket bytes mean/max", "24 h read RCU batch mean/worst", "range mean/worst"):
+        table.add_column(column, justify="right")
+    for run in (histogram["fan_out"], histogram["fan_out_day"]):
+        for label in ("without", "with"):
+            figures = run[label]
+            hour, minute = figures["per_provider_buckets"]["hour"], figures["per_provider_buckets"]["minute"]
+            batch, ranged = figures["reads_24h"]["batch"], figures["reads_24h"]["range"]
+            table.add_row(
+                run["workload"] if label == "without" else "", label, f"{figures['write_units_per_1000_events']:,}",
+                f"{hour['bytes_mean']:,} / {hour['bytes_max']:,}", f"{hour['bins_mean']} / {hour['bins_max']}",
+                f"{minute['bytes_mean']:,} / {minute['bytes_max']:,}", f"{batch['mean']} / {batch['worst']}",
+                f"{ranged['mean']} / {ranged['worst']}",
+            )
+        ratio = run["with_over_without"]
+        table.add_row("", "with / without", f"{ratio['write_units']}x", "", "", "",
+                      f"{ratio['read_units_batch']}x", f"{ratio['read_units_range']}x")
+    out.print(table)
+    table = Table(title="An hour bucket whose values fill every bin of a spread (bytes; writes cost 1 WCU per KB)")
+    for column in ("spread", "bins", "99 values per bin", "9,999 values per bin", "spread factor"):
+        table.add_column(column, justify="right")
+    for row in histogram["bucket_size_by_spread"]:
+        table.add_row(row["spread"], str(row["bins"]), f"{row.get('bytes_with_99_per_bin', '')}",
+                      f"{row.get('bytes_with_9999_per_bin', '')}", f"{row.get('spread_factor', '')}")
     out.print(table)
 
 

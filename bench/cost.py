@@ -13,6 +13,7 @@ the minimum unit.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,8 +83,7 @@ class WriteMeter:
         return max(self.writes_per_item_slot.values(), default=0)
 
 
-TALLY_UPDATE = "ADD #count :delta SET #ttl = if_not_exists(#ttl, :ttl)"
-TALLY_SUM_UPDATE = "ADD #count :delta, #sum :sum SET #ttl = if_not_exists(#ttl, :ttl)"
+TALLY_ADDS = re.compile(r"ADD (#count :delta(?:, #\w+ :\w+)*) SET #ttl = if_not_exists\(#ttl, :ttl\)")
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_SUM_UPDATE = (
     "SET #count = if_not_exists(#count, :zero) + :one, #sum = if_not_exists(#sum, :zero) + :amount, "
@@ -154,17 +154,16 @@ class MeteredClient:
         identity = tuple(key[name]["S"] for name in self.key_attributes)
         item = {**self.items.get(identity, {}), **key}
         expression = request["UpdateExpression"]
-        if expression in (TALLY_UPDATE, TALLY_SUM_UPDATE):
-            increment, amount = int(values[":delta"]["N"]), values.get(":sum")
+        tally = TALLY_ADDS.fullmatch(expression)
+        if tally:  # count, and the sum and histogram bins of the counters that keep them
+            adds = [term.split(" ") for term in tally.group(1).split(", ")]
         elif expression in (ORIGIN_UPDATE, ORIGIN_SUM_UPDATE):
-            increment, amount = int(values[":one"]["N"]), values.get(":amount")
+            adds = [["#count", ":one"]] + ([["#sum", ":amount"]] if ":amount" in values else [])
         else:
             raise ValueError(f"unmetered update expression {expression!r}")
-        count, ttl = names["#count"], names["#ttl"]
-        item[count] = {"N": str(int(item.get(count, {"N": "0"})["N"]) + increment)}
-        if amount is not None:
-            total = Decimal(item.get(names["#sum"], {"N": "0"})["N"]) + Decimal(amount["N"])
-            item[names["#sum"]] = {"N": format(total, "f")}
-        item.setdefault(ttl, values[":ttl"])
+        for name, value in adds:
+            total = Decimal(item.get(names[name], {"N": "0"})["N"]) + Decimal(values[value]["N"])
+            item[names[name]] = {"N": format(total, "f")}
+        item.setdefault(names["#ttl"], values[":ttl"])
         return item
 
