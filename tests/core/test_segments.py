@@ -226,7 +226,9 @@ def test_bins_survive_the_window_state_and_count_against_its_budget():
     folder = SegmentFolder()
     list(folder.fold(one_each([binned("load", T0, 1, 5), binned("load", T0, 2, -5), binned("load", T0, 3, 0)])))
     list(folder.fold([[event("load", T0, 4, units=5), binned("load", T0, 4, 7)]]))
+    list(folder.fold([[binned("spread", T0, 5, "0.5")]]))  # bins without a sum
     state = json.loads(json.dumps(folder.open.to_state()))
+    assert ["spread", Bucket.of_minute(T0 // MINUTE_MS).sort_key, 1, None, {bin_of(Decimal("0.5")): 1}] in state["deltas"]
     assert Segment.from_state(state) == folder.open
     assert Segment.from_state(state).state_bytes == folder.open.state_bytes
     assert folder.open.state_bytes >= len(json.dumps(state["deltas"]))
