@@ -123,23 +123,32 @@ def test_piped_tables_are_not_wrapped_at_80_columns(counted, capsys):
     assert any(long_name in line for line in out.splitlines())
 
 
-@pytest.fixture
-def counted_by_rules(tables, fresh_handler_cache, monkeypatch):
-    """The origin's jobs for two hours, counted by its shape's rules (set in the environment, as the stack does)."""
-    shape = SHAPES["origin"]
+def count_shape(name, seed, monkeypatch):
+    """Two hours of a shape's items, counted by its rules (set in the environment, as the stack does)."""
+    shape = SHAPES[name]
     monkeypatch.setenv("TALLY_RULES", shape.rules_json)
     monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
     generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
-    assert generate_events.main(["--seed", "5", "--shape", "origin", "--hours", "2"]) == 0
+    assert generate_events.main(["--seed", str(seed), "--shape", name, "--hours", "2"]) == 0
     assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+
+
+def truth_now(name, tables, time_of):
+    """Brute force over the shape's items in the 24 h window ending now; ``time_of`` reads an item's time."""
+    items = scan_items(client("dynamodb"), tables.events)
+    return shaped_truth(SHAPES[name], [(time_of(i), i) for i in items], Window.ending(now_ms()), {}, Settings())
+
+
+@pytest.fixture
+def counted_by_rules(tables, fresh_handler_cache, monkeypatch):
+    """The origin's jobs, counted by its rules."""
+    count_shape("origin", 5, monkeypatch)
     return tables
 
 
 @pytest.mark.server
 def test_json_carries_total_sum_and_average_of_summing_counters(counted_by_rules, capsys):
-    items = scan_items(client("dynamodb"), counted_by_rules.events)
-    window = Window.ending(now_ms())
-    truth = shaped_truth(SHAPES["origin"], [(int(i["insertUtcTime"]), i) for i in items], window, {}, Settings())
+    truth = truth_now("origin", counted_by_rules, lambda item: int(item["insertUtcTime"]))
     capsys.readouterr()
     counters = ["revenue/provider-1", "revenue/provider-2", "jobs/all"]
     for plan in ("batch", "range"):
@@ -171,22 +180,14 @@ def test_bad_rules_in_the_environment_are_one_line_and_status_2(capsys, monkeypa
 
 @pytest.fixture
 def blog_views(tables, fresh_handler_cache, monkeypatch):
-    """A blog's page views for two hours, counted by its shape's rules: load times keep a histogram."""
-    shape = SHAPES["blog"]
-    monkeypatch.setenv("TALLY_RULES", shape.rules_json)
-    monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
-    generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
-    assert generate_events.main(["--seed", "8", "--shape", "blog", "--hours", "2"]) == 0
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    """A blog's page views, counted by its rules: load times keep a histogram."""
+    count_shape("blog", 8, monkeypatch)
     return tables
 
 
 @pytest.mark.server
 def test_quantiles_in_json_are_within_one_percent_of_brute_force_by_both_plans(blog_views, capsys):
-    items = scan_items(client("dynamodb"), blog_views.events)
-    window = Window.ending(now_ms())
-    times = [(parse_instant(item["time"]), item) for item in items]
-    truth = shaped_truth(SHAPES["blog"], times, window, {}, Settings())
+    truth = truth_now("blog", blog_views, lambda item: parse_instant(item["time"]))
     capsys.readouterr()
     for plan in ("batch", "range"):
         assert query_window.main(["load/posts/about", "views/all", "--quantiles", "0.5,0.99", "--json", "--plan", plan]) == 0
