@@ -50,6 +50,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -59,9 +60,9 @@ from rich.table import Table
 
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
-from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
 from tally.local.delivery import DeliveryConfig
-from tally.dynamo import CountsTable, create_tables
+from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
+from tally.dynamo import create_tables
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,
@@ -78,14 +79,15 @@ from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
 from tally.local.cli import entry_point
 from tally.core.plans import PlanKind
-from tally.query import WindowCount, count_windows
+from tally.query import WindowCount
+from tally.reader import Reader
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.tables import events_table_for
-from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
 from tally.local.stream_reader import StreamReader
-from tally.core.windows import Window, now_ms
+from tally.core.windows import Window, now_ms, utc_of
 from tally.local.workload import (
     DEFAULT_COUNTERS,
     DEFAULT_HOURS,
@@ -278,14 +280,14 @@ def first_arrivals(arrivals: dict[int, tuple[str, int]]) -> dict[str, int]:
 
 def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
     """Both plans against brute force: the 24 h window ending now, a long hour-aligned one, the rejections."""
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     items = scan_items(dynamodb, EVENTS_TABLE)
     matched = compare_window(table, items, counters, arrivals, now, Window.ending(now), "4. rolling 24 h window")
 
     # Whole hours, longer than the minute retention: read as hour buckets where the minutes have expired.
     length_h = max(settings.minute_retention_ms // HOUR_MS + 1, hours + 1)
-    long_window = Window.ending(now - now % HOUR_MS - 1, length_h * HOUR_MS)
+    long_window = Window.ending(now - now % HOUR_MS, length_h * HOUR_MS)
     title = f"5. {length_h} h window to the last whole hour (minutes are kept {settings.minute_retention_ms // HOUR_MS} h)"
     matched &= compare_window(table, items, counters, arrivals, now, long_window, title)
     console.print(
@@ -295,7 +297,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
     )
 
     want = expected_rejections(items, arrivals, settings)
-    got = {r.counter: r.total for r in count_windows(table, [rejected_counter(x) for x in REJECTION_REASONS], now=now)}
+    got = {r.counter: r.total for r in table.count_many([rejected_counter(x) for x in REJECTION_REASONS], at=utc_of(now))}
     rejections = Table(title="6. rejections: tally's own #rejected#<reason> counters (by arrival) vs expected")
     for column in ("reason", "counted by tally", "expected", ""):
         rejections.add_column(column, justify="left" if column == "reason" else "right")
@@ -322,7 +324,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
 
 
 def compare_window(
-    table: CountsTable,
+    table: Reader,
     items: list[dict[str, Any]],
     counters: list[str],
     arrivals: dict[str, int],
@@ -332,12 +334,9 @@ def compare_window(
 ) -> bool:
     """One window, every counter, both plans against the brute-force count; prints a table."""
     brute = brute_force_counts(items, counters, window, arrivals_ms=arrivals, settings=table.settings)
-    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
+    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
     plans = {
-        plan: {
-            r.counter: r
-            for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan, consistent=True)
-        }
+        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
     counts = Table(title=escape(f"{title} {window}"))
@@ -370,13 +369,13 @@ def compare_window(
 def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
     """Count, sum and average of every counter the shape's rules name, both plans against brute force."""
     settings = Settings.from_env()
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     truth = shaped_truth(shape, items, window, arrivals, settings)
     matched = compare_shaped(table, truth, window, now, "4. rolling 24 h window")
     late = sum(1 for ts, item in items if is_late(ts, arrivals.get(item["id"], ts), settings))
-    counted = count_windows(table, [rejected_counter(Reason.LATE_EVENT)], now=now)[0].total
+    counted = table.count(rejected_counter(Reason.LATE_EVENT), at=utc_of(now)).total
     ok = counted == late
     matched &= ok
     console.print(
@@ -393,13 +392,13 @@ def verify_histories(
     """Every counter the jobs' rules name, in the 24 h window and in one of 49 whole hours, both plans
     against brute force over the replayed histories; and no record rejected."""
     settings = Settings.from_env()
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     matched = compare_shaped(
         table, history_truth(shape, histories, arrivals, window, settings), window, now, "4. rolling 24 h window"
     )
-    long_window = Window.ending(now - now % HOUR_MS - 1, 49 * HOUR_MS)
+    long_window = Window.ending(now - now % HOUR_MS, 49 * HOUR_MS)
     matched &= compare_shaped(
         table,
         history_truth(shape, histories, arrivals, long_window, settings),
@@ -408,7 +407,7 @@ def verify_histories(
         "5. 49 h window to the last whole hour",
     )
     reasons = [rejected_counter(reason) for reason in REJECTION_REASONS]
-    rejected = {r.counter: r.total for r in count_windows(table, reasons, now=now) if r.total}
+    rejected = {r.counter: r.total for r in table.count_many(reasons, at=utc_of(now)) if r.total}
     ok = not rejected
     matched &= ok
     console.print(
@@ -424,15 +423,12 @@ def verify_histories(
     return verdict(matched, "transitions and deletions equal brute force by both plans")
 
 
-def compare_shaped(table: CountsTable, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
+def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
     """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
     counters = sorted(truth.counters)
-    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
+    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
     plans = {
-        plan: {
-            r.counter: r
-            for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan, consistent=True)
-        }
+        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
     table_view = Table(title=escape(f"{title} {window}: counters named by the rules"))

@@ -1,12 +1,14 @@
-"""Fetched buckets -> the window's count, sum and histogram, in total and per hour. No I/O."""
+"""Fetched buckets -> the window's count, sum and histogram, in total, per hour and as a series. No I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tally.core.buckets import MINUTES_PER_HOUR, Bucket
 from tally.core.histograms import signed_sum
-from tally.core.plans import Plan
+from tally.core.plans import Plan, Series
+from tally.core.settings import HOUR_MS
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,16 @@ class PlanTotals:
     units_by_hour: dict[int, int]
     bins: dict[str, int]
     bins_by_hour: dict[int, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One entry of a series: what the window holds from ``start_ms`` to the next entry (or the window's end)."""
+
+    start_ms: int
+    count: int
+    units: int
+    bins: dict[str, int]
 
 
 def sum_plan(
@@ -51,3 +63,39 @@ def sum_plan(
         bins=signed_sum((1, hour_bins) for hour_bins in bins_by_hour.values()),
         bins_by_hour=bins_by_hour,
     )
+
+
+def series_of(
+    plan: Plan,
+    series: Series,
+    totals: PlanTotals,
+    counts: Mapping[str, int],
+    sums: Mapping[str, int] | None = None,
+    bins: Mapping[str, Mapping[str, int]] | None = None,
+) -> list[Point]:
+    """Every minute or hour of the plan's window in order, empty ones included: the points add up to ``totals``.
+
+    An hour series comes from the per-hour totals (the partial first and last
+    hours start at the window's edges); a minute series needs a minute plan
+    (``make_plan(..., series=Series.MINUTE)``), whose terms are the minutes.
+    """
+    window = plan.window
+    if series is Series.MINUTE:
+        sums, bins = sums or {}, bins or {}
+        points = []
+        for minute in range(window.first_minute, window.last_minute + 1):
+            sort_key = Bucket.of_minute(minute).sort_key
+            points.append(
+                Point(minute * 60_000, counts.get(sort_key, 0), sums.get(sort_key, 0), dict(bins.get(sort_key, {})))
+            )
+        return points
+    first_hour, last_hour = window.first_minute // MINUTES_PER_HOUR, window.last_minute // MINUTES_PER_HOUR
+    return [
+        Point(
+            max(hour * HOUR_MS, window.start_ms),
+            totals.count_by_hour.get(hour, 0),
+            totals.units_by_hour.get(hour, 0),
+            totals.bins_by_hour.get(hour, {}),
+        )
+        for hour in range(first_hour, last_hour + 1)
+    ]
