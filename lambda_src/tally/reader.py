@@ -281,7 +281,7 @@ def _at_ms(chosen: ReadOptions) -> int | None:
 def _quantiles(value: object) -> tuple[str, ...]:
     """Quantiles as written, each checked: text keys the JSON answer exactly as the user wrote it."""
     texts = value.split(",") if isinstance(value, str) else value
-    if not isinstance(texts, Sequence) or not texts:
+    if not isinstance(texts, Sequence):
         raise QueryError(f"quantiles must be like 0.5,0.9,0.99, got {value!r}")
     written = []
     for q in texts:
