@@ -258,33 +258,33 @@ def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[Count
     counted.append(("all", None, None))
     shop, amount = image.get("shop"), image.get("amount")
     if image.get("status") in ({"S": "paid"}, {"S": "refunded"}):
-        name = None if shop is None else _rendered("revenue/", shop)
-        if shop is None:
-            refusals.append(Reason.MISSING_COUNTER)
-        elif name is None:
-            refusals.append(Reason.INVALID_COUNTER)
-        elif amount is None:
-            refusals.append(Reason.MISSING_SUM)
+        revenue = _amount_rule("revenue/", shop, amount, (Reason.MISSING_SUM, Reason.INVALID_SUM), _units)
+        if isinstance(revenue, Reason):
+            refusals.append(revenue)
         else:
-            units = _units(amount)
-            if units is None:
-                refusals.append(Reason.INVALID_SUM)
-            else:
-                counted.append((name, units, None))
-    name = None if shop is None else _rendered("amounts/", shop)
-    if shop is None:
-        refusals.append(Reason.MISSING_COUNTER)
-    elif name is None:
-        refusals.append(Reason.INVALID_COUNTER)
-    elif amount is None:
-        refusals.append(Reason.MISSING_HISTOGRAM)
+            counted.append((revenue[0], revenue[1], None))
+    amounts = _amount_rule("amounts/", shop, amount, (Reason.MISSING_HISTOGRAM, Reason.INVALID_HISTOGRAM), _histogram_value)
+    if isinstance(amounts, Reason):
+        refusals.append(amounts)
     else:
-        value = _histogram_value(amount)
-        if value is None:
-            refusals.append(Reason.INVALID_HISTOGRAM)
-        else:
-            counted.append((name, None, value))
+        counted.append((amounts[0], None, amounts[1]))
     return counted, refusals
+
+
+def _amount_rule(
+    prefix: str, shop: dict | None, amount: dict | None, reasons: tuple[Reason, Reason], take: Any
+) -> tuple[str, Any] | Reason:
+    """A rule counting into prefix + shop that takes the amount (``take``: what it takes, None when refused):
+    (counter, what it took), or the reason it refuses: the counter's, then ``reasons`` (missing, invalid)."""
+    name = None if shop is None else _rendered(prefix, shop)
+    if shop is None:
+        return Reason.MISSING_COUNTER
+    if name is None:
+        return Reason.INVALID_COUNTER
+    if amount is None:
+        return reasons[0]
+    taken = take(amount)
+    return reasons[1] if taken is None else (name, taken)
 
 
 def _histogram_value(amount: dict[str, Any]) -> Decimal | None:
