@@ -6,9 +6,11 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-``python -m bench scale`` runs the scale model alone (about a minute), and
+``python -m bench scale`` runs the scale model alone (about a minute),
 ``python -m bench read-api`` the read API's load test alone (about two
-minutes); each replaces only its own figures in the file(s) it writes.
+minutes), and ``python -m bench histogram`` the histogram rule beside the same
+rule without it (under two minutes); each replaces only its own figures in the
+file(s) it writes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import latency, read_api, reads, scale, speed, workloads, writes
+from bench import aggregates, latency, read_api, reads, scale, speed, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -152,6 +154,7 @@ def run() -> dict[str, Any]:
             workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
         ),
     )
+    results.update(timed("histogram rule", lambda: histogram_results(settings, config)))
     mock_events = list(mock.events())
     results["reads"] = timed(
         "reads",
@@ -178,6 +181,20 @@ def run() -> dict[str, Any]:
     return results
 
 
+def histogram_results(settings: Settings | None = None, config: DeliveryConfig | None = None) -> dict[str, Any]:
+    """The fan-out with and without a histogram rule, and a day of it at a lower rate (full hours: what a 24 h
+    read meets), and what a histogram bucket weighs by the spread of its values."""
+    if settings is None or config is None:
+        settings, config, _ = deployment()
+    return {
+        "histogram": {
+            "fan_out": aggregates.histogram_costs(settings, config),
+            "fan_out_day": aggregates.histogram_costs(settings, config, providers=10, per_second=2, seconds=25 * 3600),
+            "bucket_size_by_spread": aggregates.bucket_size_by_spread(),
+        }
+    }
+
+
 def scale_results() -> dict[str, Any]:
     return {"scale_model": scale.model_description(), **scale.results()}
 
@@ -188,7 +205,8 @@ def read_api_results() -> dict[str, Any]:
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
-         "read-api": (read_api_results, lambda out, results: report_read_api(out, results))}
+         "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
+         "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"]))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -229,6 +247,8 @@ def report(results: dict[str, Any]) -> None:
         f"transitions: {moved['description']}; {moved['counter_events']:,} counter events; moto stores what the "
         f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
     )
+
+    report_histogram(out, results["histogram"])
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",
@@ -271,6 +291,35 @@ def report(results: dict[str, Any]) -> None:
         table.add_column(column, justify="right")
     for t in results["targets"]:
         table.add_row(t["target"], t["wanted"], f"{t['figure']:,}", "[green]yes[/green]" if t["met"] else "[red]no[/red]")
+    out.print(table)
+
+
+def report_histogram(out: Console, histogram: dict[str, Any]) -> None:
+    table = Table(title="A histogram rule beside the same rule without it (per-provider rule of the fan-out, job durations)")
+    for column in ("workload", "histogram", "WCU / 1k events", "hour bucket bytes mean/max", "bins mean/max",
+                   "minute bucket bytes mean/max", "24 h read RCU batch mean/worst", "range mean/worst"):
+        table.add_column(column, justify="right")
+    for run in (histogram["fan_out"], histogram["fan_out_day"]):
+        for label in ("without", "with"):
+            figures = run[label]
+            hour, minute = figures["per_provider_buckets"]["hour"], figures["per_provider_buckets"]["minute"]
+            batch, ranged = figures["reads_24h"]["batch"], figures["reads_24h"]["range"]
+            table.add_row(
+                run["workload"] if label == "without" else "", label, f"{figures['write_units_per_1000_events']:,}",
+                f"{hour['bytes_mean']:,} / {hour['bytes_max']:,}", f"{hour['bins_mean']} / {hour['bins_max']}",
+                f"{minute['bytes_mean']:,} / {minute['bytes_max']:,}", f"{batch['mean']} / {batch['worst']}",
+                f"{ranged['mean']} / {ranged['worst']}",
+            )
+        ratio = run["with_over_without"]
+        table.add_row("", "with / without", f"{ratio['write_units']}x", "", "", "",
+                      f"{ratio['read_units_batch']}x", f"{ratio['read_units_range']}x")
+    out.print(table)
+    table = Table(title="An hour bucket whose values fill every bin of a spread (bytes; writes cost 1 WCU per KB)")
+    for column in ("spread", "bins", "99 values per bin", "9,999 values per bin", "spread factor"):
+        table.add_column(column, justify="right")
+    for row in histogram["bucket_size_by_spread"]:
+        table.add_row(row["spread"], str(row["bins"]), f"{row.get('bytes_with_99_per_bin', '')}",
+                      f"{row.get('bytes_with_9999_per_bin', '')}", f"{row.get('spread_factor', '')}")
     out.print(table)
 
 
@@ -334,7 +383,7 @@ def report_read_api(out: Console, results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model or the read API's load")
+    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model, the read API's load or the histogram rule")
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     args = parser.parse_args(argv)
     targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)

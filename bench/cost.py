@@ -92,8 +92,9 @@ class WriteMeter:
         return max(self.writes_per_item_slot.values(), default=0)
 
 
-# tally's bucket update (tally.core.commit.bucket_update): ADD terms, the TTL once, the writer's watermark.
-TALLY_UPDATE = re.compile(r"ADD (?P<adds>#a\d+ :a\d+(?:, #a\d+ :a\d+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :w")
+# tally's bucket update (tally.core.commit.bucket_update): ADD terms (count, sum, histogram bins),
+# the TTL once, the writer's watermark.
+TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :w")
 TALLY_CONDITION = "attribute_not_exists(#w) OR #w < :w"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_SUM_UPDATE = (
@@ -197,7 +198,7 @@ class MeteredClient:
         item = {**self.items.get(identity, {}), **key}
         expression = request["UpdateExpression"]
         tally = TALLY_UPDATE.fullmatch(expression)
-        if tally:
+        if tally:  # count, and the sum and histogram bins of the counters that keep them
             for term in tally["adds"].split(", "):
                 name, value = term.split(" ")
                 _add(item, names[name], values[value]["N"])

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
+import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -113,18 +115,28 @@ def hot(per_second: int = 2000, seconds: int = 300) -> Workload:
     return Workload("hot counter", f"1 counter, {per_second} events/s for {seconds // 60} min", events, per_second * seconds)
 
 
-# Jobs as the origin's table holds them, counted three ways: per provider, in all, and revenue of done jobs.
-FAN_OUT_RULES = json.dumps(
-    [
-        {"name": "jobs", "counter": "jobs/{providerId}"},
-        {"name": "jobs-all", "counter": "jobs/all"},
-        {"name": "revenue", "counter": "revenue/{providerId}", "when": {"status": {"equals": "done"}}, "sum": "amount"},
-    ]
-)
+def fan_out_rules(histogram: bool = False) -> str:
+    """Jobs as the origin's table holds them, counted three ways: per provider, in all, and revenue of done jobs
+    (with ``histogram``, the per-provider rule also keeps the distribution of job durations, for quantiles)."""
+    jobs: dict[str, Any] = {"name": "jobs", "counter": "jobs/{providerId}"}
+    if histogram:
+        jobs["histogram"] = "durationMs"
+    revenue = {"name": "revenue", "counter": "revenue/{providerId}", "when": {"status": {"equals": "done"}}, "sum": "amount"}
+    return json.dumps([jobs, {"name": "jobs-all", "counter": "jobs/all"}, revenue])
+
+
+_DURATION_STEPS = 10_007  # a prime: job durations run through its quantiles in a scrambled order
+_NORMAL = statistics.NormalDist()
+
+
+def job_duration_ms(sequence: int) -> int:
+    """Log-normal job durations, median 800 ms and σ 1 (most between 100 ms and 6 s), deterministic by sequence."""
+    z = _NORMAL.inv_cdf((sequence * 7_919 % _DURATION_STEPS + 0.5) / _DURATION_STEPS)
+    return max(1, round(800 * math.exp(z)))
 
 
 def job_image(provider: str, event_ms: int, item_id: str, sequence: int) -> dict[str, Any]:
-    """Seven jobs in ten are done; amounts run through 0.00-99.99 by sequence."""
+    """Seven jobs in ten are done; amounts run through 0.00-99.99 by sequence; durations are log-normal."""
     status = "done" if sequence % 10 < 7 else "failed"
     return {
         "id": {"S": item_id},
@@ -133,6 +145,7 @@ def job_image(provider: str, event_ms: int, item_id: str, sequence: int) -> dict
         "providerId": {"S": provider},
         "status": {"S": status},
         "amount": {"N": f"{sequence % 100}.{sequence * 7 % 100:02d}"},
+        "durationMs": {"N": str(job_duration_ms(sequence))},
     }
 
 
@@ -144,14 +157,18 @@ def job_counters(image: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     return counters
 
 
-def fan_out(providers: int = 100, per_second: int = 200, seconds: int = 600, seed: int = 7) -> Workload:
+def fan_out(
+    providers: int = 100, per_second: int = 200, seconds: int = 600, seed: int = 7, histogram: bool = False
+) -> Workload:
     base = steady(providers, per_second, seconds, seed)
+    duration = f"{seconds // 60} min" if seconds < 2 * 3600 else f"{seconds // 3600} h"
     return Workload(
-        "fan-out",
-        f"{providers} providers, {per_second} jobs/s for {seconds // 60} min, 3 rules per job (one summing)",
+        "fan-out + histogram" if histogram else "fan-out",
+        f"{providers} providers, {per_second} jobs/s for {duration}, 3 rules per job (one summing"
+        + (", with a histogram)" if histogram else ")"),
         base.events,
         base.total,
-        rules=FAN_OUT_RULES,
+        rules=fan_out_rules(histogram),
         image=job_image,
         counters=job_counters,
     )

@@ -18,8 +18,10 @@ which tally is asked with too). The rule it applies, stated once:
   (equals / oneOf: strings to strings, numbers to numbers, booleans to
   booleans; exists: the attribute is there or not), its counter template with
   each {attribute} replaced by the item's string (non-empty) or number (in
-  plain notation, 5.0 as 5) spells C, and, for a summing rule, its "sum"
-  attribute is a number with at most 18 digits before the point and 8 after.
+  plain notation, 5.0 as 5) spells C, for a summing rule, its "sum"
+  attribute is a number with at most 18 digits before the point and 8 after,
+  and, for a histogram rule, its "histogram" attribute is 0 or a number whose
+  magnitude is at least 1E-9 and below 1E18.
   A rule with "becomes" names C when those conditions hold too; a rule with
   its own "time" attribute reads the time there.
 
@@ -198,7 +200,7 @@ def event_minute(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class CounterRule:
-    """The audit's own reading of one counter rule: template pieces, conditions, summed attribute, time.
+    """The audit's own reading of one counter rule: template pieces, conditions, summed and binned attributes, time.
 
     ``unrecountable`` says why the table cannot recount what the rule counts (None when it can).
     """
@@ -209,11 +211,12 @@ class CounterRule:
     strings_only: bool = False
     time: str | None = None  # its own time attribute; None: the table-wide one
     unrecountable: str | None = None
+    histogram: str | None = None
 
     @property
     def attributes(self) -> list[str]:
         names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
-        return list(dict.fromkeys(names + ([self.sum] if self.sum else [])))
+        return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram) if name]))
 
     def could_name(self, counter: str) -> bool:
         """Whether some item could make this rule name ``counter``."""
@@ -241,6 +244,8 @@ class CounterRule:
         if not name or len(name) > MAX_COUNTER_LENGTH or name.startswith("#"):
             return None
         if self.sum is not None and not _summable(item.get(self.sum)):
+            return None
+        if self.histogram is not None and not _binnable(item.get(self.histogram)):
             return None
         return name
 
@@ -271,8 +276,14 @@ def _read_rules(text: str) -> list[CounterRule]:
             ((kind, operand),) = condition.items()
             when.append((attribute, kind, operand if kind != "equals" else [operand]))
         rules.append(
-            CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum"), time=entry.get("time"),
-                        unrecountable=_unrecountable(entry))
+            CounterRule(
+                _pieces(entry["counter"]),
+                tuple(when),
+                entry.get("sum"),
+                time=entry.get("time"),
+                unrecountable=_unrecountable(entry),
+                histogram=entry.get("histogram"),
+            )
         )
     return rules
 
@@ -331,6 +342,14 @@ def _summable(value: Any) -> bool:
         return False
     exponent = number.normalize(_WIDE).as_tuple().exponent
     return isinstance(exponent, int) and exponent >= -8
+
+
+def _binnable(value: Any) -> bool:
+    """0, or a magnitude from 1E-9 up to (not including) 1E18."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int):
+        return False
+    magnitude = Decimal(value).copy_abs()
+    return magnitude == 0 or (magnitude.is_finite() and Decimal("1E-9") <= magnitude < Decimal("1E18"))
 
 
 def recount_items(

@@ -4,6 +4,7 @@
     .venv/bin/python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
     .venv/bin/python scripts/query_window.py page-views --series minute          # every minute of the last 24 h
     .venv/bin/python scripts/query_window.py --prefix jobs/ --window 7d          # counters that counted in a week
+    .venv/bin/python scripts/query_window.py load/home --quantiles 0.5,0.9,0.99  # a histogram rule's counter
 
 A window of length L ending at --at (default now) covers whole minutes: its
 last minute is the one containing at - 1 ms. An end exactly on a minute
@@ -14,7 +15,10 @@ window ending now is answered over whole hours at its start, with a note on
 stderr; one with an explicit --at must end on a whole hour, or take --align.
 
 Counters that a summing counter rule writes (TALLY_RULES) also show their sum
-and average; --json carries them as decimal strings. The table is --table,
+and average; --json carries them as decimal strings. Counters a histogram rule
+writes answer --quantiles: the value of rank ceil(q*n) among the window's n
+values, within 1 %, in total, per hour and per series point, with the bounds
+every value lies within. The table is --table,
 else COUNTS_TABLE, else a stack's outputs (--stack), else tally-counts. Bad
 input exits with status 2 and one line on stderr. A count of 0 says why on
 stderr when it can: a window that has not begun, or a counter without a
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 
 from botocore.exceptions import ClientError
@@ -34,6 +39,7 @@ from rich.table import Table
 
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
+from tally.core.histograms import Histogram, percentile_label
 from tally.core.plans import PlanKind, Series
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.windows import utc_of
@@ -71,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
         help="answer a window with an explicit --at over whole hours where its minutes have expired",
     )
     parser.add_argument("--consistent", action="store_true", help="strongly consistent reads")
+    parser.add_argument(
+        "--quantiles", metavar="Q,Q,...", help="quantiles of histogram counters, e.g. 0.5,0.9,0.99 (each from 0 to 1)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
     parser.add_argument("--table", dest="counts_table", help="counts table name")
     parser.add_argument("--stack", help="read the counts table's name from this deployed tally stack")
@@ -83,16 +92,29 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.counters) == (args.prefix is not None):
         parser().error("name the counters, or list them with --prefix, not both")
     options = read_options(
-        window=args.window, at=args.at, series=args.series, plan=args.plan, align=args.align, consistent=args.consistent
+        window=args.window,
+        at=args.at,
+        series=args.series,
+        plan=args.plan,
+        align=args.align,
+        consistent=args.consistent,
+        quantiles=args.quantiles,
     )
     reader, results = query(args, options)
-    for note in reader.notes(results) if results else [f"no counter starting with {args.prefix!r} counted anything"]:
+    notes = reader.notes(results) if results else [f"no counter starting with {args.prefix!r} counted anything"]
+    notes += [
+        f"{result.counter!r} keeps no histogram (no rule with 'histogram' writes it, and no bucket read holds bins): "
+        "no quantiles"
+        for result in results
+        if options.quantiles and result.histogram is None
+    ]
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         for result in results:
             print(json.dumps(result.as_json()))
     elif results:
-        show(results, charts=args.prefix is None or args.series is not None)
+        show(results, charts=args.prefix is None or args.series is not None, quantiles=options.quantiles)
     return 0
 
 
@@ -110,19 +132,36 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
         raise
 
 
-def show(results: list[WindowCount], charts: bool = True) -> None:
+def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[str] = ()) -> None:
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     summing = any(result.sum is not None for result in results)
-    columns = ("counter", "total", *(("sum", "average") if summing else ()), "plan", "keys", "requests", "items read")
+    binning = list(quantiles) if any(result.histogram is not None for result in results) else []
+    columns = (
+        "counter",
+        "total",
+        *(("sum", "average") if summing else ()),
+        *map(percentile_label, binning),
+        *(("low", "high") if binning else ()),
+        "plan",
+        "keys",
+        "requests",
+        "items read",
+    )
     for column in columns:
         summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
     for result in results:
         sums = (text_of(result.sum) or "", text_of(result.average) or "") if summing else ()
+        histogram = result.histogram
+        bounds = ()
+        if binning:
+            bounds = (text_of(histogram.low) or "", text_of(histogram.high) or "") if histogram else ("", "")
         summary.add_row(
             escape(result.counter),
             f"{result.total:,}",
             *sums,
+            *quantile_cells(histogram, binning),
+            *bounds,
             result.plan.value,
             str(result.keys),
             str(result.requests),
@@ -135,25 +174,37 @@ def show(results: list[WindowCount], charts: bool = True) -> None:
         elif len(_hours(result)) > MAX_HOUR_ROWS:
             out.print(day_chart(result))
         else:
-            out.print(hour_chart(result))
+            out.print(hour_chart(result, binning))
 
 
-def hour_chart(result: WindowCount) -> Table:
-    """The window's count per hour as bars (first and last hour may be partial)."""
-    chart = Table(title=escape(f"{result.counter} per hour"), show_header=False, box=None, pad_edge=False)
+def quantile_cells(histogram: Histogram | None, quantiles: Sequence[str]) -> list[str]:
+    if histogram is None:
+        return [""] * len(quantiles)
+    return [text_of(histogram.quantile(q)) or "" for q in quantiles]
+
+
+def hour_chart(result: WindowCount, quantiles: Sequence[str] = ()) -> Table:
+    """The window's count per hour as bars (first and last hour may be partial); sums and quantiles beside them,
+    under a header that names them."""
+    by_hour = result.histogram_by_hour if quantiles else None
+    header = result.sum_by_hour is not None or by_hour is not None
+    chart = Table(title=escape(f"{result.counter} per hour"), show_header=header, box=None, pad_edge=False)
     chart.add_column("hour", style="dim")
-    chart.add_column("bar")
+    chart.add_column("")
     chart.add_column("count", justify="right")
     if result.sum_by_hour is not None:
         chart.add_column("sum", justify="right")
         chart.add_column("average", justify="right")
+    for q in quantiles if by_hour is not None else ():
+        chart.add_column(percentile_label(q), justify="right")
     peak = max(result.by_hour.values(), default=0) or 1
     for hour in _hours(result):
         count = result.by_hour.get(hour, 0)
         sums = ()
         if result.sum_by_hour is not None:
             sums = (text_of(result.sum_by_hour.get(hour)) or "0", text_of(result.average_in_hour(hour)) or "")
-        chart.add_row(_label(hour), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums)
+        cells = quantile_cells(by_hour.get(hour, Histogram({})), quantiles) if by_hour is not None else ()
+        chart.add_row(_label(hour), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums, *cells)
     return chart
 
 

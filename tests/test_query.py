@@ -1,6 +1,8 @@
 """count_windows on moto, fed by the real handler path: both plans against brute force."""
 
+import json
 import random
+from decimal import Decimal
 
 import boto3
 import pytest
@@ -8,13 +10,15 @@ from freezegun import freeze_time
 from moto import mock_aws
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
-from factories import counter_record, window_event
+from factories import counter_record, image, stream_record, window_event
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.core.plans import PlanKind, WindowUnavailable
+from tally.core.plans import PlanKind, Series, WindowUnavailable
 from tally.query import count_windows, validate_query_counter
 
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.buckets import iso_minute
+from tally.core.rules import parse_rules
 from tally.core.windows import QueryError, Window, parse_instant
 
 NOW = parse_instant("2026-11-22T14:37:12Z")
@@ -153,3 +157,40 @@ def test_with_bucket_lanes_shards_write_apart_and_both_plans_sum_the_lanes():
             for plan in PlanKind:
                 [result] = count_windows(table, ["hot"], at_ms=at, length_ms=90 * MINUTE_MS, plan=plan)
                 assert result.total == brute_force(events, "hot", window), (offset, plan)
+
+
+def test_quantiles_in_json_keep_the_quantiles_as_written_and_answer_null_for_an_empty_window():
+    rules = parse_rules(json.dumps([{"name": "load", "counter": "load/{page}", "histogram": "ms"}, {"counter": "all"}]))
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, "q-events", "q-counts")
+        settings = Settings(counts_table="q-counts", events_table="q-events", rules=rules)
+        table = CountsTable(client, "q-counts", settings, backoff=no_sleep_backoff)
+        values = [Decimal(v) for v in (20, 35, 35, 80, 400, 2900)]
+        records = [
+            stream_record(image(id=str(n), ts=NOW - n * MINUTE_MS, page="home", ms=v), arrival_s=NOW / 1000)
+            for n, v in enumerate(values)
+        ]
+        process(window_event(records, final=True), table.commit, settings)
+
+        asked = ["0.5", "0.50", "1", "0"]
+        counters = ["load/home", "load/none", "all"]
+        home, other, everything = count_windows(table, counters, now=NOW, quantiles=asked, series=Series.MINUTE)
+        as_json = home.as_json()
+        assert list(as_json["quantiles"]) == asked
+        answers = {q: Decimal(text) for q, text in as_json["quantiles"].items()}
+        for q, truth in {"0.5": 35, "0.50": 35, "1": 2900, "0": 20}.items():
+            assert abs(answers[q] - truth) <= truth / 100, q
+        low, high = Decimal(as_json["bounds"]["low"]), Decimal(as_json["bounds"]["high"])
+        assert Decimal("19.6") < low <= 20 and 2900 <= high < Decimal("2958")
+        assert list(as_json["quantiles_by_hour"]) == list(as_json["by_hour"])
+        points = {point["start"]: point["quantiles"] for point in as_json["series"]}
+        five_ago = points[iso_minute((NOW - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS)]  # the minute of the 2900
+        assert list(five_ago) == asked and all(abs(Decimal(v) - 2900) <= 29 for v in five_ago.values())
+        assert all(q is None for q in points[iso_minute(NOW - 30 * MINUTE_MS)].values())  # a minute with no values
+
+        empty = other.as_json()  # a rule could write it: its empty window answers null
+        assert empty["quantiles"] == dict.fromkeys(asked) and empty["bounds"] == {"low": None, "high": None}
+        assert "quantiles" not in everything.as_json()  # no histogram rule writes it
+        [unasked] = count_windows(table, ["load/home"], now=NOW)
+        assert "quantiles" not in unasked.as_json() and unasked.histogram.total == len(values)

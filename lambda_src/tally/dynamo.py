@@ -32,6 +32,7 @@ from tally.core.commit import (
 from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys
 from tally.core.directory import Entry, day_partition, entries_of, entry_item
 from tally.core.amounts import stored_units
+from tally.core.histograms import is_bin
 from tally.core.retry import Backoff, commit_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
@@ -97,18 +98,24 @@ class PublishedSettings:
 
 @dataclass
 class Fetched:
-    """Counts (and the sums of summing counters' buckets, in units) read for some keys, and what that cost."""
+    """Counts (and the sums of summing counters' buckets, in units, and the bins of histogram
+    counters' buckets) read for some keys, and what that cost."""
 
     counts: dict[Key, int] = field(default_factory=dict)
     sums: dict[Key, int] = field(default_factory=dict)
+    bins: dict[Key, dict[str, int]] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
 
     def add(self, key: Key, item: dict[str, Any]) -> None:
-        """One item read: a bucket, or one lane of it (lanes add up, sums as counts)."""
+        """One item read: a bucket, or one lane of it (lanes add up, sums and bins as counts)."""
         self.counts[key] = self.counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
         if SUM_ATTRIBUTE in item:
             self.sums[key] = self.sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
+        for name, value in item.items():
+            if is_bin(name):
+                bins = self.bins.setdefault(key, {})
+                bins[name] = bins.get(name, 0) + int(value["N"])
         self.items += 1
 
 
@@ -286,6 +293,8 @@ class CountsTable:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.
 
         With bucket lanes, every lane of every bucket is read and a bucket's count is the sum of its lanes.
+        Reads take whole items: a projection cannot name histogram bins it does not know, and DynamoDB
+        charges a read by the whole item anyway.
         """
         fetched = Fetched()
         lanes = self.settings.bucket_lanes
@@ -293,19 +302,7 @@ class CountsTable:
         for start in range(0, len(unique), BATCH_GET_LIMIT):
             pending = [_key(pk, sk) for pk, sk in unique[start : start + BATCH_GET_LIMIT]]
             for _ in self.backoff().pauses():
-                request = {
-                    self.table_name: {
-                        "Keys": pending,
-                        "ConsistentRead": consistent,
-                        "ProjectionExpression": "#pk, #sk, #count, #sum",
-                        "ExpressionAttributeNames": {
-                            "#pk": COUNTS_TABLE.partition_key,
-                            "#sk": COUNTS_TABLE.sort_key,
-                            "#count": COUNT_ATTRIBUTE,
-                            "#sum": SUM_ATTRIBUTE,
-                        },
-                    }
-                }
+                request = {self.table_name: {"Keys": pending, "ConsistentRead": consistent}}
                 response = self._call(self.client.batch_get_item, RequestItems=request)
                 fetched.requests += 1
                 for item in response.get("Responses", {}).get(self.table_name, []):
@@ -318,20 +315,17 @@ class CountsTable:
         return fetched
 
     def query(self, counter: str, first_sk: str, last_sk: str, consistent: bool = False) -> Fetched:
-        """Counts of every bucket of ``counter`` with first_sk <= sk <= last_sk, all pages (lanes summed)."""
+        """Counts of every bucket of ``counter`` with first_sk <= sk <= last_sk, all pages (lanes summed).
+
+        Whole items, as ``batch_get`` reads them.
+        """
         fetched = Fetched()
         if self.settings.bucket_lanes > 1:
             last_sk = last_lane_bound(last_sk)
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
-            "ProjectionExpression": "#sk, #count, #sum",
-            "ExpressionAttributeNames": {
-                "#pk": COUNTS_TABLE.partition_key,
-                "#sk": COUNTS_TABLE.sort_key,
-                "#count": COUNT_ATTRIBUTE,
-                "#sum": SUM_ATTRIBUTE,
-            },
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
             "ExpressionAttributeValues": {":pk": {"S": counter}, ":first": {"S": first_sk}, ":last": {"S": last_sk}},
             "ConsistentRead": consistent,
         }

@@ -4,6 +4,7 @@
     [result] = count_windows(table, ["page-views"], length_ms=DAY_MS)    # last 24 h, batch plan
     result.total, result.start, result.end, result.by_hour             # aware UTC datetimes
     result.sum, result.average, result.sum_by_hour                     # exact Decimals (None when it does not sum)
+    result.histogram.quantile("0.99"), result.histogram_by_hour        # for a histogram counter (else None)
 
 It speaks epoch milliseconds and takes ``now`` from its caller (tests pin it);
 ``tally.Reader`` is the documented way in. With several counters the batch
@@ -20,8 +21,10 @@ from decimal import Decimal
 
 from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute
+from tally.core.histograms import Histogram
 from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
 from tally.core.records import InvalidCounter, Reason, validate_counter
+from tally.core.rules import Rules
 from tally.core.segments import REJECTED_COUNTER_PREFIX
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.sums import Point, PlanTotals, series_of, sum_plan
@@ -40,6 +43,7 @@ class SeriesPoint:
     start: datetime
     count: int
     sum: Decimal | None = None  # for a summing counter
+    histogram: Histogram | None = None  # for a histogram counter
 
     @property
     def average(self) -> Decimal | None:
@@ -47,11 +51,13 @@ class SeriesPoint:
             return None
         return average_of(self.sum, self.count)
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
         point: dict[str, object] = {"start": iso_minute(_ms(self.start)), "count": self.count}
         if self.sum is not None:
             point["sum"] = text_of(self.sum)
             point["average"] = text_of(self.average)
+        if self.histogram is not None and quantiles:
+            point["quantiles"] = quantiles_json(self.histogram, quantiles)
         return point
 
 
@@ -73,6 +79,9 @@ class WindowCount:
     series_unit: Series | None = None
     aligned: bool = False  # the window answered holds the one asked, moved out to whole hours
     asked: Window | None = None  # the window asked, when it was aligned
+    histogram: Histogram | None = None  # for a histogram counter: its values in the window, for quantiles
+    histogram_by_hour: dict[datetime, Histogram] | None = None
+    quantiles: tuple[str, ...] = ()  # the quantiles asked, as written ("0.99"): what ``as_json`` answers
 
     @property
     def start(self) -> datetime:
@@ -95,7 +104,12 @@ class WindowCount:
         return average_of(self.sum_by_hour.get(hour, Decimal(0)), self.by_hour[hour])
 
     def as_json(self) -> dict[str, object]:
-        """Counts as JSON numbers; sums and averages as decimal strings, so no JSON parser rounds them."""
+        """Counts as JSON numbers; sums, averages and quantiles as decimal strings, so no JSON parser rounds them.
+
+        For a histogram counter, the quantiles asked key ``quantiles`` as written (null for an empty window),
+        ``bounds`` hold the lowest and highest value its window may hold, and the hours and series points
+        carry their quantiles too.
+        """
         result: dict[str, object] = {
             "counter": self.counter,
             "start": iso_minute(self.window.start_ms),
@@ -105,6 +119,11 @@ class WindowCount:
         if self.sum is not None:
             result["sum"] = text_of(self.sum)
             result["average"] = text_of(self.average)
+        quantiles = self.quantiles if self.histogram is not None else ()
+        if quantiles:
+            assert self.histogram is not None
+            result["quantiles"] = quantiles_json(self.histogram, quantiles)
+            result["bounds"] = {"low": text_of(self.histogram.low), "high": text_of(self.histogram.high)}
         result.update(
             {
                 "aligned": self.aligned,
@@ -118,9 +137,18 @@ class WindowCount:
         if self.sum_by_hour is not None:
             result["sum_by_hour"] = {_iso(hour): text_of(value) for hour, value in self.sum_by_hour.items()}
             result["average_by_hour"] = {_iso(hour): text_of(self.average_in_hour(hour)) for hour in self.by_hour}
+        if self.histogram_by_hour is not None and quantiles:
+            result["quantiles_by_hour"] = {
+                _iso(hour): quantiles_json(histogram, quantiles) for hour, histogram in self.histogram_by_hour.items()
+            }
         if self.series is not None:
-            result["series"] = [point.as_json() for point in self.series]
+            result["series"] = [point.as_json(quantiles) for point in self.series]
         return result
+
+
+def quantiles_json(histogram: Histogram, quantiles: Sequence[str]) -> dict[str, str | None]:
+    """Each quantile as written -> its value as a decimal string, or None when the histogram holds none."""
+    return {q: text_of(histogram.quantile(q)) for q in quantiles}
 
 
 def validate_query_counter(name: str) -> str:
@@ -149,11 +177,13 @@ def count_windows(
     now: int | None = None,
     series: Series | None = None,
     align: bool = False,
+    quantiles: Sequence[str] = (),
 ) -> list[WindowCount]:
     """Count each counter over the window of ``length_ms`` ending at ``at_ms`` (default: now).
 
     ``align``: answer a window whose edges reach past the minute retention over
     whole hours there (``align_to_retention``) instead of refusing it.
+    ``quantiles``: what the results' ``as_json`` answers for histogram counters.
     """
     for counter in counters:
         validate_query_counter(counter)
@@ -161,7 +191,7 @@ def count_windows(
     asked, window = answered_window(length_ms, at_ms, now, align, table.settings)
     series = Series(series) if series is not None else None
     the_plan = make_plan(window, now, table.settings, PlanKind(plan), series)
-    context = _Context(the_plan, series, asked if window != asked else None)
+    context = _Context(the_plan, series, asked if window != asked else None, tuple(quantiles))
     if the_plan.kind is PlanKind.BATCH:
         return _by_batch(table, counters, context, consistent)
     return _by_range(table, counters, context, consistent)
@@ -180,12 +210,13 @@ class _Context:
     plan: Plan
     series: Series | None
     asked: Window | None
+    quantiles: tuple[str, ...] = ()
 
 
 def _by_batch(table: CountsTable, counters: Sequence[str], context: _Context, consistent: bool) -> list[WindowCount]:
     keys = [(counter, bucket.sort_key) for counter in dict.fromkeys(counters) for bucket in context.plan.buckets]
     fetched = table.batch_get(keys, consistent)
-    return [_result(counter, context, fetched, table.settings.counter_rules.sums(counter)) for counter in counters]
+    return [_result(counter, context, fetched, table.settings.counter_rules) for counter in counters]
 
 
 def _by_range(table: CountsTable, counters: Sequence[str], context: _Context, consistent: bool) -> list[WindowCount]:
@@ -196,19 +227,22 @@ def _by_range(table: CountsTable, counters: Sequence[str], context: _Context, co
             part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent)
             fetched.counts.update(part.counts)
             fetched.sums.update(part.sums)
+            fetched.bins.update(part.bins)
             fetched.requests += part.requests
             fetched.items += part.items
-        results.append(_result(counter, context, fetched, table.settings.counter_rules.sums(counter)))
+        results.append(_result(counter, context, fetched, table.settings.counter_rules))
     return results
 
 
-def _result(counter: str, context: _Context, fetched: Fetched, sums: bool) -> WindowCount:
-    """``sums``: a rule sums this counter; a bucket that carries a sum says so too."""
+def _result(counter: str, context: _Context, fetched: Fetched, rules: Rules) -> WindowCount:
+    """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does."""
     plan = context.plan
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
-    totals = sum_plan(plan, counts, units)
-    summing = sums or bool(units)
+    bins = {sk: value for (pk, sk), value in fetched.bins.items() if pk == counter}
+    totals = sum_plan(plan, counts, units, bins)
+    summing = rules.sums(counter) or bool(units)
+    binning = rules.keeps_histogram(counter) or bool(bins)
     return WindowCount(
         counter=counter,
         window=plan.window,
@@ -220,21 +254,35 @@ def _result(counter: str, context: _Context, fetched: Fetched, sums: bool) -> Wi
         items_read=len(counts),
         sum=decimal_of(totals.units) if summing else None,
         sum_by_hour={utc_of(h * HOUR_MS): decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
-        series=_series(context, totals, counts, units, summing),
+        series=_series(context, totals, counts, units, bins, summing, binning),
         series_unit=context.series,
         aligned=context.asked is not None,
         asked=context.asked,
+        histogram=Histogram(totals.bins) if binning else None,
+        histogram_by_hour={utc_of(h * HOUR_MS): Histogram(b) for h, b in totals.bins_by_hour.items()} if binning else None,
+        quantiles=context.quantiles,
     )
 
 
 def _series(
-    context: _Context, totals: PlanTotals, counts: dict[str, int], units: dict[str, int], summing: bool
+    context: _Context,
+    totals: PlanTotals,
+    counts: dict[str, int],
+    units: dict[str, int],
+    bins: dict[str, dict[str, int]],
+    summing: bool,
+    binning: bool,
 ) -> tuple[SeriesPoint, ...] | None:
     if context.series is None:
         return None
-    points: list[Point] = series_of(context.plan, context.series, totals, counts, units)
+    points: list[Point] = series_of(context.plan, context.series, totals, counts, units, bins)
     return tuple(
-        SeriesPoint(utc_of(point.start_ms), point.count, decimal_of(point.units) if summing else None)
+        SeriesPoint(
+            utc_of(point.start_ms),
+            point.count,
+            decimal_of(point.units) if summing else None,
+            Histogram(point.bins) if binning else None,
+        )
         for point in points
     )
 

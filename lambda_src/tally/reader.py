@@ -19,10 +19,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.core.histograms import InvalidQuantile, parse_quantile
 from tally.core.plans import PlanKind, Series
 from tally.core.rules import ENV_RULES
 from tally.core.settings import (
@@ -58,6 +60,7 @@ class ReadOptions:
     plan: PlanKind = PlanKind.BATCH
     align: bool | None = None
     consistent: bool = False
+    quantiles: tuple[str, ...] = ()  # as written ("0.99"): the results of histogram counters answer them
 
     def as_kwargs(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -75,13 +78,15 @@ def read_options(
     plan: PlanKind | str | None = None,
     align: bool | str | None = None,
     consistent: bool | str | None = None,
+    quantiles: Sequence[str] | str | None = None,
 ) -> ReadOptions:
     """Options given as Python values or as text (a command line, a query string) -> ReadOptions.
 
     window: timedelta or "90m" / "24h" / "7d" / "1d12h"; at: aware datetime,
     ISO-8601 with an offset, or "now"; series: "minute" / "hour" / "none";
     plan: "batch" / "range"; align: True / False / None or "true" / "false" /
-    "auto"; consistent: bool or "true" / "false". None or "" means the default.
+    "auto"; consistent: bool or "true" / "false"; quantiles: "0.5,0.99" or a list
+    of them, each from 0 to 1, kept as written. None or "" means the default.
     Raises QueryError naming the fix; no I/O.
     """
     length_ms = DEFAULT_LENGTH_MS if _unset(window) else length_ms_of(window)
@@ -95,6 +100,7 @@ def read_options(
         plan=PlanKind.BATCH if _unset(plan) else _choice(PlanKind, plan, "plan"),
         align=None if _unset(align) or _is(align, "auto") else _flag(align, "align", "auto"),
         consistent=False if _unset(consistent) else _flag(consistent, "consistent"),
+        quantiles=() if _unset(quantiles) else _quantiles(quantiles),
     )
 
 
@@ -197,6 +203,7 @@ class Reader:
             now=now,
             series=chosen.series,
             align=chosen.aligns(),
+            quantiles=chosen.quantiles,
         )
 
     def notes(self, results: Sequence[WindowCount]) -> list[str]:
@@ -269,6 +276,22 @@ def _length_ms(chosen: ReadOptions) -> int:
 
 def _at_ms(chosen: ReadOptions) -> int | None:
     return None if chosen.at is None else end_ms_of(chosen.at)
+
+
+def _quantiles(value: object) -> tuple[str, ...]:
+    """Quantiles as written, each checked: text keys the JSON answer exactly as the user wrote it."""
+    texts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(texts, Sequence):
+        raise QueryError(f"quantiles must be like 0.5,0.9,0.99, got {value!r}")
+    written = []
+    for q in texts:
+        text = q.strip() if isinstance(q, str) else str(q) if isinstance(q, int | float | Decimal) else None
+        try:
+            parse_quantile(text if text is not None else "")
+        except InvalidQuantile as error:
+            raise QueryError(f"{error}: write quantiles like 0.5,0.9,0.99") from None
+        written.append(text)
+    return tuple(dict.fromkeys(written))
 
 
 def _unset(value: object) -> bool:

@@ -79,7 +79,7 @@ def test_an_update_is_charged_for_the_whole_item_not_the_change():
 
 def tally_updates(first: str, writer: Writer = Writer.of_shard("arn", "shardId-1")):
     segment = Segment(first, 1_795_000_000_000, first, records=1)
-    segment.add(first, [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), 150_000_000)])
+    segment.add(first, [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), 150_000_000, None)])
     hours, minutes = segment_updates(segment, writer, "counts", Settings())
     return hours + minutes
 
@@ -123,7 +123,7 @@ def test_the_fan_out_workload_costs_what_moto_stores_and_writes_each_bucket_once
     from tally.local.delivery import DeliveryConfig
     from tally.core.settings import Settings
 
-    workload = workloads.fan_out(providers=4, per_second=2, seconds=240)
+    workload = workloads.fan_out(providers=4, per_second=2, seconds=240, histogram=True)  # bins metered too
     config = DeliveryConfig(batch_size=100, window_seconds=60)
     checked = writes.verify_against_moto(workload, Settings(), config)
     assert checked["tally_matches_moto"] and checked["origin_matches_moto"] and checked["dedup_matches_moto"]

@@ -24,8 +24,9 @@ from tally.core.commit import (
     segment_updates,
     source_id,
 )
+from tally.core.histograms import bin_of
 from tally.core.retry import Backoff
-from tally.core.segments import Segment
+from tally.core.segments import MAX_ITEM_BINS, Segment
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
@@ -209,3 +210,28 @@ def test_items_of_the_previous_releases_committed_transactions_are_skipped():
     assert [len(step.keys) for step in log if isinstance(step, ReadMarkers)] == [1, 3]
     assert sorted(sent) == sorted(parts[2])
     assert (result.applied, result.already_applied) == (3, 198)
+
+
+def test_histogram_bins_are_added_beside_the_count_in_the_same_update():
+    item = ("load", MINUTE)
+    bins = {bin_of(Decimal(5)): 2, bin_of(Decimal(-5)): 1, bin_of(0): 2}
+    with_bins = Segment("100", T0, "102", 3, deltas={item: 5}, sums={item: 0}, bins={item: bins})
+    [[], [update]] = segment_updates(with_bins, WRITER, "counts", Settings())
+    request = update.request
+    expression = request["UpdateExpression"]
+    assert expression.startswith("ADD #a0 :a0, #a1 :a1, ") and expression.endswith(" SET #ttl = if_not_exists(#ttl, :ttl), #w = :w")
+    assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"  # bins share the item's watermark
+    names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
+    added = dict(term.split(" ") for term in expression[len("ADD ") : expression.index(" SET")].split(", "))
+    assert {names[name]: int(values[value]["N"]) for name, value in added.items() if name not in ("#a0", "#a1")} == bins
+    assert len([name for name in values if name.startswith(":b")]) == 2  # one value per distinct count
+
+
+def test_an_update_naming_the_most_bins_a_segment_allows_fits_in_dynamodbs_expression_limit():
+    item = ("x" * 255, MINUTE)
+    # The widest placeholders: every bin a distinct count.
+    bins = {bin_of(-Decimal(1.03**k)): 10**6 + k for k in range(MAX_ITEM_BINS)}
+    wide = Segment("100", T0, "100", 1, deltas={item: 1}, sums={item: 10**20}, bins={item: bins})
+    [[], [update]] = segment_updates(wide, WRITER, "counts", Settings())
+    assert len(bins) == MAX_ITEM_BINS
+    assert len(update.request["UpdateExpression"].encode()) <= 4096 - 512  # room to spare for other terms

@@ -5,6 +5,7 @@ import pytest
 
 from factories import image, stream_record
 from tally.core.amounts import InvalidAmount, average_of, decimal_of, units_of
+from tally.core.histograms import bin_of
 from tally.core.records import CounterEvent, Reason, Rejection, parse_image, parse_item, parse_record
 from tally.core.rules import MAX_COUNTER_LENGTH, RulesError, parse_rules
 from tally.core.settings import Settings, SettingsError
@@ -57,6 +58,12 @@ def settings_with(*entries, **kwargs):
             "rule 2 ('c'): field 'sum': counter 'v/{u}' is also written by rule 'r'",
         ),
         (json.dumps([{"counter": f"c{i}"} for i in range(26)]), "holds 26 rules, at most 25"),
+        ('[{"counter": "a", "histogram": ""}]', "field 'histogram': must be an attribute name"),
+        ('[{"counter": "a", "histogram": ["ms"]}]', "field 'histogram': must be an attribute name"),
+        (
+            '[{"name": "r", "counter": "v/{u}", "histogram": "ms"}, {"name": "c", "counter": "v/{u}"}]',
+            "rule 2 ('c'): field 'histogram': counter 'v/{u}' is also written by rule 'r'",
+        ),
         ('[{"counter": "a", "becomes": {}}]', "field 'becomes': needs at least one condition"),
         ('[{"counter": "a", "becomes": "done"}]', "field 'becomes': must map attribute names"),
         ('[{"counter": "a", "becomes": {"s": {"is": 1}}}]', "field 'becomes.s': must be one of"),
@@ -278,6 +285,36 @@ def test_summing_counters_are_known_from_the_rules():
     assert parsed.sums("revenue/p1") and not parsed.sums("jobs/p1") and not parsed.sums("revenue/")
 
 
+LOAD = {"name": "load", "counter": "load/{page}", "sum": "ms", "histogram": "ms"}
+
+
+def test_a_histogram_rule_adds_its_value_to_a_bin_beside_the_count_and_sum():
+    settings = settings_with(LOAD, {"name": "spread", "counter": "spread", "histogram": "size"})
+    item = {"ts": ARRIVAL_MS, "page": "home", "ms": Decimal("312.5"), "size": -4}
+    assert parse_item(item, ARRIVAL_MS, "5", settings) == [
+        CounterEvent("load/home", ARRIVAL_MS, "5", ARRIVAL_MS, 31_250_000_000, bin=bin_of(Decimal("312.5"))),
+        CounterEvent("spread", ARRIVAL_MS, "5", ARRIVAL_MS, bin=bin_of(-4)),
+    ]
+    assert {"ms", "size"} <= set(settings.image_attributes)
+    assert rules(LOAD).keeps_histogram("load/x") and not rules(LOAD).keeps_histogram("jobs/x")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, Reason.MISSING_HISTOGRAM),
+        ("fast", Reason.INVALID_HISTOGRAM),
+        (Decimal("1E18"), Reason.INVALID_HISTOGRAM),
+        (Decimal("1E-12"), Reason.INVALID_HISTOGRAM),
+    ],
+)
+def test_a_value_a_histogram_cannot_take_refuses_the_event_for_that_rule(value, reason):
+    settings = settings_with({"name": "spread", "counter": "spread", "histogram": "size"}, {"name": "all", "counter": "all"})
+    item = {"ts": ARRIVAL_MS} if value is None else {"ts": ARRIVAL_MS, "size": value}
+    counted, refused = parse_item(item, ARRIVAL_MS, "5", settings)
+    assert counted == CounterEvent("all", ARRIVAL_MS, "5", ARRIVAL_MS)
+    assert (refused.rule, refused.reason) == ("spread", reason) and reason.is_rejection
+    assert "'size'" in refused.detail
 # --- record kinds, transitions and per-rule time: how rules read ---------------------------------
 
 DONE = {"name": "done", "counter": "done/{providerId}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"}

@@ -1,9 +1,20 @@
 import json
+from decimal import Decimal
+
+import pytest
 
 from factories import counter_record, stream_record
 from tally.core.buckets import Bucket
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
-from tally.core.segments import STATE_BUDGET_BYTES, Segment, SegmentFolder, contribution
+from tally.core.histograms import bin_of
+from tally.core.segments import (
+    MAX_ITEM_BINS,
+    STATE_BUDGET_BYTES,
+    Segment,
+    SegmentFolder,
+    UnreadableState,
+    contribution,
+)
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
@@ -23,13 +34,14 @@ def test_an_event_adds_one_to_its_minute_and_its_hour():
         ("c", Bucket.of_minute((T0 + 61_000) // MINUTE_MS)),
         ("c", Bucket.of_hour(T0 // HOUR_MS)),
         None,
+        None,
     )
 
 
 def test_a_rejection_counts_under_its_reserved_counter_by_arrival_time():
     rejection = Rejection(Reason.LATE_EVENT, "old", "9", T0 + 5)
-    minute, hour, units = contribution(rejection)
-    assert [minute[0], hour[0], units] == ["#rejected#late_event"] * 2 + [None]
+    minute, hour, units, bin = contribution(rejection)
+    assert [minute[0], hour[0], units, bin] == ["#rejected#late_event"] * 2 + [None, None]
     assert contribution(rejection)[0][1] == Bucket.of_minute(T0 // MINUTE_MS)
 
 
@@ -60,8 +72,8 @@ def test_a_segment_grows_to_many_items_and_lists_them_in_key_order():
     segment = folder.close()
     assert len(segment.deltas) == 150 * 8  # 7 minutes and the hour of each counter
     deltas = segment.ordered_deltas()
-    assert sum(delta for _, delta, _ in deltas) == 2 * len(events)
-    keys = [(counter, bucket.sort_key) for (counter, bucket), _, _ in deltas]
+    assert sum(delta for _, delta, _, _ in deltas) == 2 * len(events)
+    keys = [(counter, bucket.sort_key) for (counter, bucket), _, _, _ in deltas]
     assert keys == sorted(keys)  # a retry rebuilds the same updates
 
 
@@ -70,7 +82,7 @@ def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
     folder = SegmentFolder()
     list(folder.fold(one_each(events)))
     hour, minute = ("hot", Bucket.of_hour(T0 // HOUR_MS)), ("hot", Bucket.of_minute(T0 // MINUTE_MS))
-    assert folder.close().ordered_deltas() == [(hour, 10_000, None), (minute, 10_000, None)]
+    assert folder.close().ordered_deltas() == [(hour, 10_000, None, None), (minute, 10_000, None, None)]
 
 
 def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
@@ -140,8 +152,9 @@ def test_one_record_counted_by_several_rules_adds_to_each_counter_once_and_sums_
     minute = Bucket.of_minute(T0 // MINUTE_MS)
     assert segment.deltas[("jobs/all", minute)] == 2
     assert segment.sums == {("jobs/all", minute): 100_000_000, ("jobs/all", Bucket.of_hour(T0 // HOUR_MS)): 100_000_000}
-    assert ("jobs/all", minute, 2, 100_000_000) in [(c, b, d, u) for (c, b), d, u in segment.ordered_deltas()]
-    assert ("jobs/p1", minute, 1, None) in [(c, b, d, u) for (c, b), d, u in segment.ordered_deltas()]
+    entries = [(c, b, d, u) for (c, b), d, u, _ in segment.ordered_deltas()]
+    assert ("jobs/all", minute, 2, 100_000_000) in entries
+    assert ("jobs/p1", minute, 1, None) in entries
 
 
 def test_all_outcomes_of_one_record_land_in_the_same_segment(monkeypatch):
@@ -176,3 +189,61 @@ def test_summing_entries_count_against_the_state_budget():
     list(plain.fold([[event("c", T0, 1)]]))
     list(summing.fold([[event("c", T0, 1, units=10**25)]]))
     assert summing.open.state_bytes - plain.open.state_bytes >= len(json.dumps(str(10**25))) * 2
+
+
+def binned(counter, ms, seq, value):
+    return CounterEvent(counter, ms, str(seq), ms, bin=bin_of(Decimal(value)))
+
+
+def test_histogram_bins_fold_per_item_like_counts():
+    folder = SegmentFolder()
+    list(folder.fold(one_each([binned("load", T0, 1, 120), binned("load", T0 + 1, 2, "120.5"), binned("load", T0, 3, 900)])))
+    segment = folder.close()
+    minute, hour = ("load", Bucket.of_minute(T0 // MINUTE_MS)), ("load", Bucket.of_hour(T0 // HOUR_MS))
+    expected = {bin_of(Decimal(120)): 2, bin_of(Decimal(900)): 1}  # 120 and 120.5 share a bin 2 % wide
+    assert segment.bins == {minute: expected, hour: expected}
+    assert [(item, count, bins) for item, count, _, bins in segment.ordered_deltas()] == [
+        (hour, 3, expected),
+        (minute, 3, expected),
+    ]
+
+
+def test_a_segment_closes_before_an_item_takes_more_bins_than_one_update_can_name():
+    # Values 3 % apart: every one its own bin.
+    events = [binned("wide", T0, i, 1.03**i) for i in range(MAX_ITEM_BINS + 10)]
+    folder = SegmentFolder()
+    closed = list(folder.fold(one_each(events)))
+    assert [len(s.bins[("wide", Bucket.of_hour(T0 // HOUR_MS))]) for s in closed] == [MAX_ITEM_BINS]
+    assert len(folder.open.bins[("wide", Bucket.of_hour(T0 // HOUR_MS))]) == 10
+    assert closed[0].records + folder.open.records == len(events)
+    # Values in bins it holds already never close it.
+    assert list(folder.fold(one_each([binned("wide", T0, 999, 1.03**300)] * 50))) == []
+
+
+def test_bins_survive_the_window_state_and_count_against_its_budget():
+    folder = SegmentFolder()
+    list(folder.fold(one_each([binned("load", T0, 1, 5), binned("load", T0, 2, -5), binned("load", T0, 3, 0)])))
+    list(folder.fold([[event("load", T0, 4, units=5), binned("load", T0, 4, 7)]]))
+    list(folder.fold([[binned("spread", T0, 5, "0.5")]]))  # bins without a sum
+    state = json.loads(json.dumps(folder.open.to_state()))
+    bins_only = ["spread", Bucket.of_minute(T0 // MINUTE_MS).sort_key, 1, None, {"bins": {bin_of(Decimal("0.5")): 1}}]
+    assert bins_only in state["deltas"]
+    assert Segment.from_state(state) == folder.open
+    assert Segment.from_state(state).state_bytes == folder.open.state_bytes
+    assert folder.open.state_bytes >= len(json.dumps(state["deltas"]))
+
+    wide = SegmentFolder()
+    list(wide.fold(one_each([binned(f"c{i % 3}", T0, i, 1.03**i) for i in range(600)])))
+    assert wide.open.state_bytes >= len(json.dumps(wide.open.to_state()))
+
+
+@pytest.mark.parametrize(
+    "aggregates",
+    [{}, [1], {"bins": {}}, {"bins": {"+x": 1}}, {"bins": {"count": 2}}, {"bins": {"+Ab": 0}}, {"bins": {"+Ab": "1"}},
+     {"bins": {"+Ab": 1}, "later": 1}],
+)
+def test_a_state_with_aggregates_it_cannot_read_is_unreadable(aggregates):
+    state = Segment("1", T0, "1", 1, {("c", Bucket.of_hour(T0 // HOUR_MS)): 1}).to_state()
+    state["deltas"][0] += [None, aggregates]
+    with pytest.raises(UnreadableState):
+        Segment.from_state(state)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
+from decimal import Decimal
 from typing import Any
 
 from tally.core.buckets import bucket_sort_key
 from tally.core.commit import LEGACY_MARKER_PREFIX, WATERMARK_PREFIX
+from tally.core.histograms import RELATIVE_ACCURACY, bin_of, is_bin
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
 from tally.core.plans import PlanKind, WindowUnavailable, align_to_retention
@@ -47,23 +50,35 @@ NOTABLE_LENGTHS_MIN = (
 )
 
 
+QUANTILES = ("0", "0.5", "0.9", "0.99", "1")
+
+
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     """Every bucket of the counts table, its lanes summed (segment markers left out)."""
     return table_contents(client, table_name)[0]
 
 
-def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-    """Every bucket's count, its lanes summed, and the sum (in units) of those that keep one."""
-    counts, sums, _ = table_items(client, table_name)
-    return counts, sums
+def table_contents(
+    client: Any, table_name: str
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[tuple[str, str], Counter[str]]]:
+    """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, and the histogram
+    bins of those that keep one."""
+    counts, sums, bins, _ = table_items(client, table_name)
+    return counts, sums, bins
 
 
 def table_items(
     client: Any, table_name: str
-) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[tuple[str, str], set[str]]]:
+) -> tuple[
+    dict[tuple[str, str], int],
+    dict[tuple[str, str], int],
+    dict[tuple[str, str], Counter[str]],
+    dict[tuple[str, str], set[str]],
+]:
     """``table_contents``, and the watermark attributes of every stored item (lane by lane)."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
+    bins: dict[tuple[str, str], Counter[str]] = {}
     watermarks: dict[tuple[str, str], set[str]] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
@@ -72,9 +87,12 @@ def table_items(
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
                     sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
+                for name, value in item.items():
+                    if is_bin(name):
+                        bins.setdefault(key, Counter())[name] += int(value["N"])
                 stored = (item["pk"]["S"], item["sk"]["S"])
                 watermarks[stored] = {name for name in item if name.startswith(WATERMARK_PREFIX)}
-    return counts, sums, watermarks
+    return counts, sums, bins, watermarks
 
 
 def check_table(
@@ -91,12 +109,12 @@ def check_table(
     ``writers``: the watermark tags of the shards that fed the table. Every
     item then holds one to each shard that wrote it, and no other.
     """
-    actual, actual_sums, watermarks = table_items(client, table_name)
+    actual, actual_sums, actual_bins, watermarks = table_items(client, table_name)
     if writers is not None:
         strangers = {key: tags - writers for key, tags in watermarks.items() if not tags or tags - writers}
         sample = dict(sorted(strangers.items())[:4])
         assert not strangers, f"{len(strangers)} items hold no watermark, or a stranger's, e.g. {sample}; {context}"
-    truth, truth_sums = expected.buckets(settings), expected.bucket_sums(settings)
+    truth, truth_sums, truth_bins = expected.buckets(settings), expected.bucket_sums(settings), expected.bucket_bins(settings)
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {
         key: (actual.get(key), truth.get(key))
@@ -108,6 +126,13 @@ def check_table(
             ("sum", *key): (actual_sums.get(key), truth_sums.get(key))
             for key in truth_sums.keys() | actual_sums.keys()
             if actual_sums.get(key) != truth_sums.get(key)
+        }
+    )
+    wrong.update(
+        {
+            ("bins", *key): (dict(actual_bins.get(key, {})), dict(truth_bins.get(key, {})))
+            for key in truth_bins.keys() | actual_bins.keys()
+            if actual_bins.get(key) != truth_bins.get(key)
         }
     )
     if wrong:
@@ -164,6 +189,7 @@ def check_windows(
     counters = sorted({name for name, _, _ in expected.events}) + ["never-written"]
     counters += sorted({rejected_counter(reason) for reason, _ in expected.rejections})
     counters.append(rejected_counter(Reason.FUTURE_TIME))
+    binned = sorted({name for name, _, _, _ in expected.values})
     anchored = max(1, instants // 2) if expected.events else 0
     moments = [(*_instant(rng, expected.last_arrival_ms), None) for _ in range(instants - instants // 2)]
     moments += [_anchored_instant(rng, expected) for _ in range(anchored)]
@@ -174,6 +200,8 @@ def check_windows(
         chosen = rng.sample(counters, min(len(counters), 5))
         if anchor is not None and anchor not in chosen:
             chosen[0] = anchor
+        if binned and not set(binned) & set(chosen):
+            chosen.append(rng.choice(binned))  # a histogram counter in every read of a stream that keeps them
         # A window ending now is aligned, as the CLI and the HTTP API ask for it; an explicit end is not.
         window = stated_window(now if at is None else at, length_ms, now if at is None else None, settings)
         assert window == _engine_window(now if at is None else at, length_ms, now if at is None else None, settings)
@@ -219,6 +247,29 @@ def check_windows(
                 assert +by_hour_index == +by_hour, (
                     f"{where}: by hour {result.by_hour} != {dict(by_hour)}; {context}"
                 )
+                if any(name == result.counter for name, _, _, _ in expected.values):
+                    check_quantiles(result, expected.values_in(result.counter, window), where, context, stats)
+
+
+def check_quantiles(result: Any, values: list[Decimal], where: str, context: str, stats: FaultStats) -> None:
+    """A histogram counter's window: exactly the bins of its values (each added once whatever the faults),
+    and every quantile within 1 % of the value of rank ceil(q*n) among them."""
+    assert result.histogram is not None, f"{where}: no histogram; {context}"
+    bins = Counter({name: count for name, count in result.histogram.bins.items() if count})
+    truth = Counter(bin_of(value) for value in values)
+    if bins != truth:
+        stats.add("discrepancies")
+    assert bins == truth, f"{where}: bins {dict(bins)} != {dict(truth)}; {context}"
+    for q in QUANTILES:
+        answer = result.histogram.quantile(q)
+        if not values:
+            assert answer is None, f"{where}: q{q} of no value is {answer}; {context}"
+            continue
+        exact = values[max(1, math.ceil(Decimal(q) * len(values))) - 1]
+        assert abs(answer - exact) <= RELATIVE_ACCURACY * abs(exact), (
+            f"{where}: q{q} {answer}, brute force {exact}; {context}"
+        )
+        stats.add("quantiles_compared")
 
 
 def stated_window(end_ms: int, length_ms: int, aligned_at: int | None, settings: Settings) -> Window:

@@ -204,9 +204,10 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
 
     Events are stamped up to two minutes before their arrival, 30 s after midnight,
     so their buckets straddle a day boundary. Two shards add to lanes of their own.
-    Faults of one request meet a wide stream under the real segment limits (a
-    segment of over a hundred buckets, counted by the fault rules); the others
-    a narrow one under a tiny segment limit, so that commits come in many pieces.
+    Every stream is counted by the rules, so each fault meets sums and histogram
+    bins as well as counts. Faults of one request meet a wide stream under the
+    real segment limits (a segment of over a hundred buckets); the others a
+    narrow one under a tiny segment limit, so that commits come in many pieces.
     """
     wide = kind in WIDE_STREAM_FAULTS
     spec = StreamSpec(
@@ -220,7 +221,7 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
         odd_share=0.2,
         rewrite_share=0.2,
         shards=2,
-        rules=wide,
+        rules=True,
         edge_share=0.1,
     )
     deployment = Deployment(

@@ -85,6 +85,24 @@ def test_the_rules_demo_matches_counts_sums_and_averages(capsys, monkeypatch, sh
     out = capsys.readouterr().out
     assert "VERDICT: MATCH" in out and "MISMATCH" not in out
     assert ("revenue/provider-1" if shape == "origin" else "load/posts/about") in out
+    assert ("quantiles in the window" in out and "p99" in out) == (shape == "blog")
+
+
+def test_the_blog_demo_sees_quantiles_off_by_more_than_one_percent(capsys, monkeypatch):
+    """Counts and sums stay right while every value lands two bins (4 %) too high: only the quantiles can tell."""
+    from tally.core import histograms, rules
+
+    def two_bins_high(value):
+        name = histograms.bin_of(value)
+        code = histograms._CODES[name[1:]] + 2
+        return name[0] + histograms._NAMES[code]
+
+    monkeypatch.setattr(rules, "bin_of", two_bins_high)
+    monkeypatch.setattr(local_pipeline.console, "width", 200)
+    assert local_pipeline.main(["--shape", "blog", "--hours", "3", "--rate", "3", "6"]) == 1
+    out = capsys.readouterr().out
+    table = out[out.index("quantiles in the window") :]
+    assert "MISMATCH" in table and "VERDICT: MISMATCH" in out
 
 
 def test_the_rules_demo_sees_a_lost_record(capsys):

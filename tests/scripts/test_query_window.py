@@ -11,7 +11,7 @@ from script_support import load_script
 from tally.core.buckets import iso_minute
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.local.aws import client, scan_items
-from tally.core.windows import Window, now_ms
+from tally.core.windows import Window, now_ms, parse_instant
 from tally.core.settings import Settings
 from tally.local.workload import SHAPES, brute_force_counts, shaped_truth
 
@@ -70,6 +70,9 @@ def test_at_takes_epoch_seconds_as_count_from_does(counted, capsys):
         (["#segment#x"], "reserved"),
         (["#rejected#nonsense"], "unknown rejection counter"),
         (["alpha", "--window", "7d", "--at", "2026-11-23T10:17Z"], "minute retention"),
+        (["alpha", "--quantiles", "0.5,1.5"], "quantile '1.5' is not from 0 to 1: write quantiles like 0.5,0.9,0.99"),
+        (["alpha", "--quantiles", "p99"], "quantile 'p99' is not a number"),
+        (["alpha", "--quantiles", "0.5,"], "quantile '' is not a number"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
@@ -125,23 +128,32 @@ def test_piped_tables_are_not_wrapped_at_80_columns(counted, capsys):
     assert any(long_name in line for line in out.splitlines())
 
 
-@pytest.fixture
-def counted_by_rules(tables, fresh_handler_cache, monkeypatch):
-    """The origin's jobs for two hours, counted by its shape's rules (set in the environment, as the stack does)."""
-    shape = SHAPES["origin"]
+def count_shape(name, seed, monkeypatch):
+    """Two hours of a shape's items, counted by its rules (set in the environment, as the stack does)."""
+    shape = SHAPES[name]
     monkeypatch.setenv("TALLY_RULES", shape.rules_json)
     monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
     generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
-    assert generate_events.main(["--seed", "5", "--shape", "origin", "--hours", "2"]) == 0
+    assert generate_events.main(["--seed", str(seed), "--shape", name, "--hours", "2"]) == 0
     assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+
+
+def truth_now(name, tables, time_of):
+    """Brute force over the shape's items in the 24 h window ending now; ``time_of`` reads an item's time."""
+    items = scan_items(client("dynamodb"), tables.events)
+    return shaped_truth(SHAPES[name], [(time_of(i), i) for i in items], Window.ending(now_ms()), {}, Settings())
+
+
+@pytest.fixture
+def counted_by_rules(tables, fresh_handler_cache, monkeypatch):
+    """The origin's jobs, counted by its rules."""
+    count_shape("origin", 5, monkeypatch)
     return tables
 
 
 @pytest.mark.server
 def test_json_carries_total_sum_and_average_of_summing_counters(counted_by_rules, capsys):
-    items = scan_items(client("dynamodb"), counted_by_rules.events)
-    window = Window.ending(now_ms())
-    truth = shaped_truth(SHAPES["origin"], [(int(i["insertUtcTime"]), i) for i in items], window, {}, Settings())
+    truth = truth_now("origin", counted_by_rules, lambda item: int(item["insertUtcTime"]))
     capsys.readouterr()
     counters = ["revenue/provider-1", "revenue/provider-2", "jobs/all"]
     for plan in ("batch", "range"):
@@ -235,3 +247,38 @@ def test_counters_and_prefix_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as exited:
         query_window.main(["alpha", "--prefix", "a"])
     assert exited.value.code == 2 and "not both" in capsys.readouterr().err
+
+
+@pytest.fixture
+def blog_views(tables, fresh_handler_cache, monkeypatch):
+    """A blog's page views, counted by its rules: load times keep a histogram."""
+    count_shape("blog", 8, monkeypatch)
+    return tables
+
+
+@pytest.mark.server
+def test_quantiles_in_json_are_within_one_percent_of_brute_force_by_both_plans(blog_views, capsys):
+    truth = truth_now("blog", blog_views, lambda item: parse_instant(item["time"]))
+    capsys.readouterr()
+    for plan in ("batch", "range"):
+        argv = ["load/posts/about", "views/all", "--quantiles", "0.5,0.99", "--json", "--plan", plan, "--series", "hour"]
+        assert query_window.main(argv) == 0
+        captured = capsys.readouterr()
+        load, views = map(json.loads, captured.out.splitlines())
+        assert list(load["quantiles"]) == ["0.5", "0.99"]
+        for q, text in load["quantiles"].items():
+            exact = truth.quantile("load/posts/about", Decimal(q))
+            assert abs(Decimal(text) - exact) <= exact / 100, (plan, q)
+        assert Decimal(load["bounds"]["low"]) <= truth.values["load/posts/about"][0]
+        assert Decimal(load["bounds"]["high"]) >= truth.values["load/posts/about"][-1]
+        assert list(load["quantiles_by_hour"]) == list(load["by_hour"])
+        assert all(list(point["quantiles"]) == ["0.5", "0.99"] for point in load["series"])
+        assert "quantiles" not in views and "'views/all' keeps no histogram" in captured.err
+
+
+@pytest.mark.server
+def test_the_table_shows_the_asked_percentiles_in_total_and_per_hour(blog_views, capsys):
+    assert query_window.main(["load/posts/about", "--quantiles", "0.5,0.999", "--window", "3h"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("p50") == 2 and out.count("p99.9") == 2  # the summary and the hourly chart
+    assert "low" in out and "high" in out

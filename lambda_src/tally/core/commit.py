@@ -55,6 +55,7 @@ from typing import Any
 
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
+from tally.core.histograms import NEGATIVE, POSITIVE, ZERO_BIN, is_bin
 from tally.core.retry import Backoff
 from tally.core.segments import Delta, Item, Segment
 from tally.core.settings import Settings
@@ -195,11 +196,14 @@ CommitStep = ReadMarkers | Send | Pause
 
 
 def additions(delta: Delta) -> dict[str, int | Decimal]:
-    """What one bucket item of a segment adds, by attribute: its count, and its sum for a summing counter."""
-    _, count, units = delta
+    """What one bucket item of a segment adds, by attribute: its count, its sum for a summing
+    counter, and one count per histogram bin for a histogram rule."""
+    _, count, units, bins = delta
     added: dict[str, int | Decimal] = {COUNT_ATTRIBUTE: count}
     if units is not None:
         added[SUM_ATTRIBUTE] = decimal_of(units)
+    if bins:
+        added.update(bins)
     return added
 
 
@@ -215,19 +219,26 @@ def bucket_update(
 
     Every aggregate of a bucket goes through here: a new one is one more
     entry of ``added``, and shares the item's watermark and its condition.
+    Histogram bins (up to MAX_ITEM_BINS) take the short placeholders of
+    ``bin_additions``, so that all of them fit DynamoDB's 4 KB expression.
     """
     names = {"#ttl": TTL_ATTRIBUTE, "#w": tag}
     values: dict[str, Any] = {":ttl": {"N": str(ttl_seconds)}, ":w": {"B": position}}
     terms = []
+    bins: dict[str, int] = {}
     for index, (attribute, amount) in enumerate(added.items()):
+        if is_bin(attribute):
+            bins[attribute] = int(amount)
+            continue
         names[f"#a{index}"] = attribute
         # DynamoDB adds numbers exactly; amounts.py keeps every bucket's sum within its 38 digits.
         values[f":a{index}"] = {"N": str(amount) if type(amount) is int else text_of(amount)}
         terms.append(f"#a{index} :a{index}")
+    adds = ", ".join(terms) + (bin_additions(bins, names, values) if bins else "")
     return {
         "TableName": table_name,
         "Key": {name: {"S": value} for name, value in key.items()},
-        "UpdateExpression": f"ADD {', '.join(terms)} SET #ttl = if_not_exists(#ttl, :ttl), #w = :w",
+        "UpdateExpression": f"ADD {adds} SET #ttl = if_not_exists(#ttl, :ttl), #w = :w",
         "ConditionExpression": UPDATE_CONDITION,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
@@ -337,3 +348,25 @@ def commit_steps(
                 f"{len(pending)} bucket updates of segment {segment.first_sequence} still throttled after every retry"
             )
     return CommitResult(applied, already, retries)
+
+
+def bin_additions(bins: dict[str, int], names: dict[str, str], values: dict[str, Any]) -> str:
+    """The ``ADD`` terms of an item's histogram bins (", #pAb :b0, ..."); their names and values go in place.
+
+    Placeholders stay short (a bin's own name, its sign spelled p, n or z; one value per distinct
+    count), so that MAX_ITEM_BINS bins take at most 12 bytes each of DynamoDB's 4 KB per expression.
+    """
+    placeholders: dict[int, str] = {}
+    terms = []
+    for name, count in bins.items():
+        value = placeholders.get(count)
+        if value is None:
+            value = placeholders[count] = f":b{len(placeholders)}"
+            values[value] = {"N": str(count)}
+        placeholder = "#" + _SIGN_LETTER[name[0]] + name[1:]
+        names[placeholder] = name
+        terms.append(f", {placeholder} {value}")
+    return "".join(terms)
+
+
+_SIGN_LETTER = {POSITIVE: "p", NEGATIVE: "n", ZERO_BIN: "z"}

@@ -83,6 +83,8 @@ class Reason(str, Enum):
     INVALID_COUNTER = "invalid_counter"
     MISSING_SUM = "missing_sum"
     INVALID_SUM = "invalid_sum"
+    MISSING_HISTOGRAM = "missing_histogram"
+    INVALID_HISTOGRAM = "invalid_histogram"
     MISSING_TIME = "missing_time"
     INVALID_TIME = "invalid_time"
     FUTURE_TIME = "future_time"
@@ -99,7 +101,8 @@ _ROUTINE = frozenset({Reason.NOT_INSERT, Reason.NO_RULE_MATCHED, Reason.BEFORE_C
 class CounterEvent(NamedTuple):
     """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``.
 
-    ``units`` is the amount a summing rule adds (in 10^-8 units, see amounts.py), else None.
+    ``units`` is the amount a summing rule adds (in 10^-8 units, see amounts.py), else None;
+    ``bin`` the histogram bin a histogram rule adds 1 to (histograms.py), else None.
     ``hour_only``: its minute was past the minute retention at arrival, so it
     counts in its hour alone (``buckets.counted_buckets`` decides).
     A named tuple: one is built per counted record and rule, and a tuple builds fastest.
@@ -111,6 +114,7 @@ class CounterEvent(NamedTuple):
     arrival_ms: int
     units: int | None = None
     hour_only: bool = False
+    bin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -254,7 +258,9 @@ def judge(
         if time is None:
             time = times[source] = _time_of(image, source, rule, arrival_ms, sequence, settings)
         if type(time) is tuple:
-            events.append(CounterEvent(result.counter, time[0], sequence, arrival_ms, result.units, time[1]))
+            events.append(
+                CounterEvent(result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin)
+            )
         elif refused_times is None:
             refused_times = {source: time}
         else:

@@ -2,13 +2,15 @@
 
 Real tables hold orders, jobs and page views in their own shape. A rule names
 its counter with a template over item attributes (``jobs/{providerId}``, or a
-constant ``views/all``), may require conditions on the item (``when``) and may
-add up a numeric attribute alongside the count (``sum``). Rules come as JSON in
+constant ``views/all``), may require conditions on the item (``when``), may
+add up a numeric attribute alongside the count (``sum``) and may keep the
+distribution of a numeric attribute for quantiles (``histogram``, see histograms.py). Rules come as JSON in
 TALLY_RULES; with none, the one rule is the classic one: the counter named by
 the counter attribute.
 
     [{"name": "jobs", "counter": "jobs/{providerId}"},
-     {"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"}]
+     {"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
+     {"name": "load", "counter": "load/{page}", "sum": "loadMs", "histogram": "loadMs"}]
 
 A rule works on an item's decoded attribute values, so stream records and
 exported items (plain or DynamoDB JSON) go through the same rules.
@@ -33,6 +35,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from tally.core.amounts import InvalidAmount, units_of
+from tally.core.histograms import InvalidValue, bin_of
 
 ENV_RULES = "TALLY_RULES"
 MAX_COUNTER_LENGTH = 255
@@ -40,7 +43,7 @@ RESERVED_PREFIX = "#"
 MAX_RULES = 25
 MAX_RULE_NAME_LENGTH = 64
 MAX_ONE_OF_VALUES = 100
-_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "becomes", "on", "time", "deletedBy"})
+_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "histogram", "becomes", "on", "time", "deletedBy"})
 _CONDITION_KINDS = ("equals", "oneOf", "exists")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
 
@@ -227,11 +230,12 @@ def _same(value: Any, wanted: Any) -> bool:
 
 
 class Counted(NamedTuple):
-    """A rule matched: add 1 (and ``units`` of its sum, for a summing rule) to ``counter``."""
+    """A rule matched: add 1 to ``counter`` (and ``units`` to its sum, 1 to its histogram's ``bin``)."""
 
     rule: str | None
     counter: str
     units: int | None
+    bin: str | None = None
 
 
 class Refused(NamedTuple):
@@ -261,6 +265,7 @@ class Rule:
     on: frozenset[str] = INSERTS_ONLY
     time: str | None = None
     deleted_by: str = "any"
+    histogram: str | None = None
     conditions: tuple[Condition, ...] = field(init=False, compare=False, repr=False)  # when, then becomes
 
     def __post_init__(self) -> None:
@@ -270,8 +275,7 @@ class Rule:
     def attributes(self) -> tuple[str, ...]:
         """Every attribute the rule reads."""
         names = [*self.counter.attributes, *(c.attribute for c in self.when), *(c.attribute for c in self.becomes)]
-        if self.sum:
-            names.append(self.sum)
+        names.extend(name for name in (self.sum, self.histogram) if name)
         if self.time and self.time != ARRIVAL:
             names.append(self.time)
         return tuple(dict.fromkeys(names))
@@ -314,15 +318,25 @@ class Rule:
             return Refused(self.name, "missing_counter", f"{self._label}no attribute {missing.args[0]!r}")
         except InvalidCounter as error:
             return Refused(self.name, "invalid_counter", f"{self._label}{error}")
-        if self.sum is None:
+        if self.sum is None and self.histogram is None:
             return Counted(self.name, counter, None)
-        if self.sum not in values:
-            return Refused(self.name, "missing_sum", f"{self._label}no attribute {self.sum!r} to sum")
-        try:
-            units = units_of(values[self.sum])
-        except InvalidAmount as error:
-            return Refused(self.name, "invalid_sum", f"{self._label}{self.sum!r}: {error}")
-        return Counted(self.name, counter, units)
+        units = bin = None
+        if self.sum is not None:
+            if self.sum not in values:
+                return Refused(self.name, "missing_sum", f"{self._label}no attribute {self.sum!r} to sum")
+            try:
+                units = units_of(values[self.sum])
+            except InvalidAmount as error:
+                return Refused(self.name, "invalid_sum", f"{self._label}{self.sum!r}: {error}")
+        if self.histogram is not None:
+            if self.histogram not in values:
+                detail = f"{self._label}no attribute {self.histogram!r} for the histogram"
+                return Refused(self.name, "missing_histogram", detail)
+            try:
+                bin = bin_of(values[self.histogram])
+            except InvalidValue as error:
+                return Refused(self.name, "invalid_histogram", f"{self._label}{self.histogram!r}: {error}")
+        return Counted(self.name, counter, units, bin)
 
     @property
     def _label(self) -> str:
@@ -386,6 +400,10 @@ class Rules:
         """Whether a summing rule can write ``counter`` (the query then reports its sum and average)."""
         return any(rule.sum and rule.counter.could_render(counter) for rule in self.rules)
 
+    def keeps_histogram(self, counter: str) -> bool:
+        """Whether a histogram rule can write ``counter`` (the query can then answer its quantiles)."""
+        return any(rule.histogram and rule.counter.could_render(counter) for rule in self.rules)
+
 
 def classic_rules(counter_attribute: str) -> Rules:
     """Today's behaviour without TALLY_RULES: the counter attribute names the counter, which must be a string."""
@@ -418,6 +436,11 @@ def parse_rules(text: str) -> Rules:
                 f"rule {index} ({rule.name!r}): field 'sum': counter {rule.counter.text!r} is also written by "
                 f"rule {other.name!r}; both must sum, or neither, or its average would mix them"
             )
+        if bool(other.histogram) != bool(rule.histogram):
+            raise RulesError(
+                f"rule {index} ({rule.name!r}): field 'histogram': counter {rule.counter.text!r} is also written "
+                f"by rule {other.name!r}; both must keep a histogram, or neither, or its quantiles would miss events"
+            )
     return Rules(rules, text.strip())
 
 
@@ -428,7 +451,7 @@ def _no_constant(name: str) -> Any:
 def _rule(index: int, entry: Any) -> Rule:
     where = f"rule {index}"
     if not isinstance(entry, dict):
-        raise RulesError(f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum', 'becomes', ...)")
+        raise RulesError(f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum', 'histogram', 'becomes', ...)")
     if isinstance(entry.get("name"), str):
         where = f"rule {index} ({entry['name']!r})"
     unknown = sorted(set(entry) - _RULE_FIELDS)
@@ -463,13 +486,22 @@ def _rule(index: int, entry: Any) -> Rule:
         name = f"rule-{index}"  # a template is no name: {…} and long texts make poor metric dimensions
 
     when = _conditions(where, entry.get("when", {}))
-    total = entry.get("sum")
-    if total is not None and (not isinstance(total, str) or not total):
-        raise RulesError(f"{where}: field 'sum': must be an attribute name, got {_short(total)}")
+    total, histogram = entry.get("sum"), entry.get("histogram")
+    for key, attribute in (("sum", total), ("histogram", histogram)):
+        if attribute is not None and (not isinstance(attribute, str) or not attribute):
+            raise RulesError(f"{where}: field {key!r}: must be an attribute name, got {_short(attribute)}")
     becomes = _becomes(where, entry)
     on = _on(where, entry, becomes)
     return Rule(
-        name, template, when, total, becomes=becomes, on=on, time=_time(where, entry), deleted_by=_deleted_by(where, entry, on)
+        name,
+        template,
+        when,
+        total,
+        becomes=becomes,
+        on=on,
+        time=_time(where, entry),
+        deleted_by=_deleted_by(where, entry, on),
+        histogram=histogram,
     )
 
 

@@ -10,10 +10,13 @@ very same segments, with the same first records: their updates find the
 watermarks they left and skip what they applied.
 
 A segment closes early only when it would outgrow MAX_SEGMENT_ITEMS (bounding
-the time one commit takes) or STATE_BUDGET_BYTES (half of the 1 MB Lambda
-allows a tumbling window's state, which carries the open segment). Both are
-the previous release's, which closed segments at the same records: a segment
-it committed in part is rebuilt whole here and its transactions found.
+the time one commit takes), STATE_BUDGET_BYTES (half of the 1 MB Lambda
+allows a tumbling window's state, which carries the open segment) or
+MAX_ITEM_BINS histogram bins in one item (one update expression must name
+them all, and DynamoDB caps an expression at 4 KB). The first two are the
+previous release's, which closed segments at the same records: a segment it
+committed in part is rebuilt whole here and its transactions found (it knew
+no histograms).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.core.buckets import Bucket, buckets_of
+from tally.core.histograms import is_bin
 from tally.core.records import CounterEvent, Outcome, Reason
 
 MAX_SEGMENT_ITEMS = 4950
@@ -41,11 +45,21 @@ READABLE_STATE_VERSIONS = (1, 2, STATE_VERSION)
 _ENTRY_OVERHEAD_BYTES = 48
 # ... and of a summing entry's sum: up to 38 digits, sign, quotes, comma.
 _SUM_OVERHEAD_BYTES = 44
+# ... and of one histogram bin: '"+Ab": 1234567, ' (a count above 10^7 is a longer number, but
+# takes ten million events of the same item, bin and segment), plus '{"bins": {}}, null, '.
+_BIN_BYTES = 16
+_BINS_OVERHEAD_BYTES = 24
+# Bins one item may take in one segment: an update names each bin in about 11 bytes, within
+# DynamoDB's 4 KB per expression beside the count, sum and TTL. A segment that would pass it
+# closes, and the next segment writes the item again.
+MAX_ITEM_BINS = 256
 
 Item = tuple[str, Bucket]  # (counter, bucket)
-# minute item (None: the event counts in its hour alone), hour item, units added to their sums (or None)
-Contribution = tuple[Item | None, Item, int | None]
-Delta = tuple[Item, int, int | None]  # item, count delta, sum delta in units (None: the item keeps no sum)
+# minute item (None: the event counts in its hour alone), hour item, units added to their sums (or None),
+# histogram bin they add 1 to (or None)
+Contribution = tuple[Item | None, Item, int | None, str | None]
+# item, count delta, sum delta in units (None: the item keeps no sum), bin deltas (None: no histogram)
+Delta = tuple[Item, int, int | None, dict[str, int] | None]
 
 
 class UnreadableState(ValueError):
@@ -65,7 +79,8 @@ def _entry_bytes(counter: str) -> int:
 class Segment:
     """Deltas per (counter, bucket) for the records from ``first_sequence`` to ``last_sequence``.
 
-    ``sums`` holds the summed units of the items that summing rules write.
+    ``sums`` holds the summed units of the items that summing rules write,
+    ``bins`` the histogram bins (name -> values) of those histogram rules write.
     """
 
     first_sequence: str
@@ -74,24 +89,33 @@ class Segment:
     records: int = 0
     deltas: dict[Item, int] = field(default_factory=dict)
     sums: dict[Item, int] = field(default_factory=dict)
+    bins: dict[Item, dict[str, int]] = field(default_factory=dict)
     state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
 
     def would_overflow(
         self, contributions: list[Contribution], max_items: int | None = None, state_budget: int | None = None
     ) -> bool:
         """Whether adding ``contributions`` would pass the limits (default MAX_SEGMENT_ITEMS, STATE_BUDGET_BYTES)."""
-        deltas, sums = self.deltas, self.sums
+        deltas, sums, bins = self.deltas, self.sums, self.bins
         new: dict[Item, bool] = {}
+        new_bins: dict[Item, set[str]] = {}
         added_bytes = 0
-        for minute, hour, units in contributions:
+        for minute, hour, units, bin in contributions:
             for item in (hour,) if minute is None else (minute, hour):
                 if item not in deltas and item not in new:
                     new[item] = True
                     added_bytes += _entry_bytes(item[0])
                 if units is not None and item not in sums:
                     added_bytes += _SUM_OVERHEAD_BYTES
-        if not added_bytes:
+                if bin is not None and bin not in bins.get(item, ()):
+                    new_bins.setdefault(item, set()).add(bin)
+        if not added_bytes and not new_bins:
             return False
+        for item, names in new_bins.items():
+            held = bins.get(item, ())
+            added_bytes += _BIN_BYTES * len(names) + (0 if held else _BINS_OVERHEAD_BYTES)
+            if len(held) + len(names) > MAX_ITEM_BINS:
+                return True
         return (
             len(deltas) + len(new) > (max_items or MAX_SEGMENT_ITEMS)
             or self.state_bytes + added_bytes > (state_budget or STATE_BUDGET_BYTES)
@@ -99,7 +123,7 @@ class Segment:
 
     def add(self, sequence: str, contributions: list[Contribution]) -> None:
         deltas = self.deltas
-        for minute, hour, units in contributions:
+        for minute, hour, units, bin in contributions:
             for item in (hour,) if minute is None else (minute, hour):
                 if item in deltas:
                     deltas[item] += 1
@@ -112,21 +136,43 @@ class Segment:
                     else:
                         self.sums[item] = units
                         self.state_bytes += _SUM_OVERHEAD_BYTES
+                if bin is not None:
+                    self._add_bin(item, bin)
         self.last_sequence = sequence
         self.records += 1
+
+    def _add_bin(self, item: Item, bin: str) -> None:
+        bins = self.bins.get(item)
+        if bins is None:
+            bins = self.bins[item] = {}
+            self.state_bytes += _BINS_OVERHEAD_BYTES
+        if bin in bins:
+            bins[bin] += 1
+        else:
+            bins[bin] = 1
+            self.state_bytes += _BIN_BYTES
 
     def ordered_deltas(self) -> list[Delta]:
         """Every item's deltas, in sort-key order (counter, then bucket): the order commits work in."""
         ordered = sorted(self.deltas.items(), key=lambda entry: (entry[0][0], entry[0][1].sort_key))
-        return [(item, count, self.sums.get(item)) for item, count in ordered]
+        return [(item, count, self.sums.get(item), self.bins.get(item)) for item, count in ordered]
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-safe form for the tumbling-window state; sums as decimal strings of units (exact anywhere)."""
+        """JSON-safe form for the tumbling-window state; sums as decimal strings of units (exact anywhere).
+
+        An entry is [counter, sort key, count], then for an item with a sum
+        its units, and for an item with other aggregates its units (or null)
+        and an object of them by name: {"bins": {bin name: values}}.
+        """
         entries: list[list[Any]] = []
         for (counter, bucket), delta in self.deltas.items():
-            units = self.sums.get((counter, bucket))
+            units, bins = self.sums.get((counter, bucket)), self.bins.get((counter, bucket))
             entry = [counter, bucket.sort_key, delta]
-            entries.append(entry if units is None else [*entry, str(units)])
+            if units is not None or bins:
+                entry.append(None if units is None else str(units))
+            if bins:
+                entry.append({"bins": bins})
+            entries.append(entry)
         return {
             "v": STATE_VERSION,
             "first": self.first_sequence,
@@ -149,12 +195,17 @@ class Segment:
         try:
             deltas: dict[Item, int] = {}
             sums: dict[Item, int] = {}
-            for counter, sk, delta, *units in state["deltas"]:
+            bins: dict[Item, dict[str, int]] = {}
+            for counter, sk, delta, *extra in state["deltas"]:
                 item = (str(counter), Bucket.from_sort_key(sk))
                 deltas[item] = int(delta)
-                if units:
-                    [unit_text] = units
-                    sums[item] = int(unit_text)
+                if len(extra) > 2:
+                    raise ValueError(f"entry of {len(extra) + 3} fields")
+                if extra and extra[0] is not None:
+                    sums[item] = int(extra[0])
+                if len(extra) == 2:
+                    aggregates = _read_aggregates(extra[1])
+                    bins[item] = _read_bins(aggregates["bins"])
             return cls(
                 first_sequence=str(state["first"]),
                 first_arrival_ms=int(state["arrival"]),
@@ -162,14 +213,38 @@ class Segment:
                 records=int(state["records"]),
                 deltas=deltas,
                 sums=sums,
-                state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas) + _SUM_OVERHEAD_BYTES * len(sums),
+                bins=bins,
+                state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas)
+                + _SUM_OVERHEAD_BYTES * len(sums)
+                + sum(_BINS_OVERHEAD_BYTES + _BIN_BYTES * len(item_bins) for item_bins in bins.values()),
             )
         except Exception as error:
             raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
 
 
+_AGGREGATE_FIELDS = frozenset({"bins"})
+
+
+def _read_aggregates(raw: Any) -> dict[str, Any]:
+    """An entry's object of aggregates; a field this release does not know is a state it cannot take over."""
+    if not isinstance(raw, dict) or not raw or not set(raw) <= _AGGREGATE_FIELDS:
+        raise ValueError(f"aggregates must be an object of {sorted(_AGGREGATE_FIELDS)}, got {str(raw)[:60]}")
+    return raw
+
+
+def _read_bins(raw: Any) -> dict[str, int]:
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError("bins must be a non-empty object")
+    bins = {}
+    for name, count in raw.items():
+        if not is_bin(name) or type(count) is not int or count < 1:
+            raise ValueError(f"not a histogram bin: {str(name)[:8]!r}: {str(count)[:24]}")
+        bins[name] = count
+    return bins
+
+
 def contribution(outcome: Outcome) -> Contribution | None:
-    """The bucket items one outcome adds 1 to, and the units it adds to their sums.
+    """The bucket items one outcome adds 1 to, the units it adds to their sums and the bin of their histograms.
 
     An event counts in its minute and its hour, or in its hour alone (minute
     None) when its parse found the minute past the minute retention at
@@ -180,12 +255,12 @@ def contribution(outcome: Outcome) -> Contribution | None:
     if type(outcome) is CounterEvent:
         minute, hour = buckets_of(outcome.event_ms)
         if outcome.hour_only:
-            return (None, (outcome.counter, hour), outcome.units)
-        return ((outcome.counter, minute), (outcome.counter, hour), outcome.units)
+            return (None, (outcome.counter, hour), outcome.units, outcome.bin)
+        return ((outcome.counter, minute), (outcome.counter, hour), outcome.units, outcome.bin)
     if outcome.reason.is_rejection and outcome.arrival_ms is not None:
         name = rejected_counter(outcome.reason)
         minute, hour = buckets_of(outcome.arrival_ms)
-        return ((name, minute), (name, hour), None)
+        return ((name, minute), (name, hour), None, None)
     return None
 
 

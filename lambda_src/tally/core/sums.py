@@ -1,4 +1,4 @@
-"""Fetched buckets -> the window's count and sum, in total, per hour and as a series. No I/O."""
+"""Fetched buckets -> the window's count, sum and histogram, in total, per hour and as a series. No I/O."""
 
 from __future__ import annotations
 
@@ -6,18 +6,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tally.core.buckets import MINUTES_PER_HOUR, Bucket
+from tally.core.histograms import signed_sum
 from tally.core.plans import Plan, Series
 from tally.core.settings import HOUR_MS
 
 
 @dataclass(frozen=True)
 class PlanTotals:
-    """Signed sums over a plan's buckets; sums in 10^-8 units (amounts.py)."""
+    """Signed sums over a plan's buckets; sums in 10^-8 units (amounts.py), bins by name (histograms.py)."""
 
     count: int
     count_by_hour: dict[int, int]
     units: int
     units_by_hour: dict[int, int]
+    bins: dict[str, int]
+    bins_by_hour: dict[int, dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -27,31 +30,48 @@ class Point:
     start_ms: int
     count: int
     units: int
+    bins: dict[str, int]
 
 
-def sum_plan(plan: Plan, counts: Mapping[str, int], sums: Mapping[str, int] | None = None) -> PlanTotals:
+def sum_plan(
+    plan: Plan,
+    counts: Mapping[str, int],
+    sums: Mapping[str, int] | None = None,
+    bins: Mapping[str, Mapping[str, int]] | None = None,
+) -> PlanTotals:
     """Signed sum of the plan's buckets by sort key (missing buckets count 0), also per hour index.
 
-    An hour's sum, like its count, equals the sum of its minutes, so the same
-    signed terms give the window's sum.
+    An hour's sum and histogram bins, like its count, equal those of its
+    minutes, so the same signed terms give the window's sum and bins.
     """
-    sums = sums or {}
+    sums, bins = sums or {}, bins or {}
     count_by_hour: dict[int, int] = {}
     units_by_hour: dict[int, int] = {}
+    terms_by_hour: dict[int, list[tuple[int, Mapping[str, int]]]] = {}
     for term in plan.terms:
         sort_key, hour = term.bucket.sort_key, term.bucket.hour_index
         count_by_hour[hour] = count_by_hour.get(hour, 0) + term.sign * counts.get(sort_key, 0)
         units_by_hour[hour] = units_by_hour.get(hour, 0) + term.sign * sums.get(sort_key, 0)
+        if sort_key in bins:
+            terms_by_hour.setdefault(hour, []).append((term.sign, bins[sort_key]))
+    bins_by_hour = {hour: signed_sum(terms_by_hour.get(hour, ())) for hour in sorted(count_by_hour)}
     return PlanTotals(
         count=sum(count_by_hour.values()),
         count_by_hour=dict(sorted(count_by_hour.items())),
         units=sum(units_by_hour.values()),
         units_by_hour=dict(sorted(units_by_hour.items())),
+        bins=signed_sum((1, hour_bins) for hour_bins in bins_by_hour.values()),
+        bins_by_hour=bins_by_hour,
     )
 
 
 def series_of(
-    plan: Plan, series: Series, totals: PlanTotals, counts: Mapping[str, int], sums: Mapping[str, int] | None = None
+    plan: Plan,
+    series: Series,
+    totals: PlanTotals,
+    counts: Mapping[str, int],
+    sums: Mapping[str, int] | None = None,
+    bins: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[Point]:
     """Every minute or hour of the plan's window in order, empty ones included: the points add up to ``totals``.
 
@@ -61,11 +81,13 @@ def series_of(
     """
     window = plan.window
     if series is Series.MINUTE:
-        sums = sums or {}
+        sums, bins = sums or {}, bins or {}
         points = []
         for minute in range(window.first_minute, window.last_minute + 1):
             sort_key = Bucket.of_minute(minute).sort_key
-            points.append(Point(minute * 60_000, counts.get(sort_key, 0), sums.get(sort_key, 0)))
+            points.append(
+                Point(minute * 60_000, counts.get(sort_key, 0), sums.get(sort_key, 0), dict(bins.get(sort_key, {})))
+            )
         return points
     first_hour, last_hour = window.first_minute // MINUTES_PER_HOUR, window.last_minute // MINUTES_PER_HOUR
     return [
@@ -73,6 +95,7 @@ def series_of(
             max(hour * HOUR_MS, window.start_ms),
             totals.count_by_hour.get(hour, 0),
             totals.units_by_hour.get(hour, 0),
+            totals.bins_by_hour.get(hour, {}),
         )
         for hour in range(first_hour, last_hour + 1)
     ]

@@ -12,14 +12,17 @@ benchmark or test can regenerate what a script wrote.
 from __future__ import annotations
 
 import json
+import math
 import random
 import uuid
+from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from fractions import Fraction
+from typing import Any, NamedTuple
 
 from tally.core.amounts import average_of
 
@@ -189,12 +192,21 @@ def _arrival_verdict(ts_ms: int, arrival_ms: int, settings: Settings) -> Reason 
     return None
 
 
+class Adds(NamedTuple):
+    """What one item adds to one counter, as a shape's rules restated by hand say: 1, and its amount
+    (summing rules) and its value (histogram rules)."""
+
+    counter: str
+    amount: Decimal | None = None
+    value: Decimal | None = None
+
+
 @dataclass(frozen=True)
 class Shape:
     """A table shape that is not tally's own: the rules that count it and where its time lives.
 
     ``truth`` restates the rules by hand, independently of tally's rule engine:
-    (counter, amount or None) for every counter one item adds to.
+    what one item adds to every counter it counts in.
     """
 
     name: str
@@ -202,7 +214,7 @@ class Shape:
     rules: tuple[dict[str, Any], ...]
     keys: tuple[str, ...]  # what the workload's counters stand for: providers, pages
     item: Callable[[Event, random.Random], dict[str, Any]]
-    truth: Callable[[Mapping[str, Any]], list[tuple[str, Decimal | None]]]
+    truth: Callable[[Mapping[str, Any]], list[Adds]]
 
     @property
     def rules_json(self) -> str:
@@ -226,34 +238,36 @@ def _origin_item(event: Event, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def _origin_truth(item: Mapping[str, Any]) -> list[tuple[str, Decimal | None]]:
-    counters: list[tuple[str, Decimal | None]] = [
-        (f"{item['counterKeyPrefix']}/{item['providerId']}", None),
-        ("jobs/all", None),
-    ]
+def _origin_truth(item: Mapping[str, Any]) -> list[Adds]:
+    counters = [Adds(f"{item['counterKeyPrefix']}/{item['providerId']}"), Adds("jobs/all")]
     if item["status"] == "done":
-        counters.append((f"revenue/{item['providerId']}", Decimal(item["amount"])))
+        counters.append(Adds(f"revenue/{item['providerId']}", Decimal(item["amount"])))
     return counters
 
 
 def _blog_item(event: Event, rng: random.Random) -> dict[str, Any]:
-    """A page view as a blog logs it: ISO time, a client, an HTTP status and the page's load time."""
+    """A page view as a blog logs it: ISO time, a client, an HTTP status and the page's load time.
+
+    Load times are log-normal around 400 ms (most between 100 ms and 2 s, a long tail to 60 s),
+    in whole milliseconds, as a browser's timing API reports them.
+    """
     return {
         "id": event.id,
         "url": f"/posts/{event.counter}",
         "time": iso_millis(event.ts_ms),
         "clientId": f"client-{rng.randrange(10_000):04d}",
         "status": rng.choices([200, 304, 404], weights=[8, 1, 1])[0],
-        "loadMs": rng.randint(20, 3_000),
+        "loadMs": min(60_000, max(1, round(rng.lognormvariate(math.log(400), 0.8)))),
     }
 
 
-def _blog_truth(item: Mapping[str, Any]) -> list[tuple[str, Decimal | None]]:
-    counters: list[tuple[str, Decimal | None]] = [(f"views{item['url']}", None)]
+def _blog_truth(item: Mapping[str, Any]) -> list[Adds]:
+    counters = [Adds(f"views{item['url']}")]
     if item["status"] in (200, 304):
-        counters.append(("views/all", None))
+        counters.append(Adds("views/all"))
     if item["status"] == 200:
-        counters.append((f"load{item['url']}", Decimal(item["loadMs"])))
+        load = Decimal(item["loadMs"])
+        counters.append(Adds(f"load{item['url']}", load, load))
     return counters
 
 
@@ -280,7 +294,13 @@ SHAPES = {
         rules=(
             {"name": "views", "counter": "views{url}"},
             {"name": "views-all", "counter": "views/all", "when": {"status": {"oneOf": [200, 304]}}},
-            {"name": "load-time", "counter": "load{url}", "when": {"status": {"equals": 200}}, "sum": "loadMs"},
+            {
+                "name": "load-time",
+                "counter": "load{url}",
+                "when": {"status": {"equals": 200}},
+                "sum": "loadMs",
+                "histogram": "loadMs",
+            },
         ),
         keys=("hello-world", "counting-on-dynamodb", "about"),
         item=_blog_item,
@@ -291,25 +311,37 @@ SHAPES = {
 
 @dataclass
 class ShapedTruth:
-    """Brute force over shaped items: per counter, events in the window, late ones set aside, and sums."""
+    """Brute force over shaped items: per counter, events in the window, late ones set aside, sums and values."""
 
     in_window: Counter[str] = field(default_factory=Counter)
     late: Counter[str] = field(default_factory=Counter)
     expected: Counter[str] = field(default_factory=Counter)
     sums: dict[str, Decimal] = field(default_factory=dict)
+    values: dict[str, list[Decimal]] = field(default_factory=dict)  # of histogram counters, in order
     counters: set[str] = field(default_factory=set)  # every counter the rules add to, in the window or not
 
     def average(self, counter: str) -> Decimal | None:
         return average_of(self.sums[counter], self.expected[counter]) if counter in self.sums else None
 
+    def quantile(self, counter: str, q: Decimal) -> Decimal | None:
+        """The value of rank ⌈q·n⌉ (rank 1 for q = 0) among the counter's n values in the window."""
+        ordered = self.values.get(counter)
+        if not ordered:
+            return None
+        rank = max(1, math.ceil(Fraction(q) * len(ordered)))
+        return ordered[rank - 1]
+
     def add(
         self, counter: str, event_ms: int, amount: Decimal | None, arrival_ms: int | None, window: Window,
-        settings: Settings,
+        settings: Settings, value: Decimal | None = None,
     ) -> None:
-        """One event of ``counter`` (with its amount, for a summing rule), if it falls in ``window``; set
-        aside as late or future when its record's arrival (None: unknown) makes tally reject it."""
+        """One event of ``counter`` (with its amount, for a summing rule, its value for a histogram rule), if
+        it falls in ``window``; set aside as late or future when its record's arrival (None: unknown) makes
+        tally reject it."""
         if amount is not None:
             self.sums.setdefault(counter, Decimal(0))
+        if value is not None:
+            self.values.setdefault(counter, [])
         self.counters.add(counter)
         if not window.covers(event_ms):
             return
@@ -320,6 +352,8 @@ class ShapedTruth:
         self.expected[counter] += 1
         if amount is not None:
             self.sums[counter] += amount
+        if value is not None:
+            insort(self.values[counter], value)
 
 
 def shaped_truth(
@@ -329,8 +363,8 @@ def shaped_truth(
     """``items`` as (event ms, item): what every counter the shape's rules name must hold for the window."""
     truth = ShapedTruth()
     for ts_ms, item in items:
-        for counter, amount in shape.truth(item):
-            truth.add(counter, ts_ms, amount, arrivals_ms.get(str(item["id"])), window, settings)
+        for counter, amount, value in shape.truth(item):
+            truth.add(counter, ts_ms, amount, arrivals_ms.get(str(item["id"])), window, settings, value)
     return truth
 
 
