@@ -78,7 +78,6 @@ def test_a_long_history_through_every_fault_kind_stays_exact():
         fault_budget=60,
         query_seed=22,
         segment_items=9,
-        part_items=4,
     )
     before = sum(STATS.faults.values())
     run_history(spec, deployment)
