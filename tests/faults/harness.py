@@ -64,8 +64,8 @@ class FaultKind(str, Enum):
     READ_THROTTLED = "read_throttled"
 
 
-# Faults inside one invocation: the DynamoDB client and the handler.
-INVOCATION_FAULTS = frozenset(
+# Faults of one write request.
+REQUEST_FAULTS = frozenset(
     {
         FaultKind.CONFLICT,
         FaultKind.THROTTLED,
@@ -73,6 +73,11 @@ INVOCATION_FAULTS = frozenset(
         FaultKind.CONDITION_FAILED_ELSEWHERE,
         FaultKind.RESPONSE_LOST,
         FaultKind.TIMEOUT_MID_SEGMENT,
+    }
+)
+# Faults inside one invocation: the DynamoDB client and the handler.
+INVOCATION_FAULTS = REQUEST_FAULTS | frozenset(
+    {
         FaultKind.CRASH_BEFORE_COMMIT,
         FaultKind.CRASH_BETWEEN_COMMITS,
         FaultKind.TIMEOUT_AFTER_COMMIT,

@@ -27,6 +27,7 @@ from . import profiles
 from .checks import check_directory, check_summaries, check_table, check_windows
 from .harness import (
     READ_FAULTS,
+    REQUEST_FAULTS,
     STATS,
     WRITE_FAULTS,
     FaultKind,
@@ -188,14 +189,7 @@ NEEDS_A_FAILURE = {FaultKind.RETRY_RECUT: {FaultKind.TIMEOUT_AFTER_RETURN, Fault
 
 ALL_FAULTS = sorted(WRITE_FAULTS | READ_FAULTS, key=lambda kind: kind.value)
 # Faults of one request, which need no invocation cut in pieces: these meet the wide stream.
-WIDE_STREAM_FAULTS = READ_FAULTS | {
-    FaultKind.CONFLICT,
-    FaultKind.THROTTLED,
-    FaultKind.PROVISIONED,
-    FaultKind.CONDITION_FAILED_ELSEWHERE,
-    FaultKind.RESPONSE_LOST,
-    FaultKind.TIMEOUT_MID_SEGMENT,
-}
+WIDE_STREAM_FAULTS = READ_FAULTS | REQUEST_FAULTS
 
 
 @pytest.mark.parametrize("kind", ALL_FAULTS, ids=lambda kind: kind.value)
