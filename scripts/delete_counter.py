@@ -19,10 +19,11 @@ no longer equals its minutes, and windows that read both may be off until those
 buckets expire. Buckets written while it ran are reported (exit status 1).
 
 A rejection counter ('#rejected#<reason>') may be deleted: it resets that
-reason's count. The other reserved items, segment markers ('#segment#...'),
-backfill claims ('#backfill#...') and the published settings ('#settings#'),
-are tally's bookkeeping and never deleted: without its markers a retried
-window would be counted twice.
+reason's count. The other reserved items, the previous release's segment
+markers ('#segment#...'), backfill claims ('#backfill#...') and the published
+settings ('#settings#'), are tally's bookkeeping and never deleted: without
+them a window the previous release committed in part would be counted twice,
+or a second export counted.
 """
 
 from __future__ import annotations
