@@ -27,10 +27,19 @@ from tally.core.commit import (
 from tally.core.buckets import bucket_sort_key, last_lane_bound, lane_sort_keys
 from tally.core.amounts import stored_units
 from tally.core.histograms import is_bin
+from tally.core.sketches import Sketch
 from tally.core.retry import Backoff, commit_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, TableDescription
+from tally.core.tables import (
+    COUNT_ATTRIBUTE,
+    COUNTS_TABLE,
+    EVENTS_TABLE,
+    SKETCH_ATTRIBUTE,
+    SUM_ATTRIBUTE,
+    TTL_ATTRIBUTE,
+    TableDescription,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +70,13 @@ BACKFILL_PREFIX = "#backfill#"
 
 @dataclass
 class Fetched:
-    """Counts (and the sums of summing counters' buckets, in units, and the bins of histogram
-    counters' buckets) read for some keys, and what that cost."""
+    """Counts (and the sums of summing counters' buckets, in units, the bins of histogram counters'
+    buckets and the sketches of distinct counters') read for some keys, and what that cost."""
 
     counts: dict[Key, int] = field(default_factory=dict)
     sums: dict[Key, int] = field(default_factory=dict)
     bins: dict[Key, dict[str, int]] = field(default_factory=dict)
+    sketches: dict[Key, Sketch] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
 
@@ -79,7 +89,22 @@ class Fetched:
             if is_bin(name):
                 bins = self.bins.setdefault(key, {})
                 bins[name] = bins.get(name, 0) + int(value["N"])
+        if SKETCH_ATTRIBUTE in item:
+            sketch = Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"])
+            if key in self.sketches:
+                self.sketches[key].merge(sketch)  # lanes of one bucket: the union of their values
+            else:
+                self.sketches[key] = sketch
         self.items += 1
+
+    def update(self, other: Fetched) -> None:
+        """Take in what another request read (other keys; a request reads all lanes of its keys)."""
+        self.counts.update(other.counts)
+        self.sums.update(other.sums)
+        self.bins.update(other.bins)
+        self.sketches.update(other.sketches)
+        self.requests += other.requests
+        self.items += other.items
 
 
 class CountsTable:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from tally.core.histograms import Histogram
+from tally.core.sketches import Sketch
 
 from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute
@@ -44,6 +45,14 @@ class WindowCount:
     sum_by_hour: dict[int, Decimal] | None = None
     histogram: Histogram | None = None  # for a histogram counter: its values in the window, for quantiles
     histogram_by_hour: dict[int, Histogram] | None = None
+    sketch: Sketch | None = None  # for a distinct counter: its distinct values in the window
+    sketch_by_hour: dict[int, Sketch] | None = None
+
+    @property
+    def distinct(self) -> int | None:
+        """Distinct values in the window: exact while every bucket holds at most SPARSE_LIMIT of them, else
+        an estimate within STANDARD_ERROR (1.625 %, one standard error). None for a counter that counts none."""
+        return None if self.sketch is None else self.sketch.count()
 
     @property
     def average(self) -> Decimal | None:
@@ -72,6 +81,9 @@ class WindowCount:
         if self.sum is not None:
             result["sum"] = text_of(self.sum)
             result["average"] = text_of(self.average)
+        if self.sketch is not None:
+            result["distinct"] = self.distinct
+            result["distinct_exact"] = self.sketch.exact
         if self.histogram is not None and quantiles:
             result["quantiles"] = _quantiles_json(self.histogram, quantiles)
             result["bounds"] = {"low": text_of(self.histogram.low), "high": text_of(self.histogram.high)}
@@ -89,6 +101,8 @@ class WindowCount:
             result["average_by_hour"] = {
                 iso_minute(hour * HOUR_MS): text_of(self.average_in_hour(hour)) for hour in self.by_hour
             }
+        if self.sketch_by_hour is not None:
+            result["distinct_by_hour"] = {iso_minute(h * HOUR_MS): s.count() for h, s in self.sketch_by_hour.items()}
         if self.histogram_by_hour is not None and quantiles:
             result["quantiles_by_hour"] = {
                 iso_minute(hour * HOUR_MS): _quantiles_json(histogram, quantiles)
@@ -120,44 +134,57 @@ def count_windows(
     consistent: bool = False,
     now: int | None = None,
 ) -> list[WindowCount]:
-    """Count each counter over the window of ``length_ms`` ending at ``at_ms`` (default: now)."""
+    """Count each counter over the window of ``length_ms`` ending at ``at_ms`` (default: now).
+
+    A counter that counts distinct values is read by a union plan (disjoint buckets: sketches cannot be
+    subtracted); one whose buckets turn out to hold sketches though no rule says so is read again by one.
+    """
     for counter in counters:
         validate_query_counter(counter)
     now = now_ms() if now is None else now
     window = Window.ending(now if at_ms is None else at_ms, length_ms)
-    the_plan = make_plan(window, now, table.settings, PlanKind(plan))
-    if the_plan.kind is PlanKind.BATCH:
-        return _by_batch(table, counters, the_plan, consistent)
-    return _by_range(table, counters, the_plan, consistent)
+    rules = table.settings.counter_rules
+    plans = {union: make_plan(window, now, table.settings, PlanKind(plan), union) for union in (False, True)}
+    plan_of = {counter: plans[rules.counts_distinct(counter)] for counter in dict.fromkeys(counters)}
+    fetched = _fetch(table, plan_of, consistent)
+    unions = {
+        counter: plans[True]
+        for counter, chosen in plan_of.items()
+        if not chosen.disjoint and any(pk == counter for pk, _ in fetched[counter].sketches)
+    }
+    if unions:
+        plan_of.update(unions)
+        fetched.update(_fetch(table, unions, consistent))
+    return [_result(counter, plan_of[counter], fetched[counter], rules) for counter in counters]
 
 
-def _by_batch(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
-    keys = [(counter, bucket.sort_key) for counter in dict.fromkeys(counters) for bucket in plan.buckets]
-    fetched = table.batch_get(keys, consistent)
-    return [_result(counter, plan, fetched, table.settings.counter_rules) for counter in counters]
-
-
-def _by_range(table: CountsTable, counters: Sequence[str], plan: Plan, consistent: bool) -> list[WindowCount]:
-    results = []
-    for counter in counters:
-        fetched = Fetched()
-        for run in plan.runs():
-            part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent)
-            fetched.counts.update(part.counts)
-            fetched.sums.update(part.sums)
-            fetched.bins.update(part.bins)
-            fetched.requests += part.requests
-            fetched.items += part.items
-        results.append(_result(counter, plan, fetched, table.settings.counter_rules))
-    return results
+def _fetch(table: CountsTable, plan_of: dict[str, Plan], consistent: bool) -> dict[str, Fetched]:
+    """What each counter's plan reads: one Fetched shared by the batch plans' counters (their keys share
+    BatchGetItem requests), one per counter of a range plan (its own Queries)."""
+    fetched: dict[str, Fetched] = {}
+    batch = {counter: plan for counter, plan in plan_of.items() if plan.kind is PlanKind.BATCH}
+    if batch:
+        shared = table.batch_get(
+            [(counter, bucket.sort_key) for counter, plan in batch.items() for bucket in plan.buckets], consistent
+        )
+        fetched.update(dict.fromkeys(batch, shared))
+    for counter, plan in plan_of.items():
+        if plan.kind is PlanKind.RANGE:
+            fetched[counter] = Fetched()
+            for run in plan.runs():
+                fetched[counter].update(table.query(counter, run.first.sort_key, run.last.sort_key, consistent))
+    return fetched
 
 
 def _result(counter: str, plan: Plan, fetched: Fetched, rules: Rules) -> WindowCount:
-    """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does."""
+    """A counter sums (keeps a histogram, counts distinct values) when a rule says so, or a bucket that
+    carries a sum (bins, a sketch) does."""
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
     bins = {sk: value for (pk, sk), value in fetched.bins.items() if pk == counter}
-    totals = sum_plan(plan, counts, units, bins)
+    sketches = {sk: value for (pk, sk), value in fetched.sketches.items() if pk == counter}
+    distinct = rules.counts_distinct(counter) or bool(sketches)
+    totals = sum_plan(plan, counts, units, bins, sketches if distinct else None)
     summing = rules.sums(counter) or bool(units)
     binning = rules.keeps_histogram(counter) or bool(bins)
     return WindowCount(
@@ -173,4 +200,6 @@ def _result(counter: str, plan: Plan, fetched: Fetched, rules: Rules) -> WindowC
         sum_by_hour={h: decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
         histogram=Histogram(totals.bins) if binning else None,
         histogram_by_hour={h: Histogram(b) for h, b in totals.bins_by_hour.items()} if binning else None,
+        sketch=totals.sketch,
+        sketch_by_hour=totals.sketch_by_hour,
     )

@@ -74,6 +74,8 @@ class Reason(str, Enum):
     INVALID_SUM = "invalid_sum"
     MISSING_HISTOGRAM = "missing_histogram"
     INVALID_HISTOGRAM = "invalid_histogram"
+    MISSING_DISTINCT = "missing_distinct"
+    INVALID_DISTINCT = "invalid_distinct"
     MISSING_TIME = "missing_time"
     INVALID_TIME = "invalid_time"
     FUTURE_TIME = "future_time"
@@ -91,7 +93,8 @@ class CounterEvent(NamedTuple):
     """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``.
 
     ``units`` is the amount a summing rule adds (in 10^-8 units, see amounts.py), else None;
-    ``bin`` the histogram bin a histogram rule adds 1 to (histograms.py), else None.
+    ``bin`` the histogram bin a histogram rule adds 1 to (histograms.py), else None;
+    ``hashed`` the hash of the value a distinct rule counts (sketches.py), else None.
     ``hour_only``: its minute was past the minute retention at arrival, so it
     counts in its hour alone (``buckets.counted_buckets`` decides).
     A named tuple: one is built per counted record and rule, and a tuple builds fastest.
@@ -104,6 +107,7 @@ class CounterEvent(NamedTuple):
     units: int | None = None
     hour_only: bool = False
     bin: str | None = None
+    hashed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,9 @@ def parse_item(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings
             counted = True
             if type(time) is tuple:
                 events.append(
-                    CounterEvent(result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin)
+                    CounterEvent(
+                        result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin, result.hashed
+                    )
                 )
         elif result is not None:
             refusals.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))

@@ -1,4 +1,4 @@
-"""Fetched buckets -> the window's count, sum and histogram, in total and per hour. No I/O."""
+"""Fetched buckets -> the window's count, sum, histogram and distinct values, in total and per hour. No I/O."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from tally.core.histograms import signed_sum
 from tally.core.plans import Plan
+from tally.core.sketches import Sketch, union
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class PlanTotals:
     units_by_hour: dict[int, int]
     bins: dict[str, int]
     bins_by_hour: dict[int, dict[str, int]]
+    sketch: Sketch | None = None  # the window's distinct values, from a union plan
+    sketch_by_hour: dict[int, Sketch] | None = None
 
 
 def sum_plan(
@@ -26,12 +29,16 @@ def sum_plan(
     counts: Mapping[str, int],
     sums: Mapping[str, int] | None = None,
     bins: Mapping[str, Mapping[str, int]] | None = None,
+    sketches: Mapping[str, Sketch] | None = None,
 ) -> PlanTotals:
     """Signed sum of the plan's buckets by sort key (missing buckets count 0), also per hour index.
 
     An hour's sum and histogram bins, like its count, equal those of its
-    minutes, so the same signed terms give the window's sum and bins.
+    minutes, so the same signed terms give the window's sum and bins. Sketches
+    (``sketches``, for distinct counts) need a union plan: they are merged, never subtracted.
     """
+    if sketches is not None and not plan.disjoint:
+        raise ValueError("distinct values need a union plan: sketches cannot be subtracted")
     sums, bins = sums or {}, bins or {}
     count_by_hour: dict[int, int] = {}
     units_by_hour: dict[int, int] = {}
@@ -50,4 +57,15 @@ def sum_plan(
         units_by_hour=dict(sorted(units_by_hour.items())),
         bins=signed_sum((1, hour_bins) for hour_bins in bins_by_hour.values()),
         bins_by_hour=bins_by_hour,
+        **(_union_by_hour(plan, sketches) if sketches is not None else {}),
     )
+
+
+def _union_by_hour(plan: Plan, sketches: Mapping[str, Sketch]) -> dict[str, object]:
+    by_hour: dict[int, list[Sketch]] = {}
+    for term in plan.terms:
+        hour_sketches = by_hour.setdefault(term.bucket.hour_index, [])
+        if term.bucket.sort_key in sketches:
+            hour_sketches.append(sketches[term.bucket.sort_key])
+    sketch_by_hour = {hour: union(hour_sketches) for hour, hour_sketches in sorted(by_hour.items())}
+    return {"sketch": union(sketch_by_hour.values()), "sketch_by_hour": sketch_by_hour}
