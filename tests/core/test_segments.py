@@ -228,7 +228,8 @@ def test_bins_survive_the_window_state_and_count_against_its_budget():
     list(folder.fold([[event("load", T0, 4, units=5), binned("load", T0, 4, 7)]]))
     list(folder.fold([[binned("spread", T0, 5, "0.5")]]))  # bins without a sum
     state = json.loads(json.dumps(folder.open.to_state()))
-    assert ["spread", Bucket.of_minute(T0 // MINUTE_MS).sort_key, 1, None, {bin_of(Decimal("0.5")): 1}] in state["deltas"]
+    bins_only = ["spread", Bucket.of_minute(T0 // MINUTE_MS).sort_key, 1, None, {"bins": {bin_of(Decimal("0.5")): 1}}]
+    assert bins_only in state["deltas"]
     assert Segment.from_state(state) == folder.open
     assert Segment.from_state(state).state_bytes == folder.open.state_bytes
     assert folder.open.state_bytes >= len(json.dumps(state["deltas"]))
@@ -238,9 +239,13 @@ def test_bins_survive_the_window_state_and_count_against_its_budget():
     assert wide.open.state_bytes >= len(json.dumps(wide.open.to_state()))
 
 
-@pytest.mark.parametrize("bins", [{}, {"+x": 1}, {"count": 2}, {"+Ab": 0}, {"+Ab": "1"}, [1]])
-def test_a_state_with_bins_it_cannot_read_is_unreadable(bins):
+@pytest.mark.parametrize(
+    "aggregates",
+    [{}, [1], {"bins": {}}, {"bins": {"+x": 1}}, {"bins": {"count": 2}}, {"bins": {"+Ab": 0}}, {"bins": {"+Ab": "1"}},
+     {"bins": {"+Ab": 1}, "later": 1}],
+)
+def test_a_state_with_aggregates_it_cannot_read_is_unreadable(aggregates):
     state = Segment("1", T0, "1", 1, {("c", Bucket.of_hour(T0 // HOUR_MS)): 1}).to_state()
-    state["deltas"][0] += [None, bins]
+    state["deltas"][0] += [None, aggregates]
     with pytest.raises(UnreadableState):
         Segment.from_state(state)

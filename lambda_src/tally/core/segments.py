@@ -41,9 +41,9 @@ _ENTRY_OVERHEAD_BYTES = 48
 # ... and of a summing entry's sum: up to 38 digits, sign, quotes, comma.
 _SUM_OVERHEAD_BYTES = 44
 # ... and of one histogram bin: '"+Ab": 1234567, ' (a count above 10^7 is a longer number, but
-# takes ten million events of the same item, bin and segment), plus the braces of the entry's bins.
+# takes ten million events of the same item, bin and segment), plus '{"bins": {}}, null, '.
 _BIN_BYTES = 16
-_BINS_OVERHEAD_BYTES = 8
+_BINS_OVERHEAD_BYTES = 24
 # Bins one item may take in one segment: an update names each bin in about 11 bytes, within
 # DynamoDB's 4 KB per expression beside the count, sum and TTL. A segment that would pass it
 # closes, and the next segment writes the item again.
@@ -156,8 +156,9 @@ class Segment:
     def to_state(self) -> dict[str, Any]:
         """JSON-safe form for the tumbling-window state; sums as decimal strings of units (exact anywhere).
 
-        An entry is [counter, sort key, count] and, for an item with a sum or
-        histogram, its units (or null) and then its bins ({name: values}).
+        An entry is [counter, sort key, count], then for an item with a sum
+        its units, and for an item with other aggregates its units (or null)
+        and an object of them by name: {"bins": {bin name: values}}.
         """
         entries: list[list[Any]] = []
         for (counter, bucket), delta in self.deltas.items():
@@ -166,7 +167,7 @@ class Segment:
             if units is not None or bins:
                 entry.append(None if units is None else str(units))
             if bins:
-                entry.append(bins)
+                entry.append({"bins": bins})
             entries.append(entry)
         return {
             "v": STATE_VERSION if self.sums or self.bins else COUNTS_ONLY_STATE_VERSION,
@@ -199,7 +200,8 @@ class Segment:
                 if extra and extra[0] is not None:
                     sums[item] = int(extra[0])
                 if len(extra) == 2:
-                    bins[item] = _read_bins(extra[1])
+                    aggregates = _read_aggregates(extra[1])
+                    bins[item] = _read_bins(aggregates["bins"])
             return cls(
                 first_sequence=str(state["first"]),
                 first_arrival_ms=int(state["arrival"]),
@@ -214,6 +216,16 @@ class Segment:
             )
         except Exception as error:
             raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
+
+
+_AGGREGATE_FIELDS = frozenset({"bins"})
+
+
+def _read_aggregates(raw: Any) -> dict[str, Any]:
+    """An entry's object of aggregates; a field this release does not know is a state it cannot take over."""
+    if not isinstance(raw, dict) or not raw or not set(raw) <= _AGGREGATE_FIELDS:
+        raise ValueError(f"aggregates must be an object of {sorted(_AGGREGATE_FIELDS)}, got {str(raw)[:60]}")
+    return raw
 
 
 def _read_bins(raw: Any) -> dict[str, int]:
