@@ -76,7 +76,7 @@ def test_an_update_is_charged_for_the_whole_item_not_the_change():
 
 def test_tally_commits_are_metered_as_transactional_writes_of_marker_and_buckets():
     segment = Segment("100", 1_795_000_000_000, "101", records=2)
-    segment.add("100", [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), None, None)])
+    segment.add("100", [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), None, None, None)])
     client = MeteredClient(("pk", "sk"))
     [part] = segment.parts()
     client.transact_write_items(TransactItems=transact_items(segment, 0, part, "counts", "source", Settings()))

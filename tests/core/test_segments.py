@@ -1,3 +1,4 @@
+import base64
 import json
 from decimal import Decimal
 
@@ -7,6 +8,7 @@ from factories import counter_record, stream_record
 from tally.core.buckets import Bucket
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
 from tally.core.histograms import bin_of
+from tally.core.sketches import SPARSE_LIMIT, Sketch, hash_of
 from tally.core.segments import (
     MAX_ITEM_BINS,
     MAX_PART_ITEMS,
@@ -36,13 +38,14 @@ def test_an_event_adds_one_to_its_minute_and_its_hour():
         ("c", Bucket.of_hour(T0 // HOUR_MS)),
         None,
         None,
+        None,
     )
 
 
 def test_a_rejection_counts_under_its_reserved_counter_by_arrival_time():
     rejection = Rejection(Reason.LATE_EVENT, "old", "9", T0 + 5)
-    minute, hour, units, bin = contribution(rejection)
-    assert [minute[0], hour[0], units, bin] == ["#rejected#late_event"] * 2 + [None, None]
+    minute, hour, units, bin, hashed = contribution(rejection)
+    assert [minute[0], hour[0], units, bin, hashed] == ["#rejected#late_event"] * 2 + [None, None, None]
     assert contribution(rejection)[0][1] == Bucket.of_minute(T0 // MINUTE_MS)
 
 
@@ -74,8 +77,8 @@ def test_a_segment_grows_past_99_items_and_commits_in_parts_of_99():
     assert len(segment.deltas) == 150 * 8  # 7 minutes and the hour of each counter
     parts = segment.parts()
     assert [len(part) for part in parts] == [MAX_PART_ITEMS] * 12 + [12]
-    assert sum(delta for part in parts for _, delta, _, _ in part) == 2 * len(events)
-    keys = [(counter, bucket.sort_key) for part in parts for (counter, bucket), _, _, _ in part]
+    assert sum(delta for part in parts for _, delta, *_ in part) == 2 * len(events)
+    keys = [(counter, bucket.sort_key) for part in parts for (counter, bucket), *_ in part]
     assert keys == sorted(keys)  # a retry rebuilds the same parts
 
 
@@ -84,7 +87,7 @@ def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
     folder = SegmentFolder()
     list(folder.fold(one_each(events)))
     hour, minute = ("hot", Bucket.of_hour(T0 // HOUR_MS)), ("hot", Bucket.of_minute(T0 // MINUTE_MS))
-    assert folder.close().parts() == [[(hour, 10_000, None, None), (minute, 10_000, None, None)]]
+    assert folder.close().parts() == [[(hour, 10_000, None, None, None), (minute, 10_000, None, None, None)]]
 
 
 def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
@@ -154,7 +157,7 @@ def test_one_record_counted_by_several_rules_adds_to_each_counter_once_and_sums_
     minute = Bucket.of_minute(T0 // MINUTE_MS)
     assert segment.deltas[("jobs/all", minute)] == 2
     assert segment.sums == {("jobs/all", minute): 100_000_000, ("jobs/all", Bucket.of_hour(T0 // HOUR_MS)): 100_000_000}
-    entries = [(c, b, d, u) for part in segment.parts() for (c, b), d, u, _ in part]
+    entries = [(c, b, d, u) for part in segment.parts() for (c, b), d, u, *_ in part]
     assert ("jobs/all", minute, 2, 100_000_000) in entries
     assert ("jobs/p1", minute, 1, None) in entries
 
@@ -204,7 +207,7 @@ def test_histogram_bins_fold_per_item_like_counts():
     minute, hour = ("load", Bucket.of_minute(T0 // MINUTE_MS)), ("load", Bucket.of_hour(T0 // HOUR_MS))
     expected = {bin_of(Decimal(120)): 2, bin_of(Decimal(900)): 1}  # 120 and 120.5 share a bin 2 % wide
     assert segment.bins == {minute: expected, hour: expected}
-    assert [(item, count, bins) for part in segment.parts() for item, count, _, bins in part] == [
+    assert [(item, count, bins) for part in segment.parts() for item, count, _, bins, _ in part] == [
         (hour, 3, expected),
         (minute, 3, expected),
     ]
@@ -247,5 +250,49 @@ def test_bins_survive_the_window_state_and_count_against_its_budget():
 def test_a_state_with_aggregates_it_cannot_read_is_unreadable(aggregates):
     state = Segment("1", T0, "1", 1, {("c", Bucket.of_hour(T0 // HOUR_MS)): 1}).to_state()
     state["deltas"][0] += [None, aggregates]
+    with pytest.raises(UnreadableState):
+        Segment.from_state(state)
+
+
+def visited(counter, ms, seq, client):
+    return CounterEvent(counter, ms, str(seq), ms, hashed=hash_of(client))
+
+
+def test_distinct_values_fold_into_each_items_sketch():
+    folder = SegmentFolder()
+    clients = ["a", "b", "a", "c", "b"]
+    list(folder.fold(one_each(visited("views", T0 + n, n, c) for n, c in enumerate(clients))))
+    segment = folder.close()
+    minute, hour = ("views", Bucket.of_minute(T0 // MINUTE_MS)), ("views", Bucket.of_hour(T0 // HOUR_MS))
+    assert segment.sketches[minute] == segment.sketches[hour] == Sketch(map(hash_of, "abc"))
+    assert segment.deltas[minute] == 5  # the count counts events, the sketch values
+    [[*_, sketch]] = [[delta for delta in part if delta[0] == hour][0] for part in segment.parts()]
+    assert sketch.count() == 3
+
+
+@pytest.mark.parametrize("clients", [40, SPARSE_LIMIT + 1, 20_000])
+def test_sketches_survive_the_window_state_and_count_against_its_budget(clients):
+    folder = SegmentFolder()
+    list(folder.fold(one_each(visited(f"v{n % 3}", T0 + n, n, f"client-{n}") for n in range(clients))))
+    state = json.loads(json.dumps(folder.open.to_state()))
+    assert Segment.from_state(state) == folder.open
+    assert Segment.from_state(state).state_bytes == folder.open.state_bytes
+    assert folder.open.state_bytes >= len(json.dumps(state["deltas"]))
+
+
+def test_a_segment_closes_before_its_sketches_outgrow_the_state_budget():
+    folder = SegmentFolder(state_budget=60_000)
+    events = [visited(f"page-{n % 40}", T0 + (n % 7) * MINUTE_MS, n, f"client-{n}") for n in range(40_000)]
+    closed = list(folder.fold(one_each(events)))
+    assert closed
+    for segment in [*closed, folder.open]:
+        assert len(json.dumps(segment.to_state())) <= 60_000
+    assert sum(s.records for s in [*closed, folder.open]) == len(events)
+
+
+@pytest.mark.parametrize("sketch", ["", "not base64!", base64.b64encode(b"\x02junk").decode()])
+def test_a_state_with_a_sketch_it_cannot_read_is_unreadable(sketch):
+    state = Segment("1", T0, "1", 1, {("c", Bucket.of_hour(T0 // HOUR_MS)): 1}).to_state()
+    state["deltas"][0] += [None, {"sketch": sketch}]
     with pytest.raises(UnreadableState):
         Segment.from_state(state)

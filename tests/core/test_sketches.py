@@ -1,3 +1,4 @@
+import base64
 import random
 import zlib
 import statistics
@@ -101,3 +102,13 @@ def test_the_stored_form_round_trips_and_does_not_depend_on_order(values):
 def test_bytes_that_are_no_sketch_are_refused(data):
     with pytest.raises(UnreadableSketch):
         Sketch.from_bytes(data)
+
+
+def test_a_dense_sketch_stays_within_the_window_state_bytes_segments_charge_it():
+    from tally.core.segments import _DENSE_SKETCH_BYTES
+
+    sketch = Sketch()
+    for n in range(300_000):
+        sketch.add(hash_of(n))
+        if n in (SPARSE_LIMIT + 1, 2_000, 20_000, 299_999):
+            assert len(base64.b64encode(sketch.to_bytes())) < _DENSE_SKETCH_BYTES, n

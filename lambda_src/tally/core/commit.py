@@ -154,7 +154,7 @@ def transact_items(
         }
     ]
     lane = lane_of(source, settings.bucket_lanes)
-    for (counter, bucket), delta, units, bins in deltas:
+    for (counter, bucket), delta, units, bins, _sketch in deltas:
         key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
         names = {"#count": COUNT_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE}
         values: dict[str, Any] = {":delta": delta, ":ttl": bucket.ttl_seconds(settings)}
