@@ -18,8 +18,9 @@ bucketing or window code. The rule it applies, stated once:
   each {attribute} replaced by the item's string (non-empty) or number (in
   plain notation, 5.0 as 5) spells C, for a summing rule, its "sum"
   attribute is a number with at most 18 digits before the point and 8 after,
-  and, for a histogram rule, its "histogram" attribute is 0 or a number whose
-  magnitude is at least 1E-9 and below 1E18.
+  for a histogram rule, its "histogram" attribute is 0 or a number whose
+  magnitude is at least 1E-9 and below 1E18, and, for a distinct rule, its
+  "distinct" attribute is a non-empty string or a finite number.
 
 tally also refuses, by design, events whose hour was past the hour retention
 at their arrival or stamped more than the clock skew after it, and (after adoption) records that
@@ -178,11 +179,12 @@ class CounterRule:
     sum: str | None = None
     strings_only: bool = False
     histogram: str | None = None
+    distinct: str | None = None
 
     @property
     def attributes(self) -> list[str]:
         names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
-        return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram) if name]))
+        return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram, self.distinct) if name]))
 
     def names(self, item: dict[str, Any]) -> str | None:
         """The counter this rule names for a decoded item, or None when it names none."""
@@ -208,6 +210,8 @@ class CounterRule:
             return None
         if self.histogram is not None and not _binnable(item.get(self.histogram)):
             return None
+        if self.distinct is not None and _render(item.get(self.distinct), strings_only=False) is None:
+            return None  # the same values a template can render
         return name
 
 
@@ -237,7 +241,13 @@ def _read_rules(text: str) -> list[CounterRule]:
             ((kind, operand),) = condition.items()
             when.append((attribute, kind, operand if kind != "equals" else [operand]))
         rules.append(
-            CounterRule(_pieces(entry["counter"]), tuple(when), entry.get("sum"), histogram=entry.get("histogram"))
+            CounterRule(
+                _pieces(entry["counter"]),
+                tuple(when),
+                entry.get("sum"),
+                histogram=entry.get("histogram"),
+                distinct=entry.get("distinct"),
+            )
         )
     return rules
 

@@ -49,6 +49,7 @@ from rich.table import Table
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
 from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
+from tally.core.sketches import SPARSE_LIMIT, STANDARD_ERROR
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
@@ -325,6 +326,16 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
     )
     if truth.values:
         matched &= verify_quantiles(truth, plans, window)
+    if truth.distinct:
+        # And the last hour, whose pages have few enough visitors for the sketches to be exact.
+        hour = Window.ending(now, HOUR_MS)
+        hour_truth = shaped_truth(shape, items, hour, arrivals, settings)
+        hour_plans = {
+            plan: {r.counter: r for r in count_windows(table, sorted(hour_truth.distinct), length_ms=HOUR_MS, at_ms=now,
+                                                       now=now, plan=plan, consistent=True)}
+            for plan in PlanKind
+        }
+        matched &= verify_distinct([(truth, plans, window), (hour_truth, hour_plans, hour)])
     late = sum(1 for ts, item in items if is_late(ts, arrivals.get(item["id"], ts), settings))
     counted = count_windows(table, [rejected_counter(Reason.LATE_EVENT)], now=now)[0].total
     ok = counted == late
@@ -337,6 +348,7 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
         console.print(
             "[bold green]VERDICT: MATCH[/] — counts, sums and averages equal brute force by both plans"
             + (", quantiles are within 1 % of it" if truth.values else "")
+            + (", distinct counts within 3 standard errors (exact where the sketches are)" if truth.distinct else "")
         )
     else:
         console.print("[bold red]VERDICT: MISMATCH[/] — see the rows marked above")
@@ -380,6 +392,52 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
         "   each cell: tally's answer from the buckets' histogram bins (the same by both plans), and in brackets "
         "the value of rank ⌈q·n⌉ among the raw values; tally promises 1 %."
     )
+    return matched
+
+
+def verify_distinct(windows: list[tuple[ShapedTruth, dict[PlanKind, dict[str, WindowCount]], Window]]) -> bool:
+    """Distinct values of every distinct counter, per window: both plans alike, exact while the sketches are,
+    else within 3 standard errors of brute force."""
+    view = Table(title="4c. distinct values (the rules' distinct attribute): tally vs brute force")
+    for column in ("window", "counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
+        view.add_column(column, justify="left" if column in ("window", "counter") else "right")
+    matched = True
+    for truth, plans, window in windows:
+        matched &= _distinct_rows(view, truth, plans, window)
+    console.print(view)
+    console.print(
+        f"   tally's sketches are exact up to {SPARSE_LIMIT} distinct values a bucket, HyperLogLog beyond "
+        f"(4,096 registers, standard error {STANDARD_ERROR:.3%}); both plans read the same disjoint buckets."
+    )
+    return matched
+
+
+def _distinct_rows(
+    view: Table, truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]], window: Window
+) -> bool:
+    matched = True
+    for counter in sorted(truth.distinct):
+        batch, ranged = plans[PlanKind.BATCH][counter], plans[PlanKind.RANGE][counter]
+        exact = len(truth.distinct[counter])
+        answer = batch.distinct
+        ok = answer is not None and answer == ranged.distinct
+        error = (answer - exact) / exact if ok and exact else 0.0
+        if ok and batch.sketch.exact:
+            ok = answer == exact
+        elif ok:
+            ok = abs(error) <= 3 * STANDARD_ERROR
+        matched &= ok
+        view.add_row(
+            f"{window.minutes // 60} h",
+            escape(counter),
+            f"{exact:,}",
+            f"{answer:,}" if answer is not None else "—",
+            f"{ranged.distinct:,}" if ranged.distinct is not None else "—",
+            "yes" if batch.sketch is not None and batch.sketch.exact else "no",
+            f"{error:+.2%}",
+            f"{error / STANDARD_ERROR:+.2f}",
+            "[green]MATCH" if ok else "[red]MISMATCH",
+        )
     return matched
 
 

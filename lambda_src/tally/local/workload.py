@@ -192,11 +192,12 @@ def _arrival_verdict(ts_ms: int, arrival_ms: int, settings: Settings) -> Reason 
 
 class Adds(NamedTuple):
     """What one item adds to one counter, as a shape's rules restated by hand say: 1, and its amount
-    (summing rules) and its value (histogram rules)."""
+    (summing rules), its value (histogram rules) and the value whose distinct occurrences it counts."""
 
     counter: str
     amount: Decimal | None = None
     value: Decimal | None = None
+    distinct: str | None = None
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,7 @@ def _blog_item(event: Event, rng: random.Random) -> dict[str, Any]:
 
 
 def _blog_truth(item: Mapping[str, Any]) -> list[Adds]:
-    counters = [Adds(f"views{item['url']}")]
+    counters = [Adds(f"views{item['url']}", distinct=item["clientId"])]
     if item["status"] in (200, 304):
         counters.append(Adds("views/all"))
     if item["status"] == 200:
@@ -290,7 +291,7 @@ SHAPES = {
         name="blog",
         time_attribute="time",
         rules=(
-            {"name": "views", "counter": "views{url}"},
+            {"name": "views", "counter": "views{url}", "distinct": "clientId"},
             {"name": "views-all", "counter": "views/all", "when": {"status": {"oneOf": [200, 304]}}},
             {
                 "name": "load-time",
@@ -316,6 +317,7 @@ class ShapedTruth:
     expected: Counter[str] = field(default_factory=Counter)
     sums: dict[str, Decimal] = field(default_factory=dict)
     values: dict[str, list[Decimal]] = field(default_factory=dict)  # of histogram counters, in order
+    distinct: dict[str, set[str]] = field(default_factory=dict)  # of distinct counters: the values seen
 
     def average(self, counter: str) -> Decimal | None:
         return average_of(self.sums[counter], self.expected[counter]) if counter in self.sums else None
@@ -336,11 +338,13 @@ def shaped_truth(
     """``items`` as (event ms, item): what every counter the shape's rules name must hold for the window."""
     truth = ShapedTruth()
     for ts_ms, item in items:
-        for counter, amount, value in shape.truth(item):
+        for counter, amount, value, distinct in shape.truth(item):
             if amount is not None:
                 truth.sums.setdefault(counter, Decimal(0))
             if value is not None:
                 truth.values.setdefault(counter, [])
+            if distinct is not None:
+                truth.distinct.setdefault(counter, set())
             if not window.covers(ts_ms):
                 continue
             truth.in_window[counter] += 1
@@ -353,6 +357,8 @@ def shaped_truth(
                 truth.sums[counter] += amount
             if value is not None:
                 truth.values[counter].append(value)
+            if distinct is not None:
+                truth.distinct[counter].add(distinct)
     for values in truth.values.values():
         values.sort()
     return truth
