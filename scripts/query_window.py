@@ -9,8 +9,10 @@ A window of length L ending at --at (default now) covers the minutes
 show their sum and average; --json carries them as decimal strings. Counters a
 histogram rule writes answer --quantiles: the value of rank ceil(q*n) among the
 window's n values, within 1 %, in total and per hour, with the bounds every
-value lies within. The table is --table, else COUNTS_TABLE, else a stack's outputs
-(--stack), else tally-counts. Bad input exits with status 2 and one line on stderr.
+value lies within. Counters a distinct rule writes show their distinct values
+(exact up to 100 a bucket, else estimated, marked ≈, standard error 1.6 %).
+The table is --table, else COUNTS_TABLE, else a stack's outputs (--stack),
+else tally-counts. Bad input exits with status 2 and one line on stderr.
 A count of 0 says why on stderr when it can: a window that has not begun, or a
 counter without a single bucket.
 """
@@ -28,6 +30,7 @@ from rich.table import Table
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
 from tally.core.histograms import Histogram, InvalidQuantile, parse_quantile, percentile_label
+from tally.core.sketches import Sketch
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, client, resolve_tables
 from tally.local.cli import ScriptError, console, entry_point, is_missing_table, missing_table
@@ -128,10 +131,12 @@ def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     summing = any(result.sum is not None for result in results)
+    distinct = any(result.sketch is not None for result in results)
     binning = [q for q in quantiles if any(result.histogram is not None for result in results)]
     columns = (
         "counter",
         "total",
+        *(("distinct",) if distinct else ()),
         *(("sum", "average") if summing else ()),
         *map(percentile_label, binning),
         *(("low", "high") if binning else ()),
@@ -151,6 +156,7 @@ def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
         summary.add_row(
             escape(result.counter),
             f"{result.total:,}",
+            *((distinct_text(result.sketch),) if distinct else ()),
             *sums,
             *quantile_cells(result.histogram, binning),
             *bounds,
@@ -164,6 +170,13 @@ def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
         out.print(hour_chart(result, binning))
 
 
+def distinct_text(sketch: Sketch | None) -> str:
+    """Exact counts as they are, estimates marked with ≈."""
+    if sketch is None:
+        return ""
+    return f"{sketch.count():,}" if sketch.exact else f"≈{sketch.count():,}"
+
+
 def quantile_cells(histogram: Histogram | None, quantiles: list[str]) -> list[str]:
     if histogram is None:
         return [""] * len(quantiles)
@@ -174,11 +187,13 @@ def hour_chart(result: WindowCount, quantiles: list[str] = ()) -> Table:
     """The window's count per hour as bars (first and last hour may be partial); sums and quantiles beside them,
     under a header that names them."""
     by_hour = result.histogram_by_hour if quantiles else None
-    header = result.sum_by_hour is not None or by_hour is not None
+    header = result.sum_by_hour is not None or by_hour is not None or result.sketch_by_hour is not None
     chart = Table(title=escape(f"{result.counter} per hour"), show_header=header, box=None, pad_edge=False)
     chart.add_column("hour", style="dim")
     chart.add_column("")
     chart.add_column("count", justify="right")
+    if result.sketch_by_hour is not None:
+        chart.add_column("distinct", justify="right")
     if result.sum_by_hour is not None:
         chart.add_column("sum", justify="right")
         chart.add_column("average", justify="right")
@@ -192,7 +207,10 @@ def hour_chart(result: WindowCount, quantiles: list[str] = ()) -> Table:
         if result.sum_by_hour is not None:
             sums = (text_of(result.sum_by_hour.get(hour)) or "0", text_of(result.average_in_hour(hour)) or "")
         cells = quantile_cells(by_hour.get(hour, Histogram({})), quantiles) if by_hour is not None else ()
-        chart.add_row(iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums, *cells)
+        distinct = () if result.sketch_by_hour is None else (distinct_text(result.sketch_by_hour.get(hour, Sketch())),)
+        chart.add_row(
+            iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *distinct, *sums, *cells
+        )
     return chart
 
 
