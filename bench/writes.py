@@ -41,7 +41,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
     """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
     client = MeteredClient(("pk", "sk"), forward_to)
     if workload.rules:
-        settings = dataclasses.replace(settings, time_attribute="insertUtcTime", rules=parse_rules(workload.rules))
+        settings = dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
     table = CountsTable(client, settings.counts_table, settings)
 
     def handler(event: dict, context: Any) -> dict:
@@ -61,8 +61,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
-    time_attribute = "insertUtcTime" if workload.rules else "ts"
-    handler = origin.OriginHandler(client, ORIGIN_TABLE, time_attribute=time_attribute, counters=workload.counters)
+    handler = origin.OriginHandler(client, ORIGIN_TABLE, time_attribute=workload.time_attribute, counters=workload.counters)
     for batch in record_chunks(workload.events(), batch_size, workload.image, workload.arrival):
         handler({"Records": batch})
     return client
