@@ -24,7 +24,6 @@ import os
 import sys
 import time
 
-from rich.console import Console
 
 from tally.core.buckets import iso_minute, iso_second
 from tally.core.settings import ENV_COUNT_FROM, MINUTE_MS
@@ -32,6 +31,7 @@ from tally.core.windows import now_ms
 from tally.dynamo import create_tables
 from tally.local import exports
 from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
+from tally.local.cli import console as make_console
 from tally.local.cli import load_script
 from tally.local.delivery import DeliveryConfig
 from tally.local.stream_reader import StreamReader
@@ -43,7 +43,7 @@ BUCKET = "tally-exports"
 # tally backfills history up to the hour retention (90 d); the demo keeps its own workload small.
 MAX_HISTORY_HOURS = 72
 
-console = Console()
+console = make_console()
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,8 +3,9 @@
     .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
     .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
 
-The operator's independent proof: the recount shares none of tally's parsing,
-bucketing or window code. The rule it applies, stated once:
+The operator's independent proof: the recount shares none of tally's parsing
+of items, bucketing or window code (only the reading of --window and --at,
+which tally is asked with too). The rule it applies, stated once:
 
   An item counts for counter C once per rule that names C for it, when its
   time attribute is a number of epoch milliseconds (a fraction is dropped) or
@@ -43,7 +44,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -52,15 +53,20 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings, SettingsError
+from tally.core.windows import InvalidWindow, parse_length
 from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
 from tally.local.stack_outputs import StackOutputsError
 from tally.query import count_windows
+
+stderr = cli_console(stderr=True)
 
 MINUTE_MS = 60_000
 MAX_COUNTER_LENGTH = 255
@@ -71,15 +77,13 @@ _WIDE = Context(prec=100)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_SEGMENTS = 4
 MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
-_LENGTH = re.compile(r"^(\d+)([mhd])$")
-_LENGTH_MINUTES = {"m": 1, "h": 60, "d": 1440}
 
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
     parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
-    parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
+    parser.add_argument("--at", help="end of the window: ISO-8601 with an offset, or epoch seconds (default now)")
     parser.add_argument("--segments", type=int, default=DEFAULT_SEGMENTS, help="parallel Scan segments (default 4)")
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
@@ -122,7 +126,7 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
         else:
             condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first_minute, last_minute)
-            items = parallel_scan(dynamodb, tables.events, args.segments, condition)
+            items = scan_with_progress(dynamodb, tables.events, args.segments, condition)
         recount = recount_items(items, counters, rules, settings.time_attribute, first_minute, last_minute)
     except (SettingsError, StackOutputsError, ValueError) as error:
         raise ScriptError(str(error)) from None
@@ -146,17 +150,17 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def window_minutes(text: str) -> int:
-    match = _LENGTH.match(text.strip())
-    if not match or int(match.group(1)) == 0:
-        raise ScriptError(f"--window must look like 90m, 24h or 7d, got {text!r}")
-    return int(match.group(1)) * _LENGTH_MINUTES[match.group(2)]
+    try:
+        return parse_length(text) // MINUTE_MS
+    except InvalidWindow as error:
+        raise ScriptError(f"--window: {error}") from None
 
 
 def instant_ms(text: str) -> int:
-    moment = _iso_instant(text)
-    if moment is None:
-        raise ScriptError(f"--at must be ISO-8601 with a UTC offset, got {text!r}")
-    return moment
+    try:
+        return parse_instant(text)
+    except InvalidInstant as error:
+        raise ScriptError(f"--at {error}") from None
 
 
 def event_minute(value: Any) -> int | None:
@@ -371,14 +375,33 @@ def _required(rule: CounterRule) -> list[str]:
     return [name for name in rule.attributes if name not in absent]
 
 
-def parallel_scan(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+def parallel_scan(
+    dynamodb: Any,
+    table: str,
+    segments: int,
+    scan_filter: dict[str, Any],
+    on_scanned: Callable[[int], None] = lambda n: None,
+) -> list[dict[str, Any]]:
+    """The items the filter lets through; ``on_scanned`` hears how many items each page read (the filter aside)."""
     request = {"TableName": table, "TotalSegments": segments, "ConsistentRead": True, **scan_filter}
 
     def segment(number: int) -> list[dict[str, Any]]:
-        return list(_pages(dynamodb.scan, {**request, "Segment": number}))
+        return list(_pages(dynamodb.scan, {**request, "Segment": number}, on_scanned))
 
     with ThreadPoolExecutor(max_workers=segments) as pool:
         return [item for items in pool.map(segment, range(segments)) for item in items]
+
+
+def scan_with_progress(dynamodb: Any, table: str, segments: int, scan_filter: dict[str, Any]) -> list[dict[str, Any]]:
+    """A parallel Scan with a progress bar on stderr, sized by the table's ItemCount (DynamoDB updates it about every six hours)."""
+    estimate = dynamodb.describe_table(TableName=table)["Table"].get("ItemCount") or None
+    columns = (TextColumn(f"scanning {table}"), BarColumn(), MofNCompleteColumn(), TextColumn("items"), TimeElapsedColumn())
+    with Progress(*columns, console=stderr, transient=True) as progress:
+        task = progress.add_task("scan", total=estimate)
+        items = parallel_scan(dynamodb, table, segments, scan_filter, lambda n: progress.advance(task, n))
+        scanned = int(progress.tasks[0].completed)
+    stderr.print(f"scanned {scanned:,} items of {table} in {segments} segments", highlight=False)
+    return items
 
 
 def query_index(
@@ -414,10 +437,13 @@ def query_index(
     return items
 
 
-def _pages(operation: Any, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _pages(
+    operation: Any, request: dict[str, Any], on_scanned: Callable[[int], None] = lambda n: None
+) -> Iterator[dict[str, Any]]:
     request = dict(request)
     while True:
         response = operation(**request)
+        on_scanned(response.get("ScannedCount", len(response.get("Items", []))))
         yield from response.get("Items", [])
         if "LastEvaluatedKey" not in response:
             return

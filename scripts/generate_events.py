@@ -8,6 +8,13 @@
 A shape writes items of another table's making, with statuses and amounts (and
 no bad records); it prints the TALLY_RULES and TALLY_TIME_ATTRIBUTE that count them.
 
+Before writing, the items are judged with the settings the pipeline counting
+into the counts table has published there (the handler does at every cold
+start), by tally's own parsing: items it would refuse or not count at all are
+not written (exit status 2, naming the settings they need) unless --unchecked;
+items it would reject only for their time (late, future) are written with a
+warning, and so is everything when no pipeline has published its settings.
+
 The same --seed (and end time) writes the same events, ids included. Items
 are written with BatchWriteItem only (moto turns an UpdateItem on a new key
 into two INSERTs), and unprocessed items are retried with backoff. Attribute
@@ -26,12 +33,17 @@ from collections import Counter
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tally.core.buckets import iso_minute
+from botocore.exceptions import ClientError
+
+from tally.core.buckets import iso_minute, iso_second
+from tally.core.rules import ENV_RULES
+from tally.dynamo import CountsTable
+from tally.local.agreement import differences, judge
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
 from tally.local.cli import console as make_console
-from tally.local.cli import entry_point, require_table
+from tally.local.cli import ScriptError, entry_point, is_missing_table, require_table, where
 from tally.core.records import InvalidCounter, validate_counter
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import ENV_COUNTER_ATTRIBUTE, ENV_TIME_ATTRIBUTE, HOUR_MS, Settings, SettingsError
 from tally.core.windows import InvalidWindow, now_ms, parse_instant
 from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, SHAPES, Workload, bad_items
 
@@ -40,7 +52,7 @@ console = make_console(stderr=True)
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_table_arguments(parser, counts=False)
+    add_table_arguments(parser)
     parser.add_argument("--counters", nargs="+", help="counter names (with --shape: providers or pages)")
     parser.add_argument(
         "--shape",
@@ -55,6 +67,11 @@ def parser() -> argparse.ArgumentParser:
         default=list(DEFAULT_RATE),
         metavar=("LOW", "HIGH"),
         help="events per hour per counter, drawn uniformly (default 20 100)",
+    )
+    parser.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="write even items the pipeline's published settings would not count",
     )
     parser.add_argument("--end", help="ISO-8601 end of the events (default now)")
     parser.add_argument("--start", help="ISO-8601 start of the events instead: they end --hours later")
@@ -112,15 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.shape:
         shape = SHAPES[args.shape]
         items = shape.items(workload, end_ms)
+        needed = {ENV_TIME_ATTRIBUTE: shape.time_attribute, ENV_RULES: shape.rules_json}
+        bad = []
     else:
-        items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, workload.seed, settings)
-    try:
-        table = resolve_tables(args).events
-    except LookupError as error:  # no such stack
-        argument_parser.error(str(error))
+        items = [event.item(settings) for event in events]
+        needed = {ENV_COUNTER_ATTRIBUTE: settings.counter_attribute, ENV_TIME_ATTRIBUTE: settings.time_attribute, ENV_RULES: ""}
+        bad = bad_items(args.bad, end_ms, workload.seed, settings)
+    tables = resolve_tables(args)
+    table = tables.events
 
     dynamodb = client("dynamodb")
     require_table(dynamodb, table, "--table or EVENTS_TABLE")
+    if args.unchecked:
+        console.print("[yellow]warning:[/] --unchecked: the items are not checked against the pipeline's settings")
+    else:
+        check_pipeline(CountsTable(dynamodb, tables.counts, settings), items, needed)
+    items += bad
     console.print(
         f"writing {len(items)} events to {table}: {workload.hours} h ending {iso_minute(end_ms)}, seed {workload.seed}"
     )
@@ -129,6 +153,51 @@ def main(argv: list[str] | None = None) -> int:
     if args.shape:
         print(f"export TALLY_TIME_ATTRIBUTE={shape.time_attribute} TALLY_RULES={shlex.quote(shape.rules_json)}")
     return 0
+
+
+def check_pipeline(counts: CountsTable, items: list[dict], needed: dict[str, str]) -> None:
+    """Refuse items the pipeline counting into ``counts`` would not count (ScriptError); warn when it cannot tell.
+
+    ``needed``: the settings the items are made for, to name in the refusal.
+    """
+    try:
+        published = counts.published_settings()
+        pipeline_settings = published.settings() if published else None
+    except ClientError as error:
+        if not is_missing_table(error):
+            raise
+        published = pipeline_settings = None
+    except SettingsError as error:
+        console.print(f"[yellow]warning:[/] the settings published in {counts.table_name!r} are unreadable ({error}): unchecked")
+        return
+    if published is None or pipeline_settings is None:
+        console.print(
+            f"[yellow]warning:[/] no pipeline has published its settings in counts table {counts.table_name!r} at "
+            f"{where()} (none has started on it yet): the items are written unchecked"
+        )
+        return
+    judgement = judge(items, pipeline_settings, now_ms())
+    pipeline = (
+        f"the pipeline counting into {counts.table_name!r} (settings published by {published.publisher} "
+        f"at {iso_second(published.published_ms)})"
+    )
+    by_shape = judgement.reasons(time_only=False)
+    if by_shape:
+        missing = differences(published.environment, needed)
+        fix = (
+            f"the items need {' '.join(f'{name}={shlex.quote(value)}' for name, value in missing.items())}: "
+            "start the pipeline with them (`export` them, then `local_pipeline.py --keep-running` or `run_stream.py`; "
+            "a stack: its `rules` and `timeAttribute` context), "
+            if missing
+            else ""
+        )
+        raise ScriptError(
+            f"{pipeline} would refuse {judgement.spoiled:,} of {len(items):,} items ({judgement.lost:,} not counted "
+            f"at all): {judgement.describe(by_shape)}; nothing written; {fix}or pass --unchecked to write them anyway"
+        )
+    by_time = judgement.reasons(time_only=True)
+    if by_time:
+        console.print(f"[yellow]warning:[/] {pipeline} will reject some items for their time: {judgement.describe(by_time)}")
 
 
 def write_with_progress(dynamodb_client: object, table: str, items: list[dict]) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
             matched = verify(dynamodb, workload.counters, arrivals, settings, workload.hours)
         console.print(f"finished in {time.monotonic() - started:.1f} s")
         if args.keep_running:
-            keep_running(server, reader)
+            keep_running(server, reader, shape)
         return 0 if matched else 1
     finally:
         server.stop()
@@ -441,14 +442,19 @@ def _distinct_rows(
     return matched
 
 
-def keep_running(server: MotoServer, reader: StreamReader) -> None:
-    """Print how to reach the server, then follow the stream until Ctrl-C."""
+def keep_running(server: MotoServer, reader: StreamReader, shape: Shape | None) -> None:
+    """Print how to reach the server (and the shape's rules the runner counts with), then follow the stream until Ctrl-C."""
     environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
+    if shape:
+        environment |= {ENV_TIME_ATTRIBUTE: shape.time_attribute, ENV_RULES: shape.rules_json}
     console.print("\nServer and runner keep running. In another shell:")
-    print("export " + " ".join(f"{name}={value}" for name, value in environment.items()), flush=True)
+    print("export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items()), flush=True)
+    example = f"--shape {shape.name} --hours 1" if shape else "--hours 1"
+    # A shape's first constant counter (jobs/all, views/all) always holds its items.
+    counter = next(rule["counter"] for rule in shape.rules if "{" not in rule["counter"]) if shape else "page-views"
     console.print(
-        "then e.g. [bold].venv/bin/python scripts/generate_events.py --hours 1[/] and "
-        "[bold].venv/bin/python scripts/query_window.py page-views[/]. Ctrl-C to stop."
+        f"then e.g. [bold].venv/bin/python scripts/generate_events.py {example}[/] and "
+        f"[bold].venv/bin/python scripts/query_window.py {counter}[/]. Ctrl-C to stop."
     )
 
     def interrupted(signum: int, frame: object) -> None:

@@ -56,13 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         config = DeliveryConfig(args.batch_size, args.window_seconds, args.max_attempts)
     except ValueError as error:
         parser().error(str(error))
-    try:
-        tables = resolve_tables(args)
-        dynamodb = client("dynamodb")
-        stream_arn = tables.stream_arn or stream_arn_of(dynamodb, tables.events)
-        require_table(dynamodb, tables.counts, "--counts-table or COUNTS_TABLE")
-    except LookupError as error:  # no such stack, or a table without a stream
-        parser().error(str(error))
+    tables = resolve_tables(args)
+    dynamodb = client("dynamodb")
+    stream_arn = tables.stream_arn or stream_arn_of(dynamodb, tables.events)
+    require_table(dynamodb, tables.counts, "--counts-table or COUNTS_TABLE")
     checkpoints = json.loads(args.checkpoint.read_text()) if args.checkpoint and args.checkpoint.exists() else {}
 
     reader = StreamReader(

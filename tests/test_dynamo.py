@@ -287,3 +287,53 @@ def test_a_sum_past_38_digits_is_refused_as_dynamodb_refuses_it(dynamodb):
     dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "9" * 38}})
     with pytest.raises(ClientError, match="Number overflow"):
         dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "0.1"}})
+
+
+def hold_back(count):
+    """A BatchWriteItem answer that leaves the last ``count`` requests unprocessed, as DynamoDB does when throttled."""
+
+    def answer(real, kwargs):
+        (table, requests), = kwargs["RequestItems"].items()
+        done, held = requests[:-count], requests[-count:]
+        response = real(RequestItems={table: done}) if done else {}
+        return {**response, "UnprocessedItems": {table: held}}
+
+    return answer
+
+
+def test_deleting_retries_unprocessed_items_until_none_are_left(dynamodb, settings):
+    put_counts(dynamodb, "c", 60)
+    put_counts(dynamodb, "other", 1)
+    client = Faulty(dynamodb)
+    client.faults["batch_write_item"] = [hold_back(10), hold_back(3), hold_back(1)]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    keys = [(item["pk"], item["sk"]) for item in table.counter_items("c")]
+    deleted = []
+    assert table.delete_items(keys, on_deleted=deleted.append) == 60
+    assert sum(deleted) == 60 and client.calls["batch_write_item"] == 3 + 3  # the first batch of 25 answered with unprocessed items 3 times
+    assert table.counter_items("c") == [] and read_counts(dynamodb, "other")
+
+
+def test_items_unprocessed_after_every_retry_raise(dynamodb, settings):
+    put_counts(dynamodb, "c", 2)
+    client = Faulty(dynamodb)
+    client.faults["batch_write_item"] = [hold_back(1)] * 3
+    table = CountsTable(client, COUNTS, settings, backoff=lambda: no_sleep_backoff(attempts=3))
+    with pytest.raises(RetriesExhausted):
+        table.delete_items([(item["pk"], item["sk"]) for item in table.counter_items("c")])
+
+
+def test_a_counters_items_are_read_across_pages(dynamodb, settings):
+    put_counts(dynamodb, "c", 30)
+    client = Faulty(dynamodb)
+    client.faults["query"] = [lambda real, kwargs: real(**kwargs, Limit=7)] * 5
+    items = CountsTable(client, COUNTS, settings).counter_items("c")
+    assert [item["count"] for item in items] == list(range(1, 31)) and client.calls["query"] == 5
+
+
+def test_published_settings_read_back_as_published(counts_table, settings):
+    assert counts_table.published_settings() is None
+    counts_table.publish_settings("Tally-Counter", T0)
+    published = counts_table.published_settings()
+    assert (published.publisher, published.published_ms) == ("Tally-Counter", T0)
+    assert published.settings() == replace(settings, counts_table=published.settings().counts_table)

@@ -6,7 +6,10 @@ import pytest
 
 from moto_tables import COUNTS, read_counts
 from factories import LambdaContext, counter_record, image, stream_record, window_event
+from botocore.exceptions import ClientError
+
 from tally import handler as handler_module
+from tally.dynamo import CountsTable
 from tally.core.settings import HOUR_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
@@ -115,3 +118,22 @@ def test_bad_rules_fail_the_cold_start_naming_rule_and_field(lambda_handler, mon
     handler_module.counts_table.cache_clear()
     with pytest.raises(ValueError, match=r"TALLY_RULES: rule 1 \('jobs'\): field 'counter'"):
         lambda_handler(window_event([]), LambdaContext())
+
+
+def test_the_handler_publishes_its_settings_at_a_cold_start(lambda_handler, dynamodb, monkeypatch):
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Tally-Counter")
+    monkeypatch.setenv("TALLY_BUCKET_LANES", "4")
+    lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
+    published = handler_module.counts_table().published_settings()
+    assert published.publisher == "Tally-Counter" and published.settings().bucket_lanes == 4
+    assert published.environment == handler_module.counts_table().settings.counting_environment()
+
+
+def test_a_failure_to_publish_never_stops_the_counting(lambda_handler, dynamodb, monkeypatch, caplog):
+    def refused(**request):
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "PutItem")
+
+    monkeypatch.setattr(CountsTable, "publish_settings", lambda self, *args: refused())
+    lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 1, "H#2026-11-18T11": 1}
+    assert [r for r in caplog.records if r.getMessage() == "settings not published"]

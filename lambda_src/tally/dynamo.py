@@ -44,6 +44,7 @@ from tally.core.tables import (
 logger = logging.getLogger(__name__)
 
 BATCH_GET_LIMIT = 100
+BATCH_WRITE_LIMIT = 25
 _THROTTLING_CODES = frozenset(
     {
         "ThrottlingException",
@@ -66,6 +67,22 @@ class BackfillClaimed(RuntimeError):
 
 
 BACKFILL_PREFIX = "#backfill#"
+# The settings the pipeline counts with, published where the counts are, so that whoever writes
+# events or reads counts can check it agrees (pk, sk). Reserved: no counter name starts with '#'.
+SETTINGS_KEY = ("#settings#", "counting")
+
+
+@dataclass(frozen=True)
+class PublishedSettings:
+    """What the pipeline last published: its counting environment, who published it and when."""
+
+    environment: dict[str, str]
+    publisher: str
+    published_ms: int
+
+    def settings(self) -> Settings:
+        """The published settings as ``Settings.from_env`` reads them (SettingsError if this release cannot)."""
+        return Settings.from_env(self.environment)
 
 
 @dataclass
@@ -179,6 +196,28 @@ class CountsTable:
                 f"counting {export_arn} too would count its items twice"
             ) from None
 
+    def publish_settings(self, publisher: str, published_ms: int) -> None:
+        """Write the settings this table is counted with (``Settings.counting_environment``), replacing the last."""
+        self.client.put_item(
+            TableName=self.table_name,
+            Item={
+                **_key(*SETTINGS_KEY),
+                "environment": {"M": {name: {"S": value} for name, value in self.settings.counting_environment().items()}},
+                "publisher": {"S": publisher},
+                "published": {"N": str(published_ms)},
+            },
+        )
+
+    def published_settings(self) -> PublishedSettings | None:
+        """What the pipeline counting into this table last published, or None if nothing has."""
+        item = self._call(
+            self.client.get_item, TableName=self.table_name, Key=_key(*SETTINGS_KEY), ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            return None
+        environment = {name: value["S"] for name, value in item["environment"]["M"].items()}
+        return PublishedSettings(environment, item["publisher"]["S"], int(item["published"]["N"]))
+
     def batch_get(self, keys: Iterable[Key], consistent: bool = False) -> Fetched:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.
 
@@ -228,6 +267,32 @@ class CountsTable:
                 return fetched
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
+    def counter_items(self, counter: str) -> list[dict[str, Any]]:
+        """Every stored item of ``counter`` (all buckets, all lanes) as {pk, sk, count}, all pages, strongly consistent."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk",
+            "ProjectionExpression": "#pk, #sk, #count",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key, "#count": COUNT_ATTRIBUTE},
+            "ExpressionAttributeValues": {":pk": {"S": counter}},
+            "ConsistentRead": True,
+        }
+        items: list[dict[str, Any]] = []
+        while True:
+            response = self._call(self.client.query, **request)
+            items.extend(
+                {"pk": item["pk"]["S"], "sk": item["sk"]["S"], "count": int(item.get(COUNT_ATTRIBUTE, {}).get("N", 0))}
+                for item in response.get("Items", [])
+            )
+            if "LastEvaluatedKey" not in response:
+                return items
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def delete_items(self, keys: Iterable[Key], on_deleted: Callable[[int], None] | None = None) -> int:
+        """Delete items by key with BatchWriteItem, unprocessed ones retried until none are left."""
+        requests = [{"DeleteRequest": {"Key": _key(pk, sk)}} for pk, sk in keys]
+        return batch_write(self.client, self.table_name, requests, backoff=self.backoff, on_written=on_deleted)
+
     def has_counter(self, counter: str) -> bool:
         """Whether any bucket of ``counter`` exists, at any time: one Query of at most one key."""
         response = self._call(
@@ -251,6 +316,32 @@ class CountsTable:
                     raise
                 logger.warning("read throttled (attempt %d): %s", attempt + 1, _describe(error))
         raise RetriesExhausted("reads still throttled after every retry")
+
+
+def batch_write(
+    client: Any,
+    table: str,
+    requests: list[dict[str, Any]],
+    *,
+    backoff: Callable[[], Backoff] = Backoff,
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """Put or delete requests in BatchWriteItem calls of 25; UnprocessedItems are retried with backoff, never dropped."""
+    written = 0
+    for start in range(0, len(requests), BATCH_WRITE_LIMIT):
+        pending = requests[start : start + BATCH_WRITE_LIMIT]
+        done = len(pending)
+        for _ in backoff().pauses():
+            response = client.batch_write_item(RequestItems={table: pending})
+            pending = response.get("UnprocessedItems", {}).get(table, [])
+            if not pending:
+                break
+        else:
+            raise RetriesExhausted(f"{len(pending)} items still unprocessed after every retry")
+        written += done
+        if on_written is not None:
+            on_written(done)
+    return written
 
 
 def create_tables(client: Any, events_table: str, counts_table: str) -> None:

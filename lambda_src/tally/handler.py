@@ -8,6 +8,8 @@ metrics (defaults: ``tally`` and ``Tally``).
 from __future__ import annotations
 
 import os
+import sys
+import time
 from functools import cache
 from typing import Any
 
@@ -16,6 +18,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.dynamo import CountsTable
 from tally.invocation import Summary, process
@@ -32,10 +35,24 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 
 @cache
 def counts_table() -> CountsTable:
-    """Created once per execution environment, at the first invocation."""
+    """Created once per execution environment, at the first invocation, which also publishes the settings."""
     settings = Settings.from_env()
     client = boto3.client("dynamodb", config=Config(retries={"mode": "standard"}))
-    return CountsTable(client, settings.counts_table, settings)
+    table = CountsTable(client, settings.counts_table, settings)
+    _publish_settings(table)
+    return table
+
+
+def _publish_settings(table: CountsTable) -> None:
+    """Say in the counts table what this function counts with, so a producer can check it will be counted.
+
+    One PutItem per execution environment. A failure costs only the check, never the counting: logged, not raised.
+    """
+    publisher = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or os.path.basename(sys.argv[0]) or "tally"
+    try:
+        table.publish_settings(publisher, int(time.time() * 1000))
+    except (BotoCoreError, ClientError) as error:
+        logger.warning("settings not published", extra={"error": f"{type(error).__name__}: {error}"[:300]})
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -194,7 +194,7 @@ class _ContextReader:
         elif isinstance(raw, list):
             text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False) if raw else ""
         else:
-            raise ContextError(f"context {key} must be a JSON list of counter rules, got {raw!r}")
+            raise ContextError(f"context {key} must be a JSON list of counter rules, got {json.dumps(raw)[:80]}")
         if not text or text == "[]":
             return ""
         try:

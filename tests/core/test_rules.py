@@ -79,6 +79,25 @@ def test_bad_rules_fail_with_one_message_naming_the_rule_and_field(text, message
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('[{"counter": "a", "when": {"s": {"equal": 1}}}]', 'got {"equal": 1}'),
+        ('[{"counter": "a", "when": {"s": {"equals": {"x": 1.50, "y": [true, null]}}}}]', 'got {"x": 1.50, "y": [true, null]}'),
+        ('[{"counter": "a", "when": {"s": "paid"}}]', 'got "paid"'),
+        ('[{"counter": "a", "when": [1, 2]}]', "got [1, 2]"),
+        ('[{"counter": "a", "sum": true}]', "got true"),
+        ('[{"counter": null}]', "got null"),
+        ('[{"counter": "a", "name": "bad name!"}]', 'got "bad name!"'),
+    ],
+)
+def test_a_bad_value_is_shown_as_the_json_the_user_wrote(text, shown):
+    with pytest.raises(RulesError) as caught:
+        parse_rules(text)
+    assert str(caught.value).endswith(shown)
+    assert "Decimal" not in str(caught.value) and "True" not in str(caught.value)
+
+
 def test_bad_rules_in_the_environment_name_the_variable():
     with pytest.raises(SettingsError, match=r"^TALLY_RULES: rule 1: field 'counter'"):
         Settings.from_env({"TALLY_RULES": '[{"counter": ""}]'})

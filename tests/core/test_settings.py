@@ -35,6 +35,30 @@ def test_environment_overrides_every_setting():
     assert settings.bucket_lanes == 8
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {
+            "TALLY_COUNTER_ATTRIBUTE": "kind",
+            "TALLY_TIME_ATTRIBUTE": "at",
+            "TALLY_MINUTE_RETENTION_HOURS": "72",
+            "TALLY_HOUR_RETENTION_DAYS": "400",
+            "TALLY_MAX_CLOCK_SKEW_SECONDS": "0",
+            "TALLY_BUCKET_LANES": "8",
+            "TALLY_COUNT_FROM": "2026-11-23T10:00:00Z",
+            "TALLY_RULES": '[{"name": "jobs", "counter": "jobs/{providerId}", "when": {"status": {"equals": 1.50}}}]',
+        },
+    ],
+    ids=["defaults", "everything set"],
+)
+def test_the_counting_environment_reads_back_as_the_same_settings(env):
+    settings = Settings.from_env(env)
+    published = settings.counting_environment()
+    assert Settings.from_env(published) == settings
+    assert "COUNTS_TABLE" not in published and published.get("TALLY_RULES", "") == env.get("TALLY_RULES", "")
+
+
 def test_a_minute_retention_of_one_day_answers_the_default_window():
     """The 24 h window ending now reads minutes up to 24 h old; counting needs nothing more."""
     assert Settings.from_env({"TALLY_MINUTE_RETENTION_HOURS": "24"}).minute_retention_ms == DAY_MS

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from decimal import Decimal
 
 import pytest
+from rich.console import Console
 from script_support import load_script
 
 from tally.core.settings import HOUR_MS, MINUTE_MS
@@ -50,6 +52,7 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     status, rows = audit_json(capsys, "--window", "3h", "--at", at_iso)
     assert status == 0
     assert all(row["tally"] == row["recount"] > 0 for row in rows.values())
+    assert audit_json(capsys, "--window", "3h", "--at", str(end // MINUTE_MS * 60)) == (status, rows)  # epoch seconds
 
     # An event the stream never saw (as if the stream had been off): tally cannot know of it, the audit can.
     stamped = end - HOUR_MS
@@ -147,7 +150,10 @@ def test_the_rule_counts_only_the_named_counter_as_a_string_inside_the_window():
 def test_bad_arguments_are_one_line(capsys):
     assert audit.main(["orders", "--at", "yesterday"]) == 2
     assert audit.main(["orders", "--segments", "0"]) == 2
-    assert capsys.readouterr().err.count("\n") == 2
+    assert audit.main(["orders", "--window", "0m"]) == 2
+    errors = capsys.readouterr().err
+    assert errors.count("\n") == 3 and "--at must be epoch seconds or ISO-8601" in errors
+    assert "--window: window length must be at least a minute, got '0m'" in errors
 
 
 RULES = json.dumps(
@@ -252,3 +258,15 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         "load/home": sum(1 for n in range(60) if n % len(LOAD_TIMES) < 4),
         "visitors/blog": sum(1 for n in range(60) if n % 5 < 2),
     }
+
+
+def test_a_scan_shows_its_progress_on_stderr(tables, monkeypatch, capsys):
+    end = now_ms() - 5 * MINUTE_MS
+    items = [event.item() for event in Workload(counters=COUNTERS, hours=2, rate=(30, 30), seed=2).events(end)]
+    write_items(client("dynamodb"), tables.events, items)
+    shown = io.StringIO()
+    monkeypatch.setattr(audit, "stderr", Console(file=shown, force_terminal=True, width=120))
+    audit.main([*COUNTERS, "--json", "--segments", "3"])
+    output = shown.getvalue()
+    assert f"scanning {tables.events}" in output and "━" in output  # the bar, drawn while the segments read
+    assert f"scanned {len(items):,} items of {tables.events} in 3 segments" in output

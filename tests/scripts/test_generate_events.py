@@ -8,6 +8,8 @@ import pytest
 from factories import image, stream_record
 from script_support import load_script
 
+from tally.dynamo import CountsTable
+from tally.local.agreement import judge
 from tally.local.aws import client, scan_items
 from tally.core.records import Reason, parse_record
 from tally.core.settings import HOUR_MS, Settings
@@ -120,3 +122,81 @@ def test_shaped_items_are_counted_by_their_rules_as_restated_by_hand(name):
         ]
         assert counted == expected, item
         assert len(counted) >= 1 + (item["status"] in ("done", 200))
+
+
+def publish(tables, env: dict[str, str]) -> None:
+    """What a pipeline's handler does at its cold start, with these settings."""
+    settings = Settings.from_env({**env, "COUNTS_TABLE": tables.counts})
+    CountsTable(client("dynamodb"), tables.counts, settings).publish_settings("a test pipeline", END_MS)
+
+
+def origin_environment() -> dict[str, str]:
+    shape = SHAPES["origin"]
+    return {"TALLY_TIME_ATTRIBUTE": shape.time_attribute, "TALLY_RULES": shape.rules_json}
+
+
+@pytest.mark.server
+def test_shaped_items_a_running_pipeline_cannot_count_are_refused_and_not_written(tables, capsys):
+    publish(tables, {})  # the classic rule: the demo's pipeline
+    assert generate_events.main(["--shape", "origin", "--hours", "2"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "settings published by a test pipeline at 2026-11-22T10:00:00Z" in error
+    assert "(no attribute 'counter')" in error and "nothing written" in error
+    assert "TALLY_TIME_ATTRIBUTE=insertUtcTime TALLY_RULES=" in error and "--unchecked" in error
+    assert scan_items(client("dynamodb"), tables.events) == []
+
+
+@pytest.mark.server
+def test_classic_events_a_rules_pipeline_cannot_count_are_refused(tables, capsys):
+    publish(tables, origin_environment())
+    assert generate_events.main(["--hours", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "missing_counter" in error and "TALLY_COUNTER_ATTRIBUTE" not in error
+    assert "TALLY_TIME_ATTRIBUTE=ts TALLY_RULES=''" in error  # the classic items need the classic settings
+    assert scan_items(client("dynamodb"), tables.events) == []
+
+
+@pytest.mark.server
+def test_items_the_pipeline_counts_are_written_without_a_word(tables, capsys):
+    publish(tables, origin_environment())
+    assert generate_events.main(["--shape", "origin", "--hours", "1", "--seed", "3"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert len(scan_items(client("dynamodb"), tables.events)) == len(Workload(hours=1, seed=3).events(END_MS))
+
+
+@pytest.mark.server
+def test_unchecked_writes_anyway_and_says_so(tables, capsys):
+    publish(tables, {})
+    assert generate_events.main(["--shape", "origin", "--hours", "1", "--unchecked"]) == 0
+    assert "--unchecked" in capsys.readouterr().err
+    assert scan_items(client("dynamodb"), tables.events) != []
+
+
+@pytest.mark.server
+def test_without_a_published_pipeline_the_items_are_written_with_a_warning(tables, capsys):
+    assert generate_events.main(["--hours", "1", "--bad", "0"]) == 0
+    assert f"no pipeline has published its settings in counts table {tables.counts!r}" in capsys.readouterr().err
+
+
+@pytest.mark.server
+def test_items_late_for_the_pipelines_retention_are_written_with_a_warning(tables, capsys):
+    publish(tables, {"TALLY_HOUR_RETENTION_DAYS": "3"})
+    assert generate_events.main(["--hours", "96", "--rate", "1", "1", "--bad", "0"]) == 0
+    warning = capsys.readouterr().err
+    assert "will reject some items for their time: late_event" in warning and "past the hour retention (3 d)" in warning
+
+
+@pytest.mark.parametrize(
+    ("env", "shape", "counted", "refused"),
+    [
+        ({}, "origin", 0, {Reason.MISSING_COUNTER}),
+        (origin_environment(), "origin", 10, set()),
+        (origin_environment(), "blog", 0, {Reason.MISSING_COUNTER, Reason.MISSING_TIME}),
+        ({"TALLY_TIME_ATTRIBUTE": "time", "TALLY_RULES": SHAPES["blog"].rules_json}, "blog", 10, set()),
+    ],
+)
+def test_judging_items_uses_the_handlers_own_parsing(env, shape, counted, refused):
+    items = SHAPES[shape].items(Workload(counters=["a"], hours=1, rate=(10, 10), seed=1), END_MS)
+    judgement = judge(items, Settings.from_env(env), END_MS)
+    assert (judgement.items, judgement.counted, set(judgement.refused)) == (10, counted, refused)
+    assert judgement.spoiled == 10 - counted

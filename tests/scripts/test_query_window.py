@@ -50,11 +50,21 @@ def test_the_default_output_is_a_table_with_an_hourly_chart(counted, capsys):
     assert "alpha per hour" in out and "█" in out and "batch" in out
 
 
+@pytest.mark.server
+def test_at_takes_epoch_seconds_as_count_from_does(counted, capsys):
+    at = now_ms() // 1000 - 600
+    answers = []
+    for text in (str(at), iso_minute(at * 1000).replace("Z", f":{at % 60:02d}Z")):
+        assert query_window.main(["alpha", "--json", "--window", "2h", "--at", text]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[0] == answers[1] and answers[0]["total"] > 0
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["alpha", "--window", "24x"], "window length must look like"),
-        (["alpha", "--window", "0h"], "window length must look like"),
+        (["alpha", "--window", "0m"], "window length must be at least a minute, got '0m'"),
         (["alpha", "--at", "yesterday"], "not an ISO-8601 time"),
         (["alpha", "--at", "2026-11-22T10:00:00"], "without a UTC offset"),
         (["#segment#x"], "reserved"),

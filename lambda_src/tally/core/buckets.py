@@ -14,12 +14,11 @@ from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import NamedTuple
 
+from tally.core.instants import MAX_EPOCH_MS, InvalidInstant, in_range, iso_ms
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 MINUTES_PER_HOUR = 60
 
-# Year 10000 does not fit the fixed-width keys; refuse anything at or after it.
-MAX_EPOCH_MS = 253_402_300_800_000
 
 
 # By kind, without building the enum: every committed bucket computes its end for the TTL.
@@ -175,23 +174,16 @@ def _from_number(value: Decimal | int | float) -> int:
 
 def _from_iso(text: str) -> int:
     try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidTime(f"not an ISO-8601 time: {text[:64]!r}") from None
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise InvalidTime(f"ISO-8601 time without a UTC offset: {text[:64]!r}")
-    try:
-        return _in_range(_epoch_ms(moment))
-    except OverflowError:
-        raise InvalidTime(f"time out of range: {text[:64]!r}") from None
+        return iso_ms(text)
+    except InvalidInstant as error:
+        raise InvalidTime(str(error)) from None
 
 
 def _in_range(ms: int) -> int:
-    if ms < 0:
-        raise InvalidTime("before the epoch")
-    if ms >= MAX_EPOCH_MS:
-        raise InvalidTime("after the year 9999")
-    return ms
+    try:
+        return in_range(ms)
+    except InvalidInstant as error:
+        raise InvalidTime(str(error)) from None
 
 
 def _epoch_ms(moment: datetime) -> int:

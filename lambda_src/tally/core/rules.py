@@ -304,6 +304,7 @@ class Rules:
     """The rules every item goes through, in order; each matching rule adds to its counter."""
 
     rules: tuple[Rule, ...]
+    text: str = field(default="", compare=False, repr=False)  # the JSON they were read from ("" for the classic rule)
     attributes: tuple[str, ...] = field(init=False, compare=False, repr=False)  # every attribute the rules read
 
     def __post_init__(self) -> None:
@@ -360,7 +361,7 @@ def parse_rules(text: str) -> Rules:
                     f"rule {index} ({rule.name!r}): field {aggregate!r}: counter {rule.counter.text!r} is also "
                     f"written by rule {other.name!r}; both must {agreement}"
                 )
-    return Rules(rules)
+    return Rules(rules, text.strip())
 
 
 def _no_constant(name: str) -> Any:
@@ -402,7 +403,7 @@ def _rule(index: int, entry: Any) -> Rule:
         if "name" in entry:
             raise RulesError(
                 f"{where}: field 'name': must be 1-{MAX_RULE_NAME_LENGTH} letters, digits or _.:/- "
-                f"starting with a letter or digit, got {name!r}"
+                f"starting with a letter or digit, got {_short(name)}"
             )
         name = f"rule-{index}"  # a template is no name: {…} and long texts make poor metric dimensions
 
@@ -416,7 +417,7 @@ def _rule(index: int, entry: Any) -> Rule:
 
 def _conditions(where: str, raw: Any) -> tuple[Condition, ...]:
     if not isinstance(raw, dict):
-        raise RulesError(f"{where}: field 'when': must map attribute names to conditions, got {raw!r}")
+        raise RulesError(f"{where}: field 'when': must map attribute names to conditions, got {_short(raw)}")
     conditions = []
     for attribute, spec in raw.items():
         field = f"field 'when.{attribute}'"
@@ -446,7 +447,17 @@ def _conditions(where: str, raw: Any) -> tuple[Condition, ...]:
 
 
 def _short(value: Any) -> str:
-    """A value as the JSON it came from (numbers are read as Decimals)."""
+    """A value as the JSON the user wrote (numbers keep their digits), cut to 80 characters."""
+    text = _as_json(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _as_json(value: Any) -> str:
+    """JSON text of a value parse_rules read: numbers were read as Decimals, which json cannot write as they came."""
     if isinstance(value, Decimal):
         return str(value)
-    return repr(value)[:80]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(key)}: {_as_json(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_json(item) for item in value) + "]"
+    return json.dumps(value)

@@ -9,10 +9,10 @@ miscounting later.
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
 
 MINUTE_MS = 60_000
@@ -131,6 +131,28 @@ class Settings:
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
         object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
 
+    def counting_environment(self) -> dict[str, str]:
+        """The variables that decide what a record counts as and where, as ``from_env`` reads them.
+
+        Table names are left out: they say where, not how. What the pipeline
+        publishes (``dynamo.CountsTable.publish_settings``) so that others can
+        check they agree with it.
+        """
+        environment = {
+            ENV_COUNTER_ATTRIBUTE: self.counter_attribute,
+            ENV_TIME_ATTRIBUTE: self.time_attribute,
+            ENV_VALUE_ATTRIBUTE: self.value_attribute,
+            ENV_MINUTE_RETENTION_HOURS: str(self.minute_retention_ms // HOUR_MS),
+            ENV_HOUR_RETENTION_DAYS: str(self.hour_retention_ms // DAY_MS),
+            ENV_MAX_CLOCK_SKEW_SECONDS: str(self.max_clock_skew_ms // 1000),
+            ENV_BUCKET_LANES: str(self.bucket_lanes),
+        }
+        if self.count_from_ms is not None:
+            environment[ENV_COUNT_FROM] = str(self.count_from_ms // 1000)
+        if self.rules is not None:
+            environment[ENV_RULES] = self.rules.text
+        return environment
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
@@ -182,21 +204,15 @@ def _count_from(raw: str | None) -> int | None:
 
 
 def parse_count_from(raw: str | int) -> int:
-    """A count-from instant as epoch ms; ValueError unless it names a whole second."""
+    """A count-from instant as epoch ms (``instants.parse_instant``); ValueError unless it names a whole second."""
     text = str(raw).strip()
-    if text.isascii() and text.isdigit():
-        return int(text) * 1000
     try:
-        instant = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    except ValueError:
-        raise ValueError(f"must be epoch seconds or ISO-8601 with an offset, got {text!r}") from None
-    if instant.tzinfo is None:
-        raise ValueError(f"must carry a UTC offset, got {text!r}")
-    if instant.microsecond:
+        instant_ms = parse_instant(text)
+    except InvalidInstant as error:
+        raise ValueError(str(error)) from None
+    if instant_ms % 1000:
         raise ValueError(f"must be a whole second, got {text!r}")
-    if instant.timestamp() < 0:
-        raise ValueError(f"must not be before the epoch, got {text!r}")
-    return int(instant.timestamp()) * 1000
+    return instant_ms
 
 
 def _rules(env: Mapping[str, str]) -> Rules | None:

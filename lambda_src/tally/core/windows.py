@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tally.core.buckets import MAX_EPOCH_MS, InvalidTime, iso_minute, parse_event_time
+from tally.core import instants
+from tally.core.buckets import MAX_EPOCH_MS, iso_minute
+from tally.core.instants import InvalidInstant
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 DEFAULT_LENGTH_MS = DAY_MS
@@ -68,16 +70,18 @@ class Window:
 def parse_length(text: str) -> int:
     """'24h', '90m', '7d' -> milliseconds."""
     match = _DURATION.match(text)
-    if not match or int(match.group(1)) == 0:
+    if not match:
         raise InvalidWindow(f"window length must look like 90m, 24h or 7d, got {text!r}")
+    if int(match.group(1)) == 0:
+        raise InvalidWindow(f"window length must be at least a minute, got {text!r}")
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def parse_instant(text: str) -> int:
-    """An ISO-8601 instant with a UTC offset -> epoch ms."""
+    """A window end as people type it, epoch seconds or ISO-8601 with a UTC offset (``instants``) -> epoch ms."""
     try:
-        return parse_event_time(text)
-    except InvalidTime as error:
+        return instants.parse_instant(text)
+    except InvalidInstant as error:
         raise InvalidWindow(str(error)) from None
 
 

@@ -24,12 +24,11 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
 from tally.local import moto_fixes
-from tally.local.cli import DEFAULT_REGION, preflight, region, require_table
+from tally.local.cli import DEFAULT_REGION, DUMMY_CREDENTIALS, ScriptError, preflight, region, require_table
 from tally.core.retry import Backoff
+from tally.dynamo import batch_write
 from tally.core.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 
-# moto accepts any credentials; these only keep boto3 from looking for real ones.
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # Everything an in-process moto run needs from the environment (tests, benchmarks):
 # Streams clients answer DescribeStream only with account-id endpoints off.
 OFFLINE_ENVIRONMENT = {
@@ -39,7 +38,6 @@ OFFLINE_ENVIRONMENT = {
     "AWS_REGION": DEFAULT_REGION,
     "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
 }
-BATCH_WRITE_LIMIT = 25
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -53,10 +51,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-class UnprocessedItems(RuntimeError):
-    """DynamoDB kept returning items unwritten after every retry."""
 
 
 def client(service: str, endpoint_url: str | None = None) -> Any:
@@ -109,7 +103,7 @@ def resolve_tables(args: argparse.Namespace, env: Mapping[str, str] | None = Non
 def stream_arn_of(dynamodb_client: Any, events_table: str) -> str:
     arn = require_table(dynamodb_client, events_table, "--table or EVENTS_TABLE").get("LatestStreamArn")
     if not arn:
-        raise LookupError(f"table {events_table!r} has no stream (tally needs a NEW_IMAGE stream)")
+        raise ScriptError(f"table {events_table!r} has no stream (tally needs a NEW_IMAGE stream)")
     return arn
 
 
@@ -121,22 +115,9 @@ def write_items(
     backoff: Callable[[], Backoff] = Backoff,
     on_written: Callable[[int], None] | None = None,
 ) -> int:
-    """PutRequests in BatchWriteItem calls of 25; UnprocessedItems are retried with backoff, never dropped."""
-    written = 0
-    for start in range(0, len(items), BATCH_WRITE_LIMIT):
-        chunk = items[start : start + BATCH_WRITE_LIMIT]
-        pending = [{"PutRequest": {"Item": serialize(item)}} for item in chunk]
-        for _ in backoff().pauses():
-            response = dynamodb_client.batch_write_item(RequestItems={table: pending})
-            pending = response.get("UnprocessedItems", {}).get(table, [])
-            if not pending:
-                break
-        else:
-            raise UnprocessedItems(f"{len(pending)} items still unprocessed after every retry")
-        written += len(chunk)
-        if on_written is not None:
-            on_written(len(chunk))
-    return written
+    """Put items with BatchWriteItem (``dynamo.batch_write``): unprocessed items are retried with backoff, never dropped."""
+    requests = [{"PutRequest": {"Item": serialize(item)}} for item in items]
+    return batch_write(dynamodb_client, table, requests, backoff=backoff, on_written=on_written)
 
 
 def scan_items(dynamodb_client: Any, table: str) -> list[dict[str, Any]]:
@@ -182,7 +163,8 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
 
     The handler reads its table from the environment once and caches its
     client, so the environment is set first and the cache cleared (the
-    endpoint may have changed since). Metrics are off: they are CloudWatch's.
+    endpoint may have changed since); its cold start, which publishes the
+    settings it counts with, happens here. Metrics are off: they are CloudWatch's.
     Its log lines go to stderr, leaving stdout to what the script reports.
     """
     os.environ[ENV_COUNTS_TABLE] = counts_table
@@ -195,6 +177,7 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     handler_module.logger.setLevel(log_level)
     handler_module.logger.registered_handler.setStream(_CurrentStderr())
     handler_module.counts_table.cache_clear()
+    handler_module.counts_table()  # a cold start: publishes the settings before the first record, as runners start
 
     return handler_module.handler
 

@@ -1,21 +1,26 @@
 """The edge every script shares: one-line errors for infrastructure mistakes, and output fit for pipes.
 
 Wrap a script's ``main(argv) -> int`` in ``entry_point``. A missing table, an
-endpoint nobody answers at, missing or refused credentials, a bad setting or
-an unknown stack then end in one line on stderr that names the problem and
-the fix, with exit status 2, instead of a traceback. Anything else is a bug
-and still raises.
+endpoint nobody answers at, or that answers with server errors or with
+something that is not an AWS response, missing or refused credentials, a bad
+setting or an unknown stack then end in one line on stderr that names the
+problem and the fix, with exit status 2, instead of a traceback. Anything
+else is a bug and still raises.
 
 ``require_table`` names the table a script needs, and ``preflight`` (run by
 ``tally.local.aws.client``) finds an unreachable endpoint or absent
-credentials before boto3 spends its retries on them.
+credentials before boto3 spends its retries on them. Against a loopback
+endpoint (moto's server, DynamoDB Local), which accepts any credentials, it
+signs with dummy ones when none are configured.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import ipaddress
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -28,13 +33,16 @@ import boto3
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
+    ConnectionError,
     NoCredentialsError,
     PartialCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
 )
+from botocore.parsers import ResponseParserError
 from rich.console import Console
 
+from tally.core.commit import RetriesExhausted
 from tally.core.settings import SettingsError
 from tally.local.delivery import DeliveryFailed
 from tally.local.stack_outputs import StackOutputsError
@@ -52,6 +60,8 @@ REFUSED_CREDENTIAL_CODES = {
     "ExpiredTokenException",
     "AccessDeniedException",
 }
+# moto's server and DynamoDB Local accept any credentials; these only keep boto3 from looking for real ones.
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # Piped output is read by programs and pasted by people: lines as long as they are.
 PIPE_WIDTH = 10_000
 
@@ -60,6 +70,14 @@ _reachable: set[str] = set()
 
 class ScriptError(Exception):
     """A mistake in the script's surroundings, reported in one line with exit status 2."""
+
+
+class ServerFailed(ScriptError):
+    """The endpoint failed a request, or answered with something that is not an AWS response.
+
+    Reported like a ScriptError, but a later retry may succeed, so a stream
+    runner retries the invocation rather than stop.
+    """
 
 
 def entry_point(main: Callable[..., int]) -> Callable[..., int]:
@@ -83,12 +101,17 @@ def explain(error: BaseException) -> str | None:
     """One line naming the problem and its fix, or None for an error that is a bug."""
     while isinstance(error, DeliveryFailed) and error.__cause__ is not None:
         error = error.__cause__
+    server_failure = server_failed(error)
+    if server_failure is not None:
+        return str(server_failure)
     if isinstance(error, ScriptError | SettingsError | StackOutputsError):
         return str(error)
-    if isinstance(error, EndpointConnectionError | ConnectTimeoutError | ConnectionClosedError):
+    if isinstance(error, ConnectionError | ConnectionClosedError):
         return unreachable(str(error))
     if isinstance(error, NoCredentialsError | PartialCredentialsError):
         return no_credentials()
+    if isinstance(error, ProfileNotFound):
+        return f"AWS_PROFILE={os.environ.get('AWS_PROFILE', '')}: {error}: name a profile of `aws configure list-profiles`, or unset it"
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")
         detail = error.response.get("Error", {}).get("Message", "") or code
@@ -99,9 +122,55 @@ def explain(error: BaseException) -> str | None:
     return None
 
 
+def server_failed(error: BaseException) -> ServerFailed | None:
+    """The endpoint's failure as one line, or None: server errors after every retry, answers that are not AWS's, time-outs.
+
+    botocore retries 5xx answers itself (8 tries), so one that reaches a
+    script has failed every time; an answer it cannot parse (an HTML error
+    page, say) is not retried at all.
+    """
+    if isinstance(error, ServerFailed):
+        return error
+    if isinstance(error, ResponseParserError):
+        return ServerFailed(f"{where()} answered with something that is not an AWS response ({_gist(str(error))}): {_server_fix()}")
+    if isinstance(error, ReadTimeoutError):
+        return ServerFailed(f"{where()} did not answer in time ({error}): {_server_fix()}")
+    if isinstance(error, RetriesExhausted):
+        return ServerFailed(f"{where()} kept throttling or leaving requests unprocessed ({error}): try again in a while")
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        if status >= 500:
+            code = error.response.get("Error", {}).get("Code", "")
+            detail = _gist(error.response.get("Error", {}).get("Message", ""))
+            said = ": ".join(part for part in (code, detail) if part and part != str(status))
+            return ServerFailed(
+                f"{where()} failed {error.operation_name} with HTTP {status}{f' ({said})' if said else ''} "
+                f"every time it was tried: {_server_fix()}"
+            )
+    return None
+
+
+def _server_fix() -> str:
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        return (
+            "is AWS_ENDPOINT_URL the server you meant? moto's server logs the cause of its failures; "
+            f"{LOCAL_SERVER_FIX}, or unset AWS_ENDPOINT_URL to use AWS"
+        )
+    return "try again in a while, or check the AWS Health Dashboard for the region"
+
+
+def _gist(text: str) -> str:
+    """An error page or message reduced to a short line: its HTML title when it has one."""
+    title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    if title:
+        text = title.group(1)
+    text = " ".join(re.sub(r"<[^>]+>|b'|\\n", " ", text).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def is_permanent(error: BaseException) -> bool:
-    """Whether retrying cannot help: the table, endpoint or credentials are wrong, not busy."""
-    return explain(error) is not None
+    """Whether retrying cannot help: the table, endpoint or credentials are wrong, not busy or failing for now."""
+    return server_failed(error) is None and explain(error) is not None
 
 
 def region() -> str:
@@ -120,25 +189,51 @@ def unreachable(reason: str) -> str:
     return f"cannot reach {where()} ({reason}): check the network and AWS_REGION"
 
 
-def no_credentials() -> str:
+def no_credentials(endpoint_url: str | None = None) -> str:
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        return (
+            f"no AWS credentials for AWS_ENDPOINT_URL={endpoint}, which is not on this machine: "
+            "set AWS_PROFILE or run `aws configure` for the account it serves; "
+            "a local server (moto's, DynamoDB Local) needs none when AWS_ENDPOINT_URL names it by a loopback address"
+        )
     return f"no AWS credentials and no AWS_ENDPOINT_URL: for AWS set AWS_PROFILE or run `aws configure`; {LOCAL_SERVER_FIX}"
 
 
+def is_loopback(endpoint_url: str) -> bool:
+    """Whether the endpoint is on this machine: localhost, 127.0.0.0/8 or ::1."""
+    host = urlsplit(endpoint_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def preflight(endpoint_url: str | None = None) -> None:
-    """Raise ScriptError now if nothing listens at the endpoint, or AWS is meant and no credentials exist.
+    """Raise ScriptError now if nothing listens at the endpoint, or no credentials exist where they are needed.
 
     Otherwise boto3 retries a refused connection for the better part of a minute
     and ends in a traceback. A reachable endpoint is checked once per process.
+    A loopback endpoint without credentials gets dummy ones (in the environment,
+    so the in-process handler's own client finds them too): servers on this
+    machine accept any.
     """
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
-    if not endpoint:
-        if boto3.Session().get_credentials() is None:
-            raise ScriptError(no_credentials())
-        return
-    if endpoint in _reachable:
+    if boto3.Session().get_credentials() is None:
+        if not endpoint or not is_loopback(endpoint):
+            raise ScriptError(no_credentials(endpoint))
+        os.environ.update(DUMMY_CREDENTIALS)
+    if not endpoint or endpoint in _reachable:
         return
     parts = urlsplit(endpoint)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as error:
+        raise ScriptError(f"AWS_ENDPOINT_URL={endpoint} is not a URL ({error}): write it as http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ScriptError(f"AWS_ENDPOINT_URL={endpoint} is not a URL: write it as http://HOST:PORT")
     try:
         with socket.create_connection((parts.hostname or "localhost", port), timeout=3):
             pass

@@ -24,13 +24,11 @@ def table_names_from_stack(stack_name: str, cloudformation_client: Any) -> dict[
         response = cloudformation_client.describe_stacks(StackName=stack_name)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == "ValidationError":
-            raise StackOutputsError(
-                f"stack {stack_name!r} not found (deploy it with `make deploy`, or check the region)"
-            ) from error
+            raise StackOutputsError(_not_found(stack_name, cloudformation_client)) from error
         raise
     stacks = response.get("Stacks", [])
     if not stacks:
-        raise StackOutputsError(f"stack {stack_name!r} not found")
+        raise StackOutputsError(_not_found(stack_name, cloudformation_client))
     outputs = {item["OutputKey"]: item["OutputValue"] for item in stacks[0].get("Outputs", [])}
     missing = [key for key in STACK_OUTPUT_KEYS if key not in outputs]
     if missing:
@@ -39,3 +37,15 @@ def table_names_from_stack(stack_name: str, cloudformation_client: Any) -> dict[
             "and has its last deployment finished?"
         )
     return {key: outputs[key] for key in STACK_OUTPUT_KEYS}
+
+
+def _not_found(stack_name: str, cloudformation_client: Any) -> str:
+    """Where the stack was looked for, and the fix that fits there."""
+    endpoint, region = cloudformation_client.meta.endpoint_url, cloudformation_client.meta.region_name
+    if ".amazonaws.com" in endpoint:
+        return f"stack {stack_name!r} not found in {region} (deploy it with `make deploy`, or check AWS_REGION)"
+    return (
+        f"stack {stack_name!r} not found at {endpoint}: --stack reads a deployed tally stack's outputs, and a local "
+        "server holds none; name the tables instead (--table/--counts-table, or EVENTS_TABLE/COUNTS_TABLE as the "
+        "export line of `local_pipeline.py --keep-running` sets them)"
+    )
