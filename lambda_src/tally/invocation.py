@@ -37,6 +37,8 @@ class Summary:
     transactions_committed: int = 0
     duplicate_transactions: int = 0
     commit_retries: int = 0
+    sketches_written: int = 0
+    sketch_conflicts: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     discarded_states: int = 0
     discarded_state_detail: str = ""
@@ -56,6 +58,8 @@ class Summary:
             "transactions_committed": self.transactions_committed,
             "duplicate_transactions": self.duplicate_transactions,
             "commit_retries": self.commit_retries,
+            "sketches_written": self.sketches_written,
+            "sketch_conflicts": self.sketch_conflicts,
             "discarded_states": self.discarded_states,
         }
 
@@ -146,6 +150,8 @@ def _commit(segment: Segment, source: str, commit: Commit, summary: Summary) -> 
     summary.transactions_committed += result.transactions
     summary.duplicate_transactions += result.duplicates
     summary.commit_retries += result.retries
+    summary.sketches_written += result.sketches_written
+    summary.sketch_conflicts += result.sketch_conflicts
 
 
 def _stream_arn(event: Mapping[str, Any], records: list[Any]) -> str | None:

@@ -136,8 +136,8 @@ def count_windows(
 ) -> list[WindowCount]:
     """Count each counter over the window of ``length_ms`` ending at ``at_ms`` (default: now).
 
-    A counter that counts distinct values is read by a union plan (disjoint buckets: sketches cannot be
-    subtracted); one whose buckets turn out to hold sketches though no rule says so is read again by one.
+    A counter a distinct rule writes is read by a union plan (disjoint buckets: sketches cannot be
+    subtracted), its sketch items with its counts.
     """
     for counter in counters:
         validate_query_counter(counter)
@@ -145,46 +145,37 @@ def count_windows(
     window = Window.ending(now if at_ms is None else at_ms, length_ms)
     rules = table.settings.counter_rules
     plans = {union: make_plan(window, now, table.settings, PlanKind(plan), union) for union in (False, True)}
-    plan_of = {counter: plans[rules.counts_distinct(counter)] for counter in dict.fromkeys(counters)}
-    fetched = _fetch(table, plan_of, consistent)
-    unions = {
-        counter: plans[True]
-        for counter, chosen in plan_of.items()
-        if not chosen.disjoint and any(pk == counter for pk, _ in fetched[counter].sketches)
-    }
-    if unions:
-        plan_of.update(unions)
-        fetched.update(_fetch(table, unions, consistent))
+    distinct = {counter for counter in counters if rules.counts_distinct(counter)}
+    plan_of = {counter: plans[counter in distinct] for counter in dict.fromkeys(counters)}
+    fetched = _fetch(table, plan_of, distinct, consistent)
     return [_result(counter, plan_of[counter], fetched[counter], rules) for counter in counters]
 
 
-def _fetch(table: CountsTable, plan_of: dict[str, Plan], consistent: bool) -> dict[str, Fetched]:
+def _fetch(table: CountsTable, plan_of: dict[str, Plan], distinct: set[str], consistent: bool) -> dict[str, Fetched]:
     """What each counter's plan reads: one Fetched shared by the batch plans' counters (their keys share
     BatchGetItem requests), one per counter of a range plan (its own Queries)."""
     fetched: dict[str, Fetched] = {}
     batch = {counter: plan for counter, plan in plan_of.items() if plan.kind is PlanKind.BATCH}
     if batch:
-        shared = table.batch_get(
-            [(counter, bucket.sort_key) for counter, plan in batch.items() for bucket in plan.buckets], consistent
-        )
-        fetched.update(dict.fromkeys(batch, shared))
+        keys = [(counter, bucket.sort_key) for counter, plan in batch.items() for bucket in plan.buckets]
+        fetched.update(dict.fromkeys(batch, table.batch_get(keys, consistent, distinct)))
     for counter, plan in plan_of.items():
         if plan.kind is PlanKind.RANGE:
             fetched[counter] = Fetched()
             for run in plan.runs():
-                fetched[counter].update(table.query(counter, run.first.sort_key, run.last.sort_key, consistent))
+                part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent, counter in distinct)
+                fetched[counter].update(part)
     return fetched
 
 
 def _result(counter: str, plan: Plan, fetched: Fetched, rules: Rules) -> WindowCount:
-    """A counter sums (keeps a histogram, counts distinct values) when a rule says so, or a bucket that
-    carries a sum (bins, a sketch) does."""
+    """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does;
+    it counts distinct values when a rule says so (its sketch items are read only then)."""
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
     bins = {sk: value for (pk, sk), value in fetched.bins.items() if pk == counter}
     sketches = {sk: value for (pk, sk), value in fetched.sketches.items() if pk == counter}
-    distinct = rules.counts_distinct(counter) or bool(sketches)
-    totals = sum_plan(plan, counts, units, bins, sketches if distinct else None)
+    totals = sum_plan(plan, counts, units, bins, sketches if rules.counts_distinct(counter) else None)
     summing = rules.sums(counter) or bool(units)
     binning = rules.keeps_histogram(counter) or bool(bins)
     return WindowCount(

@@ -54,6 +54,8 @@ class CommitResult:
     transactions: int  # parts of the segment committed now
     duplicates: int  # parts found committed before (a retry)
     retries: int  # conflicted or throttled attempts
+    sketches_written: int = 0  # the distinct counters' sketch items, merged after the counts (sketch_writes.py)
+    sketch_conflicts: int = 0  # sketch writes that lost a race to another writer and merged again
 
 
 class RetriesExhausted(RuntimeError):
