@@ -144,8 +144,10 @@ def count_windows(
     now = now_ms() if now is None else now
     window = Window.ending(now if at_ms is None else at_ms, length_ms)
     rules = table.settings.counter_rules
-    plans = {union: make_plan(window, now, table.settings, PlanKind(plan), union) for union in (False, True)}
     distinct = {counter for counter in counters if rules.counts_distinct(counter)}
+    # Only the plans some counter needs: a union plan may be refused where hour - minutes is not.
+    kinds = {counter in distinct for counter in counters}
+    plans = {union: make_plan(window, now, table.settings, PlanKind(plan), union) for union in kinds}
     plan_of = {counter: plans[counter in distinct] for counter in dict.fromkeys(counters)}
     fetched = _fetch(table, plan_of, distinct, consistent)
     return [_result(counter, plan_of[counter], fetched[counter], rules) for counter in counters]
