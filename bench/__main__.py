@@ -78,7 +78,7 @@ def timed(label: str, work):  # noqa: ANN001, ANN202 - any zero-argument callabl
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     by_name = {w["workload"]: w for w in results["writes"]}
-    steady, hot = by_name["steady"], by_name["hot counter"]
+    steady, hot, transitions = by_name["steady"], by_name["hot counter"], by_name["transitions"]
     read_now = results["reads"]["cost"]["ending_now"]
     read_past = results["reads"]["cost"]["ending_past"]
     range_requests = max(read_now["tally_range"]["requests"]["worst"], read_past["tally_range"]["requests"]["worst"])
@@ -93,6 +93,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
         ("steady: bucket writes / floor", "<= 1.1", steady["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
         ("hot: bucket writes / floor", "<= 1.1", hot["ratios"]["tally_bucket_writes_over_floor"], lambda v: v <= 1.1),
+        (
+            "transitions: bucket writes / floor",
+            "<= 1.1",
+            transitions["ratios"]["tally_bucket_writes_over_floor"],
+            lambda v: v <= 1.1,
+        ),
         ("hot: busiest item writes per window", "<= 1", hot["tally"]["busiest_item_writes_per_window"], lambda v: v <= 1),
         ("batch keys, 24 h ending now (skew 5 min)", "<= 54", keys["default_skew"], lambda v: v <= 54),
         ("batch keys, 24 h ending now (skew 0)", "<= 54", keys["no_skew"], lambda v: v <= 54),
@@ -108,10 +114,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 def run() -> dict[str, Any]:
     settings, config, described = deployment()
     mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
-    fan_out, backfill = workloads.fan_out(), workloads.backfill()
+    fan_out, backfill, transitions = workloads.fan_out(), workloads.backfill(), workloads.transitions()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
     results["writes"] = [
-        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in (mock, steady, hot, fan_out, backfill)
+        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config))
+        for w in (mock, steady, hot, fan_out, backfill, transitions)
     ]
     results["writes_checked_against_moto"] = timed(
         "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
@@ -119,6 +126,12 @@ def run() -> dict[str, Any]:
     results["fan_out_writes_checked_against_moto"] = timed(
         "fan-out writes into moto",
         lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
+    )
+    results["transitions_writes_checked_against_moto"] = timed(
+        "transitions writes into moto",
+        lambda: writes.verify_against_moto(
+            workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
+        ),
     )
     results["histogram"] = timed("histogram rule", lambda: histogram_results(settings, config))
     mock_events = list(mock.events())
@@ -179,10 +192,18 @@ def report(results: dict[str, Any]) -> None:
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
+    by_name = {w["workload"]: w for w in results["writes"]}
     checked = results["fan_out_writes_checked_against_moto"]
+    fan_out = by_name["fan-out"]
     out.print(
-        f"fan-out: {results['writes'][-1]['counter_events']:,} counter events from {results['writes'][-1]['events']:,} "
+        f"fan-out: {fan_out['counter_events']:,} counter events from {fan_out['events']:,} "
         f"jobs; moto stores what the meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
+    )
+    checked = results["transitions_writes_checked_against_moto"]
+    moved = by_name["transitions"]
+    out.print(
+        f"transitions: {moved['description']}; {moved['counter_events']:,} counter events; moto stores what the "
+        f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
     )
 
     report_histogram(out, results["histogram"])

@@ -55,7 +55,9 @@ class OriginHandler:
 
     ``counters`` makes it do the work of counter rules in its own way: for each
     (prefix, amount or None) it returns for an image, two more updates, the
-    amount added to a ``sum`` beside the count.
+    amount added to a ``sum`` beside the count. ``counted`` does the same for
+    rules on every record kind (transitions, deletions, their own times): it
+    returns (prefix, epoch seconds, amount or None) for a whole record.
     """
 
     def __init__(
@@ -65,8 +67,10 @@ class OriginHandler:
         counter_attribute: str = "counter",
         time_attribute: str = "ts",
         counters: Callable[[Mapping[str, Any]], list[tuple[str, str | None]]] | None = None,
+        counted: Callable[[Mapping[str, Any]], list[tuple[str, int, str | None]]] | None = None,
     ):
         self.client = client
+        self.counted = counted
         self.table_name = table_name
         self.counter_attribute = counter_attribute
         self.time_attribute = time_attribute
@@ -74,6 +78,11 @@ class OriginHandler:
 
     def __call__(self, event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         for record in event["Records"]:
+            if self.counted is not None:
+                for prefix, seconds, amount in self.counted(record):
+                    for key in (hour_key(prefix, seconds), minute_key(prefix, seconds)):
+                        self._update(key, seconds, amount)
+                continue
             if record["eventName"] != "INSERT":
                 next  # noqa: B018 - the origin's defect, reproduced: it does not skip the record
             image = record["dynamodb"]["NewImage"]

@@ -19,11 +19,13 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from bench import origin
 from tally.core.buckets import counted_buckets
 from tally.core.settings import DAY_MS, Settings
+from tally.local.workload import JOB_RULES, Change, Event as JobEvent, job_history, job_truth
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
 SHARD_ID = "shardId-00000001795000000000-bench000"
@@ -61,6 +63,13 @@ class Workload:
     counters: Callable[[Mapping[str, Any]], list[tuple[str, str | None]]] = classic_counters
 
     arrival: Callable[[int, int], int] = at_event_time  # (index, event ms) -> when its record reaches the stream
+    time_attribute: str = "insertUtcTime"  # of the items rules count (the classic workloads use "ts")
+    # For the origin, counting every record its way: (counter prefix, epoch seconds, amount or None) per counter.
+    origin_counted: Callable[[Mapping[str, Any]], list[tuple[str, int, str | None]]] | None = None
+
+    def chunks(self, size: int = CHUNK) -> Iterator[list[dict]]:
+        """The stream records, in stream order, ``size`` at a time."""
+        return record_chunks(self.events(), size, self.image, self.arrival)
 
     def counted(self) -> Iterator[Event]:
         """Every (counter, time) the events add to: one per rule that counts an item."""
@@ -209,6 +218,117 @@ def backfill(counters: int = 10, days: int = 30, total: int = 100_000, per_secon
         events,
         total,
         arrival=arrival,
+    )
+
+
+@dataclass(frozen=True)
+class ChangeWorkload(Workload):
+    """Items that change: ``changes`` gives (arrival ms, change) in stream order, a fresh iteration each call;
+    ``truth`` restates the rules for the floor and the origin: (counter, event ms, amount) per counter."""
+
+    changes: Callable[[], Iterator[tuple[int, Change]]] = lambda: iter(())
+    truth: Callable[[Change, int], list[tuple[str, int, Decimal | None]]] = job_truth
+
+    def chunks(self, size: int = CHUNK) -> Iterator[list[dict]]:
+        numbered = enumerate(self.changes())
+        while chunk := [change_record(change, arrival, sequence) for sequence, (arrival, change) in itertools.islice(numbered, size)]:
+            yield chunk
+
+    def counted_arrivals(self) -> Iterator[tuple[str, int, int]]:
+        for arrival, change in self.changes():
+            for counter, event_ms, _ in self.truth(change, arrival):
+                yield counter, event_ms, arrival
+
+
+TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+
+def _attribute(value: Any) -> dict[str, str]:
+    """A job's attribute in DynamoDB JSON: its values are strings and numbers only (boto3's serializer is
+    several times slower, and the benchmark builds hundreds of thousands of images)."""
+    return {"S": value} if isinstance(value, str) else {"N": str(value)}
+
+
+def _value(attribute: Mapping[str, str]) -> Any:
+    ((tag, text),) = attribute.items()
+    return text if tag == "S" else (int(text) if text.isdigit() else Decimal(text))
+
+
+def change_record(change: Change, arrival_ms: int, sequence: int) -> dict:
+    """The record a table streaming NEW_AND_OLD_IMAGES makes of one change, as Lambda hands it over."""
+    stream: dict[str, Any] = {
+        "ApproximateCreationDateTime": arrival_ms // 1000,
+        "Keys": {"id": {"S": change.key["id"]}},
+        "SequenceNumber": str(100_000_000_000_000_000_000 + sequence),
+        "SizeBytes": 240,
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+    }
+    for name, image in (("NewImage", change.new), ("OldImage", change.old)):
+        if image is not None:
+            stream[name] = {key: _attribute(value) for key, value in image.items()}
+    record = {
+        "eventID": f"{sequence:032x}",
+        "eventName": change.kind,
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": stream,
+        "eventSourceARN": STREAM_ARN,
+    }
+    if change.by_ttl:
+        record["userIdentity"] = TTL_IDENTITY
+    return record
+
+
+def change_of(record: Mapping[str, Any]) -> tuple[Change, int]:
+    """A change and its arrival (ms), read back from its stream record."""
+    stream = record["dynamodb"]
+    images = [
+        {key: _value(value) for key, value in stream[name].items()} if name in stream else None
+        for name in ("NewImage", "OldImage")
+    ]
+    by_ttl = record.get("userIdentity") == TTL_IDENTITY
+    return Change(record["eventName"], images[0], images[1], 0, by_ttl), int(stream["ApproximateCreationDateTime"]) * 1000
+
+
+def origin_job_counters(record: Mapping[str, Any]) -> list[tuple[str, int, str | None]]:
+    """What the jobs' rules count for one record, for the origin to count its way: two updates per counter."""
+    change, arrival = change_of(record)
+    return [(counter, event_ms // 1000, None if amount is None else str(amount)) for counter, event_ms, amount in job_truth(change, arrival)]
+
+
+def transitions(
+    providers: int = 100, per_second: int = 200, seconds: int = 300, ttl_minutes: int = 120, seed: int = 7
+) -> ChangeWorkload:
+    """Jobs placed at a steady rate, then done or cancelled minutes later (a few reopened, some deleted by
+    their owner); those left expire ``ttl_minutes`` after placement and DynamoDB's TTL deletes them up
+    to 10 minutes later. Counted by the demo's job rules: placements, transitions, deletions."""
+    base = steady(providers, per_second, seconds, seed)
+    horizon = START_MS + seconds * 1000 + (ttl_minutes + 10) * 60_000
+
+    def changes() -> Iterator[tuple[int, Change]]:
+        rng = random.Random(seed)
+        arrivals = []
+        for index, (provider, placed_ms) in enumerate(base.events()):
+            event = JobEvent(f"job-{index}", provider, placed_ms)
+            for change in job_history(event, rng, horizon, ttl_seconds=ttl_minutes * 60):
+                arrival = change.at_ms + (rng.randrange(600_000) if change.by_ttl else 0)
+                arrivals.append((arrival, index, change))
+        arrivals.sort(key=lambda entry: entry[:2])  # one job's changes keep their order
+        for arrival, _, change in arrivals:
+            yield arrival, change
+
+    total = sum(1 for _ in changes())
+    return ChangeWorkload(
+        "transitions",
+        f"{base.total:,} jobs ({providers} providers, {per_second}/s for {seconds // 60} min), then done, cancelled, "
+        f"deleted or expired: {total:,} records, 5 rules",
+        base.events,
+        total,
+        rules=json.dumps(list(JOB_RULES)),
+        time_attribute="placedAt",
+        origin_counted=origin_job_counters,
+        changes=changes,
     )
 
 

@@ -26,7 +26,6 @@ from bench.workloads import (
     busiest_item_per_second,
     floor_writes,
     hour_only_events,
-    record_chunks,
 )
 from tally.local.delivery import DeliveryConfig, ShardDelivery
 from tally.dynamo import CountsTable, create_tables
@@ -53,7 +52,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         return response
 
     delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in record_chunks(workload.events(), image=workload.image, arrival=workload.arrival):
+    for chunk in workload.chunks():
         delivery.deliver(chunk)
     delivery.close()
     return client
@@ -61,8 +60,11 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
     client = MeteredClient((origin.KEY_ATTRIBUTE,), forward_to)
-    handler = origin.OriginHandler(client, ORIGIN_TABLE, time_attribute=workload.time_attribute, counters=workload.counters)
-    for batch in record_chunks(workload.events(), batch_size, workload.image, workload.arrival):
+    time_attribute = workload.time_attribute if workload.rules else "ts"
+    handler = origin.OriginHandler(
+        client, ORIGIN_TABLE, time_attribute=time_attribute, counters=workload.counters, counted=workload.origin_counted
+    )
+    for batch in workload.chunks(batch_size):
         handler({"Records": batch})
     return client
 

@@ -22,6 +22,20 @@ which tally is asked with too). The rule it applies, stated once:
   for a histogram rule, its "histogram" attribute is 0 or a number whose
   magnitude is at least 1E-9 and below 1E18, and, for a distinct rule, its
   "distinct" attribute is a non-empty string or a finite number.
+  A rule with "becomes" names C when those conditions hold too; a rule with
+  its own "time" attribute reads the time there.
+
+What the audit can recount: the table holds each item as it is now, not its
+history. A rule counting transitions ("becomes") is recounted from the items
+that are in that state now, by the rule's time (say items now "done" with
+"doneAt" in the window): that equals tally's count when items do not leave
+the state again, are not deleted, and (for a rule that does not see INSERTs)
+were not inserted in it. Rules counting deletions ("on": "REMOVE"), every
+change ("on": "MODIFY" without "becomes") or at the record's arrival
+("time": "@arrival") cannot be recounted from the table: a counter one of
+them may write is shown as not recountable, with the rule's name, and left out
+of the exit status (when no counter asked for can be recounted, the audit says
+so and exits 2).
 
 tally also refuses, by design, events whose hour was past the hour retention
 at their arrival or stamped more than the clock skew after it, and (after adoption) records that
@@ -96,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rows = audit(args)
     show(rows, args.json)
-    return 0 if all(row["difference"] == 0 for row in rows) else 1
+    return 0 if all(row["difference"] in (0, None) for row in rows) else 1
 
 
 def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -121,6 +135,13 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             CountsTable(dynamodb, tables.counts, settings), counters, length_ms=minutes * MINUTE_MS, at_ms=at_ms,
             consistent=True,
         )
+        blocked = {
+            counter: next((rule.unrecountable for rule in rules if rule.unrecountable and rule.could_name(counter)), None)
+            for counter in counters
+        }
+        if all(blocked.values()):
+            raise ScriptError(f"nothing to recount: {blocked[counters[0]]}")
+        rules = [rule for rule in rules if not rule.unrecountable]
         attributes = (settings.counter_attribute, settings.time_attribute)
         if args.index:
             items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
@@ -142,8 +163,9 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             "start": start,
             "end": end,
             "tally": answer.total,
-            "recount": recount[answer.counter],
-            "difference": answer.total - recount[answer.counter],
+            "recount": None if blocked[answer.counter] else recount[answer.counter],
+            "difference": None if blocked[answer.counter] else answer.total - recount[answer.counter],
+            "not_recountable": blocked[answer.counter],
         }
         for answer in answers
     ]
@@ -176,12 +198,17 @@ def event_minute(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class CounterRule:
-    """The audit's own reading of one counter rule: template pieces, conditions, summed and binned attributes."""
+    """The audit's own reading of one counter rule: template pieces, conditions, summed and binned attributes, time.
+
+    ``unrecountable`` says why the table cannot recount what the rule counts (None when it can).
+    """
 
     pieces: tuple[tuple[str, str], ...]  # ("text", literal) or ("attribute", name)
-    when: tuple[tuple[str, str, Any], ...] = ()  # (attribute, "equals" | "oneOf" | "exists", operand)
+    when: tuple[tuple[str, str, Any], ...] = ()  # (attribute, "equals" | "oneOf" | "exists", operand), becomes included
     sum: str | None = None
     strings_only: bool = False
+    time: str | None = None  # its own time attribute; None: the table-wide one
+    unrecountable: str | None = None
     histogram: str | None = None
     distinct: str | None = None
 
@@ -189,6 +216,11 @@ class CounterRule:
     def attributes(self) -> list[str]:
         names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
         return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram, self.distinct) if name]))
+
+    def could_name(self, counter: str) -> bool:
+        """Whether some item could make this rule name ``counter``."""
+        pattern = "".join(re.escape(value) if kind == "text" else "(.+)" for kind, value in self.pieces)
+        return re.fullmatch(pattern, counter, re.DOTALL) is not None
 
     def names(self, item: dict[str, Any]) -> str | None:
         """The counter this rule names for a decoded item, or None when it names none."""
@@ -241,7 +273,7 @@ def _read_rules(text: str) -> list[CounterRule]:
         if not isinstance(entry, dict) or not isinstance(entry.get("counter"), str):
             raise ValueError(f"TALLY_RULES: a rule without a counter template: {str(entry)[:80]}")
         when = []
-        for attribute, condition in (entry.get("when") or {}).items():
+        for attribute, condition in [*(entry.get("when") or {}).items(), *(entry.get("becomes") or {}).items()]:
             ((kind, operand),) = condition.items()
             when.append((attribute, kind, operand if kind != "equals" else [operand]))
         rules.append(
@@ -249,11 +281,27 @@ def _read_rules(text: str) -> list[CounterRule]:
                 _pieces(entry["counter"]),
                 tuple(when),
                 entry.get("sum"),
+                time=entry.get("time"),
+                unrecountable=_unrecountable(entry),
                 histogram=entry.get("histogram"),
                 distinct=entry.get("distinct"),
             )
         )
     return rules
+
+
+def _unrecountable(entry: dict[str, Any]) -> str | None:
+    """Why the items of the table cannot recount what a rule counts, or None."""
+    name = f"rule {entry.get('name') or entry['counter']!r}"
+    kinds = entry.get("on") or []
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if "REMOVE" in kinds:
+        return f"{name} counts deletions: deleted items are no longer in the table"
+    if "MODIFY" in kinds and not entry.get("becomes"):
+        return f"{name} counts every change: the table keeps no history of changes"
+    if entry.get("time") == "@arrival":
+        return f"{name} counts at each record's arrival: the table does not keep it"
+    return None
 
 
 def _pieces(template: str) -> tuple[tuple[str, str], ...]:
@@ -322,10 +370,10 @@ def recount_items(
             item = {name: _deserializer.deserialize(value) for name, value in raw.items()}
         except (TypeError, ValueError, InvalidOperation):
             continue
-        minute = event_minute(item.get(time_attribute))
-        if minute is None or not first_minute <= minute <= last_minute:
-            continue
         for rule in rules:
+            minute = event_minute(item.get(rule.time or time_attribute))
+            if minute is None or not first_minute <= minute <= last_minute:
+                continue
             name = rule.names(item)
             if name in wanted:
                 found[name] += 1
@@ -336,34 +384,52 @@ def scan_filter(
     counters: list[str], rules: list[CounterRule], classic: bool, time_attribute: str, first: int, last: int
 ) -> dict[str, Any]:
     """Only items that might count: a numeric time in the window or a string time (read client-side), and
-    the counter attribute among the counters (classic) or every attribute some rule needs present."""
-    names = {"#t": time_attribute}
+    the counter attribute among the counters (classic) or every attribute some rule needs present; for
+    rules with their own time attribute, each rule's time and attributes together."""
     values: dict[str, Any] = {
         ":lo": {"N": str(first * MINUTE_MS)},
         ":end": {"N": str((last + 1) * MINUTE_MS)},
         ":n": {"S": "N"},
         ":s": {"S": "S"},
     }
-    time_filter = "((attribute_type(#t, :n) AND #t >= :lo AND #t < :end) OR attribute_type(#t, :s))"
+    times = list(dict.fromkeys([time_attribute] + [rule.time for rule in rules if rule.time]))
+    time_alias = {name: "#t" if index == 0 else f"#t{index}" for index, name in enumerate(times)}
     attributes = [
-        name for name in dict.fromkeys(name for rule in rules for name in rule.attributes) if name != time_attribute
+        name for name in dict.fromkeys(name for rule in rules for name in rule.attributes) if name not in time_alias
     ]
-    names.update({f"#a{index}": name for index, name in enumerate(attributes)})
     alias = {name: f"#a{index}" for index, name in enumerate(attributes)}
+    names = {**{code: name for name, code in time_alias.items()}, **{code: name for name, code in alias.items()}}
+    alias.update(time_alias)
+
+    def in_window(code: str) -> str:
+        return f"((attribute_type({code}, :n) AND {code} >= :lo AND {code} < :end) OR attribute_type({code}, :s))"
+
     if classic:
         values.update({f":c{index}": {"S": counter} for index, counter in enumerate(counters)})
-        rule_filter = f"{alias[attributes[0]]} IN ({', '.join(f':c{index}' for index in range(len(counters)))})"
+        listed = ", ".join(f":c{index}" for index in range(len(counters)))
+        expression = f"{in_window('#t')} AND ({alias[attributes[0]]} IN ({listed}))"
     else:
-        required = [[alias.get(name, "#t") for name in _required(rule)] for rule in rules]
-        # A rule that needs no attribute (a constant counter) may count any item: then no rule filter.
-        rule_filter = (
-            " OR ".join("(" + " AND ".join(f"attribute_exists({name})" for name in group) + ")" for group in required)
-            if all(required)
-            else ""
-        )
+        clauses = []
+        for time in times:
+            group = [rule for rule in rules if (rule.time or time_attribute) == time]
+            if not group:
+                continue
+            required = [" AND ".join(f"attribute_exists({alias[name]})" for name in _required(rule)) for rule in group]
+            time_filter = in_window(time_alias[time])
+            if not all(required):  # a rule that needs no attribute (a constant counter) may count any item
+                clauses.append(time_filter)
+            elif len(set(required)) == 1:  # DynamoDB refuses parentheses it finds redundant
+                clauses.append(f"{time_filter} AND {required[0]}")
+            else:
+                either = " OR ".join(f"({needs})" if " AND " in needs else needs for needs in dict.fromkeys(required))
+                clauses.append(f"{time_filter} AND ({either})")
+        if not clauses:  # no rule the audit can recount: items in the window, none of which will count
+            expression = in_window("#t")
+        else:  # AND binds tighter than OR; DynamoDB refuses parentheses it finds redundant
+            expression = " OR ".join(clauses)
     return {
-        "FilterExpression": f"{time_filter} AND ({rule_filter})" if rule_filter else time_filter,
-        "ProjectionExpression": ", ".join(["#t", *alias.values()]),
+        "FilterExpression": expression,
+        "ProjectionExpression": ", ".join(names),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
     }
@@ -459,9 +525,15 @@ def show(rows: list[dict[str, Any]], as_json: bool) -> None:
     for column in ("counter", "tally", "recount", "difference", ""):
         table.add_column(column, justify="left" if column == "counter" else "right")
     for row in rows:
+        if row["not_recountable"]:
+            table.add_row(row["counter"], f"{row['tally']:,}", "", "", "[yellow]NOT RECOUNTABLE")
+            continue
         verdict = "[green]EQUAL" if row["difference"] == 0 else "[red]DIFFERENT"
         table.add_row(row["counter"], f"{row['tally']:,}", f"{row['recount']:,}", f"{row['difference']:+,}", verdict)
     cli_console().print(table)
+    for row in rows:
+        if row["not_recountable"]:
+            cli_console(stderr=True).print(f"{row['counter']}: not recountable: {row['not_recountable']}")
 
 
 def _iso_instant(text: str) -> int | None:

@@ -4,9 +4,13 @@
     .venv/bin/python scripts/generate_events.py --seed 7 --hours 2 --hot page-views 20000 --bad 0
     .venv/bin/python scripts/generate_events.py --shape origin   # the origin's jobs: {id, insertUtcTime, providerId, ...}
     .venv/bin/python scripts/generate_events.py --shape blog     # page views: {id, url, time, clientId, status, loadMs}
+    .venv/bin/python scripts/generate_events.py --shape jobs     # jobs placed, then done, cancelled or deleted
 
 A shape writes items of another table's making, with statuses and amounts (and
 no bad records); it prints the TALLY_RULES and TALLY_TIME_ATTRIBUTE that count them.
+The jobs shape changes its items after writing them (each job's changes in
+order): it needs a table streaming NEW_AND_OLD_IMAGES, and leaves the deletions
+of expired jobs to the table's TTL (on `expiresAt`, epoch seconds).
 
 Before writing, the items are judged with the settings the pipeline counting
 into the counts table has published there (the handler does at every cold
@@ -17,7 +21,9 @@ warning, and so is everything when no pipeline has published its settings.
 
 The same --seed (and end time) writes the same events, ids included. Items
 are written with BatchWriteItem only (moto turns an UpdateItem on a new key
-into two INSERTs), and unprocessed items are retried with backoff. Attribute
+into two INSERTs; a job's update is a put of its whole new image, which
+DynamoDB streams as a MODIFY with both images), and unprocessed items are
+retried with backoff. Attribute
 names come from TALLY_COUNTER_ATTRIBUTE / TALLY_TIME_ATTRIBUTE, as the handler
 reads them.
 """
@@ -36,16 +42,27 @@ from rich.table import Table
 from botocore.exceptions import ClientError
 
 from tally.core.buckets import iso_minute, iso_second
-from tally.core.rules import ENV_RULES
+from tally.core.rules import ENV_RULES, parse_rules
 from tally.dynamo import CountsTable
 from tally.local.agreement import differences, judge
-from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_items
+from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_histories, write_items
 from tally.local.cli import console as make_console
 from tally.local.cli import ScriptError, entry_point, is_missing_table, require_table, where
 from tally.core.records import InvalidCounter, validate_counter
 from tally.core.settings import ENV_COUNTER_ATTRIBUTE, ENV_TIME_ATTRIBUTE, HOUR_MS, Settings, SettingsError
 from tally.core.windows import InvalidWindow, now_ms, parse_instant
-from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, DEFAULT_HOURS, DEFAULT_RATE, SHAPES, Workload, bad_items
+from tally.local.workload import (
+    BAD_KINDS,
+    DEFAULT_COUNTERS,
+    DEFAULT_HOURS,
+    DEFAULT_RATE,
+    HISTORY_SHAPES,
+    SHAPES,
+    Workload,
+    bad_items,
+)
+
+ALL_SHAPES = {**SHAPES, **HISTORY_SHAPES}
 
 console = make_console(stderr=True)
 
@@ -56,8 +73,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--counters", nargs="+", help="counter names (with --shape: providers or pages)")
     parser.add_argument(
         "--shape",
-        choices=sorted(SHAPES),
-        help="write items shaped as the origin's jobs or a blog's page views, for counter rules",
+        choices=sorted(ALL_SHAPES),
+        help="write items shaped as the origin's jobs or a blog's page views, for counter rules; "
+        "jobs: placed, then updated and some deleted",
     )
     parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")
     parser.add_argument(
@@ -97,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
 def parse_workload(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Workload, int]:
     """The workload and its end time (epoch ms), or parser.error with what is wrong."""
     try:
-        default_counters = SHAPES[args.shape].keys if args.shape else DEFAULT_COUNTERS
+        default_counters = ALL_SHAPES[args.shape].keys if args.shape else DEFAULT_COUNTERS
         counters = [validate_counter(name) for name in args.counters or default_counters]
         if args.shape and (args.bad or args.hot):
             raise ValueError("--bad and --hot write tally's own event shape; leave them out with --shape")
@@ -126,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     workload, end_ms = parse_workload(args, argument_parser)
     settings = Settings.from_env()
     events = workload.events(end_ms)
-    if args.shape:
+    histories: list = []
+    if args.shape in HISTORY_SHAPES:
+        shape = HISTORY_SHAPES[args.shape]
+        histories = shape.histories(workload, end_ms)
+        items = [history[0].new for history in histories]  # their inserts, checked as any item is
+        needed = {ENV_TIME_ATTRIBUTE: shape.time_attribute, ENV_RULES: shape.rules_json}
+        bad = []
+    elif args.shape:
         shape = SHAPES[args.shape]
         items = shape.items(workload, end_ms)
         needed = {ENV_TIME_ATTRIBUTE: shape.time_attribute, ENV_RULES: shape.rules_json}
@@ -145,10 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         check_pipeline(CountsTable(dynamodb, tables.counts, settings), items, needed)
     items += bad
-    console.print(
-        f"writing {len(items)} events to {table}: {workload.hours} h ending {iso_minute(end_ms)}, seed {workload.seed}"
-    )
-    write_with_progress(dynamodb, table, items)
+    what = f"the histories of {len(histories)} jobs" if histories else f"{len(items)} events"
+    console.print(f"writing {what} to {table}: {workload.hours} h ending {iso_minute(end_ms)}, seed {workload.seed}")
+    if histories:
+        warn_about_stream_view(dynamodb, table, shape.rules_json)
+        write_with_progress(dynamodb, table, [], histories)
+    else:
+        write_with_progress(dynamodb, table, items, [])
     print_totals(Counter(event.counter for event in events), args.bad)
     if args.shape:
         print(f"export TALLY_TIME_ATTRIBUTE={shape.time_attribute} TALLY_RULES={shlex.quote(shape.rules_json)}")
@@ -200,11 +228,24 @@ def check_pipeline(counts: CountsTable, items: list[dict], needed: dict[str, str
         console.print(f"[yellow]warning:[/] {pipeline} will reject some items for their time: {judgement.describe(by_time)}")
 
 
-def write_with_progress(dynamodb_client: object, table: str, items: list[dict]) -> None:
+def warn_about_stream_view(dynamodb_client: object, table: str, rules_json: str) -> None:
+    """Say so when the table's stream lacks an image the shape's rules judge: tally would reject those records."""
+    description = dynamodb_client.describe_table(TableName=table)["Table"]  # type: ignore[attr-defined]
+    view = description.get("StreamSpecification", {}).get("StreamViewType", "no stream")
+    shortfall = parse_rules(rules_json).view_shortfall(view)
+    if shortfall:
+        console.print(f"[yellow]warning:[/] {table} streams {view}: {shortfall}")
+
+
+def write_with_progress(dynamodb_client: object, table: str, items: list[dict], histories: list) -> None:
+    """Items, or the producers' changes of items' histories, with a progress bar."""
+    changes = sum(1 for history in histories for change in history if not change.by_ttl)
     columns = (TextColumn("writing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("write", total=len(items))
-        write_items(dynamodb_client, table, items, on_written=lambda n: progress.advance(task, n))
+        task = progress.add_task("write", total=len(items) + changes)
+        advance = lambda n: progress.advance(task, n)  # noqa: E731
+        write_items(dynamodb_client, table, items, on_written=advance)
+        write_histories(dynamodb_client, table, histories, on_written=advance)
 
 
 def print_totals(per_counter: Counter[str], bad: int) -> None:

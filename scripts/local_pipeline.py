@@ -26,6 +26,15 @@ amount}) or a blog's page views ({id, url, time, clientId, status, loadMs}),
 three rules per item, one of them summing. Counts, sums and averages of every
 counter the rules name are checked against brute force over the raw items.
 
+--shape jobs counts a table whose items change: a dispatch system's jobs are
+placed, then done or cancelled minutes later (a few reopened and done again),
+some cancelled ones deleted by their owner, and jobs a day old expire by TTL
+(moto has no TTL process: the demo plays it, signing each deletion as DynamoDB
+does). The events table streams NEW_AND_OLD_IMAGES, as the stack gives it for
+such rules. Rules count placements, transitions to done (with amounts) and to
+cancelled at their own times, and deletions by owners and by TTL at their
+arrival; brute force replays every job's history.
+
 --keep-running leaves the server and a following runner up and prints the
 environment the other scripts need to use them.
 """
@@ -39,6 +48,7 @@ import shlex
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -53,14 +63,27 @@ from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
 from tally.core.sketches import SPARSE_LIMIT, STANDARD_ERROR
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
-from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, scan_items, stream_arn_of, write_items
+from tally.local.aws import (
+    ArgumentParser,
+    LocalContext,
+    MotoServer,
+    client,
+    local_handler,
+    region,
+    scan_items,
+    stream_arn_of,
+    write_histories,
+    write_items,
+)
+from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
 from tally.local.cli import entry_point
 from tally.core.plans import PlanKind
 from tally.query import WindowCount, count_windows
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
-from tally.core.rules import ENV_RULES
+from tally.core.rules import ENV_RULES, parse_rules
+from tally.core.tables import events_table_for
 from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, MINUTE_MS, Settings
 from tally.local.stream_reader import StreamReader
 from tally.core.windows import Window, now_ms
@@ -68,13 +91,17 @@ from tally.local.workload import (
     DEFAULT_COUNTERS,
     DEFAULT_HOURS,
     DEFAULT_RATE,
+    HISTORY_SHAPES,
     SHAPES,
+    Change,
+    HistoryShape,
     Shape,
     ShapedTruth,
     Workload,
     bad_items,
     brute_force_counts,
     expected_rejections,
+    history_truth,
     is_late,
     shaped_truth,
 )
@@ -90,7 +117,11 @@ def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=2019, help="workload seed (default 2019)")
     parser.add_argument("--counters", nargs="+", help="counter names (with --shape: providers or pages)")
-    parser.add_argument("--shape", choices=sorted(SHAPES), help="count the origin's jobs or a blog's page views by rules")
+    parser.add_argument(
+        "--shape",
+        choices=sorted({**SHAPES, **HISTORY_SHAPES}),
+        help="count the origin's jobs or a blog's page views by rules, or jobs that change (transitions, deletions)",
+    )
     parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")
     parser.add_argument("--rate", nargs=2, type=int, default=list(DEFAULT_RATE), metavar=("LOW", "HIGH"))
     parser.add_argument("--bad", type=int, default=6, help="bad records to inject (default 6: one of each kind)")
@@ -109,7 +140,7 @@ def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
 def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any] = quiet_handler) -> int:
     args = parser().parse_args(argv)
     settings = Settings.from_env()  # as the handler reads them, so generator and brute force agree with it
-    shape = SHAPES[args.shape] if args.shape else None
+    shape = {**SHAPES, **HISTORY_SHAPES}[args.shape] if args.shape else None
     counters = args.counters or list(shape.keys if shape else DEFAULT_COUNTERS)
     workload = Workload(counters=counters, hours=args.hours, rate=tuple(args.rate), seed=args.seed)
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
@@ -123,11 +154,21 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
             os.environ.update({ENV_RULES: shape.rules_json, ENV_TIME_ATTRIBUTE: shape.time_attribute})
         console.print(f"[bold]tally local pipeline[/] — moto's server at {server.endpoint_url}")
         dynamodb = client("dynamodb")
-        create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE)
-        console.print(f"1. created {EVENTS_TABLE} (stream NEW_IMAGE) and {COUNTS_TABLE} (TTL), as the stack does")
+        events = events_table_for(parse_rules(shape.rules_json) if shape else settings.counter_rules)
+        create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE, events)
+        console.print(
+            f"1. created {EVENTS_TABLE} (stream {events.stream_view}) and {COUNTS_TABLE} (TTL), as the stack does"
+        )
 
         end_ms = now_ms()
-        if shape:
+        histories: list[list[Change]] = []
+        if isinstance(shape, HistoryShape):
+            histories = shape.histories(workload, end_ms)
+            write_and_expire(dynamodb, shape, histories, end_ms)
+            console.print(f"   counted by {len(shape.rules)} rules:")
+            for rule in shape.rules:
+                console.print(f"   {escape(json.dumps(rule))}")
+        elif shape:
             items = shape.items(workload, end_ms)
             times = [event.ts_ms for event in workload.events(end_ms)]
             write(dynamodb, items)
@@ -146,7 +187,7 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
                 f"ending {iso_minute(end_ms)}, seed {workload.seed}) and {args.bad} bad records"
             )
 
-        arrivals: dict[str, int] = {}
+        arrivals: dict[int, tuple[str, int]] = {}
         reader = StreamReader(
             client("dynamodbstreams"),
             stream_arn_of(dynamodb, EVENTS_TABLE),
@@ -162,10 +203,12 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
             f"{reader.attempts - reader.invocations} retried) in {time.monotonic() - stream_started:.1f} s"
         )
 
-        if shape:
-            matched = verify_shaped(dynamodb, shape, list(zip(times, items, strict=True)), arrivals)
+        if isinstance(shape, HistoryShape):
+            matched = verify_histories(dynamodb, shape, histories, arrivals_by_item(arrivals))
+        elif shape:
+            matched = verify_shaped(dynamodb, shape, list(zip(times, items, strict=True)), first_arrivals(arrivals))
         else:
-            matched = verify(dynamodb, workload.counters, arrivals, settings, workload.hours)
+            matched = verify(dynamodb, workload.counters, first_arrivals(arrivals), settings, workload.hours)
         console.print(f"finished in {time.monotonic() - started:.1f} s")
         if args.keep_running:
             keep_running(server, reader, shape)
@@ -183,16 +226,55 @@ def write(dynamodb: Any, items: list[dict[str, Any]]) -> None:
         write_items(dynamodb, EVENTS_TABLE, items, on_written=lambda n: progress.advance(task, n))
 
 
-def recording_arrivals(handler: Callable[[dict, Any], Any], arrivals: dict[str, int]) -> Callable[[dict, Any], Any]:
-    """The handler, noting when each event's stream record arrived (for the brute force's late rule)."""
+def write_and_expire(dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], end_ms: int) -> None:
+    """The producers' changes, each item's in order, then DynamoDB's TTL process as of ``end_ms``, which
+    must delete exactly the items the histories expire."""
+    dynamodb.update_time_to_live(
+        TableName=EVENTS_TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
+    )
+    kinds = Counter((change.kind, change.by_ttl) for history in histories for change in history)
+    columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("write", total=sum(kinds.values()) - kinds["REMOVE", True])
+        write_histories(dynamodb, EVENTS_TABLE, histories, on_written=lambda n: progress.advance(task, n))
+    expired = expire_items(EVENTS_TABLE, end_ms / 1000, region())
+    if len(expired) != kinds["REMOVE", True]:
+        raise RuntimeError(f"the TTL process deleted {len(expired)} items, the histories expire {kinds['REMOVE', True]}")
+    console.print(
+        f"2. wrote the histories of {len(histories):,} {shape.name} ({kinds['INSERT', False]:,} placed, "
+        f"{kinds['MODIFY', False]:,} updates to done, cancelled or reopened, {kinds['REMOVE', False]:,} deleted "
+        f"by their owner); the TTL process deleted {len(expired):,} whose {shape.ttl_attribute} had passed at "
+        f"{iso_minute(end_ms)}"
+    )
+
+
+def recording_arrivals(
+    handler: Callable[[dict, Any], Any], arrivals: dict[int, tuple[str, int]]
+) -> Callable[[dict, Any], Any]:
+    """The handler, noting when each stream record arrived (for the brute force's late rule and for rules
+    that count at arrival), keyed by sequence number so that a retried invocation notes nothing twice."""
 
     def handle(event: dict, context: Any) -> Any:
         for record in event["Records"]:
             stream = record["dynamodb"]
-            arrivals[stream["Keys"]["id"]["S"]] = int(stream["ApproximateCreationDateTime"] * 1000)
+            arrival = int(stream["ApproximateCreationDateTime"] * 1000)
+            arrivals[int(stream["SequenceNumber"])] = (stream["Keys"]["id"]["S"], arrival)
         return handler(event, context)
 
     return handle
+
+
+def arrivals_by_item(arrivals: dict[int, tuple[str, int]]) -> dict[str, list[int]]:
+    """Item id -> the arrivals of its records in stream order (one item's records stay in order)."""
+    by_item: dict[str, list[int]] = {}
+    for _, (item_id, arrival) in sorted(arrivals.items()):
+        by_item.setdefault(item_id, []).append(arrival)
+    return by_item
+
+
+def first_arrivals(arrivals: dict[int, tuple[str, int]]) -> dict[str, int]:
+    """Item id -> the arrival of its insert, for workloads that write every item once."""
+    return {item_id: times[0] for item_id, times in arrivals_by_item(arrivals).items()}
 
 
 def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
@@ -293,12 +375,72 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
     now = now_ms()
     window = Window.ending(now)
     truth = shaped_truth(shape, items, window, arrivals, settings)
-    counters = sorted(truth.in_window)
+    matched = compare_shaped(table, truth, window, now, "4. rolling 24 h window")
+    late = sum(1 for ts, item in items if is_late(ts, arrivals.get(item["id"], ts), settings))
+    counted = count_windows(table, [rejected_counter(Reason.LATE_EVENT)], now=now)[0].total
+    ok = counted == late
+    matched &= ok
+    console.print(
+        f"5. rejections: {counted:,} records counted as late by tally, {late:,} expected "
+        f"(one per record, however many rules match it) {'[green]MATCH' if ok else '[red]MISMATCH'}"
+    )
+    if truth.distinct:  # and the last hour, whose pages have few enough visitors for the sketches to be exact
+        hour = Window.ending(now, HOUR_MS)
+        matched &= verify_distinct(table, shaped_truth(shape, items, hour, arrivals, settings), hour, now)
+    quantiles = ", quantiles are within 1 % of it" if truth.values else ""
+    distinct = ", distinct counts within 3 standard errors (exact where the sketches are)" if truth.distinct else ""
+    return verdict(matched, f"counts, sums and averages equal brute force by both plans{quantiles}{distinct}")
+
+
+def verify_histories(
+    dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], arrivals: dict[str, list[int]]
+) -> bool:
+    """Every counter the jobs' rules name, in the 24 h window and in one of 49 whole hours, both plans
+    against brute force over the replayed histories; and no record rejected."""
+    settings = Settings.from_env()
+    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    now = now_ms()
+    window = Window.ending(now)
+    matched = compare_shaped(
+        table, history_truth(shape, histories, arrivals, window, settings), window, now, "4. rolling 24 h window"
+    )
+    long_window = Window.ending(now - now % HOUR_MS - 1, 49 * HOUR_MS)
+    matched &= compare_shaped(
+        table,
+        history_truth(shape, histories, arrivals, long_window, settings),
+        long_window,
+        now,
+        "5. 49 h window to the last whole hour",
+    )
+    reasons = [rejected_counter(reason) for reason in REJECTION_REASONS]
+    rejected = {r.counter: r.total for r in count_windows(table, reasons, now=now) if r.total}
+    ok = not rejected
+    matched &= ok
+    console.print(
+        f"6. rejections: {sum(rejected.values()):,} records rejected, 0 expected "
+        f"{'[green]MATCH' if ok else '[red]MISMATCH ' + escape(str(rejected))}"
+    )
+    transitions = sum(1 for history in histories for c in history if c.kind == "MODIFY")
+    console.print(
+        f"   {sum(map(len, histories)):,} records: done and cancelled count once per transition into the state "
+        f"(a reopened job done again counts twice), not on its {transitions:,} updates; "
+        "deletions count at their arrival."
+    )
+    return verdict(matched, "transitions and deletions equal brute force by both plans")
+
+
+def compare_shaped(table: CountsTable, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
+    """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
+    counters = sorted(truth.counters)
+    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
     plans = {
-        plan: {r.counter: r for r in count_windows(table, counters, at_ms=now, now=now, plan=plan, consistent=True)}
+        plan: {
+            r.counter: r
+            for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan, consistent=True)
+        }
         for plan in PlanKind
     }
-    table_view = Table(title=escape(f"4. rolling 24 h window {window}: counters named by the rules"))
+    table_view = Table(title=escape(f"{title} {window}: counters named by the rules"))
     for column in ("counter", "raw in window", "late", "expected", "batch", "range", "sum", "average", ""):
         table_view.add_column(column, justify="left" if column == "counter" else "right")
     matched = True
@@ -328,29 +470,13 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
     if truth.values:
         matched &= verify_quantiles(truth, plans, window)
     if truth.distinct:
-        # And the last hour, whose pages have few enough visitors for the sketches to be exact.
-        hour = Window.ending(now, HOUR_MS)
-        hour_truth = shaped_truth(shape, items, hour, arrivals, settings)
-        hour_plans = {
-            plan: {r.counter: r for r in count_windows(table, sorted(hour_truth.distinct), length_ms=HOUR_MS, at_ms=now,
-                                                       now=now, plan=plan, consistent=True)}
-            for plan in PlanKind
-        }
-        matched &= verify_distinct([(truth, plans, window), (hour_truth, hour_plans, hour)])
-    late = sum(1 for ts, item in items if is_late(ts, arrivals.get(item["id"], ts), settings))
-    counted = count_windows(table, [rejected_counter(Reason.LATE_EVENT)], now=now)[0].total
-    ok = counted == late
-    matched &= ok
-    console.print(
-        f"5. rejections: {counted:,} records counted as late by tally, {late:,} expected "
-        f"(one per record, however many rules match it) {'[green]MATCH' if ok else '[red]MISMATCH'}"
-    )
+        matched &= verify_distinct(table, truth, window, now)
+    return matched
+
+
+def verdict(matched: bool, what: str) -> bool:
     if matched:
-        console.print(
-            "[bold green]VERDICT: MATCH[/] — counts, sums and averages equal brute force by both plans"
-            + (", quantiles are within 1 % of it" if truth.values else "")
-            + (", distinct counts within 3 standard errors (exact where the sketches are)" if truth.distinct else "")
-        )
+        console.print(f"[bold green]VERDICT: MATCH[/] — {what}")
     else:
         console.print("[bold red]VERDICT: MISMATCH[/] — see the rows marked above")
     return matched
@@ -361,7 +487,7 @@ DEMO_QUANTILES = ("0.5", "0.9", "0.99")
 
 def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]], window: Window) -> bool:
     """p50, p90 and p99 of every histogram counter: both plans alike, and within 1 % of brute force."""
-    view = Table(title=escape(f"4b. quantiles in the rolling 24 h window {window}: tally (both plans) vs brute force"))
+    view = Table(title=escape(f"   quantiles in the window {window}: tally (both plans) vs brute force"))
     for column in ("counter", "values", *map(percentile_label, DEMO_QUANTILES), "largest error", ""):
         view.add_column(column, justify="left" if column == "counter" else "right")
     matched = True
@@ -396,15 +522,19 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
     return matched
 
 
-def verify_distinct(windows: list[tuple[ShapedTruth, dict[PlanKind, dict[str, WindowCount]], Window]]) -> bool:
-    """Distinct values of every distinct counter, per window: both plans alike, exact while the sketches are,
+def verify_distinct(table: CountsTable, truth: ShapedTruth, window: Window, now: int) -> bool:
+    """Distinct values of every distinct counter in one window: both plans alike, exact while the sketches are,
     else within 3 standard errors of brute force."""
-    view = Table(title="4c. distinct values (the rules' distinct attribute): tally vs brute force")
-    for column in ("window", "counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
-        view.add_column(column, justify="left" if column in ("window", "counter") else "right")
-    matched = True
-    for truth, plans, window in windows:
-        matched &= _distinct_rows(view, truth, plans, window)
+    counters = sorted(truth.distinct)
+    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
+    plans = {
+        plan: {r.counter: r for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan)}
+        for plan in PlanKind
+    }
+    view = Table(title=escape(f"   distinct values in the window {window}: tally vs brute force"))
+    for column in ("counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
+        view.add_column(column, justify="left" if column == "counter" else "right")
+    matched = _distinct_rows(view, truth, plans)
     console.print(view)
     console.print(
         f"   tally's sketches are exact up to {SPARSE_LIMIT} distinct values a bucket, HyperLogLog beyond "
@@ -413,9 +543,7 @@ def verify_distinct(windows: list[tuple[ShapedTruth, dict[PlanKind, dict[str, Wi
     return matched
 
 
-def _distinct_rows(
-    view: Table, truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]], window: Window
-) -> bool:
+def _distinct_rows(view: Table, truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]]) -> bool:
     matched = True
     for counter in sorted(truth.distinct):
         batch, ranged = plans[PlanKind.BATCH][counter], plans[PlanKind.RANGE][counter]
@@ -429,7 +557,6 @@ def _distinct_rows(
             ok = abs(error) <= 3 * STANDARD_ERROR
         matched &= ok
         view.add_row(
-            f"{window.minutes // 60} h",
             escape(counter),
             f"{exact:,}",
             f"{answer:,}" if answer is not None else "—",

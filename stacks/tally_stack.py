@@ -1,7 +1,8 @@
 """The tally stack: the events table (created, or an existing one imported) and the Tally construct.
 
 By default the stack creates the events table from `tally.core.tables`, as the
-local pipeline does. With context ``eventsTableName`` and ``eventsStreamArn``
+local pipeline does, streaming the images its counter rules judge (NEW_IMAGE,
+or NEW_AND_OLD_IMAGES once a rule counts transitions or deletions). With context ``eventsTableName`` and ``eventsStreamArn``
 it counts an existing table instead: the template then holds no events table,
 and the function may read that one stream only.
 
@@ -18,7 +19,7 @@ from constructs import Construct
 
 from tally_cdk.context import StackSettings
 from tally_cdk.construct import CDK_REMOVAL_POLICIES, Tally, table_from_description
-from tally.core.tables import EVENTS_TABLE
+from tally.core.tables import events_table_for
 
 
 class TallyStack(Stack):
@@ -50,7 +51,10 @@ class TallyStack(Stack):
                 table_stream_arn=self.settings.events_stream_arn,
             )
         return table_from_description(
-            self, "EventsTable", EVENTS_TABLE, CDK_REMOVAL_POLICIES[self.settings.events_table_removal_policy]
+            self,
+            "EventsTable",
+            events_table_for(self.settings.handler_settings.counter_rules),
+            CDK_REMOVAL_POLICIES[self.settings.events_table_removal_policy],
         )
 
     def _outputs(self) -> None:

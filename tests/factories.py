@@ -23,6 +23,9 @@ def image(**attributes: Any) -> dict[str, Any]:
     return {name: _serializer.serialize(value) for name, value in attributes.items()}
 
 
+TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+
 def stream_record(
     new_image: dict[str, Any] | None = None,
     *,
@@ -30,17 +33,25 @@ def stream_record(
     arrival_s: float = 1_795_000_000.0,
     sequence: str | None = None,
     keys: dict[str, Any] | None = None,
+    old_image: dict[str, Any] | None = None,
+    by_ttl: bool = False,
 ) -> dict[str, Any]:
-    """One record of a DynamoDB stream as Lambda hands it to the function."""
+    """One record of a DynamoDB stream as Lambda hands it to the function.
+
+    With ``old_image`` the stream's view is NEW_AND_OLD_IMAGES; ``by_ttl`` signs it as a TTL deletion.
+    """
     dynamodb: dict[str, Any] = {
         "ApproximateCreationDateTime": arrival_s,
         "Keys": keys or {"id": {"S": sequence or "k"}},
         "SequenceNumber": sequence or next_sequence(),
         "SizeBytes": 64,
-        "StreamViewType": "NEW_IMAGE",
+        "StreamViewType": "NEW_IMAGE" if old_image is None else "NEW_AND_OLD_IMAGES",
     }
     if new_image is not None:
         dynamodb["NewImage"] = new_image
+    if old_image is not None:
+        dynamodb["OldImage"] = old_image
+    identity = {"userIdentity": TTL_IDENTITY} if by_ttl else {}
     return {
         "eventID": "0f0e0d0c0b0a09080706050403020100",
         "eventName": event_name,
@@ -49,6 +60,7 @@ def stream_record(
         "awsRegion": "us-east-1",
         "dynamodb": dynamodb,
         "eventSourceARN": STREAM_ARN,
+        **identity,
     }
 
 

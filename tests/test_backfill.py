@@ -7,6 +7,7 @@ import pytest
 from factories import image
 from tally.backfill import BackfillSummary, WriteRateLimit, backfill_file, chunks, export_outcomes, write_units
 from tally.core.records import CounterEvent, Reason
+from tally.core.rules import parse_rules
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.commit import CommitResult
 
@@ -42,6 +43,27 @@ def test_exported_items_are_judged_as_stream_records_arriving_at_count_from():
     assert [o.reason for (o,) in outcomes[1:]] == [Reason.LATE_EVENT, Reason.FUTURE_TIME, Reason.MISSING_COUNTER]
     ((segment, _),) = count_file([image(id="x", counter="a", ts=COUNT_FROM)] + images, settings)
     assert sum(delta for (counter, _), delta in segment.deltas.items() if counter == "orders") == 2
+
+
+def test_an_export_holds_images_at_count_from_not_histories():
+    # A becomes rule counts an exported item whose image satisfies it, as an INSERT would; a REMOVE rule
+    # counts nothing (a deleted item is not in the export); an arrival-time rule counts at count-from.
+    rules = parse_rules(
+        '[{"name": "done", "counter": "done", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"},'
+        ' {"name": "done-now", "counter": "done-now", "becomes": {"status": {"equals": "done"}}, "time": "@arrival"},'
+        ' {"name": "gone", "counter": "gone", "on": "REMOVE", "time": "@arrival"},'
+        ' {"name": "edits", "counter": "edits", "on": "MODIFY"}]'
+    )
+    settings = Settings(count_from_ms=COUNT_FROM, rules=rules)
+    done_ms = COUNT_FROM - 3 * HOUR_MS
+    images = [
+        image(id="a", status="done", doneAt=done_ms, ts=COUNT_FROM - 5 * HOUR_MS),
+        image(id="b", status="placed", ts=COUNT_FROM - HOUR_MS),
+    ]
+    outcomes = export_outcomes(images, 7, COUNT_FROM, settings)
+
+    assert outcomes[0] == [CounterEvent("done", done_ms, "7", COUNT_FROM), CounterEvent("done-now", COUNT_FROM, "7", COUNT_FROM)]
+    assert [o.reason for o in outcomes[1]] == [Reason.NO_RULE_MATCHED]
 
 
 def test_a_file_folds_into_the_same_segments_every_time_across_chunks(monkeypatch):

@@ -112,6 +112,19 @@ def test_with_rules_the_handler_fans_out_sums_and_names_the_refusing_rule(lambda
     assert sorted(by_rule["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) == ["rule", "service"]
 
 
+def test_a_change_without_its_old_image_is_counted_and_logged_with_the_rules_name(lambda_handler, monkeypatch, dynamodb, caplog):
+    # A table still streaming NEW_IMAGE while a becomes rule counts its transitions: nothing fails, the
+    # record is a rejection counted at its arrival, named by the rule that needed the old image.
+    monkeypatch.setenv("TALLY_RULES", '[{"name": "done", "counter": "done/{p}", "becomes": {"status": {"equals": "done"}}}]')
+    handler_module.counts_table.cache_clear()
+    update = stream_record(image(id="1", ts=T0, p="a", status="done"), event_name="MODIFY", arrival_s=T0 / 1000)
+    lambda_handler(window_event([update], final=True), LambdaContext())
+    [rejected] = [r for r in caplog.records if r.getMessage() == "record rejected"]
+    assert (rejected.reason, rejected.rule) == ("missing_old_image", "done")
+    assert "NEW_AND_OLD_IMAGES" in rejected.detail
+    assert read_counts(dynamodb, "#rejected#missing_old_image") == {"M#2026-11-18T11:00": 1, "H#2026-11-18T11": 1}
+
+
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
 def test_bad_rules_fail_the_cold_start_naming_rule_and_field(lambda_handler, monkeypatch):
     monkeypatch.setenv("TALLY_RULES", '[{"name": "jobs", "counter": "jobs/{providerId"}]')

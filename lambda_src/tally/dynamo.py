@@ -421,12 +421,15 @@ def batch_write(
     return written
 
 
-def create_tables(client: Any, events_table: str, counts_table: str) -> None:
+def create_tables(
+    client: Any, events_table: str, counts_table: str, events: TableDescription = EVENTS_TABLE
+) -> None:
     """Create both tables as the stack does (used locally and in tests), and wait for them.
 
-    Point-in-time recovery is on for both, as in the stack.
+    Point-in-time recovery is on for both, as in the stack. ``events`` describes
+    the events table: ``tables.events_table_for(rules)`` streams the images the rules need.
     """
-    for description, name in ((EVENTS_TABLE, events_table), (COUNTS_TABLE, counts_table)):
+    for description, name in ((events, events_table), (COUNTS_TABLE, counts_table)):
         _create_table(client, description, name)
 
 

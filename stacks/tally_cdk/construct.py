@@ -6,8 +6,9 @@
 It holds the counts table, the counting function and its role and log group,
 the event source mapping on the table's stream, the on-failure queue, four
 alarms and a dashboard. The events table stays the caller's: created in the
-same app (its stream view is checked at synth) or imported by name and stream
-ARN (then the function may read that stream only).
+same app (its stream view is checked at synth against what the rules need:
+``events_table_for(rules)`` describes one that has it) or imported by name and
+stream ARN (then the function may read that stream only).
 
 The counts table's keys and TTL come from `tally.core.tables`, the same
 descriptions the local pipeline builds its tables from.
@@ -37,7 +38,7 @@ from constructs import Construct
 
 from tally_cdk.context import StackSettings
 from tally.core import settings as tally_settings
-from tally.core.rules import ENV_RULES
+from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
 LAMBDA_SOURCE = Path(__file__).resolve().parents[2] / "lambda_src"
@@ -85,9 +86,6 @@ ITERATOR_AGE_ALARM_MINUTES = 5
 ALARM_PERIOD = Duration.minutes(5)
 FAILURE_QUEUE_RETENTION = Duration.days(14)
 
-# The stream views whose INSERT records carry the new item.
-COUNTABLE_STREAM_VIEWS = ("NEW_IMAGE", "NEW_AND_OLD_IMAGES")
-
 CDK_REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
 
 
@@ -114,7 +112,7 @@ class Tally(Construct):
         super().__init__(scope, construct_id)
         self.settings = settings or StackSettings.from_context(lambda key: None)
         self.events_table = events_table
-        check_stream(events_table)
+        check_stream(events_table, self.settings.handler_settings.counter_rules)
         self.counts_table = table_from_description(
             self, "CountsTable", COUNTS_TABLE, CDK_REMOVAL_POLICIES[self.settings.counts_table_removal_policy]
         )
@@ -384,21 +382,20 @@ def table_from_description(
     )
 
 
-def check_stream(table: dynamodb.ITable) -> None:
-    """Refuse a table tally cannot count: no stream, or (when the app defines it) a view without new images.
+def check_stream(table: dynamodb.ITable, rules: Rules) -> None:
+    """Refuse a table tally cannot count: no stream, or (when the app defines it) a view without the images
+    the rules judge: new images for inserts and changes, old ones for transitions and deletions.
 
     An imported table's view cannot be known at synth; the handler then rejects
-    INSERTs without a new image as ``missing_image``, counted and logged.
+    records without an image a rule needs (``missing_image``, ``missing_old_image``), counted and logged.
     """
     if not table.table_stream_arn:
         raise TallyConfigurationError(
-            f"events table {table.node.path} has no stream: tally needs one with view NEW_IMAGE or NEW_AND_OLD_IMAGES"
+            f"events table {table.node.path} has no stream: tally needs one with view {rules.stream_view}"
         )
     definition = table.node.default_child
     specification = getattr(definition, "stream_specification", None)
     view = getattr(specification, "stream_view_type", None) if specification is not None else None
-    if isinstance(view, str) and view not in COUNTABLE_STREAM_VIEWS:
-        raise TallyConfigurationError(
-            f"events table {table.node.path} streams {view}: tally reads each new item from the stream, "
-            f"so the view must be NEW_IMAGE or NEW_AND_OLD_IMAGES"
-        )
+    shortfall = rules.view_shortfall(view) if isinstance(view, str) else None
+    if shortfall:
+        raise TallyConfigurationError(f"events table {table.node.path} streams {view}: {shortfall}")

@@ -70,6 +70,18 @@ def settings_with(*entries, **kwargs):
             '[{"name": "r", "counter": "v/{u}"}, {"name": "c", "counter": "v/{u}", "distinct": "client"}]',
             "rule 2 ('c'): field 'distinct': counter 'v/{u}' is also written by rule 'r'; both must count distinct",
         ),
+        ('[{"counter": "a", "becomes": {}}]', "field 'becomes': needs at least one condition"),
+        ('[{"counter": "a", "becomes": "done"}]', "field 'becomes': must map attribute names"),
+        ('[{"counter": "a", "becomes": {"s": {"is": 1}}}]', "field 'becomes.s': must be one of"),
+        ('[{"counter": "a", "on": "UPDATE"}]', "field 'on': must be one of INSERT, MODIFY, REMOVE or a list"),
+        ('[{"counter": "a", "on": []}]', "field 'on': must be one of"),
+        ('[{"counter": "a", "on": ["INSERT", "INSERT"]}]', "field 'on': names a record kind twice"),
+        ('[{"counter": "a", "on": "REMOVE", "becomes": {"s": {"equals": 1}}}]', "a deletion has no new image"),
+        ('[{"counter": "a", "deletedBy": "ttl"}]', "field 'deletedBy': only for a rule with \"on\": \"REMOVE\""),
+        ('[{"counter": "a", "on": "REMOVE", "deletedBy": "robot"}]', "field 'deletedBy': must be one of any, ttl, user"),
+        ('[{"counter": "a", "time": ""}]', "field 'time': must be an attribute name or \"@arrival\""),
+        ('[{"counter": "a", "time": "@now"}]', "field 'time': must be an attribute name or \"@arrival\", got \"@now\""),
+        ('[{"counter": "a", "time": 5}]', "field 'time'"),
     ],
 )
 def test_bad_rules_fail_with_one_message_naming_the_rule_and_field(text, message):
@@ -330,3 +342,54 @@ def test_a_value_a_distinct_count_cannot_take_refuses_the_event_for_that_rule(va
     counted, refused = parse_item(item, ARRIVAL_MS, "5", settings)
     assert counted == CounterEvent("all", ARRIVAL_MS, "5", ARRIVAL_MS)
     assert (refused.rule, refused.reason) == ("visitors", reason) and "'client'" in refused.detail
+# --- record kinds, transitions and per-rule time: how rules read ---------------------------------
+
+DONE = {"name": "done", "counter": "done/{providerId}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"}
+
+
+def test_a_becomes_rule_sees_inserts_and_changes_a_plain_rule_inserts_and_a_deletion_rule_removals():
+    parsed = rules(
+        {"name": "placed", "counter": "placed"},
+        DONE,
+        {"name": "gone", "counter": "gone", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"},
+        {"name": "edits", "counter": "edits", "on": ["MODIFY"]},
+    )
+    placed, done, gone, edits = parsed.rules
+    assert (placed.on, done.on, gone.on, edits.on) == (
+        {"INSERT"},
+        {"INSERT", "MODIFY"},
+        {"REMOVE"},
+        {"MODIFY"},
+    )
+    assert (done.time, gone.time, placed.time, gone.deleted_by, placed.deleted_by) == ("doneAt", "@arrival", None, "ttl", "any")
+    assert "doneAt" in parsed.attributes and "@arrival" not in parsed.attributes
+    assert parsed.kinds == {"INSERT", "MODIFY", "REMOVE"}
+    assert [rule.name for rule in parsed.seeing["MODIFY"]] == ["done", "edits"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "view"),
+    [
+        ([{"counter": "a"}], "NEW_IMAGE"),
+        ([{"counter": "a", "on": "MODIFY"}], "NEW_IMAGE"),  # a change judged on its new image alone
+        ([{"counter": "a", "becomes": {"s": {"equals": 1}}, "on": "INSERT"}], "NEW_IMAGE"),
+        ([{"counter": "a"}, DONE], "NEW_AND_OLD_IMAGES"),
+        ([{"counter": "a", "on": "REMOVE"}], "OLD_IMAGE"),
+        ([{"counter": "a", "on": "REMOVE"}, {"counter": "b"}], "NEW_AND_OLD_IMAGES"),
+    ],
+)
+def test_the_rules_name_the_stream_view_they_need(entries, view):
+    parsed = rules(*entries)
+    assert parsed.stream_view == view
+    assert parsed.view_shortfall(view) is None
+    assert parsed.view_shortfall("KEYS_ONLY") is not None
+
+
+def test_a_view_shortfall_names_the_first_rule_that_lacks_an_image():
+    parsed = rules({"name": "placed", "counter": "placed"}, DONE)
+    assert parsed.view_shortfall("NEW_IMAGE") == (
+        "rule 'done' judges changes against the old image, so the view must be NEW_AND_OLD_IMAGES"
+    )
+    assert Settings().counter_rules.view_shortfall("OLD_IMAGE") == (
+        "the classic rule reads each new item, so the view must be NEW_IMAGE or NEW_AND_OLD_IMAGES"
+    )

@@ -90,6 +90,10 @@ class FaultStats:
 
     streams: int = 0
     streams_with_rules: int = 0  # counted by fan-out rules with sums
+    streams_with_changes: int = 0  # items changed and deleted, counted by transition and deletion rules
+    change_records: int = 0  # MODIFY records in those streams
+    removal_records: int = 0  # REMOVE records, by owners and by TTL
+    ttl_removal_records: int = 0  # REMOVE records signed by DynamoDB's TTL process
     records: int = 0
     invocations: int = 0
     failed_attempts: int = 0
@@ -116,6 +120,10 @@ class FaultStats:
         return {
             "streams": self.streams,
             "streams_with_rules": self.streams_with_rules,
+            "streams_with_changes": self.streams_with_changes,
+            "change_records": self.change_records,
+            "removal_records": self.removal_records,
+            "ttl_removal_records": self.ttl_removal_records,
             "records": self.records,
             "identical_rewrites": self.identical_rewrites,
             "invocations": self.invocations,

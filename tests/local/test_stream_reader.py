@@ -108,6 +108,15 @@ def test_boto3_records_become_lambda_records():
     assert isinstance(boto3_record(7)["dynamodb"]["ApproximateCreationDateTime"], datetime)
 
 
+def test_a_ttl_deletion_keeps_its_user_identity_spelt_as_lambda_spells_it():
+    # GetRecords names the fields PrincipalId and Type; Lambda hands them over as principalId and type.
+    removal = {**boto3_record(8), "eventName": "REMOVE"}
+    removal["userIdentity"] = {"PrincipalId": "dynamodb.amazonaws.com", "Type": "Service"}
+    record = lambda_record(removal, ARN)
+    assert record["userIdentity"] == {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    assert "userIdentity" not in lambda_record(boto3_record(9), ARN)
+
+
 def test_pages_of_records_are_followed_through_next_shard_iterator():
     streams = FakeStreams({"s1": {"parent": None, "records": [boto3_record(i) for i in range(10)], "closed": False}})
     handler = Handler()

@@ -11,13 +11,21 @@ from script_support import load_script
 from tally.dynamo import CountsTable
 from tally.local.agreement import judge
 from tally.local.aws import client, scan_items
-from tally.core.records import Reason, parse_record
+from tally.core.records import CounterEvent, Reason, Rejection, parse_record
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.histograms import bin_of
 from tally.core.sketches import hash_of
 from tally.core.amounts import decimal_of
 from tally.core.rules import parse_rules
-from tally.local.workload import BAD_KINDS, DEFAULT_COUNTERS, SHAPES, Workload, bad_items, expected_rejections
+from tally.local.workload import (
+    BAD_KINDS,
+    DEFAULT_COUNTERS,
+    HISTORY_SHAPES,
+    SHAPES,
+    Workload,
+    bad_items,
+    expected_rejections,
+)
 
 END_MS = 1_795_341_600_000  # 2026-11-22T10:00Z
 
@@ -122,6 +130,52 @@ def test_shaped_items_are_counted_by_their_rules_as_restated_by_hand(name):
         ]
         assert counted == expected, item
         assert len(counted) >= 1 + (item["status"] in ("done", 200))
+
+
+def job_record(change, arrival_ms: int) -> dict:
+    """The stream record DynamoDB makes of one change of a job (the table streams NEW_AND_OLD_IMAGES)."""
+    new = image(**change.new) if change.new is not None else None
+    old = image(**change.old) if change.old is not None else None
+    record = stream_record(new, old_image=old, event_name=change.kind, by_ttl=change.by_ttl, arrival_s=arrival_ms / 1000)
+    record["dynamodb"]["StreamViewType"] = "NEW_AND_OLD_IMAGES"
+    return record
+
+
+def test_job_histories_are_counted_by_their_rules_as_restated_by_hand():
+    shape = HISTORY_SHAPES["jobs"]
+    settings = Settings(time_attribute=shape.time_attribute, rules=parse_rules(shape.rules_json))
+    workload = Workload(counters=shape.keys, hours=26, rate=(4, 8), seed=4)
+    histories = shape.histories(workload, END_MS)
+    assert histories == shape.histories(workload, END_MS)
+    changes = [change for history in histories for change in history]
+    kinds = Counter((change.kind, change.by_ttl) for change in changes)
+    assert kinds["MODIFY", False] and kinds["REMOVE", False] and kinds["REMOVE", True]
+    reopened = [h for h in histories if [c.new["status"] for c in h if c.new][:4] == ["placed", "done", "placed", "done"]]
+    assert reopened, "some jobs must be done twice, so a second transition is exercised"
+    for history in histories:
+        assert [c.at_ms for c in history] == sorted(c.at_ms for c in history) and history[-1].at_ms <= END_MS
+        assert all(later.old == earlier.new for earlier, later in zip(history, history[1:]))
+        for change in history:
+            arrival = change.at_ms + 1_000
+            outcomes = parse_record(job_record(change, arrival), settings)
+            events = [o for o in outcomes if isinstance(o, CounterEvent)]
+            counted = [(o.counter, o.event_ms, None if o.units is None else decimal_of(o.units)) for o in events]
+            assert sorted(counted) == sorted(shape.truth(change, arrival)), change
+            assert not any(o.reason.is_rejection for o in outcomes if isinstance(o, Rejection)), outcomes
+
+
+@pytest.mark.server
+def test_the_jobs_shape_writes_each_jobs_changes_in_order_and_warns_of_a_stream_without_old_images(tables, capsys):
+    argv = ["--seed", "8", "--hours", "2", "--shape", "jobs", "--end", "2026-11-22T10:00:00Z"]
+    assert generate_events.main(argv) == 0
+    shape = HISTORY_SHAPES["jobs"]
+    histories = shape.histories(Workload(counters=shape.keys, hours=2, seed=8), END_MS)
+    last = {history[0].key["id"]: history[-1].new for history in histories if history[-1].new is not None}
+    written = {item["id"]: item for item in scan_items(client("dynamodb"), tables.events)}
+    assert written == last
+    captured = capsys.readouterr()
+    assert "streams NEW_IMAGE: rule 'done' judges changes against the old image" in captured.err
+    assert "TALLY_RULES=" in captured.out and "deletedBy" in captured.out
 
 
 def publish(tables, env: dict[str, str]) -> None:

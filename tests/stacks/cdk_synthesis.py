@@ -46,7 +46,8 @@ CONTEXT_OVERRIDES = {
     "powertoolsLayerVersion": "31",
     "alarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:tally-alarms",
     "rules": '[{"name": "jobs", "counter": "jobs/{providerId}"}, '
-    '{"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"}]',
+    '{"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"}, '
+    '{"name": "done", "counter": "done/{providerId}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"}]',
 }
 
 

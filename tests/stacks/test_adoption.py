@@ -12,7 +12,7 @@ from cdk_nag import AwsSolutionsChecks
 from cdk_synthesis import IMPORTED_STACK_NAME, ORDERS_STREAM_ARN, REPO_ROOT, Synthesis, synthesize
 from test_tally_stack import as_list, only, policy_statements, render, resources
 
-from tally_cdk import Tally, TallyConfigurationError
+from tally_cdk import StackSettings, Tally, TallyConfigurationError
 
 pytestmark = pytest.mark.cdk
 
@@ -80,13 +80,14 @@ def test_outputs_name_the_imported_table_and_stream(imported):
     assert outputs["EventsStreamArn"] == ORDERS_STREAM_ARN
 
 
-def own_stack(tmp_path, view: dynamodb.StreamViewType | None) -> cdk.Stack:
+def own_stack(tmp_path, view: dynamodb.StreamViewType | None, rules: list | None = None) -> cdk.Stack:
     app = cdk.App(outdir=str(tmp_path))
     stack = cdk.Stack(app, "Shop")
     table = dynamodb.Table(
         stack, "Orders", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING), stream=view
     )
-    Tally(stack, "Tally", events_table=table)
+    settings = StackSettings.from_context({"rules": rules}.get) if rules else None
+    Tally(stack, "Tally", events_table=table, settings=settings)
     return stack
 
 
@@ -99,6 +100,31 @@ def test_a_stream_without_new_images_is_refused_at_synth(tmp_path, view):
 def test_a_table_without_a_stream_is_refused_at_synth(tmp_path):
     with pytest.raises(TallyConfigurationError, match="Shop/Orders has no stream"):
         own_stack(tmp_path, None)
+
+
+DONE = {"name": "done", "counter": "done/{shop}", "becomes": {"status": {"equals": "done"}}}
+ENDED = {"name": "ended", "counter": "sessions/ended", "on": "REMOVE"}
+
+
+@pytest.mark.parametrize(
+    ("view", "rules", "message"),
+    [
+        ("NEW_IMAGE", [DONE], "streams NEW_IMAGE: rule 'done' judges changes against the old image, so the view must be NEW_AND_OLD_IMAGES"),
+        ("OLD_IMAGE", [DONE], "streams OLD_IMAGE: rule 'done' judges changes against the old image, so the view must be NEW_AND_OLD_IMAGES"),
+        ("NEW_IMAGE", [{"counter": "orders"}, ENDED], "rule 'ended' judges deletions on the old image, so the view must be OLD_IMAGE or NEW_AND_OLD_IMAGES"),
+        ("OLD_IMAGE", [ENDED, {"name": "orders", "counter": "orders"}], "rule 'orders' reads each new item, so the view must be NEW_IMAGE or"),
+    ],
+)
+def test_a_view_without_the_images_a_rule_judges_is_refused_in_one_line_naming_the_rule(tmp_path, view, rules, message):
+    with pytest.raises(TallyConfigurationError) as refused:
+        own_stack(tmp_path, dynamodb.StreamViewType(view), rules)
+    assert str(refused.value).startswith(f"events table Shop/Orders streams {view}: ")
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_deletion_rules_alone_are_counted_from_old_images(tmp_path):
+    stack = own_stack(tmp_path, dynamodb.StreamViewType.OLD_IMAGE, [ENDED])
+    assert len(resources(cdk.assertions.Template.from_stack(stack).to_json(), "AWS::DynamoDB::Table")) == 2
 
 
 def test_new_and_old_images_are_enough(tmp_path):

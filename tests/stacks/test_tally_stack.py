@@ -405,6 +405,19 @@ def test_cdk_json_lists_every_default_and_runs_the_venv_python():
     assert json.loads((REPO_ROOT / "cdk.json").read_text())["app"] == ".venv/bin/python app.py"
 
 
+def test_a_becomes_rule_gives_the_events_table_new_and_old_images(overridden_synthesis, template):
+    # The overridden rules count a transition, which is judged against the old image; the default rule is not.
+    views = {
+        name: [
+            body["Properties"]["StreamSpecification"]["StreamViewType"]
+            for body in resources(stack, "AWS::DynamoDB::Table").values()
+            if "StreamSpecification" in body["Properties"]
+        ]
+        for name, stack in ((OVERRIDDEN_STACK_NAME, overridden_synthesis.templates[OVERRIDDEN_STACK_NAME]), ("default", template))
+    }
+    assert views == {OVERRIDDEN_STACK_NAME: ["NEW_AND_OLD_IMAGES"], "default": ["NEW_IMAGE"]}
+
+
 def test_context_overrides_reach_the_template(overridden_synthesis):
     template = overridden_synthesis.templates[OVERRIDDEN_STACK_NAME]
     _, mapping = only(template, "AWS::Lambda::EventSourceMapping")
@@ -419,6 +432,7 @@ def test_context_overrides_reach_the_template(overridden_synthesis):
     assert [(rule.name, rule.counter.text, rule.sum) for rule in rules.rules] == [
         ("jobs", "jobs/{providerId}", None),
         ("revenue", "revenue/{shop}", "amount"),
+        ("done", "done/{providerId}", None),
     ]
     assert render(function["Properties"]["Layers"][0]).endswith("-python313-arm64:31")
     policies = {

@@ -10,7 +10,9 @@ invocation happens to read it.
 
 ``parse_record`` reads a Lambda stream record; ``parse_image`` and
 ``parse_item`` apply the same rules and acceptance to an item image in
-DynamoDB JSON or to a decoded item, for anything that reads items elsewhere.
+DynamoDB JSON or to a decoded item, for anything that reads items elsewhere
+(an exported item is judged as an INSERT). ``judge`` is the one place where
+a record kind, its images and who made a deletion meet the rules.
 """
 
 from __future__ import annotations
@@ -26,11 +28,16 @@ from boto3.dynamodb.types import TypeDeserializer
 
 from tally.core.buckets import MAX_EPOCH_MS, Bucket, InvalidTime, counted_buckets, parse_event_time
 from tally.core.rules import (
+    ARRIVAL,
+    INSERT,
     MAX_COUNTER_LENGTH,
+    MODIFY,
+    REMOVE,
     RESERVED_PREFIX,
     UNREADABLE,
     Counted,
     InvalidCounter,
+    Rule,
     validate_counter,
 )
 from tally.core.settings import DAY_MS, Settings
@@ -44,6 +51,7 @@ __all__ = [
     "Reason",
     "Rejection",
     "arrival_of",
+    "judge",
     "parse_image",
     "parse_item",
     "parse_record",
@@ -56,6 +64,8 @@ MAX_SEQUENCE_LENGTH = 40
 # An epoch-seconds time read as milliseconds lands in January 1970; within a year of its
 # record's arrival once multiplied by 1000, it was almost surely meant as seconds.
 SECONDS_MISTAKE_TOLERANCE_MS = 366 * DAY_MS
+# The user identity DynamoDB puts on the REMOVE records of items its TTL process deleted.
+TTL_DELETION_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 
 _deserializer = TypeDeserializer()
 
@@ -63,11 +73,12 @@ _deserializer = TypeDeserializer()
 class Reason(str, Enum):
     """Why a record (or one rule's reading of it) is not counted. The first three are routine, the rest rejections."""
 
-    NOT_INSERT = "not_insert"
+    NOT_INSERT = "not_insert"  # a record kind no rule sees (without rules that ask, anything but INSERT)
     NO_RULE_MATCHED = "no_rule_matched"
     BEFORE_COUNT_FROM = "before_count_from"  # arrived before count-from: the backfill counts it
     MALFORMED_RECORD = "malformed_record"
     MISSING_IMAGE = "missing_image"
+    MISSING_OLD_IMAGE = "missing_old_image"  # a rule needs the old image the stream view leaves out
     MISSING_COUNTER = "missing_counter"
     INVALID_COUNTER = "invalid_counter"
     MISSING_SUM = "missing_sum"
@@ -142,11 +153,12 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
     stream = record["dynamodb"]
     sequence = stream.get("SequenceNumber")
     arrival_ms = arrival_of(stream.get("ApproximateCreationDateTime"))
-    if record.get("eventName") != "INSERT":
+    kind = record.get("eventName")
+    if type(kind) is not str or kind not in settings.counter_rules.kinds:
         # A routine skip adds to no bucket, so it needs neither field: checking them first
         # would turn every MODIFY or REMOVE without them into a rejection.
         readable = _is_sequence_number(sequence) and arrival_ms is not None
-        detail = f"eventName {str(record.get('eventName'))[:32]}"
+        detail = f"eventName {str(kind)[:32]}"
         return [Rejection(Reason.NOT_INSERT, detail, *((sequence, arrival_ms) if readable else (None, None)))]
     if not _is_sequence_number(sequence):
         return [Rejection(Reason.MALFORMED_RECORD, "record lacks a readable dynamodb.SequenceNumber")]
@@ -155,15 +167,34 @@ def _parse(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
     if settings.count_from_ms is not None and arrival_ms < settings.count_from_ms:
         return [Rejection(Reason.BEFORE_COUNT_FROM, "arrived before count-from", sequence, arrival_ms)]
 
-    image = stream.get("NewImage")
-    if not _is_mapping(image):
-        detail = "INSERT without NewImage (stream view must include NEW_IMAGE)"
+    new_image = stream.get("NewImage")
+    if kind == REMOVE:
+        new = None
+    elif not _is_mapping(new_image):
+        detail = f"{kind} without NewImage (stream view must include NEW_IMAGE)"
         return [Rejection(Reason.MISSING_IMAGE, detail, sequence, arrival_ms)]
-    return parse_image(image, arrival_ms, sequence, settings)
+    elif kind == INSERT:
+        return parse_image(new_image, arrival_ms, sequence, settings)
+    else:
+        new = _decode(new_image, settings)
+    old_image = stream.get("OldImage")
+    old = _decode(old_image, settings) if _is_mapping(old_image) else None
+    return judge(kind, new, old, arrival_ms, sequence, settings, by_ttl=_deleted_by_ttl(record))
+
+
+def _deleted_by_ttl(record: Mapping[str, Any]) -> bool:
+    """Whether DynamoDB's TTL process made this change (it signs its deletions with a service identity)."""
+    identity = record.get("userIdentity")
+    return _is_mapping(identity) and all(identity.get(key) == value for key, value in TTL_DELETION_IDENTITY.items())
 
 
 def parse_image(image: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> list[Outcome]:
     """Outcomes of one new item image in DynamoDB JSON (a stream record's NewImage, an export's Item)."""
+    return judge(INSERT, _decode(image, settings), None, arrival_ms, sequence, settings)
+
+
+def _decode(image: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+    """The attributes the rules read, decoded; an undecodable value becomes UNREADABLE."""
     values: dict[str, Any] = {}
     for name in settings.image_attributes:
         if name in image:
@@ -171,55 +202,117 @@ def parse_image(image: Mapping[str, Any], arrival_ms: int, sequence: str, settin
                 values[name] = _deserialize(image[name])
             except ValueError:
                 values[name] = UNREADABLE
-    return parse_item(values, arrival_ms, sequence, settings)
+    return values
 
 
 def parse_item(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> list[Outcome]:
-    """Outcomes of one decoded item (as boto3's TypeDeserializer gives it) arriving at ``arrival_ms``.
+    """Outcomes of one decoded item (as boto3's TypeDeserializer gives it) inserted at ``arrival_ms``."""
+    return judge(INSERT, item, None, arrival_ms, sequence, settings)
 
-    Every rule whose conditions hold counts the item or refuses it with a
-    reason. A bad or unacceptable time rejects the record once, whatever the
-    number of rules, and only when some rule would have counted it.
+
+def judge(
+    kind: str,
+    new: Mapping[str, Any] | None,
+    old: Mapping[str, Any] | None,
+    arrival_ms: int,
+    sequence: str,
+    settings: Settings,
+    by_ttl: bool = False,
+) -> list[Outcome]:
+    """What the rules make of one change: ``kind`` with its decoded images (None when the record lacks one).
+
+    A rule that sees ``kind`` judges the new image (INSERT, MODIFY) or the old
+    one (REMOVE, made by TTL when ``by_ttl``); a ``becomes`` rule counts a
+    MODIFY only when the old image did not meet its conditions. Every rule
+    that would count either counts or refuses with a reason. A bad or
+    unacceptable time rejects the record once per time attribute, whatever
+    the number of rules reading it, and only when some rule would have
+    counted with it.
     """
-    time = _time_of(item, arrival_ms, sequence, settings)
+    times: dict[str, tuple[int, bool] | Rejection] = {}  # by time attribute (or ARRIVAL)
+    refused_times: dict[str, Rejection] | None = None
     counted = False
     events: list[Outcome] = []
     refusals: list[Outcome] = []
-    for rule in settings.counter_rules.rules:
-        result = rule.apply(item)
-        if type(result) is Counted:
-            counted = True
-            if type(time) is tuple:
-                events.append(
-                    CounterEvent(
-                        result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin, result.hashed
-                    )
-                )
-        elif result is not None:
+    for rule in settings.counter_rules.seeing[kind]:
+        if kind == REMOVE:
+            if not rule.counts_deletion(by_ttl):
+                continue
+            image = old
+            if image is None:
+                refusals.append(_missing_old_image(rule, kind, sequence, arrival_ms))
+                continue
+        else:
+            image = new  # type: ignore[assignment]  # never None here: parse_record checked it
+        if rule.conditions and not rule.matches(image):
+            continue
+        if kind == MODIFY and rule.becomes:
+            if old is None:
+                refusals.append(_missing_old_image(rule, kind, sequence, arrival_ms))
+                continue
+            if rule.held_before(old):
+                continue
+        result = rule.count(image)
+        if type(result) is not Counted:
             refusals.append(Rejection(Reason(result.reason), result.detail, sequence, arrival_ms, result.rule))
+            continue
+        counted = True
+        source = rule.time or settings.time_attribute
+        time = times.get(source)
+        if time is None:
+            time = times[source] = _time_of(image, source, rule, arrival_ms, sequence, settings)
+        if type(time) is tuple:
+            events.append(
+                CounterEvent(
+                    result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin, result.hashed
+                )
+            )
+        elif refused_times is None:
+            refused_times = {source: time}
+        else:
+            refused_times.setdefault(source, time)
     if not counted:
         return refusals or [Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)]
-    if type(time) is not tuple:
-        return [time, *refusals]
+    if refused_times:
+        return [*events, *refused_times.values(), *refusals]
     return events + refusals if refusals else events
 
 
-def _time_of(item: Mapping[str, Any], arrival_ms: int, sequence: str, settings: Settings) -> tuple[int, bool] | Rejection:
-    """The item's event time in epoch ms and whether it counts in its hour alone, or the rejection its time earns."""
-    if settings.time_attribute not in item:
-        return Rejection(Reason.MISSING_TIME, f"no attribute {settings.time_attribute!r}", sequence, arrival_ms)
-    try:
-        event_ms = parse_event_time(item[settings.time_attribute])
-    except (InvalidTime, ValueError) as error:
-        return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms)
-    placed = place_in_time(event_ms, arrival_ms, settings)
+def _missing_old_image(rule: Rule, kind: str, sequence: str, arrival_ms: int) -> Rejection:
+    view = "NEW_AND_OLD_IMAGES" if kind == MODIFY else "OLD_IMAGE or NEW_AND_OLD_IMAGES"
+    detail = f"{rule.label}: {kind} without OldImage (stream view must be {view})"
+    return Rejection(Reason.MISSING_OLD_IMAGE, detail, sequence, arrival_ms, rule.name)
+
+
+def _time_of(
+    item: Mapping[str, Any], source: str, rule: Rule, arrival_ms: int, sequence: str, settings: Settings
+) -> tuple[int, bool] | Rejection:
+    """The event time read from ``source`` (an attribute, or ARRIVAL) in epoch ms and whether it counts in
+    its hour alone, or the rejection it earns.
+
+    A rejection for a rule's own time attribute names the rule; one for the
+    table-wide attribute names none, as it is the same for every rule.
+    """
+    owner = None if source == settings.time_attribute else rule.name
+    if source == ARRIVAL:
+        event_ms = arrival_ms
+    elif source not in item:
+        return Rejection(Reason.MISSING_TIME, f"no attribute {source!r}", sequence, arrival_ms, owner)
+    else:
+        try:
+            event_ms = parse_event_time(item[source])
+        except (InvalidTime, ValueError) as error:
+            return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms, owner)
+    placed = place_in_time(event_ms, arrival_ms, settings, source)
     if type(placed[0]) is not Bucket:
         reason, detail = placed
-        return Rejection(reason, detail, sequence, arrival_ms)
+        return Rejection(reason, detail, sequence, arrival_ms, owner)
     return event_ms, len(placed) == 1
 
 
-def place_in_time(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Bucket, ...] | tuple[Reason, str]:
+def place_in_time(
+    event_ms: int, arrival_ms: int, settings: Settings, attribute: str | None = None
+) -> tuple[Bucket, ...] | tuple[Reason, str]:
     """The buckets an event counts in, or why its time is refused (future or late), judged at its arrival."""
     if event_ms > arrival_ms + settings.max_clock_skew_ms:
         return Reason.FUTURE_TIME, f"{event_ms - arrival_ms} ms after arrival"
@@ -230,7 +323,10 @@ def place_in_time(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[B
             f"({settings.hour_retention_ms // DAY_MS} d)"
         )
         if _looks_like_epoch_seconds(event_ms, arrival_ms):
-            detail += f"; {settings.time_attribute} looks like epoch seconds, tally reads numbers as epoch milliseconds"
+            detail += (
+                f"; {attribute or settings.time_attribute} looks like epoch seconds, "
+                "tally reads numbers as epoch milliseconds"
+            )
         return Reason.LATE_EVENT, detail
     return buckets
 

@@ -16,6 +16,15 @@ the counter attribute.
 
 A rule works on an item's decoded attribute values, so stream records and
 exported items (plain or DynamoDB JSON) go through the same rules.
+
+By default a rule counts inserts. It may count a transition instead
+(``becomes``: conditions that hold on the new image and did not on the old
+one), or deletions (``"on": "REMOVE"``, judged on the old image, those made by
+TTL told apart by the record's user identity), and may take its event time
+from an attribute of its own or from the record's arrival (``time``):
+
+    {"name": "done", "counter": "done/{providerId}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"}
+    {"name": "expired", "counter": "sessions/expired", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"}
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ RESERVED_PREFIX = "#"
 MAX_RULES = 25
 MAX_RULE_NAME_LENGTH = 64
 MAX_ONE_OF_VALUES = 100
-_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "histogram", "distinct"})
+_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "histogram", "distinct", "becomes", "on", "time", "deletedBy"})
 # Aggregates a rule may add beside the count: each an attribute name; rules writing one counter template must agree.
 _AGGREGATES = {
     "sum": "sum, or neither, or its average would mix them",
@@ -47,6 +56,19 @@ _AGGREGATES = {
 }
 _CONDITION_KINDS = ("equals", "oneOf", "exists")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
+
+# Record kinds, as a stream record's eventName spells them.
+INSERT, MODIFY, REMOVE = "INSERT", "MODIFY", "REMOVE"
+RECORD_KINDS = (INSERT, MODIFY, REMOVE)
+INSERTS_ONLY = frozenset({INSERT})
+# A transition may happen when an item is written first or changed; a deletion has no new image.
+TRANSITION_KINDS = frozenset({INSERT, MODIFY})
+# The event time of a rule with "time": "@arrival": the record's ApproximateCreationDateTime.
+ARRIVAL = "@arrival"
+# Who made a deletion, for REMOVE rules: DynamoDB's TTL process, a request (DeleteItem, ...), or either.
+DELETED_BY = ("any", "ttl", "user")
+# Stream views: which of them carry each image.
+NEW_IMAGE, OLD_IMAGE, NEW_AND_OLD_IMAGES = "NEW_IMAGE", "OLD_IMAGE", "NEW_AND_OLD_IMAGES"
 
 
 class RulesError(ValueError):
@@ -238,28 +260,71 @@ class Refused(NamedTuple):
 
 @dataclass(frozen=True)
 class Rule:
-    """One counter rule. ``name`` is None only for the classic rule, so its logs stay as they were."""
+    """One counter rule. ``name`` is None only for the classic rule, so its logs stay as they were.
+
+    ``on``: the record kinds it sees. ``becomes``: conditions that must hold on
+    the new image and not (all of them) on the old one. ``time``: the attribute
+    holding its event time, ARRIVAL for the record's arrival, None for the
+    table-wide time attribute. ``deleted_by``: which deletions a REMOVE rule counts.
+    """
 
     name: str | None
     counter: Template
     when: tuple[Condition, ...] = ()
     sum: str | None = None
     strings_only: bool = False
+    becomes: tuple[Condition, ...] = ()
+    on: frozenset[str] = INSERTS_ONLY
+    time: str | None = None
+    deleted_by: str = "any"
     histogram: str | None = None
     distinct: str | None = None
+    conditions: tuple[Condition, ...] = field(init=False, compare=False, repr=False)  # when, then becomes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "conditions", self.when + self.becomes)
 
     @property
     def attributes(self) -> tuple[str, ...]:
         """Every attribute the rule reads."""
-        names = [*self.counter.attributes, *(c.attribute for c in self.when)]
+        names = [*self.counter.attributes, *(c.attribute for c in self.when), *(c.attribute for c in self.becomes)]
         names.extend(name for name in (self.sum, self.histogram, self.distinct) if name)
+        if self.time and self.time != ARRIVAL:
+            names.append(self.time)
         return tuple(dict.fromkeys(names))
+
+    @property
+    def needs_new_image(self) -> bool:
+        return bool(self.on & TRANSITION_KINDS)
+
+    @property
+    def needs_old_image(self) -> bool:
+        """A deletion is judged on the old image; a change is a transition only against it."""
+        return REMOVE in self.on or (bool(self.becomes) and MODIFY in self.on)
+
+    def counts_deletion(self, by_ttl: bool) -> bool:
+        """Whether this rule counts a REMOVE made by TTL (``by_ttl``) or by a request."""
+        return REMOVE in self.on and (self.deleted_by == "any" or (self.deleted_by == "ttl") == by_ttl)
+
+    def held_before(self, old: Mapping[str, Any]) -> bool:
+        """Whether the old image already met ``becomes``: then a change is no transition."""
+        return all(condition.holds(old) for condition in self.becomes)
+
+    def matches(self, values: Mapping[str, Any]) -> bool:
+        """Whether ``when`` and ``becomes`` hold on the image the rule judges."""
+        for condition in self.conditions:
+            if not condition.holds(values):
+                return False
+        return True
 
     def apply(self, values: Mapping[str, Any]) -> Counted | Refused | None:
         """What this rule makes of an item's decoded attributes; None when its conditions do not hold."""
-        for condition in self.when:
-            if not condition.holds(values):
-                return None
+        if not self.matches(values):
+            return None
+        return self.count(values)
+
+    def count(self, values: Mapping[str, Any]) -> Counted | Refused:
+        """The counter and amount for an image the rule counts, or why it cannot count it."""
         try:
             counter = self.counter.render(values, self.strings_only)
         except KeyError as missing:
@@ -298,6 +363,11 @@ class Rule:
     def _label(self) -> str:
         return f"rule {self.name!r}: " if self.name else ""
 
+    @property
+    def label(self) -> str:
+        """How messages name the rule."""
+        return f"rule {self.name!r}" if self.name else "the classic rule"
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -307,14 +377,45 @@ class Rules:
     text: str = field(default="", compare=False, repr=False)  # the JSON they were read from ("" for the classic rule)
     attributes: tuple[str, ...] = field(init=False, compare=False, repr=False)  # every attribute the rules read
 
+    kinds: frozenset[str] = field(init=False, compare=False, repr=False)  # the record kinds some rule sees
+    seeing: dict[str, tuple[Rule, ...]] = field(init=False, compare=False, repr=False)  # kind -> rules that see it
+
     def __post_init__(self) -> None:
-        # Computed once: every record reads these attributes.
+        # Computed once: every record reads these attributes and goes through the rules of its kind.
         names = tuple(dict.fromkeys(name for rule in self.rules for name in rule.attributes))
         object.__setattr__(self, "attributes", names)
+        object.__setattr__(self, "kinds", frozenset(kind for rule in self.rules for kind in rule.on))
+        seeing = {kind: tuple(rule for rule in self.rules if kind in rule.on) for kind in RECORD_KINDS}
+        object.__setattr__(self, "seeing", seeing)
 
     @property
     def classic(self) -> bool:
         return len(self.rules) == 1 and self.rules[0].name is None
+
+    @property
+    def stream_view(self) -> str:
+        """The stream view that carries every image the rules judge (NEW_IMAGE when no rule needs the old one)."""
+        new = any(rule.needs_new_image for rule in self.rules)
+        old = any(rule.needs_old_image for rule in self.rules)
+        if old:
+            return NEW_AND_OLD_IMAGES if new else OLD_IMAGE
+        return NEW_IMAGE
+
+    def view_shortfall(self, view: str) -> str | None:
+        """Why a stream of ``view`` cannot feed these rules (the first rule it fails, and what it needs), or None."""
+        carries_new = view in (NEW_IMAGE, NEW_AND_OLD_IMAGES)
+        carries_old = view in (OLD_IMAGE, NEW_AND_OLD_IMAGES)
+        for rule in self.rules:
+            new, old = rule.needs_new_image, rule.needs_old_image
+            if (new and not carries_new) or (old and not carries_old):
+                if new and old:
+                    needed, why = NEW_AND_OLD_IMAGES, "judges changes against the old image"
+                elif old:
+                    needed, why = f"{OLD_IMAGE} or {NEW_AND_OLD_IMAGES}", "judges deletions on the old image"
+                else:
+                    needed, why = f"{NEW_IMAGE} or {NEW_AND_OLD_IMAGES}", "reads each new item"
+                return f"{rule.label} {why}, so the view must be {needed}"
+        return None
 
     def sums(self, counter: str) -> bool:
         """Whether a summing rule can write ``counter`` (the query then reports its sum and average)."""
@@ -372,7 +473,8 @@ def _rule(index: int, entry: Any) -> Rule:
     where = f"rule {index}"
     if not isinstance(entry, dict):
         raise RulesError(
-            f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum', 'histogram', 'distinct')"
+            f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum', 'histogram', 'distinct', "
+            "'becomes', ...)"
         )
     if isinstance(entry.get("name"), str):
         where = f"rule {index} ({entry['name']!r})"
@@ -412,17 +514,79 @@ def _rule(index: int, entry: Any) -> Rule:
         attribute = entry.get(key)
         if attribute is not None and (not isinstance(attribute, str) or not attribute):
             raise RulesError(f"{where}: field {key!r}: must be an attribute name, got {_short(attribute)}")
-    return Rule(name, template, when, entry.get("sum"), histogram=entry.get("histogram"), distinct=entry.get("distinct"))
+    becomes = _becomes(where, entry)
+    on = _on(where, entry, becomes)
+    return Rule(
+        name,
+        template,
+        when,
+        entry.get("sum"),
+        becomes=becomes,
+        on=on,
+        time=_time(where, entry),
+        deleted_by=_deleted_by(where, entry, on),
+        histogram=entry.get("histogram"),
+        distinct=entry.get("distinct"),
+    )
 
 
-def _conditions(where: str, raw: Any) -> tuple[Condition, ...]:
+def _becomes(where: str, entry: dict[str, Any]) -> tuple[Condition, ...]:
+    """``becomes``: conditions as in ``when``, at least one, that a transition makes hold."""
+    if "becomes" not in entry:
+        return ()
+    conditions = _conditions(where, entry["becomes"], "becomes")
+    if not conditions:
+        raise RulesError(f"{where}: field 'becomes': needs at least one condition, as in 'when'")
+    return conditions
+
+
+def _on(where: str, entry: dict[str, Any], becomes: tuple[Condition, ...]) -> frozenset[str]:
+    """``on``: a record kind or a list of them; by default inserts, or inserts and changes for a transition."""
+    if "on" not in entry:
+        return TRANSITION_KINDS if becomes else INSERTS_ONLY
+    raw = entry["on"]
+    kinds = [raw] if isinstance(raw, str) else raw
+    if not isinstance(kinds, list) or not kinds or any(kind not in RECORD_KINDS for kind in kinds):
+        raise RulesError(
+            f"{where}: field 'on': must be one of {', '.join(RECORD_KINDS)} or a list of them, got {_short(raw)}"
+        )
+    if len(set(kinds)) != len(kinds):
+        raise RulesError(f"{where}: field 'on': names a record kind twice: {_short(raw)}")
+    if becomes and REMOVE in kinds:
+        raise RulesError(f"{where}: field 'on': a 'becomes' rule cannot see REMOVE: a deletion has no new image")
+    return frozenset(kinds)
+
+
+def _time(where: str, entry: dict[str, Any]) -> str | None:
+    """``time``: the attribute stamping the rule's events, or ARRIVAL; None for the table-wide time attribute."""
+    if "time" not in entry:
+        return None
+    raw = entry["time"]
+    if not isinstance(raw, str) or not raw or (raw.startswith("@") and raw != ARRIVAL):
+        raise RulesError(f"{where}: field 'time': must be an attribute name or {_short(ARRIVAL)}, got {_short(raw)}")
+    return raw
+
+
+def _deleted_by(where: str, entry: dict[str, Any], on: frozenset[str]) -> str:
+    """``deletedBy``: which deletions a REMOVE rule counts: "any" (default), "ttl" or "user"."""
+    if "deletedBy" not in entry:
+        return "any"
+    raw = entry["deletedBy"]
+    if REMOVE not in on:
+        raise RulesError(f"{where}: field 'deletedBy': only for a rule with \"on\": \"REMOVE\"")
+    if raw not in DELETED_BY:
+        raise RulesError(f"{where}: field 'deletedBy': must be one of {', '.join(DELETED_BY)}, got {_short(raw)}")
+    return str(raw)
+
+
+def _conditions(where: str, raw: Any, key: str = "when") -> tuple[Condition, ...]:
     if not isinstance(raw, dict):
-        raise RulesError(f"{where}: field 'when': must map attribute names to conditions, got {_short(raw)}")
+        raise RulesError(f"{where}: field '{key}': must map attribute names to conditions, got {_short(raw)}")
     conditions = []
     for attribute, spec in raw.items():
-        field = f"field 'when.{attribute}'"
+        field = f"field '{key}.{attribute}'"
         if not attribute:
-            raise RulesError(f"{where}: field 'when': attribute names must not be empty")
+            raise RulesError(f"{where}: field '{key}': attribute names must not be empty")
         if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in _CONDITION_KINDS:
             raise RulesError(
                 f"{where}: {field}: must be one of {{\"equals\": v}}, {{\"oneOf\": [v, ...]}}, "

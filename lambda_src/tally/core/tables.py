@@ -7,8 +7,10 @@ deployed system and the one the tests run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from tally.core.rules import Rules
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class TableDescription:
 
 # Raw events: written by producers, read only through the stream (INSERTs count).
 EVENTS_TABLE = TableDescription(partition_key="id", stream_view="NEW_IMAGE")
+
+
+def events_table_for(rules: Rules) -> TableDescription:
+    """The events table with the stream view the rules need: NEW_AND_OLD_IMAGES once a rule judges old images."""
+    return replace(EVENTS_TABLE, stream_view=rules.stream_view)
 
 # Buckets: pk = counter name, sk = "H#YYYY-MM-DDTHH" or "M#YYYY-MM-DDTHH:MM".
 COUNTS_TABLE = TableDescription(partition_key="pk", sort_key="sk", ttl_attribute="ttl")

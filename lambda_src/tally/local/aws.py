@@ -120,6 +120,40 @@ def write_items(
     return batch_write(dynamodb_client, table, requests, backoff=backoff, on_written=on_written)
 
 
+def delete_items(
+    dynamodb_client: Any,
+    table: str,
+    keys: Sequence[Mapping[str, Any]],
+    *,
+    backoff: Callable[[], Backoff] = Backoff,
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """Delete items by their keys (plain values), batched and retried as ``write_items`` does."""
+    requests = [{"DeleteRequest": {"Key": serialize(key)}} for key in keys]
+    return batch_write(dynamodb_client, table, requests, backoff=backoff, on_written=on_written)
+
+
+def write_histories(
+    dynamodb_client: Any,
+    table: str,
+    histories: Sequence[Sequence[Any]],
+    *,
+    on_written: Callable[[int], None] | None = None,
+) -> int:
+    """The producers' changes of each item (``workload.Change``), in order: every item's k-th change goes
+    in the k-th round of batches, a put of its new image or the deletion of its key. Deletions by TTL
+    are DynamoDB's to make, and left out."""
+    by_producer = [[change for change in history if not change.by_ttl] for history in histories]
+    written = 0
+    for index in range(max(map(len, by_producer), default=0)):
+        changes = [history[index] for history in by_producer if len(history) > index]
+        puts = [change.new for change in changes if change.new is not None]
+        written += write_items(dynamodb_client, table, puts, on_written=on_written)
+        deletions = [change.key for change in changes if change.new is None]
+        written += delete_items(dynamodb_client, table, deletions, on_written=on_written)
+    return written
+
+
 def scan_items(dynamodb_client: Any, table: str) -> list[dict[str, Any]]:
     """Every item of a table as plain values (numbers as Decimal), all pages, strongly consistent."""
     items = []

@@ -1,4 +1,4 @@
-"""Keeps moto's TransactWriteItems linear in the size of the transaction.
+"""Keeps moto's TransactWriteItems linear in the size of the transaction, and plays DynamoDB's TTL process.
 
 moto 5.2 backs a table up before a transaction (to roll back on failure) with
 a deep copy of the whole table, once per item of the transaction: a 100-item
@@ -17,6 +17,12 @@ refusing a result beyond that. moto adds them in Python's default 28-digit
 context, which rounds a large sum silently, and cannot read the exponent form
 ("1E-8") DynamoDB accepts.
 
+moto never deletes expired items. ``expire_items`` does what DynamoDB's TTL
+process does for one table of the in-process moto (its threaded server
+included): it deletes the items whose TTL attribute has passed and signs each
+one's REMOVE stream record with the service identity DynamoDB gives TTL
+deletions, so rules that tell them apart can be checked end to end.
+
 The embedded pipeline and the tests use it; the Lambda function never imports it.
 """
 
@@ -33,6 +39,44 @@ from typing import Any
 _active = threading.local()
 _one_transaction_at_a_time = threading.Lock()
 _DYNAMODB_NUMBERS = Context(prec=38, Emax=125, Emin=-130, traps=[Inexact, Rounded, Overflow])
+# As the Streams API spells the identity of a TTL deletion (Lambda spells it type / principalId).
+TTL_DELETION_IDENTITY = {"PrincipalId": "dynamodb.amazonaws.com", "Type": "Service"}
+# DynamoDB's TTL process leaves alone items whose expiry lies more than five years in the past.
+TTL_IGNORED_AFTER_SECONDS = 5 * 365 * 86_400
+
+
+def expire_items(table_name: str, now_s: float, region: str = "us-east-1") -> list[dict[str, Any]]:
+    """Delete the expired items of a moto table as DynamoDB's TTL process would; return their keys (DynamoDB JSON).
+
+    An item expires when its TTL attribute (the table's, once TTL is enabled)
+    is a number of epoch seconds at or before ``now_s``, and not more than
+    five years before it; other values are left alone, as DynamoDB leaves them.
+    """
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    table = dynamodb_backends[DEFAULT_ACCOUNT_ID][region].get_table(table_name)
+    if table.ttl.get("TimeToLiveStatus") != "ENABLED":
+        return []
+    attribute = table.ttl["AttributeName"]
+    expired = []
+    with _one_transaction_at_a_time:
+        for item in list(table.all_items()):
+            value = item.attrs.get(attribute)
+            if value is None or value.type != "N":
+                continue
+            expiry = Decimal(value.value)
+            if not now_s - TTL_IGNORED_AFTER_SECONDS <= expiry <= now_s:
+                continue
+            table.delete_item(item.hash_key, item.range_key)
+            if table.stream_shard is not None:
+                table.stream_shard.items[-1].record["userIdentity"] = dict(TTL_DELETION_IDENTITY)
+            expired.append({name: value.to_json() for name, value in item.attrs.items() if name in _key_names(table)})
+    return expired
+
+
+def _key_names(table: Any) -> tuple[str, ...]:
+    return tuple(name for name in (table.hash_key_attr, table.range_key_attr) if name)
 
 
 def install() -> None:

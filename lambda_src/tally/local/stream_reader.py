@@ -34,7 +34,8 @@ GET_RECORDS_LIMIT = 1000  # the Streams API maximum
 
 
 def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """boto3's stream record -> Lambda's: arrival as epoch seconds, the stream's ARN on the record."""
+    """boto3's stream record -> Lambda's: arrival as epoch seconds, the stream's ARN on the record,
+    the user identity of a TTL deletion spelt as Lambda spells it (``type``, ``principalId``)."""
     stream = dict(record["dynamodb"])
     arrival = stream.get("ApproximateCreationDateTime")
     if isinstance(arrival, datetime):
@@ -42,6 +43,9 @@ def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
     converted = {key: value for key, value in record.items() if key != "dynamodb"}
     converted["dynamodb"] = stream
     converted["eventSourceARN"] = stream_arn
+    identity = record.get("userIdentity")
+    if isinstance(identity, dict):
+        converted["userIdentity"] = {"type": identity.get("Type"), "principalId": identity.get("PrincipalId")}
     return converted
 
 

@@ -3,7 +3,8 @@
 The default workload is the origin's: 3 counters, 37 hours, 20-100 events per
 hour each at random times within the hour. Shapes write the same events as
 items of other tables (the origin's jobs, a blog's page views) for counter
-rules to count. Everything derives from a seed
+rules to count; history shapes (a dispatch system's jobs) change their items
+afterwards, for rules that count transitions and deletions. Everything derives from a seed
 (times, counts and ids), so the same seed writes the same events and a
 benchmark or test can regenerate what a script wrote.
 """
@@ -14,6 +15,7 @@ import json
 import math
 import random
 import uuid
+from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -318,6 +320,7 @@ class ShapedTruth:
     sums: dict[str, Decimal] = field(default_factory=dict)
     values: dict[str, list[Decimal]] = field(default_factory=dict)  # of histogram counters, in order
     distinct: dict[str, set[str]] = field(default_factory=dict)  # of distinct counters: the values seen
+    counters: set[str] = field(default_factory=set)  # every counter the rules add to, in the window or not
 
     def average(self, counter: str) -> Decimal | None:
         return average_of(self.sums[counter], self.expected[counter]) if counter in self.sums else None
@@ -330,6 +333,34 @@ class ShapedTruth:
         rank = max(1, math.ceil(Fraction(q) * len(ordered)))
         return ordered[rank - 1]
 
+    def add(
+        self, counter: str, event_ms: int, amount: Decimal | None, arrival_ms: int | None, window: Window,
+        settings: Settings, value: Decimal | None = None, distinct: str | None = None,
+    ) -> None:
+        """One event of ``counter`` (with its amount, for a summing rule, its value for a histogram rule, the
+        value it counts for a distinct rule), if it falls in ``window``; set aside as late or future when its
+        record's arrival (None: unknown) makes tally reject it."""
+        if amount is not None:
+            self.sums.setdefault(counter, Decimal(0))
+        if value is not None:
+            self.values.setdefault(counter, [])
+        if distinct is not None:
+            self.distinct.setdefault(counter, set())
+        self.counters.add(counter)
+        if not window.covers(event_ms):
+            return
+        self.in_window[counter] += 1
+        if arrival_ms is not None and _arrival_verdict(event_ms, arrival_ms, settings) is not None:
+            self.late[counter] += 1
+            return
+        self.expected[counter] += 1
+        if amount is not None:
+            self.sums[counter] += amount
+        if value is not None:
+            insort(self.values[counter], value)
+        if distinct is not None:
+            self.distinct[counter].add(distinct)
+
 
 def shaped_truth(
     shape: Shape, items: Iterable[tuple[int, Mapping[str, Any]]], window: Window, arrivals_ms: Mapping[str, int],
@@ -339,26 +370,163 @@ def shaped_truth(
     truth = ShapedTruth()
     for ts_ms, item in items:
         for counter, amount, value, distinct in shape.truth(item):
-            if amount is not None:
-                truth.sums.setdefault(counter, Decimal(0))
-            if value is not None:
-                truth.values.setdefault(counter, [])
-            if distinct is not None:
-                truth.distinct.setdefault(counter, set())
-            if not window.covers(ts_ms):
-                continue
-            truth.in_window[counter] += 1
-            arrival = arrivals_ms.get(str(item["id"]))
-            if arrival is not None and _arrival_verdict(ts_ms, arrival, settings) is not None:
-                truth.late[counter] += 1
-                continue
-            truth.expected[counter] += 1
-            if amount is not None:
-                truth.sums[counter] += amount
-            if value is not None:
-                truth.values[counter].append(value)
-            if distinct is not None:
-                truth.distinct[counter].add(distinct)
-    for values in truth.values.values():
-        values.sort()
+            truth.add(counter, ts_ms, amount, arrivals_ms.get(str(item["id"])), window, settings, value, distinct)
+    return truth
+
+
+# --- Items that change: a dispatch system's jobs ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of an item as its stream record carries it: the kind, the item after it (None for a
+    deletion) and before it (None for an insert), when it is made, and whether DynamoDB's TTL made it."""
+
+    kind: str  # INSERT, MODIFY or REMOVE
+    new: Mapping[str, Any] | None
+    old: Mapping[str, Any] | None
+    at_ms: int
+    by_ttl: bool = False
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return {"id": (self.new or self.old or {})["id"]}
+
+
+@dataclass(frozen=True)
+class HistoryShape:
+    """A table whose items change: the rules that count its transitions and deletions, and their truth.
+
+    ``histories`` gives every item's changes in order, the deletions DynamoDB's
+    TTL makes by ``end_ms`` included; ``truth`` restates the rules by hand,
+    independently of tally's rule engine: (counter, event ms, amount or None)
+    for every counter one change adds to, given its record's arrival.
+    """
+
+    name: str
+    time_attribute: str
+    ttl_attribute: str
+    rules: tuple[dict[str, Any], ...]
+    keys: tuple[str, ...]
+    histories: Callable[[Workload, int], list[list[Change]]]
+    truth: Callable[[Change, int], list[tuple[str, int, Decimal | None]]]
+
+    @property
+    def rules_json(self) -> str:
+        return json.dumps(list(self.rules))
+
+
+JOB_TTL_HOURS = 24
+
+
+def job_histories(workload: Workload, end_ms: int) -> list[list[Change]]:
+    """A job placed at each of the workload's event times, with its changes up to ``end_ms`` (``job_history``)."""
+    rng = random.Random(f"jobs-{workload.seed}")
+    return [job_history(event, rng, end_ms) for event in workload.events(end_ms)]
+
+
+def job_history(event: Event, rng: random.Random, end_ms: int, ttl_seconds: int = JOB_TTL_HOURS * 3600) -> list[Change]:
+    """A job placed at the event's time, then done (7 in 10, a few reopened and done again) or cancelled
+    (2 in 10) minutes later, as far as that happens by ``end_ms``; a third of the cancelled ones are
+    deleted by their owner within the hour; one still there when ``expiresAt`` (``ttl_seconds`` after
+    its placement) passes is deleted by TTL, at that instant, if it lies before ``end_ms``."""
+    job: dict[str, Any] = {
+        "id": event.id,
+        "providerId": event.counter,
+        "status": "placed",
+        "placedAt": event.ts_ms,
+        "amount": Decimal(rng.randint(100, 99_999)) / 100,
+        "expiresAt": event.ts_ms // 1000 + ttl_seconds,
+    }
+    history = [Change("INSERT", job, None, event.ts_ms)]
+    outcome = rng.choices(["done", "cancelled", "open"], weights=[7, 2, 1])[0]
+    steps = {"done": [("done", 30)], "cancelled": [("cancelled", 10)], "open": []}[outcome]
+    if outcome == "done" and rng.random() < 0.05:
+        steps += [("placed", 5), ("done", 20)]  # reopened, then done again: two transitions to done
+    if outcome == "cancelled" and rng.random() < 0.33:
+        steps.append(("deleted", 60))
+    at = event.ts_ms
+    for status, most_minutes in steps:
+        at += rng.randint(1, most_minutes * 60) * 1000 + rng.randrange(1000)
+        if at > end_ms or at >= job["expiresAt"] * 1000:
+            break
+        old = history[-1].new
+        assert old is not None
+        if status == "deleted":
+            history.append(Change("REMOVE", None, old, at))
+            break
+        new = {key: value for key, value in old.items() if status != "placed" or key != "doneAt"}
+        new["status"] = status
+        if status != "placed":
+            new[f"{status}At"] = at
+        history.append(Change("MODIFY", new, old, at))
+    last = history[-1]
+    if last.new is not None and last.new["expiresAt"] * 1000 <= end_ms:
+        history.append(Change("REMOVE", None, last.new, last.new["expiresAt"] * 1000, by_ttl=True))
+    return history
+
+
+def job_truth(change: Change, arrival_ms: int) -> list[tuple[str, int, Decimal | None]]:
+    """JOB_RULES restated: placements by placedAt; a job becoming done (by doneAt, with its amount) or
+    cancelled (by cancelledAt) when it was not so before; deletions by owners and by TTL at their arrival."""
+    if change.kind == "REMOVE":
+        assert change.old is not None
+        name = f"expired/{change.old['status']}" if change.by_ttl else "deleted/all"
+        return [(name, arrival_ms, None)]
+    new, old = change.new, change.old
+    assert new is not None
+    counted: list[tuple[str, int, Decimal | None]] = []
+    if change.kind == "INSERT":
+        counted.append((f"placed/{new['providerId']}", new["placedAt"], None))
+    for status in ("done", "cancelled"):
+        if new["status"] == status and (old is None or old["status"] != status):
+            amount = Decimal(new["amount"]) if status == "done" else None
+            counted.append((f"{status}/{new['providerId']}", new[f"{status}At"], amount))
+    return counted
+
+
+JOB_RULES = (
+    {"name": "placed", "counter": "placed/{providerId}"},
+    {
+        "name": "done",
+        "counter": "done/{providerId}",
+        "becomes": {"status": {"equals": "done"}},
+        "time": "doneAt",
+        "sum": "amount",
+    },
+    {
+        "name": "cancelled",
+        "counter": "cancelled/{providerId}",
+        "becomes": {"status": {"equals": "cancelled"}},
+        "time": "cancelledAt",
+    },
+    {"name": "deleted", "counter": "deleted/all", "on": "REMOVE", "deletedBy": "user", "time": "@arrival"},
+    {"name": "expired", "counter": "expired/{status}", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"},
+)
+
+HISTORY_SHAPES = {
+    "jobs": HistoryShape(
+        name="jobs",
+        time_attribute="placedAt",
+        ttl_attribute="expiresAt",
+        rules=JOB_RULES,
+        keys=("provider-1", "provider-2", "provider-3"),
+        histories=job_histories,
+        truth=job_truth,
+    )
+}
+
+
+def history_truth(
+    shape: HistoryShape, histories: Iterable[list[Change]], arrivals: Mapping[str, list[int]], window: Window,
+    settings: Settings,
+) -> ShapedTruth:
+    """Brute force over items' histories: each change's counters, by the arrival of its own record
+    (``arrivals``: item id -> its records' arrivals, in stream order), for ``window``."""
+    truth = ShapedTruth()
+    for history in histories:
+        item_arrivals = arrivals.get(str(history[0].key["id"]), [])
+        for change, arrival in zip(history, item_arrivals, strict=False):
+            for counter, event_ms, amount in shape.truth(change, arrival):
+                truth.add(counter, event_ms, amount, arrival, window, settings)
     return truth

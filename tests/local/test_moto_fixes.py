@@ -1,0 +1,68 @@
+"""The local TTL process: expired items go, as DynamoDB's would, with REMOVE records signed as TTL deletions."""
+
+from __future__ import annotations
+
+import boto3
+from moto import mock_aws
+
+from tally.core.records import CounterEvent, parse_record
+from tally.core.rules import parse_rules
+from tally.core.settings import Settings
+from tally.core.tables import EVENTS_TABLE, events_table_for
+from tally.local.moto_fixes import expire_items
+from tally.local.stream_reader import lambda_record
+
+NOW_S = 1_795_000_000
+RULES = parse_rules('[{"name": "expired", "counter": "expired/{status}", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"}]')
+
+
+def test_expired_items_are_deleted_and_their_removal_is_signed_by_the_service():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        description = events_table_for(RULES)
+        client.create_table(**description.create_table_request("jobs"))
+        client.update_time_to_live(
+            TableName="jobs", TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"}
+        )
+        items = {
+            "due": {"N": str(NOW_S - 60)},
+            "due-now": {"N": str(NOW_S)},
+            "later": {"N": str(NOW_S + 1)},
+            "text": {"S": str(NOW_S - 60)},  # not a number: DynamoDB leaves it
+            "ancient": {"N": str(NOW_S - 6 * 365 * 86_400)},  # more than five years past: left alone
+        }
+        for key, expires in items.items():
+            client.put_item(TableName="jobs", Item={"id": {"S": key}, "status": {"S": "placed"}, "expiresAt": expires})
+        client.put_item(TableName="jobs", Item={"id": {"S": "forever"}, "status": {"S": "done"}})
+
+        expired = expire_items("jobs", NOW_S)
+
+        assert sorted(key["id"]["S"] for key in expired) == ["due", "due-now"]
+        left = sorted(item["id"]["S"] for item in client.scan(TableName="jobs")["Items"])
+        assert left == ["ancient", "forever", "later", "text"]
+        removals = [record for record in stream_records("jobs") if record["eventName"] == "REMOVE"]
+        assert len(removals) == 2
+        assert all(record["userIdentity"] == {"type": "Service", "principalId": "dynamodb.amazonaws.com"} for record in removals)
+        settings = Settings(rules=RULES)
+        counted = [o.counter for record in removals for o in parse_record(record, settings) if isinstance(o, CounterEvent)]
+        assert counted == ["expired/placed", "expired/placed"]
+        assert description.stream_view == "OLD_IMAGE" and EVENTS_TABLE.stream_view == "NEW_IMAGE"
+
+
+def test_a_table_without_ttl_keeps_its_items():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(**EVENTS_TABLE.create_table_request("events"))
+        client.put_item(TableName="events", Item={"id": {"S": "a"}, "expiresAt": {"N": "1"}})
+        assert expire_items("events", NOW_S) == []
+        assert client.scan(TableName="events")["Count"] == 1
+
+
+def stream_records(table: str) -> list[dict]:
+    arn = boto3.client("dynamodb", region_name="us-east-1").describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    records = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
+        records += streams.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    return [lambda_record(record, arn) for record in records]
