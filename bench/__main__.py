@@ -181,7 +181,7 @@ def report(results: dict[str, Any]) -> None:
 
     table = Table(title="Write cost per 1,000 events (WCU)")
     for column in ("workload", "events", "origin", "tally", "floor", "origin/tally", "tally bucket writes/floor",
-                   "transactions", "busiest item writes/s: origin -> tally"):
+                   "transactions", "directory WCU (share of tally)", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
@@ -189,6 +189,7 @@ def report(results: dict[str, Any]) -> None:
             f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
             f"{w['ratios']['origin_units_over_tally_units']:,}x", f"{w['ratios']['tally_bucket_writes_over_floor']}x",
             f"{w['tally']['transactions']:,}",
+            f"{w['tally']['directory_write_units']:,} (+{w['ratios']['directory_units_over_counting_units']:.1%})",
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)

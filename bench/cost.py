@@ -73,9 +73,12 @@ def query_read_units(item_sizes: Iterable[int], *, consistent: bool) -> float:
 class WriteMeter:
     """Writes and write units, with how often each item was written in each time slot."""
 
-    requests: int = 0  # API calls
+    requests: int = 0  # API calls, BatchWriteItem apart
     item_writes: int = 0  # items written (a transaction writes several)
     units: int = 0
+    batch_requests: int = 0  # BatchWriteItem calls: the counter directory's puts
+    batch_item_writes: int = 0  # items they put (also in item_writes)
+    batch_units: int = 0  # their write units (also in units)
     writes_per_item_slot: Counter[tuple[Hashable, int]] = field(default_factory=Counter)
 
     def busiest_item_writes(self) -> int:
@@ -97,7 +100,8 @@ class MeteredClient:
     It keeps its own image of every item it writes, because an UpdateItem is
     charged for the larger of the item before and after. It understands
     exactly the writes both designs make (tally's marker Put and ``ADD``
-    update, the origin's ``if_not_exists`` increment) and refuses any other.
+    update, its counter directory's batched puts, the origin's
+    ``if_not_exists`` increment) and refuses any other.
     When given a real client (moto), every call is also forwarded to it, so
     the metered image can be checked against what DynamoDB stored.
     ``slot`` tags the writes with the time slot the caller is in (the tumbling
@@ -124,6 +128,22 @@ class MeteredClient:
                 raise ValueError(f"unmetered transaction action {kind}")
         if self.forward_to is not None:
             return self.forward_to.transact_write_items(TransactItems=TransactItems, **kwargs)
+        return {}
+
+    def batch_write_item(self, RequestItems: dict[str, list[dict[str, Any]]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
+        """Plain puts (the counter directory's entries), each charged as a write of its own."""
+        self.meter.batch_requests += 1
+        for requests in RequestItems.values():
+            for request in requests:
+                [(kind, body)] = request.items()
+                if kind != "PutRequest":
+                    raise ValueError(f"unmetered batch write {kind}")
+                units = self.meter.units
+                self._write(body["Item"], dict(body["Item"]), transactional=False)
+                self.meter.batch_item_writes += 1
+                self.meter.batch_units += self.meter.units - units
+        if self.forward_to is not None:
+            return self.forward_to.batch_write_item(RequestItems=RequestItems, **kwargs)
         return {}
 
     def update_item(self, **request: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from bench.workloads import (
     hour_only_events,
 )
 from tally.local.delivery import DeliveryConfig, ShardDelivery
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
@@ -42,13 +42,14 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
     if workload.rules:
         settings = dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
     table = CountsTable(client, settings.counts_table, settings)
+    directory = CounterDirectory(client, settings.counts_table, settings)  # one container: this shard's
 
     def handler(event: dict, context: Any) -> dict:
         if "window" in event:
             client.slot = int(datetime.fromisoformat(event["window"]["start"]).timestamp())
         else:
             client.slot += 1
-        response, _summary = process(event, table.commit, settings)
+        response, _summary = process(event, directory.recording(table.commit), settings)
         return response
 
     delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
@@ -81,7 +82,8 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     floor = floor_writes(workload.counted_arrivals(), config.window_seconds, settings)
     origin_peak = busiest_item_per_second(workload.counted())
     markers = tally.requests  # one marker per transaction (a segment commits in parts of 99 buckets)
-    bucket_writes = tally.item_writes - markers
+    bucket_writes = tally.item_writes - markers - tally.batch_item_writes
+    counting_units = tally.units - tally.batch_units
     tally_peak = tally.busiest_item_writes()
     return {
         "workload": workload.name,
@@ -103,6 +105,9 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "marker_writes": markers,
             "write_units": tally.units,
             "write_units_per_1000_events": per_thousand(tally.units, events),
+            "directory_writes": tally.batch_item_writes,
+            "directory_requests": tally.batch_requests,
+            "directory_write_units": tally.batch_units,
             "busiest_item_writes_per_window": tally_peak,
             "busiest_item_writes_per_second": round(tally_peak / config.window_seconds, 4),
         },
@@ -115,6 +120,8 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "origin_units_over_tally_units": round(origin_run.units / tally.units, 2),
             "tally_bucket_writes_over_floor": round(bucket_writes / floor, 3),
             "tally_units_over_floor_units": round(tally.units / floor, 2),
+            "directory_units_over_counting_units": round(tally.batch_units / counting_units, 4),
+            "directory_units_over_floor_units": round(tally.batch_units / floor, 4),
         },
     }
 

@@ -11,7 +11,8 @@ which tally is asked with too). The rule it applies, stated once:
   time attribute is a number of epoch milliseconds (a fraction is dropped) or
   an ISO-8601 string with a UTC offset, not before the epoch, and the minute
   holding that time is one of the window's minutes: a window of length L
-  ending at --at covers the L / 1 min whole minutes whose last contains --at.
+  ending at --at covers the L / 1 min whole minutes whose last contains the
+  millisecond before --at (an --at on a minute boundary is exclusive).
   Without TALLY_RULES the one rule is: the counter attribute is the string C.
   With TALLY_RULES (JSON), a rule names C when every "when" condition holds
   (equals / oneOf: strings to strings, numbers to numbers, booleans to
@@ -73,12 +74,11 @@ from rich.table import Table
 from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings, SettingsError
 from tally.core.windows import InvalidWindow, parse_length
-from tally.dynamo import CountsTable
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
-from tally.local.stack_outputs import StackOutputsError
-from tally.query import count_windows
+from tally.stack_outputs import StackOutputsError
+from tally.reader import Reader
 
 stderr = cli_console(stderr=True)
 
@@ -96,8 +96,11 @@ MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
-    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
-    parser.add_argument("--at", help="end of the window: ISO-8601 with an offset, or epoch seconds (default now)")
+    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
+    parser.add_argument(
+        "--at",
+        help="end of the window: ISO-8601 with an offset, or epoch seconds; exclusive on a minute boundary (default now)",
+    )
     parser.add_argument("--segments", type=int, default=DEFAULT_SEGMENTS, help="parallel Scan segments (default 4)")
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
@@ -121,7 +124,7 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise ScriptError("--segments must be at least 1")
     minutes = window_minutes(args.window)
     at_ms = instant_ms(args.at) if args.at else int(datetime.now(UTC).timestamp() * 1000)
-    last_minute = at_ms // MINUTE_MS
+    last_minute = (at_ms - 1) // MINUTE_MS
     first_minute = last_minute - minutes + 1
     try:
         settings = Settings.from_env()
@@ -131,9 +134,9 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             raise ScriptError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
         tables = resolve_tables(args)
         dynamodb = client("dynamodb")
-        answers = count_windows(
-            CountsTable(dynamodb, tables.counts, settings), counters, length_ms=minutes * MINUTE_MS, at_ms=at_ms,
-            consistent=True,
+        reader = Reader(tables.counts, client=dynamodb, settings=settings)
+        answers = reader.count_many(
+            counters, window=timedelta(minutes=minutes), at=EPOCH + timedelta(milliseconds=at_ms), consistent=True, align=False
         )
         blocked = {
             counter: next((rule.unrecountable for rule in rules if rule.unrecountable and rule.could_name(counter)), None)

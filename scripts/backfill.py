@@ -34,12 +34,12 @@ from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms
 from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
-from tally.dynamo import BackfillClaimed, CountsTable
+from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
 from tally.local import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
-from tally.local.stack_outputs import StackOutputsError
+from tally.stack_outputs import StackOutputsError
 
 console = cli_console(stderr=True)
 
@@ -140,6 +140,7 @@ def count_export(
     known = [file.item_count for file in files]
     total = sum(known) if all(count is not None for count in known) else export.item_count  # type: ignore[arg-type]
     summary = BackfillSummary()
+    commit = CounterDirectory(counts.client, counts.table_name, settings).recording(counts.commit)
     columns = (
         TextColumn("counting"),
         BarColumn(),
@@ -157,7 +158,7 @@ def count_export(
                 exports.items(s3, export.bucket, file.key),
                 count_from_ms=settings.count_from_ms,
                 settings=settings,
-                commit=counts.commit,
+                commit=commit,
                 limit=limit,
                 summary=summary,
                 on_items=lambda n: progress.advance(task, n),

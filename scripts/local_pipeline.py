@@ -50,6 +50,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -59,10 +60,10 @@ from rich.table import Table
 
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
+from tally.local.delivery import DeliveryConfig
 from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
 from tally.core.sketches import SPARSE_LIMIT, STANDARD_ERROR
-from tally.local.delivery import DeliveryConfig
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo import create_tables
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,
@@ -79,14 +80,15 @@ from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
 from tally.local.cli import entry_point
 from tally.core.plans import PlanKind
-from tally.query import WindowCount, count_windows
+from tally.query import WindowCount
+from tally.reader import Reader
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.tables import events_table_for
-from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
 from tally.local.stream_reader import StreamReader
-from tally.core.windows import Window, now_ms
+from tally.core.windows import Window, now_ms, utc_of
 from tally.local.workload import (
     DEFAULT_COUNTERS,
     DEFAULT_HOURS,
@@ -279,14 +281,14 @@ def first_arrivals(arrivals: dict[int, tuple[str, int]]) -> dict[str, int]:
 
 def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
     """Both plans against brute force: the 24 h window ending now, a long hour-aligned one, the rejections."""
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     items = scan_items(dynamodb, EVENTS_TABLE)
     matched = compare_window(table, items, counters, arrivals, now, Window.ending(now), "4. rolling 24 h window")
 
     # Whole hours, longer than the minute retention: read as hour buckets where the minutes have expired.
     length_h = max(settings.minute_retention_ms // HOUR_MS + 1, hours + 1)
-    long_window = Window.ending(now - now % HOUR_MS - 1, length_h * HOUR_MS)
+    long_window = Window.ending(now - now % HOUR_MS, length_h * HOUR_MS)
     title = f"5. {length_h} h window to the last whole hour (minutes are kept {settings.minute_retention_ms // HOUR_MS} h)"
     matched &= compare_window(table, items, counters, arrivals, now, long_window, title)
     console.print(
@@ -296,7 +298,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
     )
 
     want = expected_rejections(items, arrivals, settings)
-    got = {r.counter: r.total for r in count_windows(table, [rejected_counter(x) for x in REJECTION_REASONS], now=now)}
+    got = {r.counter: r.total for r in table.count_many([rejected_counter(x) for x in REJECTION_REASONS], at=utc_of(now))}
     rejections = Table(title="6. rejections: tally's own #rejected#<reason> counters (by arrival) vs expected")
     for column in ("reason", "counted by tally", "expected", ""):
         rejections.add_column(column, justify="left" if column == "reason" else "right")
@@ -323,7 +325,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
 
 
 def compare_window(
-    table: CountsTable,
+    table: Reader,
     items: list[dict[str, Any]],
     counters: list[str],
     arrivals: dict[str, int],
@@ -333,12 +335,9 @@ def compare_window(
 ) -> bool:
     """One window, every counter, both plans against the brute-force count; prints a table."""
     brute = brute_force_counts(items, counters, window, arrivals_ms=arrivals, settings=table.settings)
-    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
+    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
     plans = {
-        plan: {
-            r.counter: r
-            for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan, consistent=True)
-        }
+        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
     counts = Table(title=escape(f"{title} {window}"))
@@ -371,13 +370,13 @@ def compare_window(
 def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
     """Count, sum and average of every counter the shape's rules name, both plans against brute force."""
     settings = Settings.from_env()
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     truth = shaped_truth(shape, items, window, arrivals, settings)
     matched = compare_shaped(table, truth, window, now, "4. rolling 24 h window")
     late = sum(1 for ts, item in items if is_late(ts, arrivals.get(item["id"], ts), settings))
-    counted = count_windows(table, [rejected_counter(Reason.LATE_EVENT)], now=now)[0].total
+    counted = table.count(rejected_counter(Reason.LATE_EVENT), at=utc_of(now)).total
     ok = counted == late
     matched &= ok
     console.print(
@@ -386,7 +385,7 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
     )
     if truth.distinct:  # and the last hour, whose pages have few enough visitors for the sketches to be exact
         hour = Window.ending(now, HOUR_MS)
-        matched &= verify_distinct(table, shaped_truth(shape, items, hour, arrivals, settings), hour, now)
+        matched &= verify_distinct(table, shaped_truth(shape, items, hour, arrivals, settings), hour)
     quantiles = ", quantiles are within 1 % of it" if truth.values else ""
     distinct = ", distinct counts within 3 standard errors (exact where the sketches are)" if truth.distinct else ""
     return verdict(matched, f"counts, sums and averages equal brute force by both plans{quantiles}{distinct}")
@@ -398,13 +397,13 @@ def verify_histories(
     """Every counter the jobs' rules name, in the 24 h window and in one of 49 whole hours, both plans
     against brute force over the replayed histories; and no record rejected."""
     settings = Settings.from_env()
-    table = CountsTable(dynamodb, COUNTS_TABLE, settings)
+    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     matched = compare_shaped(
         table, history_truth(shape, histories, arrivals, window, settings), window, now, "4. rolling 24 h window"
     )
-    long_window = Window.ending(now - now % HOUR_MS - 1, 49 * HOUR_MS)
+    long_window = Window.ending(now - now % HOUR_MS, 49 * HOUR_MS)
     matched &= compare_shaped(
         table,
         history_truth(shape, histories, arrivals, long_window, settings),
@@ -413,7 +412,7 @@ def verify_histories(
         "5. 49 h window to the last whole hour",
     )
     reasons = [rejected_counter(reason) for reason in REJECTION_REASONS]
-    rejected = {r.counter: r.total for r in count_windows(table, reasons, now=now) if r.total}
+    rejected = {r.counter: r.total for r in table.count_many(reasons, at=utc_of(now)) if r.total}
     ok = not rejected
     matched &= ok
     console.print(
@@ -429,15 +428,12 @@ def verify_histories(
     return verdict(matched, "transitions and deletions equal brute force by both plans")
 
 
-def compare_shaped(table: CountsTable, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
+def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
     """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
     counters = sorted(truth.counters)
-    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
+    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
     plans = {
-        plan: {
-            r.counter: r
-            for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan, consistent=True)
-        }
+        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
     table_view = Table(title=escape(f"{title} {window}: counters named by the rules"))
@@ -470,7 +466,54 @@ def compare_shaped(table: CountsTable, truth: ShapedTruth, window: Window, now: 
     if truth.values:
         matched &= verify_quantiles(truth, plans, window)
     if truth.distinct:
-        matched &= verify_distinct(table, truth, window, now)
+        matched &= verify_distinct(table, truth, window)
+    return matched
+
+
+def verify_distinct(table: Reader, truth: ShapedTruth, window: Window) -> bool:
+    """Distinct values of every distinct counter in one window: both plans alike, exact while the sketches are,
+    else within 3 standard errors of brute force."""
+    counters = sorted(truth.distinct)
+    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
+    plans = {
+        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
+        for plan in PlanKind
+    }
+    view = Table(title=escape(f"   distinct values in the window {window}: tally vs brute force"))
+    for column in ("counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
+        view.add_column(column, justify="left" if column == "counter" else "right")
+    matched = _distinct_rows(view, truth, plans)
+    console.print(view)
+    console.print(
+        f"   tally's sketches are exact up to {SPARSE_LIMIT} distinct values a bucket, HyperLogLog beyond "
+        f"(4,096 registers, standard error {STANDARD_ERROR:.3%}); both plans read the same disjoint buckets."
+    )
+    return matched
+
+
+def _distinct_rows(view: Table, truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]]) -> bool:
+    matched = True
+    for counter in sorted(truth.distinct):
+        batch, ranged = plans[PlanKind.BATCH][counter], plans[PlanKind.RANGE][counter]
+        exact = len(truth.distinct[counter])
+        answer = batch.distinct
+        ok = answer is not None and answer == ranged.distinct
+        error = (answer - exact) / exact if ok and exact else 0.0
+        if ok and batch.sketch.exact:
+            ok = answer == exact
+        elif ok:
+            ok = abs(error) <= 3 * STANDARD_ERROR
+        matched &= ok
+        view.add_row(
+            escape(counter),
+            f"{exact:,}",
+            f"{answer:,}" if answer is not None else "—",
+            f"{ranged.distinct:,}" if ranged.distinct is not None else "—",
+            "yes" if batch.sketch is not None and batch.sketch.exact else "no",
+            f"{error:+.2%}",
+            f"{error / STANDARD_ERROR:+.2f}",
+            "[green]MATCH" if ok else "[red]MISMATCH",
+        )
     return matched
 
 
@@ -519,53 +562,6 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
         "   each cell: tally's answer from the buckets' histogram bins (the same by both plans), and in brackets "
         "the value of rank ⌈q·n⌉ among the raw values; tally promises 1 %."
     )
-    return matched
-
-
-def verify_distinct(table: CountsTable, truth: ShapedTruth, window: Window, now: int) -> bool:
-    """Distinct values of every distinct counter in one window: both plans alike, exact while the sketches are,
-    else within 3 standard errors of brute force."""
-    counters = sorted(truth.distinct)
-    length_ms, at = window.minutes * MINUTE_MS, window.end_ms - 1
-    plans = {
-        plan: {r.counter: r for r in count_windows(table, counters, length_ms=length_ms, at_ms=at, now=now, plan=plan)}
-        for plan in PlanKind
-    }
-    view = Table(title=escape(f"   distinct values in the window {window}: tally vs brute force"))
-    for column in ("counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
-        view.add_column(column, justify="left" if column == "counter" else "right")
-    matched = _distinct_rows(view, truth, plans)
-    console.print(view)
-    console.print(
-        f"   tally's sketches are exact up to {SPARSE_LIMIT} distinct values a bucket, HyperLogLog beyond "
-        f"(4,096 registers, standard error {STANDARD_ERROR:.3%}); both plans read the same disjoint buckets."
-    )
-    return matched
-
-
-def _distinct_rows(view: Table, truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]]) -> bool:
-    matched = True
-    for counter in sorted(truth.distinct):
-        batch, ranged = plans[PlanKind.BATCH][counter], plans[PlanKind.RANGE][counter]
-        exact = len(truth.distinct[counter])
-        answer = batch.distinct
-        ok = answer is not None and answer == ranged.distinct
-        error = (answer - exact) / exact if ok and exact else 0.0
-        if ok and batch.sketch.exact:
-            ok = answer == exact
-        elif ok:
-            ok = abs(error) <= 3 * STANDARD_ERROR
-        matched &= ok
-        view.add_row(
-            escape(counter),
-            f"{exact:,}",
-            f"{answer:,}" if answer is not None else "—",
-            f"{ranged.distinct:,}" if ranged.distinct is not None else "—",
-            "yes" if batch.sketch is not None and batch.sketch.exact else "no",
-            f"{error:+.2%}",
-            f"{error / STANDARD_ERROR:+.2f}",
-            "[green]MATCH" if ok else "[red]MISMATCH",
-        )
     return matched
 
 

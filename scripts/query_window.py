@@ -2,19 +2,30 @@
 
     .venv/bin/python scripts/query_window.py page-views sign-ups                 # last 24 h, batch plan
     .venv/bin/python scripts/query_window.py page-views --window 90m --at 2026-11-22T10:30Z --plan range --json
+    .venv/bin/python scripts/query_window.py page-views --series minute          # every minute of the last 24 h
+    .venv/bin/python scripts/query_window.py --prefix jobs/ --window 7d          # counters that counted in a week
     .venv/bin/python scripts/query_window.py load/home --quantiles 0.5,0.9,0.99  # a histogram rule's counter
 
-A window of length L ending at --at (default now) covers the minutes
-(at - L, at]. Counters that a summing counter rule writes (TALLY_RULES) also
-show their sum and average; --json carries them as decimal strings. Counters a
-histogram rule writes answer --quantiles: the value of rank ceil(q*n) among the
-window's n values, within 1 %, in total and per hour, with the bounds every
-value lies within. Counters a distinct rule writes show their distinct values
-(exact up to 100 a bucket, else estimated, marked ≈, standard error 1.6 %).
-The table is --table, else COUNTS_TABLE, else a stack's outputs (--stack),
-else tally-counts. Bad input exits with status 2 and one line on stderr.
-A count of 0 says why on stderr when it can: a window that has not begun, or a
-counter without a single bucket.
+A window of length L ending at --at (default now) covers whole minutes: its
+last minute is the one containing at - 1 ms. An end exactly on a minute
+boundary is exclusive (--at 10:00Z --window 1h is [09:00, 10:00)); an end
+inside a minute includes that minute, so a window ending now includes the
+current minute. Minutes are kept 48 h (TALLY_MINUTE_RETENTION_HOURS): a longer
+window ending now is answered over whole hours at its start, with a note on
+stderr; one with an explicit --at must end on a whole hour, or take --align.
+
+Counters that a summing counter rule writes (TALLY_RULES) also show their sum
+and average; --json carries them as decimal strings. Counters a histogram rule
+writes answer --quantiles: the value of rank ceil(q*n) among the window's n
+values, within 1 %, in total, per hour and per series point, with the bounds
+every value lies within. Counters a distinct rule writes show their distinct
+values (exact up to 100 a bucket, else estimated, marked ≈, standard error
+1.6 %); --json carries distinct, distinct_exact and distinct_by_hour (and each
+series point's distinct). The table is --table,
+else COUNTS_TABLE, else a stack's outputs (--stack), else tally-counts. Bad
+input exits with status 2 and one line on stderr. A count of 0 says why on
+stderr when it can: a window that has not begun, or a counter without a
+single bucket.
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from datetime import datetime
 
 from botocore.exceptions import ClientError
 from rich.markup import escape
@@ -29,30 +42,47 @@ from rich.table import Table
 
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
-from tally.core.histograms import Histogram, InvalidQuantile, parse_quantile, percentile_label
+from tally.core.histograms import Histogram, percentile_label
 from tally.core.sketches import Sketch
-from tally.dynamo import CountsTable
+from tally.core.plans import PlanKind, Series
+from tally.core.settings import HOUR_MS, Settings
+from tally.core.windows import utc_of
 from tally.local.aws import ArgumentParser, client, resolve_tables
-from tally.local.cli import ScriptError, console, entry_point, is_missing_table, missing_table
-from tally.core.plans import PlanKind, WindowUnavailable
-from tally.query import WindowCount, count_windows, validate_query_counter
-from tally.core.records import InvalidCounter
-from tally.core.settings import HOUR_MS, Settings, SettingsError
-from tally.local.stack_outputs import StackOutputsError
-from tally.core.windows import InvalidWindow, now_ms, parse_instant, parse_length
+from tally.local.cli import console, entry_point, is_missing_table, missing_table
+from tally.query import WindowCount
+from tally.reader import Reader, ReadOptions, read_options
 
 BAR_WIDTH = 40
+SPARKS = "▁▂▃▄▅▆▇█"
+MAX_HOUR_ROWS = 48  # longer windows show a line a day
 
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
-    parser.add_argument("--at", help="ISO-8601 end of the window, with an offset (default now)")
-    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d (default 24h)")
+    parser.add_argument("counters", nargs="*", metavar="COUNTER", help="counter names (or --prefix)")
+    parser.add_argument(
+        "--prefix",
+        metavar="PREFIX",
+        help="instead of names: every counter starting with PREFIX ('' for all) that counted anything in the window",
+    )
+    parser.add_argument(
+        "--at", help="end of the window, ISO-8601 with an offset; on a minute boundary it is exclusive (default now)"
+    )
+    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
+    parser.add_argument(
+        "--series", choices=[unit.value for unit in Series], help="also list every minute or hour of the window"
+    )
     parser.add_argument("--plan", choices=[kind.value for kind in PlanKind], default=PlanKind.BATCH.value)
+    parser.add_argument(
+        "--align",
+        action="store_const",
+        const="true",
+        default="auto",
+        help="answer a window with an explicit --at over whole hours where its minutes have expired",
+    )
     parser.add_argument("--consistent", action="store_true", help="strongly consistent reads")
     parser.add_argument(
-        "--quantiles", type=quantile_list, default=[], metavar="Q,Q,...", help="e.g. 0.5,0.9,0.99 (each from 0 to 1)"
+        "--quantiles", metavar="Q,Q,...", help="quantiles of histogram counters, e.g. 0.5,0.9,0.99 (each from 0 to 1)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
     parser.add_argument("--table", dest="counts_table", help="counts table name")
@@ -60,79 +90,58 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def quantile_list(text: str) -> list[str]:
-    """Quantiles as written (``0.5,0.99``): they key the JSON answer as the user wrote them."""
-    quantiles = [part.strip() for part in text.split(",")]
-    try:
-        for q in quantiles:
-            parse_quantile(q)
-    except InvalidQuantile as error:
-        raise argparse.ArgumentTypeError(f"{error}; write them like 0.5,0.9,0.99") from None
-    return list(dict.fromkeys(quantiles))
-
-
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    table, results = query(args)
-    for note in notes(table, results, args.quantiles):
+    if bool(args.counters) == (args.prefix is not None):
+        parser().error("name the counters, or list them with --prefix, not both")
+    options = read_options(
+        window=args.window,
+        at=args.at,
+        series=args.series,
+        plan=args.plan,
+        align=args.align,
+        consistent=args.consistent,
+        quantiles=args.quantiles,
+    )
+    reader, results = query(args, options)
+    notes = reader.notes(results) if results else [f"no counter starting with {args.prefix!r} counted anything"]
+    notes += [
+        f"{result.counter!r} keeps no histogram (no rule with 'histogram' writes it, and no bucket read holds bins): "
+        "no quantiles"
+        for result in results
+        if options.quantiles and result.histogram is None
+    ]
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
         for result in results:
-            print(json.dumps(result.as_json(args.quantiles)))
-    else:
-        show(results, args.quantiles)
+            print(json.dumps(result.as_json()))
+    elif results:
+        show(results, charts=args.prefix is None or args.series is not None, quantiles=options.quantiles)
     return 0
 
 
-def query(args: argparse.Namespace) -> tuple[CountsTable, list[WindowCount]]:
+def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[WindowCount]]:
+    settings = Settings.from_env()
+    tables = resolve_tables(args)
+    reader = Reader(tables.counts, client=client("dynamodb"), settings=settings)
     try:
-        counters = [validate_query_counter(name) for name in args.counters]
-        length_ms = parse_length(args.window)
-        at_ms = parse_instant(args.at) if args.at else None
-        settings = Settings.from_env()
-        tables = resolve_tables(args)
-        table = CountsTable(client("dynamodb"), tables.counts, settings)
-        return table, count_windows(
-            table, counters, length_ms=length_ms, at_ms=at_ms, plan=PlanKind(args.plan), consistent=args.consistent
-        )
-    except (InvalidCounter, InvalidWindow, WindowUnavailable, SettingsError, StackOutputsError) as error:
-        raise ScriptError(str(error)) from None
+        if args.prefix is not None:
+            return reader, reader.list_counters(args.prefix, **options.as_kwargs())
+        return reader, reader.count_many(args.counters, **options.as_kwargs())
     except ClientError as error:
         if is_missing_table(error):
             raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
         raise
 
 
-def notes(table: CountsTable, results: list[WindowCount], quantiles: list[str] = ()) -> list[str]:
-    """Why a count is 0, where that is knowable: a 0 that is an answer and a 0 that is a mistake look alike.
-    And why a counter answers no quantiles."""
-    if not results:
-        return []
-    window = results[0].window
-    if window.start_ms > now_ms():
-        return [f"the window {window} lies entirely in the future: nothing can be counted in it yet"]
-    missing = [
-        f"no bucket of {result.counter!r} exists at all: no event has been counted under that name "
-        "(names are case-sensitive)"
-        for result in results
-        if result.items_read == 0 and not table.has_counter(result.counter)
-    ]
-    unbinned = [
-        f"{result.counter!r} keeps no histogram (no rule with 'histogram' writes it, and no bucket read holds bins): "
-        "no quantiles"
-        for result in results
-        if quantiles and result.histogram is None
-    ]
-    return missing + unbinned
-
-
-def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
+def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[str] = ()) -> None:
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     summing = any(result.sum is not None for result in results)
     distinct = any(result.sketch is not None for result in results)
-    binning = [q for q in quantiles if any(result.histogram is not None for result in results)]
+    binning = list(quantiles) if any(result.histogram is not None for result in results) else []
     columns = (
         "counter",
         "total",
@@ -149,16 +158,16 @@ def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
         summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
     for result in results:
         sums = (text_of(result.sum) or "", text_of(result.average) or "") if summing else ()
+        histogram = result.histogram
         bounds = ()
         if binning:
-            histogram = result.histogram
             bounds = (text_of(histogram.low) or "", text_of(histogram.high) or "") if histogram else ("", "")
         summary.add_row(
             escape(result.counter),
             f"{result.total:,}",
             *((distinct_text(result.sketch),) if distinct else ()),
             *sums,
-            *quantile_cells(result.histogram, binning),
+            *quantile_cells(histogram, binning),
             *bounds,
             result.plan.value,
             str(result.keys),
@@ -166,8 +175,13 @@ def show(results: list[WindowCount], quantiles: list[str] = ()) -> None:
             str(result.items_read),
         )
     out.print(summary)
-    for result in results:
-        out.print(hour_chart(result, binning))
+    for result in results if charts else ():
+        if result.series_unit is Series.MINUTE:
+            out.print(minute_chart(result))
+        elif len(_hours(result)) > MAX_HOUR_ROWS:
+            out.print(day_chart(result))
+        else:
+            out.print(hour_chart(result, binning))
 
 
 def distinct_text(sketch: Sketch | None) -> str:
@@ -177,13 +191,13 @@ def distinct_text(sketch: Sketch | None) -> str:
     return f"{sketch.count():,}" if sketch.exact else f"≈{sketch.count():,}"
 
 
-def quantile_cells(histogram: Histogram | None, quantiles: list[str]) -> list[str]:
+def quantile_cells(histogram: Histogram | None, quantiles: Sequence[str]) -> list[str]:
     if histogram is None:
         return [""] * len(quantiles)
     return [text_of(histogram.quantile(q)) or "" for q in quantiles]
 
 
-def hour_chart(result: WindowCount, quantiles: list[str] = ()) -> Table:
+def hour_chart(result: WindowCount, quantiles: Sequence[str] = ()) -> Table:
     """The window's count per hour as bars (first and last hour may be partial); sums and quantiles beside them,
     under a header that names them."""
     by_hour = result.histogram_by_hour if quantiles else None
@@ -199,9 +213,8 @@ def hour_chart(result: WindowCount, quantiles: list[str] = ()) -> Table:
         chart.add_column("average", justify="right")
     for q in quantiles if by_hour is not None else ():
         chart.add_column(percentile_label(q), justify="right")
-    first_hour, last_hour = result.window.start_ms // HOUR_MS, (result.window.end_ms - 1) // HOUR_MS
     peak = max(result.by_hour.values(), default=0) or 1
-    for hour in range(first_hour, last_hour + 1):
+    for hour in _hours(result):
         count = result.by_hour.get(hour, 0)
         sums = ()
         if result.sum_by_hour is not None:
@@ -209,9 +222,64 @@ def hour_chart(result: WindowCount, quantiles: list[str] = ()) -> Table:
         cells = quantile_cells(by_hour.get(hour, Histogram({})), quantiles) if by_hour is not None else ()
         distinct = () if result.sketch_by_hour is None else (distinct_text(result.sketch_by_hour.get(hour, Sketch())),)
         chart.add_row(
-            iso_minute(hour * HOUR_MS), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *distinct, *sums, *cells
+            _label(hour), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *distinct, *sums, *cells
         )
     return chart
+
+
+def minute_chart(result: WindowCount) -> Table:
+    """A minute series, one line per hour: a sparkline of its minutes (scaled to the busiest minute) and the hour's count."""
+    chart = spark_table(f"{result.counter} per minute", "hour", "minutes")
+    points = result.series or ()
+    peak = max((point.count for point in points), default=0) or 1
+    rows: dict[datetime, list[str]] = {}
+    for point in points:
+        hour = point.start.replace(minute=0)
+        rows.setdefault(hour, []).append(sparkline(point.count, peak))
+    for hour, sparks in rows.items():
+        pad = " " * (points[0].start.minute if hour == points[0].start.replace(minute=0) else 0)
+        chart.add_row(_label(hour), pad + "".join(sparks), f"{result.by_hour.get(hour, 0):,}")
+    return chart
+
+
+def day_chart(result: WindowCount) -> Table:
+    """A long window, one line per UTC day: a sparkline of its hours (scaled to the busiest hour) and the day's count."""
+    chart = spark_table(f"{result.counter} per hour, a line a day", "day", "hours")
+    peak = max(result.by_hour.values(), default=0) or 1
+    rows: dict[str, tuple[list[str], int]] = {}
+    for hour in _hours(result):
+        count = result.by_hour.get(hour, 0)
+        sparks, total = rows.setdefault(hour.strftime("%Y-%m-%d"), ([" "] * 24, 0))
+        sparks[hour.hour] = sparkline(count, peak)
+        rows[hour.strftime("%Y-%m-%d")] = (sparks, total + count)
+    for day, (sparks, total) in rows.items():
+        chart.add_row(day, "".join(sparks), f"{total:,}")
+    return chart
+
+
+def spark_table(title: str, period: str, parts: str) -> Table:
+    """A chart of one line per period: its label, a sparkline of its parts, its count."""
+    chart = Table(title=escape(title), show_header=False, box=None, pad_edge=False)
+    chart.add_column(period, style="dim")
+    chart.add_column(parts)
+    chart.add_column("count", justify="right")
+    return chart
+
+
+def sparkline(count: int, peak: int) -> str:
+    """One character for a count: blank for none, then eight heights up to ``peak``."""
+    return SPARKS[(count * len(SPARKS) - 1) // peak] if count else " "
+
+
+def _hours(result: WindowCount) -> list[datetime]:
+    """Every hour of the window that can hold data (the hours after now have nothing to show)."""
+    first = result.window.start_ms // HOUR_MS
+    last = min((result.window.end_ms - 1) // HOUR_MS, int(max(result.by_hour, default=utc_of(0)).timestamp()) // 3600)
+    return [utc_of(hour * HOUR_MS) for hour in range(first, last + 1)]
+
+
+def _label(hour: datetime) -> str:
+    return iso_minute(int(hour.timestamp() * 1000))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from dataclasses import replace
 from tally.core.buckets import Bucket, sketch_sort_key
 from tally.core.sketches import Sketch, hash_of
 from tally.core.retry import Backoff, commit_backoff
-from tally.dynamo import CommitFailed, CountsTable, RetriesExhausted
+from tally.dynamo import CommitFailed, CounterDirectory, CountsTable, RetriesExhausted
 from tally.core.segments import Segment
 from tally.core.settings import HOUR_MS, MINUTE_MS
 
@@ -288,6 +288,87 @@ def test_a_sum_past_38_digits_is_refused_as_dynamodb_refuses_it(dynamodb):
     dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "9" * 38}})
     with pytest.raises(ClientError, match="Number overflow"):
         dynamodb.update_item(**update, ExpressionAttributeValues={":v": {"N": "0.1"}})
+
+
+def directory_items(dynamodb):
+    """Every counter-directory entry in the table: {(partition, counter): ttl}."""
+    items = dynamodb.scan(TableName=COUNTS, ConsistentRead=True)["Items"]
+    return {(i["pk"]["S"], i["sk"]["S"]): int(i["ttl"]["N"]) for i in items if i["pk"]["S"].startswith("#counters#")}
+
+
+def test_the_directory_gets_one_entry_per_counter_and_day_after_the_commit(dynamodb, settings):
+    table = CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+    directory = CounterDirectory(dynamodb, COUNTS, settings)
+    next_day = Bucket.of_hour(T0 // HOUR_MS + 24)
+    deltas = {("c", MINUTE): 1, ("c", HOUR): 1, ("d", next_day): 2, ("#rejected#late_event", HOUR): 1}
+    directory.recording(table.commit)(Segment("100", T0, "100", 4, deltas), "shard")
+
+    day = T0 // 86_400_000
+    assert directory_items(dynamodb) == {
+        ("#counters#2026-11-18", "c"): ((day + 1) * 86_400_000 + settings.hour_retention_ms) // 1000,
+        ("#counters#2026-11-19", "d"): ((day + 2) * 86_400_000 + settings.hour_retention_ms) // 1000,
+    }
+    assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 1, HOUR.sort_key: 1}
+
+
+def test_a_warm_directory_writes_an_entry_once_and_a_cold_one_again_changing_nothing(dynamodb, settings):
+    client = Faulty(dynamodb)
+    directory = CounterDirectory(client, COUNTS, settings)
+    assert directory.record([("c", MINUTE), ("c", HOUR)]) == 1
+    assert directory.record([("c", MINUTE), ("e", HOUR)]) == 1  # only e is new to it
+    before = directory_items(dynamodb)
+    assert CounterDirectory(client, COUNTS, settings).record([("c", MINUTE), ("e", HOUR)]) == 2
+    assert directory_items(dynamodb) == before and len(before) == 2
+    assert client.calls["batch_write_item"] == 3
+
+
+def test_a_failed_commit_writes_no_entry_and_its_retry_writes_it(dynamodb, settings):
+    client = Faulty(dynamodb)
+    client.faults["transact_write_items"] = [error("ValidationException")]
+    table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+    directory = CounterDirectory(client, COUNTS, settings)
+    commit = directory.recording(table.commit)
+    with pytest.raises(CommitFailed):
+        commit(segment(), "shard")
+    assert directory_items(dynamodb) == {}
+    commit(segment(), "shard")
+    commit(segment(), "shard")  # a retry after a crash between the two finds its markers, writes nothing new
+    assert list(directory_items(dynamodb)) == [("#counters#2026-11-18", "c")]
+
+
+def test_directory_entries_left_unprocessed_or_throttled_are_retried(dynamodb, settings):
+    client = Faulty(dynamodb)
+
+    def withhold_all(real, kwargs):
+        return {"UnprocessedItems": kwargs["RequestItems"]}
+
+    client.faults["batch_write_item"] = [error("ProvisionedThroughputExceededException"), withhold_all]
+    directory = CounterDirectory(client, COUNTS, settings, backoff=no_sleep_backoff)
+    counters = [f"c{n:02}" for n in range(30)]
+    assert directory.record([(name, HOUR) for name in counters]) == 30
+    assert sorted(sk for _, sk in directory_items(dynamodb)) == counters
+    assert client.calls["batch_write_item"] == 4  # 25 + 5 entries, one throttled and one withheld attempt
+
+
+def test_directory_entries_never_written_raise_and_are_not_remembered(dynamodb, settings):
+    client = Faulty(dynamodb)
+    client.faults["batch_write_item"] = [lambda real, kwargs: {"UnprocessedItems": kwargs["RequestItems"]}] * 3
+    directory = CounterDirectory(client, COUNTS, settings, backoff=lambda: no_sleep_backoff(attempts=3))
+    with pytest.raises(RetriesExhausted):
+        directory.record([("c", HOUR)])
+    assert directory.written == set() and directory.record([("c", HOUR)]) == 1
+
+
+def test_the_directory_lists_by_prefix_across_days_and_pages(dynamodb, settings):
+    directory = CounterDirectory(dynamodb, COUNTS, settings)
+    day = T0 // 86_400_000
+    names = [f"jobs/{n:03}" for n in range(120)] + ["jobless", "views/a"]
+    directory.record([(name, Bucket.of_hour(day * 24 + n % 2 * 24)) for n, name in enumerate(names)])
+    found, requests = directory.counters("jobs/", [day, day + 1])
+    assert found == names[:120] and requests == 2
+    everything, _ = directory.counters("", [day + 1])
+    assert everything == sorted(name for n, name in enumerate(names) if n % 2)
+    assert directory.counters("jobs/", [day + 5]) == ([], 1)
 
 
 def hold_back(count):

@@ -19,6 +19,8 @@ T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 def lambda_handler(dynamodb, monkeypatch):
     monkeypatch.setenv("COUNTS_TABLE", COUNTS)
     handler_module.counts_table.cache_clear()
+    # Scripts that ran the handler earlier in this process with metrics disabled leave their values behind.
+    handler_module.metrics.clear_metrics()
     yield handler_module.handler
     handler_module.counts_table.cache_clear()
 
@@ -150,3 +152,17 @@ def test_a_failure_to_publish_never_stops_the_counting(lambda_handler, dynamodb,
     lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
     assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 1, "H#2026-11-18T11": 1}
     assert [r for r in caplog.records if r.getMessage() == "settings not published"]
+
+
+def test_the_handler_lists_what_it_counted_in_the_counter_directory_once_per_warm_function(lambda_handler, dynamodb):
+    records = [counter_record(name, T0, arrival_s=T0 / 1000) for name in ("a", "b", "a")]
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    written = handler_module.counter_directory(handler_module.counts_table()).written
+    lambda_handler(window_event([counter_record("a", T0 + 1, arrival_s=T0 / 1000)], final=True), LambdaContext())
+    items = dynamodb.scan(TableName=COUNTS, ConsistentRead=True)["Items"]
+    entries = sorted((i["pk"]["S"], i["sk"]["S"]) for i in items if i["pk"]["S"].startswith("#counters#"))
+    assert entries == [("#counters#2026-11-18", "a"), ("#counters#2026-11-18", "b")]
+    assert handler_module.counter_directory(handler_module.counts_table()).written is written == {
+        (T0 // 86_400_000, "a"),
+        (T0 // 86_400_000, "b"),
+    }

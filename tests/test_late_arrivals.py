@@ -155,5 +155,5 @@ def test_a_retry_committing_after_the_minutes_ttl_leaves_every_readable_window_e
                 answered += 1
     assert answered > 80 and refused > 10
     # The hour's first 46 minutes, its minutes :00-:15 expired: read as the hour minus minutes :46-:59.
-    head = count_windows(counts_table, ["c"], length_ms=46 * MINUTE_MS, at_ms=hour.start_ms + 45 * MINUTE_MS, now=now)
+    head = count_windows(counts_table, ["c"], length_ms=46 * MINUTE_MS, at_ms=hour.start_ms + 46 * MINUTE_MS, now=now)
     assert head[0].total == 3

@@ -13,13 +13,13 @@ from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from factories import counter_record, image, stream_record, window_event
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process
-from tally.core.plans import PlanKind, WindowUnavailable
+from tally.core.plans import PlanKind, Series, WindowUnavailable
 from tally.query import count_windows, validate_query_counter
-from tally.core.buckets import iso_minute
-from tally.core.records import InvalidCounter
-from tally.core.rules import parse_rules
+
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.core.windows import Window, parse_instant
+from tally.core.buckets import iso_minute
+from tally.core.rules import parse_rules
+from tally.core.windows import QueryError, Window, parse_instant
 
 NOW = parse_instant("2026-11-22T14:37:12Z")
 
@@ -84,7 +84,9 @@ def test_the_per_hour_breakdown_matches_events_per_hour(counts_table, workload):
     [result] = count_windows(counts_table, ["b"], now=NOW, consistent=True)
     window = Window.ending(NOW)
     for hour, count in result.by_hour.items():
-        assert count == sum(1 for c, ms in workload if c == "b" and window.covers(ms) and ms // HOUR_MS == hour)
+        assert hour.tzinfo is not None and hour.minute == 0
+        hour_index = int(hour.timestamp()) * 1000 // HOUR_MS
+        assert count == sum(1 for c, ms in workload if c == "b" and window.covers(ms) and ms // HOUR_MS == hour_index)
     assert len(result.by_hour) == 25  # the oldest partial hour, 23 full hours, the current partial hour
 
 
@@ -104,22 +106,22 @@ def test_many_counters_share_batch_requests(counts_table, workload):
 
 def test_unknown_counters_count_zero_and_invalid_ones_are_refused(counts_table, workload):
     assert count_windows(counts_table, ["never-seen"], now=NOW)[0].total == 0
-    with pytest.raises(InvalidCounter):
+    with pytest.raises(QueryError):
         count_windows(counts_table, ["#segment#1"], now=NOW)
 
 
 def test_rejection_counters_are_queryable_but_not_other_reserved_names():
     assert validate_query_counter("#rejected#late_event") == "#rejected#late_event"
-    with pytest.raises(InvalidCounter):
+    with pytest.raises(QueryError):
         validate_query_counter("#rejected#nope")
-    with pytest.raises(InvalidCounter):
+    with pytest.raises(QueryError):
         validate_query_counter("#rejected#not_insert")
 
 
 def test_a_week_ending_mid_hour_is_refused_but_an_hour_aligned_week_is_answered(counts_table, workload):
     with pytest.raises(WindowUnavailable):
         count_windows(counts_table, ["a"], now=NOW, length_ms=7 * DAY_MS)
-    aligned_end = NOW - NOW % HOUR_MS - 1
+    aligned_end = NOW - NOW % HOUR_MS
     [result] = count_windows(counts_table, ["a"], now=NOW, at_ms=aligned_end, length_ms=7 * DAY_MS)
     assert result.total == brute_force(workload, "a", Window.ending(aligned_end, 7 * DAY_MS))
 
@@ -171,17 +173,24 @@ def test_quantiles_in_json_keep_the_quantiles_as_written_and_answer_null_for_an_
         ]
         process(window_event(records, final=True), table.commit, settings)
 
-        home, other, everything = count_windows(table, ["load/home", "load/none", "all"], now=NOW)
-        as_json = home.as_json(quantiles=["0.5", "0.50", "1", "0"])
-        assert list(as_json["quantiles"]) == ["0.5", "0.50", "1", "0"]
+        asked = ["0.5", "0.50", "1", "0"]
+        counters = ["load/home", "load/none", "all"]
+        home, other, everything = count_windows(table, counters, now=NOW, quantiles=asked, series=Series.MINUTE)
+        as_json = home.as_json()
+        assert list(as_json["quantiles"]) == asked
         answers = {q: Decimal(text) for q, text in as_json["quantiles"].items()}
         for q, truth in {"0.5": 35, "0.50": 35, "1": 2900, "0": 20}.items():
             assert abs(answers[q] - truth) <= truth / 100, q
         low, high = Decimal(as_json["bounds"]["low"]), Decimal(as_json["bounds"]["high"])
         assert Decimal("19.6") < low <= 20 and 2900 <= high < Decimal("2958")
-        assert list(as_json["quantiles_by_hour"]) == [iso_minute(h * HOUR_MS) for h in home.by_hour]
+        assert list(as_json["quantiles_by_hour"]) == list(as_json["by_hour"])
+        points = {point["start"]: point["quantiles"] for point in as_json["series"]}
+        five_ago = points[iso_minute((NOW - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS)]  # the minute of the 2900
+        assert list(five_ago) == asked and all(abs(Decimal(v) - 2900) <= 29 for v in five_ago.values())
+        assert all(q is None for q in points[iso_minute(NOW - 30 * MINUTE_MS)].values())  # a minute with no values
 
-        empty = other.as_json(quantiles=["0.99"])  # a rule could write it: its empty window answers null
-        assert empty["quantiles"] == {"0.99": None} and empty["bounds"] == {"low": None, "high": None}
-        assert "quantiles" not in everything.as_json(quantiles=["0.99"])  # no histogram rule writes it
-        assert "quantiles" not in home.as_json()  # none asked for
+        empty = other.as_json()  # a rule could write it: its empty window answers null
+        assert empty["quantiles"] == dict.fromkeys(asked) and empty["bounds"] == {"low": None, "high": None}
+        assert "quantiles" not in everything.as_json()  # no histogram rule writes it
+        [unasked] = count_windows(table, ["load/home"], now=NOW)
+        assert "quantiles" not in unasked.as_json() and unasked.histogram.total == len(values)

@@ -34,7 +34,8 @@ from tally.core.sketch_writes import (
     WriteSketches,
     sketch_steps,
 )
-from tally.core.buckets import bucket_sort_key, last_lane_bound, lane_sort_keys, sketch_sort_keys
+from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys, sketch_sort_keys
+from tally.core.directory import Entry, day_partition, entries_of, entry_item
 from tally.core.amounts import stored_units
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
@@ -55,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 BATCH_GET_LIMIT = 100
 BATCH_WRITE_LIMIT = 25
+# Directory entries a container remembers having written (a few MB): past it, it forgets and may put some again.
+DIRECTORY_MEMORY = 100_000
 _THROTTLING_CODES = frozenset(
     {
         "ThrottlingException",
@@ -384,15 +387,83 @@ class CountsTable:
         return bool(response.get("Items"))
 
     def _call(self, operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
-        """One read request, retried while DynamoDB throttles it."""
-        for attempt in self.backoff().pauses():
-            try:
-                return operation(**kwargs)
-            except ClientError as error:
-                if _code(error) not in _THROTTLING_CODES:
-                    raise
-                logger.warning("read throttled (attempt %d): %s", attempt + 1, _describe(error))
-        raise RetriesExhausted("reads still throttled after every retry")
+        return _throttled(self.backoff, operation, **kwargs)
+
+
+class CounterDirectory:
+    """The counter directory (``core/directory.py``) in the counts table: written beside commits, read by listings.
+
+    An instance remembers the entries it has written, so a warm function puts
+    each (day, counter) entry once, however many windows it commits; a new
+    container, or another shard's, puts it again, which changes nothing.
+    """
+
+    def __init__(
+        self, client: Any, table_name: str, settings: Settings, backoff: Callable[[], Backoff] | None = None
+    ) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.settings = settings
+        self.backoff = backoff or Backoff
+        self.written: set[Entry] = set()
+
+    def recording(self, commit: Callable[[Segment, str], CommitResult]) -> Callable[[Segment, str], CommitResult]:
+        """``commit``, then the directory entries of what it committed (also after a duplicate, which a
+        retry that failed between the two finds)."""
+
+        def commit_and_record(segment: Segment, source: str) -> CommitResult:
+            result = commit(segment, source)
+            self.record(segment.deltas)
+            return result
+
+        return commit_and_record
+
+    def record(self, items: Iterable[tuple[str, Bucket]]) -> int:
+        """Put the entries of these bucket items this instance has not written yet; the number put."""
+        new = sorted(entries_of(items) - self.written)
+        if len(self.written) + len(new) > DIRECTORY_MEMORY:
+            self.written.clear()  # a long-lived container forgets old days; at worst an entry is put again
+        requests = [{"PutRequest": {"Item": entry_item(entry, self.settings)}} for entry in new]
+        batch_write(self.client, self.table_name, requests, backoff=self.backoff)
+        self.written.update(new)
+        return len(new)
+
+    def counters(self, prefix: str, days: Iterable[int], consistent: bool = False) -> tuple[list[str], int]:
+        """Names starting with ``prefix`` that have an entry on any of ``days`` (sorted), and the Queries made."""
+        names: set[str] = set()
+        requests = 0
+        for day in days:
+            request: dict[str, Any] = {
+                "TableName": self.table_name,
+                "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
+                "ProjectionExpression": "#sk",
+                "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": day_partition(day)},
+                    **({":prefix": {"S": prefix}} if prefix else {}),
+                },
+                "ConsistentRead": consistent,
+            }
+            while True:
+                response = _throttled(self.backoff, self.client.query, **request)
+                requests += 1
+                names.update(item[COUNTS_TABLE.sort_key]["S"] for item in response.get("Items", []))
+                if "LastEvaluatedKey" not in response:
+                    break
+                request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return sorted(names), requests
+
+
+def _throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    """One request, retried while DynamoDB throttles it."""
+    for attempt in backoff().pauses():
+        try:
+            return operation(**kwargs)
+        except ClientError as error:
+            if _code(error) not in _THROTTLING_CODES:
+                raise
+            logger.warning("request throttled (attempt %d): %s", attempt + 1, _describe(error))
+    raise RetriesExhausted("requests still throttled after every retry")
 
 
 def batch_write(
@@ -409,7 +480,7 @@ def batch_write(
         pending = requests[start : start + BATCH_WRITE_LIMIT]
         done = len(pending)
         for _ in backoff().pauses():
-            response = client.batch_write_item(RequestItems={table: pending})
+            response = _throttled(backoff, client.batch_write_item, RequestItems={table: pending})
             pending = response.get("UnprocessedItems", {}).get(table, [])
             if not pending:
                 break

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import boto3
@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.dynamo import CountsTable
+from tally.dynamo import CounterDirectory, CountsTable
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
 
@@ -55,11 +55,17 @@ def _publish_settings(table: CountsTable) -> None:
         logger.warning("settings not published", extra={"error": f"{type(error).__name__}: {error}"[:300]})
 
 
+@lru_cache(maxsize=1)
+def counter_directory(table: CountsTable) -> CounterDirectory:
+    """Once per execution environment too: it remembers the entries it wrote, so a warm function puts each once."""
+    return CounterDirectory(table.client, table.table_name, table.settings)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     table = counts_table()
-    response, summary = process(event, table.commit, table.settings)
+    response, summary = process(event, counter_directory(table).recording(table.commit), table.settings)
     _log(summary, event)
     _publish(summary)
     return response

@@ -1,52 +1,98 @@
-"""Rolling-window counts: window -> plan -> fetch -> sum.
+"""Rolling-window counts, the engine under ``tally.Reader``: window -> plan -> fetch -> sum.
 
     table = CountsTable(boto3.client("dynamodb"), "tally-counts", Settings.from_env())
-    [result] = count_windows(table, ["page-views"])          # last 24 h, batch plan
-    result.total, result.by_hour                             # and for a summing counter
-    result.sum, result.average, result.sum_by_hour           # exact Decimals (None when it does not sum)
-    result.histogram.quantile("0.99"), result.histogram_by_hour  # for a histogram counter (else None)
+    [result] = count_windows(table, ["page-views"], length_ms=DAY_MS)    # last 24 h, batch plan
+    result.total, result.start, result.end, result.by_hour             # aware UTC datetimes
+    result.sum, result.average, result.sum_by_hour                     # exact Decimals (None when it does not sum)
+    result.histogram.quantile("0.99"), result.histogram_by_hour        # for a histogram counter (else None)
+    result.distinct, result.sketch.exact, result.sketch_by_hour        # for a distinct counter (else None)
 
-With several counters the batch plan shares BatchGetItem requests among them
-(100 keys each), so ``requests`` is what the whole call made.
+It speaks epoch milliseconds and takes ``now`` from its caller (tests pin it);
+``tally.Reader`` is the documented way in. With several counters the batch
+plan shares BatchGetItem requests among them (100 keys each), so ``requests``
+is what the whole call made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
-
-from tally.core.histograms import Histogram
-from tally.core.sketches import Sketch
 
 from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute
-from tally.dynamo import CountsTable, Fetched
-from tally.core.plans import Plan, PlanKind, make_plan
+from tally.core.histograms import Histogram
+from tally.core.sketches import Sketch
+from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
 from tally.core.records import InvalidCounter, Reason, validate_counter
 from tally.core.rules import Rules
 from tally.core.segments import REJECTED_COUNTER_PREFIX
-from tally.core.settings import HOUR_MS
-from tally.core.sums import sum_plan
-from tally.core.windows import DEFAULT_LENGTH_MS, Window, now_ms
+from tally.core.settings import HOUR_MS, Settings
+from tally.core.sums import Point, PlanTotals, series_of, sum_plan
+from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, utc_of
+from tally.dynamo import CountsTable, Fetched
+
+
+class InvalidQueryCounter(QueryError, InvalidCounter):
+    """A counter name no event can write, asked for in a read (an InvalidCounter too)."""
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One bucket of a series: what the window holds from ``start`` until the next point (or the window's end)."""
+
+    start: datetime
+    count: int
+    sum: Decimal | None = None  # for a summing counter
+    histogram: Histogram | None = None  # for a histogram counter
+    sketch: Sketch | None = None  # for a distinct counter: its distinct values in this bucket
+
+    @property
+    def average(self) -> Decimal | None:
+        if self.sum is None or not self.count:
+            return None
+        return average_of(self.sum, self.count)
+
+    @property
+    def distinct(self) -> int | None:
+        return None if self.sketch is None else self.sketch.count()
+
+    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
+        point: dict[str, object] = {"start": iso_minute(_ms(self.start)), "count": self.count}
+        if self.sum is not None:
+            point["sum"] = text_of(self.sum)
+            point["average"] = text_of(self.average)
+        if self.sketch is not None:
+            point["distinct"] = self.distinct
+        if self.histogram is not None and quantiles:
+            point["quantiles"] = quantiles_json(self.histogram, quantiles)
+        return point
 
 
 @dataclass(frozen=True)
 class WindowCount:
+    """One counter over one window: ``start``/``end`` (end exclusive) are the window answered."""
+
     counter: str
     window: Window
     total: int
-    by_hour: dict[int, int]  # hour index (hours since the epoch) -> count in the window
+    by_hour: dict[datetime, int]  # the hour's start -> count in the window, for each hour that can hold data
     plan: PlanKind
     keys: int  # bucket items the plan reads for this counter
     requests: int  # requests the call made (shared by the counters of one batch call)
     items_read: int  # bucket items DynamoDB returned for this counter
     sum: Decimal | None = None  # for a summing counter: the exact sum in the window
-    sum_by_hour: dict[int, Decimal] | None = None
+    sum_by_hour: dict[datetime, Decimal] | None = None
+    series: tuple[SeriesPoint, ...] | None = None  # every minute or hour of the window, in order, when asked
+    series_unit: Series | None = None
+    aligned: bool = False  # the window answered holds the one asked, moved out to whole hours
+    asked: Window | None = None  # the window asked, when it was aligned
     histogram: Histogram | None = None  # for a histogram counter: its values in the window, for quantiles
-    histogram_by_hour: dict[int, Histogram] | None = None
+    histogram_by_hour: dict[datetime, Histogram] | None = None
+    quantiles: tuple[str, ...] = ()  # the quantiles asked, as written ("0.99"): what ``as_json`` answers
     sketch: Sketch | None = None  # for a distinct counter: its distinct values in the window
-    sketch_by_hour: dict[int, Sketch] | None = None
+    sketch_by_hour: dict[datetime, Sketch] | None = None
 
     @property
     def distinct(self) -> int | None:
@@ -55,22 +101,31 @@ class WindowCount:
         return None if self.sketch is None else self.sketch.count()
 
     @property
+    def start(self) -> datetime:
+        return utc_of(self.window.start_ms)
+
+    @property
+    def end(self) -> datetime:
+        return utc_of(self.window.end_ms)
+
+    @property
     def average(self) -> Decimal | None:
         """Sum / count (38 significant digits); None for a counter that does not sum or an empty window."""
         if self.sum is None or not self.total:
             return None
         return average_of(self.sum, self.total)
 
-    def average_in_hour(self, hour: int) -> Decimal | None:
+    def average_in_hour(self, hour: datetime) -> Decimal | None:
         if self.sum_by_hour is None or not self.by_hour.get(hour):
             return None
         return average_of(self.sum_by_hour.get(hour, Decimal(0)), self.by_hour[hour])
 
-    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
+    def as_json(self) -> dict[str, object]:
         """Counts as JSON numbers; sums, averages and quantiles as decimal strings, so no JSON parser rounds them.
 
-        ``quantiles`` as the user wrote them (``"0.99"``) become the keys of ``quantiles`` (null for no values),
-        for a counter that keeps a histogram; ``bounds`` hold the lowest and highest value it may have seen.
+        For a histogram counter, the quantiles asked key ``quantiles`` as written (null for an empty window),
+        ``bounds`` hold the lowest and highest value its window may hold, and the hours and series points
+        carry their quantiles too.
         """
         result: dict[str, object] = {
             "counter": self.counter,
@@ -84,44 +139,53 @@ class WindowCount:
         if self.sketch is not None:
             result["distinct"] = self.distinct
             result["distinct_exact"] = self.sketch.exact
-        if self.histogram is not None and quantiles:
-            result["quantiles"] = _quantiles_json(self.histogram, quantiles)
+        quantiles = self.quantiles if self.histogram is not None else ()
+        if quantiles:
+            assert self.histogram is not None
+            result["quantiles"] = quantiles_json(self.histogram, quantiles)
             result["bounds"] = {"low": text_of(self.histogram.low), "high": text_of(self.histogram.high)}
         result.update(
             {
+                "aligned": self.aligned,
                 "plan": self.plan.value,
                 "keys": self.keys,
                 "requests": self.requests,
                 "items_read": self.items_read,
-                "by_hour": {iso_minute(hour * HOUR_MS): count for hour, count in self.by_hour.items()},
+                "by_hour": {_iso(hour): count for hour, count in self.by_hour.items()},
             }
         )
         if self.sum_by_hour is not None:
-            result["sum_by_hour"] = {iso_minute(h * HOUR_MS): text_of(v) for h, v in self.sum_by_hour.items()}
-            result["average_by_hour"] = {
-                iso_minute(hour * HOUR_MS): text_of(self.average_in_hour(hour)) for hour in self.by_hour
-            }
+            result["sum_by_hour"] = {_iso(hour): text_of(value) for hour, value in self.sum_by_hour.items()}
+            result["average_by_hour"] = {_iso(hour): text_of(self.average_in_hour(hour)) for hour in self.by_hour}
         if self.sketch_by_hour is not None:
-            result["distinct_by_hour"] = {iso_minute(h * HOUR_MS): s.count() for h, s in self.sketch_by_hour.items()}
+            result["distinct_by_hour"] = {_iso(hour): sketch.count() for hour, sketch in self.sketch_by_hour.items()}
         if self.histogram_by_hour is not None and quantiles:
             result["quantiles_by_hour"] = {
-                iso_minute(hour * HOUR_MS): _quantiles_json(histogram, quantiles)
-                for hour, histogram in self.histogram_by_hour.items()
+                _iso(hour): quantiles_json(histogram, quantiles) for hour, histogram in self.histogram_by_hour.items()
             }
+        if self.series is not None:
+            result["series"] = [point.as_json(quantiles) for point in self.series]
         return result
 
 
-def _quantiles_json(histogram: Histogram, quantiles: Sequence[str]) -> dict[str, str | None]:
+def quantiles_json(histogram: Histogram, quantiles: Sequence[str]) -> dict[str, str | None]:
+    """Each quantile as written -> its value as a decimal string, or None when the histogram holds none."""
     return {q: text_of(histogram.quantile(q)) for q in quantiles}
 
 
 def validate_query_counter(name: str) -> str:
     """Counter names as events write them, plus the reserved rejection counters."""
     if isinstance(name, str) and name.startswith(REJECTED_COUNTER_PREFIX):
-        if name[len(REJECTED_COUNTER_PREFIX) :] in {reason.value for reason in Reason if reason.is_rejection}:
+        reasons = sorted(reason.value for reason in Reason if reason.is_rejection)
+        if name[len(REJECTED_COUNTER_PREFIX) :] in reasons:
             return name
-        raise InvalidCounter(f"unknown rejection counter {name!r}")
-    return validate_counter(name)
+        raise InvalidQueryCounter(
+            f"unknown rejection counter {name!r}: the reasons are {', '.join(reasons)} (e.g. #rejected#{reasons[0]})"
+        )
+    try:
+        return validate_counter(name)
+    except InvalidCounter as error:
+        raise InvalidQueryCounter(f"{error}: counter names are 1-255 characters, not starting with '#'") from None
 
 
 def count_windows(
@@ -133,46 +197,82 @@ def count_windows(
     plan: PlanKind = PlanKind.BATCH,
     consistent: bool = False,
     now: int | None = None,
+    series: Series | None = None,
+    align: bool = False,
+    quantiles: Sequence[str] = (),
 ) -> list[WindowCount]:
     """Count each counter over the window of ``length_ms`` ending at ``at_ms`` (default: now).
 
+    ``align``: answer a window whose edges reach past the minute retention over
+    whole hours there (``align_to_retention``) instead of refusing it.
+    ``quantiles``: what the results' ``as_json`` answers for histogram counters.
     A counter a distinct rule writes is read by a union plan (disjoint buckets: sketches cannot be
     subtracted), its sketch items with its counts.
     """
     for counter in counters:
         validate_query_counter(counter)
     now = now_ms() if now is None else now
-    window = Window.ending(now if at_ms is None else at_ms, length_ms)
+    asked, window = answered_window(length_ms, at_ms, now, align, table.settings)
+    series = Series(series) if series is not None else None
     rules = table.settings.counter_rules
     distinct = {counter for counter in counters if rules.counts_distinct(counter)}
     # Only the plans some counter needs: a union plan may be refused where hour - minutes is not.
-    kinds = {counter in distinct for counter in counters}
-    plans = {union: make_plan(window, now, table.settings, PlanKind(plan), union) for union in kinds}
-    plan_of = {counter: plans[counter in distinct] for counter in dict.fromkeys(counters)}
-    fetched = _fetch(table, plan_of, distinct, consistent)
-    return [_result(counter, plan_of[counter], fetched[counter], rules) for counter in counters]
+    contexts = {
+        union: _Context(
+            make_plan(window, now, table.settings, PlanKind(plan), series, union),
+            series,
+            asked if window != asked else None,
+            tuple(quantiles),
+        )
+        for union in {counter in distinct for counter in counters}
+    }
+    context_of = {counter: contexts[counter in distinct] for counter in dict.fromkeys(counters)}
+    if PlanKind(plan) is PlanKind.BATCH:
+        return _by_batch(table, counters, context_of, distinct, consistent)
+    return _by_range(table, counters, context_of, distinct, consistent)
 
 
-def _fetch(table: CountsTable, plan_of: dict[str, Plan], distinct: set[str], consistent: bool) -> dict[str, Fetched]:
-    """What each counter's plan reads: one Fetched shared by the batch plans' counters (their keys share
-    BatchGetItem requests), one per counter of a range plan (its own Queries)."""
-    fetched: dict[str, Fetched] = {}
-    batch = {counter: plan for counter, plan in plan_of.items() if plan.kind is PlanKind.BATCH}
-    if batch:
-        keys = [(counter, bucket.sort_key) for counter, plan in batch.items() for bucket in plan.buckets]
-        fetched.update(dict.fromkeys(batch, table.batch_get(keys, consistent, distinct)))
-    for counter, plan in plan_of.items():
-        if plan.kind is PlanKind.RANGE:
-            fetched[counter] = Fetched()
-            for run in plan.runs():
-                part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent, counter in distinct)
-                fetched[counter].update(part)
-    return fetched
+def answered_window(
+    length_ms: int, at_ms: int | None, now: int, align: bool, settings: Settings
+) -> tuple[Window, Window]:
+    """The window asked (ending at ``at_ms``, default ``now``) and the one answered (aligned, if asked to be)."""
+    asked = Window.ending(now if at_ms is None else at_ms, length_ms)
+    return asked, align_to_retention(asked, now, settings) if align else asked
 
 
-def _result(counter: str, plan: Plan, fetched: Fetched, rules: Rules) -> WindowCount:
+@dataclass(frozen=True)
+class _Context:
+    plan: Plan
+    series: Series | None
+    asked: Window | None
+    quantiles: tuple[str, ...] = ()
+
+
+def _by_batch(
+    table: CountsTable, counters: Sequence[str], context_of: dict[str, _Context], distinct: set[str], consistent: bool
+) -> list[WindowCount]:
+    keys = [(counter, bucket.sort_key) for counter, context in context_of.items() for bucket in context.plan.buckets]
+    fetched = table.batch_get(keys, consistent, distinct)
+    return [_result(counter, context_of[counter], fetched, table.settings.counter_rules) for counter in counters]
+
+
+def _by_range(
+    table: CountsTable, counters: Sequence[str], context_of: dict[str, _Context], distinct: set[str], consistent: bool
+) -> list[WindowCount]:
+    results = []
+    for counter in counters:
+        fetched = Fetched()
+        for run in context_of[counter].plan.runs():
+            part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent, counter in distinct)
+            fetched.update(part)
+        results.append(_result(counter, context_of[counter], fetched, table.settings.counter_rules))
+    return results
+
+
+def _result(counter: str, context: _Context, fetched: Fetched, rules: Rules) -> WindowCount:
     """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does;
     it counts distinct values when a rule says so (its sketch items are read only then)."""
+    plan = context.plan
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
     bins = {sk: value for (pk, sk), value in fetched.bins.items() if pk == counter}
@@ -184,15 +284,58 @@ def _result(counter: str, plan: Plan, fetched: Fetched, rules: Rules) -> WindowC
         counter=counter,
         window=plan.window,
         total=totals.count,
-        by_hour=totals.count_by_hour,
+        by_hour={utc_of(hour * HOUR_MS): count for hour, count in totals.count_by_hour.items()},
         plan=plan.kind,
         keys=len(plan.terms),
         requests=fetched.requests,
         items_read=len(counts),
         sum=decimal_of(totals.units) if summing else None,
-        sum_by_hour={h: decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
+        sum_by_hour={utc_of(h * HOUR_MS): decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
+        series=_series(context, totals, counts, units, bins, sketches, summing, binning),
+        series_unit=context.series,
+        aligned=context.asked is not None,
+        asked=context.asked,
         histogram=Histogram(totals.bins) if binning else None,
-        histogram_by_hour={h: Histogram(b) for h, b in totals.bins_by_hour.items()} if binning else None,
+        histogram_by_hour={utc_of(h * HOUR_MS): Histogram(b) for h, b in totals.bins_by_hour.items()} if binning else None,
+        quantiles=context.quantiles,
         sketch=totals.sketch,
-        sketch_by_hour=totals.sketch_by_hour,
+        sketch_by_hour=_by_hour(totals.sketch_by_hour),
     )
+
+
+def _series(
+    context: _Context,
+    totals: PlanTotals,
+    counts: dict[str, int],
+    units: dict[str, int],
+    bins: dict[str, dict[str, int]],
+    sketches: dict[str, Sketch],
+    summing: bool,
+    binning: bool,
+) -> tuple[SeriesPoint, ...] | None:
+    if context.series is None:
+        return None
+    sketched = sketches if totals.sketch is not None else None
+    points: list[Point] = series_of(context.plan, context.series, totals, counts, units, bins, sketched)
+    return tuple(
+        SeriesPoint(
+            utc_of(point.start_ms),
+            point.count,
+            decimal_of(point.units) if summing else None,
+            Histogram(point.bins) if binning else None,
+            point.sketch,
+        )
+        for point in points
+    )
+
+
+def _by_hour(sketches: dict[int, Sketch] | None) -> dict[datetime, Sketch] | None:
+    return None if sketches is None else {utc_of(hour * HOUR_MS): sketch for hour, sketch in sketches.items()}
+
+
+def _iso(moment: datetime) -> str:
+    return iso_minute(_ms(moment))
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)

@@ -38,6 +38,7 @@ from constructs import Construct
 
 from tally_cdk.context import StackSettings
 from tally.core import settings as tally_settings
+from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
@@ -161,6 +162,14 @@ class Tally(Construct):
         # conditional Put, each bucket an Update; ConditionCheck keeps a check-only item legal.
         self.counts_table.grant(
             role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"
+        )
+        # The counter directory's entries go in BatchWriteItem puts, to its own partitions only.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:BatchWriteItem"],
+                resources=[self.counts_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [DIRECTORY_PREFIX + "*"]}},
+            )
         )
         Validations.of(role).acknowledge(
             Acknowledgment(

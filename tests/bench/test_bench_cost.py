@@ -97,3 +97,17 @@ def test_the_fan_out_workload_costs_what_moto_stores_and_writes_each_bucket_once
     assert measured["counter_events"] > 2 * measured["events"]  # three rules, the third for done jobs only
     assert measured["origin"]["item_writes"] == 2 * measured["counter_events"]
     assert measured["tally"]["bucket_writes"] == measured["floor"]["writes"]
+
+
+def test_the_counter_directory_costs_one_plain_write_per_counter_and_day_in_a_container():
+    from bench import workloads, writes
+    from tally.local.delivery import DeliveryConfig
+    from tally.core.settings import Settings
+
+    workload = workloads.fan_out(providers=4, per_second=2, seconds=240)
+    measured = writes.measure(workload, Settings(), DeliveryConfig(batch_size=100, window_seconds=60))
+    counters_and_days = {(name, ms // 86_400_000) for name, ms, _arrival in workload.counted_arrivals()}
+    assert measured["tally"]["directory_writes"] == len(counters_and_days)  # each once, however many windows
+    assert measured["tally"]["directory_write_units"] == len(counters_and_days)  # plain puts far under 1 KB
+    assert measured["tally"]["directory_requests"] >= -(-len(counters_and_days) // 25)
+    assert 0 < measured["ratios"]["directory_units_over_counting_units"] < 0.1

@@ -17,6 +17,7 @@ SETTINGS = Settings()
 NO_SKEW = Settings(max_clock_skew_ms=0)
 HOUR0 = parse_instant("2024-03-28T13:00:00Z")
 YEAR_END = parse_instant("2023-12-31T23:00:00Z")
+SECONDS_IN = 30_000
 
 
 def bucket_store(events):
@@ -53,7 +54,7 @@ def test_both_plans_equal_brute_force_at_every_minute_offset(base, offset):
 
 @pytest.mark.parametrize("offset", range(60))
 def test_key_counts_for_a_24h_window(offset):
-    at = HOUR0 + offset * MINUTE_MS
+    at = HOUR0 + offset * MINUTE_MS + SECONDS_IN  # "now" lies inside a minute (on a boundary: one key more, below)
     window = Window.ending(at)
     past = make_plan(window, at + 2 * HOUR_MS, SETTINGS)
     now_no_skew = make_plan(window, at, NO_SKEW)
@@ -67,28 +68,37 @@ def test_key_counts_for_a_24h_window(offset):
 
 
 def test_worst_cases_are_reached():
-    counts = [len(make_plan(Window.ending(HOUR0 + m * MINUTE_MS), HOUR0 + m * MINUTE_MS + 2 * HOUR_MS, SETTINGS).terms) for m in range(60)]
-    assert max(counts) == 83
-    counts_now = [len(make_plan(Window.ending(HOUR0 + m * MINUTE_MS), HOUR0 + m * MINUTE_MS, NO_SKEW).terms) for m in range(60)]
-    assert max(counts_now) == 54
+    ends = [HOUR0 + m * MINUTE_MS + SECONDS_IN for m in range(60)]
+    assert max(len(make_plan(Window.ending(at), at + 2 * HOUR_MS, SETTINGS).terms) for at in ends) == 83
+    assert max(len(make_plan(Window.ending(at), at, NO_SKEW).terms) for at in ends) == 54
+
+
+def test_now_exactly_on_a_minute_boundary_may_read_one_key_more():
+    """The window ends before the current minute, which may already hold an event stamped now: it is subtracted."""
+    at = HOUR0 + 29 * MINUTE_MS
+    plan = make_plan(Window.ending(at), at, NO_SKEW)
+    assert len(plan.terms) == 55
+    assert plan.terms[-1].bucket.sort_key == "M#2024-03-28T13:29" and plan.terms[-1].sign == -1
+    events = [at - 1, at]  # the last millisecond of the window, and the first after it
+    assert sum_plan(plan, bucket_store(events)).count == 1
 
 
 def test_a_window_ending_now_excludes_events_stamped_in_the_future_of_the_current_hour():
-    at = HOUR0 + 20 * MINUTE_MS
+    at = HOUR0 + 20 * MINUTE_MS + SECONDS_IN
     events = [at - MINUTE_MS, at, at + 2 * MINUTE_MS, at + 4 * MINUTE_MS]  # two are ahead, within the skew
     plan = make_plan(Window.ending(at), at, SETTINGS)
     assert sum_plan(plan, bucket_store(events)).count == 2
 
 
 def test_the_hour_is_read_whole_when_no_later_minute_can_hold_data():
-    at = HOUR0 + 40 * MINUTE_MS
+    at = HOUR0 + 40 * MINUTE_MS + SECONDS_IN
     plan = make_plan(Window.ending(at), at, NO_SKEW)
     current = [t for t in plan.terms if t.bucket.hour_index == HOUR0 // HOUR_MS]
     assert [(t.bucket.sort_key, t.sign) for t in current] == [("H#2024-03-28T13", 1)]
 
 
 def test_a_partial_hour_over_30_minutes_is_read_as_hour_minus_the_rest():
-    at = HOUR0 + 40 * MINUTE_MS
+    at = HOUR0 + 41 * MINUTE_MS  # exclusive: the window's last minute is 13:40
     plan = make_plan(Window.ending(at), at + DAY_MS, SETTINGS)
     current = [t for t in plan.terms if t.bucket.hour_index == HOUR0 // HOUR_MS]
     assert current[0].bucket.sort_key == "H#2024-03-28T13" and current[0].sign == 1
@@ -107,9 +117,9 @@ def test_range_plan_prefers_one_run_inside_a_single_hour():
 
 def test_windows_reaching_past_minute_retention_must_be_hour_aligned_there():
     now = HOUR0 + 17 * MINUTE_MS
-    with pytest.raises(WindowUnavailable, match="minute retention.* ending at 2024-03-28T12:59Z"):
+    with pytest.raises(WindowUnavailable, match=r"minute retention.* at 2024-03-28T13:00Z\) .*align"):
         make_plan(Window.ending(now, 7 * DAY_MS), now, SETTINGS)
-    aligned = Window.ending(HOUR0 - 1, 7 * DAY_MS)  # ends with the last minute of an hour
+    aligned = Window.ending(HOUR0, 7 * DAY_MS)  # an end on the hour is exclusive: the window is whole hours
     plan = make_plan(aligned, now, SETTINGS)
     assert all(t.bucket.granularity.value == "H" for t in plan.terms)
     assert len(plan.terms) == 7 * 24
@@ -118,7 +128,7 @@ def test_windows_reaching_past_minute_retention_must_be_hour_aligned_there():
 def test_windows_reaching_past_hour_retention_are_refused():
     now = HOUR0
     with pytest.raises(WindowUnavailable, match="hour retention"):
-        make_plan(Window.ending(HOUR0 - 1, 100 * DAY_MS), now, SETTINGS)
+        make_plan(Window.ending(HOUR0, 100 * DAY_MS), now, SETTINGS)
 
 
 def test_minutes_that_cannot_hold_data_yet_are_not_read():

@@ -29,18 +29,21 @@ def test_events_count_by_their_minute(instant, inside):
     assert Window.ending(AT).covers(parse_instant(instant)) is inside
 
 
-@pytest.mark.parametrize(("text", "ms"), [("90m", 90 * MINUTE_MS), ("24h", DAY_MS), ("7d", 7 * DAY_MS), (" 1h ", HOUR_MS)])
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("90m", 90 * MINUTE_MS), ("24h", DAY_MS), ("7d", 7 * DAY_MS), (" 1h ", HOUR_MS), ("1d12h", 36 * HOUR_MS), ("2h30m", 150 * MINUTE_MS)],
+)
 def test_lengths(text, ms):
     assert parse_length(text) == ms
 
 
-@pytest.mark.parametrize("text", ["", "1w", "1.5h", "-1h", "h", "24", "24 hours"])
+@pytest.mark.parametrize("text", ["", "1w", "1.5h", "-1h", "h", "24", "24 hours", "1h1d", "m"])
 def test_bad_lengths_say_what_is_expected(text):
-    with pytest.raises(InvalidWindow, match="90m, 24h or 7d"):
+    with pytest.raises(InvalidWindow, match="90m, 24h, 7d or 1d12h"):
         parse_length(text)
 
 
-@pytest.mark.parametrize("text", ["0m", "0h", "0d", " 00m "])
+@pytest.mark.parametrize("text", ["0m", "0h", "0d", " 00m ", "0d0h0m"])
 def test_an_empty_window_is_refused_as_empty_not_as_misspelt(text):
     with pytest.raises(InvalidWindow, match=f"must be at least a minute, got {text!r}"):
         parse_length(text)

@@ -10,7 +10,7 @@ from tally.core.buckets import bucket_sort_key
 from tally.core.commit import MARKER_PREFIX
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
-from tally.core.plans import PlanKind, WindowUnavailable
+from tally.core.plans import PlanKind, WindowUnavailable, align_to_retention
 from tally.query import count_windows
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
@@ -18,6 +18,8 @@ from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.amounts import decimal_of, stored_units
 from tally.core.tables import COUNT_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
+
+from tally.core.directory import DIRECTORY_PREFIX, day_partition
 
 from .harness import STATS, FaultStats
 from .streams import Expected
@@ -56,7 +58,7 @@ def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], 
     sums: dict[tuple[str, str], int] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
-            if not item["pk"]["S"].startswith(MARKER_PREFIX):
+            if not item["pk"]["S"].startswith((MARKER_PREFIX, DIRECTORY_PREFIX)):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
@@ -87,6 +89,17 @@ def check_table(
         stats.add("discrepancies", len(wrong))
     sample = dict(sorted(wrong.items())[:8])
     assert not wrong, f"{len(wrong)} buckets differ (actual, expected), e.g. {sample}; {context}"
+
+
+def check_directory(client: Any, table_name: str, expected: Expected, context: str) -> None:
+    """The counter directory holds one entry per UTC day and counter that counted, and nothing else."""
+    entries = set()
+    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
+        entries.update(
+            (item["pk"]["S"], item["sk"]["S"]) for item in page["Items"] if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
+        )
+    truth = {(day_partition(event_ms // DAY_MS), name) for name, event_ms, _ in expected.events}
+    assert entries == truth, f"directory: extra {sorted(entries - truth)[:5]}, missing {sorted(truth - entries)[:5]}; {context}"
 
 
 def check_summaries(summaries: list[Summary], records: int, expected: Expected, context: str) -> None:
@@ -125,11 +138,15 @@ def check_windows(
     for now, at, length_ms in sorted(moments, key=lambda moment: moment[0]):
         stats.add("items_expired", expire(client, table.table_name, now, rng))
         chosen = rng.sample(counters, min(len(counters), 5))
-        window = Window.ending(now if at is None else at, length_ms)
+        # A window ending now is aligned, as the CLI and the HTTP API ask for it; an explicit end is not.
+        window = stated_window(now if at is None else at, length_ms, now if at is None else None, settings)
+        assert window == _engine_window(now if at is None else at, length_ms, now if at is None else None, settings)
         past_minutes = _readable_until(window.start_ms, MINUTE_MS, settings.minute_retention_ms) <= now
         for plan in (PlanKind.BATCH, PlanKind.RANGE):
             try:
-                results = count_windows(table, chosen, length_ms=length_ms, at_ms=at, plan=plan, now=now)
+                results = count_windows(
+                    table, chosen, length_ms=length_ms, at_ms=at, plan=plan, now=now, align=at is None
+                )
             except WindowUnavailable:
                 assert not must_be_answered(window, now, settings), (
                     f"refused a window within retention: {window}; {context}"
@@ -138,7 +155,9 @@ def check_windows(
                 continue
             assert not must_be_refused(window, now, settings), f"answered {window} at {now}; {context}"
             for result in results:
+                assert result.window == window, f"answered {result.window}, not {window}; {context}"
                 stats.add("windows_compared")
+                stats.add("windows_aligned", result.aligned)
                 stats.add("windows_past_minute_retention", past_minutes)
                 truth = expected.count(result.counter, window)
                 by_hour = Counter(
@@ -149,7 +168,8 @@ def check_windows(
                 sums_differ = summing and (
                     result.sum != truth_sum or result.average != expected.average(result.counter, window)
                 )
-                if result.total != truth or +Counter(result.by_hour) != +by_hour or sums_differ:
+                by_hour_index = Counter({int(hour.timestamp()) * 1000 // HOUR_MS: n for hour, n in result.by_hour.items()})
+                if result.total != truth or +by_hour_index != +by_hour or sums_differ:
                     stats.add("discrepancies")
                 where = (
                     f"{result.counter!r} over {window} ({length_ms // MINUTE_MS} min), "
@@ -160,9 +180,31 @@ def check_windows(
                     f"{where}: sum {result.sum} average {result.average}, brute force {truth_sum} "
                     f"{expected.average(result.counter, window)}; {context}"
                 )
-                assert +Counter(result.by_hour) == +by_hour, (
+                assert +by_hour_index == +by_hour, (
                     f"{where}: by hour {result.by_hour} != {dict(by_hour)}; {context}"
                 )
+
+
+def stated_window(end_ms: int, length_ms: int, aligned_at: int | None, settings: Settings) -> Window:
+    """The window as docs/design.md (Window semantics) states it, written apart from the engine's code.
+
+    Its last minute holds ``end_ms - 1`` (an end on a minute boundary is
+    exclusive); aligned (``aligned_at``: now), an edge whose minute is past the
+    minute retention moves out to its hour's boundary.
+    """
+    last = (end_ms - 1) // MINUTE_MS
+    first = last - length_ms // MINUTE_MS + 1
+    if aligned_at is not None:
+        if _readable_until(first * MINUTE_MS, MINUTE_MS, settings.minute_retention_ms) <= aligned_at:
+            first = first * MINUTE_MS // HOUR_MS * 60
+        if _readable_until(last * MINUTE_MS, MINUTE_MS, settings.minute_retention_ms) <= aligned_at:
+            last = last * MINUTE_MS // HOUR_MS * 60 + 59
+    return Window(first, last)
+
+
+def _engine_window(end_ms: int, length_ms: int, aligned_at: int | None, settings: Settings) -> Window:
+    window = Window.ending(end_ms, length_ms)
+    return window if aligned_at is None else align_to_retention(window, aligned_at, settings)
 
 
 def expire(client: Any, table_name: str, now_ms: int, rng: random.Random) -> int:

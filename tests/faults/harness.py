@@ -31,7 +31,7 @@ from unittest import mock
 from botocore.exceptions import ClientError
 from tally.core import segments
 from tally.local.delivery import DeliveryConfig, cut_invocations
-from tally.dynamo import CountsTable, RetriesExhausted
+from tally.dynamo import CounterDirectory, CountsTable, RetriesExhausted
 from tally.invocation import Summary, process
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
@@ -99,6 +99,7 @@ class FaultStats:
     failed_attempts: int = 0
     windows_compared: int = 0
     windows_refused: int = 0
+    windows_aligned: int = 0  # compared windows ending now that were answered over whole hours at an edge
     windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
     buckets_compared: int = 0
     events_in_minute_and_hour: int = 0
@@ -132,6 +133,7 @@ class FaultStats:
             "faults_by_kind": dict(sorted(self.faults.items())),
             "windows_compared": self.windows_compared,
             "windows_refused": self.windows_refused,
+            "windows_aligned": self.windows_aligned,
             "windows_past_minute_retention": self.windows_past_minute_retention,
             "buckets_compared": self.buckets_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,
@@ -267,6 +269,15 @@ class FaultyClient:
             "UnprocessedKeys": {table: {**spec, "Keys": withheld}},
         }
 
+    def batch_write_item(self, **kwargs: Any) -> dict[str, Any]:
+        """The counter directory's puts: throttled, or written with the answer lost (then put again)."""
+        if self.schedule.fires(FaultKind.PROVISIONED):
+            raise client_error("ProvisionedThroughputExceededException", "BatchWriteItem")
+        response = self._client.batch_write_item(**kwargs)
+        if self.schedule.fires(FaultKind.RESPONSE_LOST):
+            raise client_error("InternalServerError", "BatchWriteItem")
+        return response
+
     def query(self, **kwargs: Any) -> dict[str, Any]:
         if self.schedule.fires(FaultKind.READ_THROTTLED):
             raise client_error("ProvisionedThroughputExceededException", "Query")
@@ -301,6 +312,8 @@ class FaultyHandler:
         self.settings = settings
         self.schedule = schedule
         self.last_summary: Summary | None = None
+        # The handler's counter directory, written after each commit; a crash after a commit skips it.
+        self.directory = CounterDirectory(table.client, table.table_name, settings, backoff=table.backoff)
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         commits_done = 0
@@ -316,9 +329,13 @@ class FaultyHandler:
                 raise InjectedCrash(FaultKind.TIMEOUT_AFTER_COMMIT.value)
             return result
 
-        response, summary = process(event, commit, self.settings)
-        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
-            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        try:
+            response, summary = process(event, self.directory.recording(commit), self.settings)
+            if self.schedule.fires(FaultKind.TIMEOUT_AFTER_RETURN):
+                raise InjectedCrash(FaultKind.TIMEOUT_AFTER_RETURN.value)
+        except InjectedCrash:
+            self.directory.written.clear()  # a crashed runtime starts afresh, its memory gone
+            raise
         self.last_summary = summary
         return response
 

@@ -23,7 +23,7 @@ from tally.core.segments import MAX_PART_ITEMS, MAX_SEGMENT_ITEMS
 from tally.core.settings import HOUR_MS, Settings
 
 from . import profiles
-from .checks import check_summaries, check_table, check_windows
+from .checks import check_directory, check_summaries, check_table, check_windows
 from .harness import (
     READ_FAULTS,
     STATS,
@@ -157,6 +157,7 @@ def check_stream(
         summaries, schedule = drain(stream, deployment, client, settings, write_faults)
         context += f"; {schedule!r}"
         check_table(client, COUNTS_TABLE, stream.expected, settings, context)
+        check_directory(client, COUNTS_TABLE, stream.expected, context)
         check_summaries(summaries, stream.records, stream.expected, context)
 
         read_rates = {kind: 0.3 for kind in READ_FAULTS}

@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import io
 import os
+from datetime import timedelta
 from pathlib import Path
 from unittest import mock
 
@@ -18,7 +19,8 @@ from moto import mock_aws
 from tally.dynamo import create_tables
 from tally.query import validate_query_counter
 from tally.core.settings import MINUTE_MS
-from tally.core.windows import Window, parse_instant, parse_length
+from tally.core.windows import QueryError, Window, parse_instant, parse_length
+from tally.reader import read_options
 
 from . import profiles
 from .harness import STATS
@@ -90,8 +92,27 @@ def test_instants_parse_or_say_why(text: str) -> None:
 def test_windows_cover_exactly_their_minutes_or_say_why(at_ms: int, minutes: int) -> None:
     window = assert_clear_value_error(Window.ending, at_ms, minutes * MINUTE_MS)
     if window is not None:
-        assert window.minutes == minutes and window.covers(at_ms)
+        assert window.minutes == minutes and window.covers(at_ms - 1)
         assert not window.covers(window.start_ms - 1) and not window.covers(window.end_ms)
+        assert window.end_ms - MINUTE_MS < at_ms <= window.end_ms  # an end on a minute boundary is exclusive
+
+
+choices = st.one_of(st.none(), any_text, st.sampled_from(["minute", "hour", "HOUR", " none ", "batch", "range", "auto", "true", "0", "yes"]))
+python_lengths = st.one_of(lengths, st.timedeltas(min_value=timedelta(days=-3), max_value=timedelta(days=400)))
+python_ends = st.one_of(instants, st.datetimes(timezones=st.one_of(st.none(), st.timezones())), st.none())
+
+
+@profiles.for_test(weight=5)
+@given(window=python_lengths, at=python_ends, series=choices, plan=choices, align=st.one_of(choices, st.booleans()))
+def test_read_options_parse_or_say_why(window, at, series, plan, align) -> None:
+    """The one parser of every edge: Python values or text in, ReadOptions or a QueryError naming the fix out."""
+    try:
+        options = read_options(window=window, at=at, series=series, plan=plan, align=align)
+    except QueryError as error:
+        assert str(error).strip()
+        return
+    assert options.window > timedelta(0) and options.window % timedelta(minutes=1) == timedelta(0)
+    assert options.at is None or options.at.utcoffset() == timedelta(0)
 
 
 @profiles.for_test(weight=5)
@@ -136,7 +157,9 @@ def query_arguments(draw) -> list[str]:
         argv.append(f"--at={draw(instants)}")
     if draw(st.booleans()):
         argv.append(f"--plan={draw(st.sampled_from(['batch', 'range']))}")
-    argv += draw(st.lists(st.sampled_from(["--json", "--consistent"]), max_size=2))
+    if draw(st.booleans()):
+        argv.append(f"--series={draw(st.sampled_from(['minute', 'hour']))}")
+    argv += draw(st.lists(st.sampled_from(["--json", "--consistent", "--align"]), max_size=3))
     return argv
 
 
@@ -155,7 +178,7 @@ def test_the_query_command_answers_or_fails_in_one_line(query_command, argv: lis
         assert out == "" and len(err.strip().splitlines()) == 1, (argv, err)
     else:  # an answer, and on stderr at most a note per counter saying why a 0 is one
         assert out and all(line.startswith("note: ") for line in err.splitlines()), (argv, err)
-        assert len(err.splitlines()) <= len(argv), (argv, err)
+        assert len(err.splitlines()) <= len(argv) + 1, (argv, err)  # + the note of an aligned window
 
 
 @pytest.mark.parametrize(

@@ -243,7 +243,7 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         ]
     write_items(client("dynamodb"), tables.events, items)
     run_stream(tables)
-    at_iso = audit._iso(end).replace("Z", ":00Z")
+    at_iso = audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
 
     counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "load/home", "visitors/blog"]
     status = audit.main([*counters, "--json", "--window", "3h", "--at", at_iso])
@@ -337,7 +337,8 @@ def test_one_rule_alone_is_recounted_by_a_filter_dynamodb_accepts(tables, capsys
     end = now_ms() - 5 * MINUTE_MS
     write_items(client("dynamodb"), tables.events, [{"id": f"j{n}", "ts": end - n * 60_000, "providerId": "a"} for n in range(5)])
     run_stream(tables)
-    assert audit.main(["jobs/a", "--json", "--window", "1h", "--at", audit._iso(end).replace("Z", ":00Z")]) == 0
+    at_iso = audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
+    assert audit.main(["jobs/a", "--json", "--window", "1h", "--at", at_iso]) == 0
     [row] = map(json.loads, capsys.readouterr().out.splitlines())
     assert row["tally"] == row["recount"] == 5
 

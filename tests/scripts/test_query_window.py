@@ -69,7 +69,10 @@ def test_at_takes_epoch_seconds_as_count_from_does(counted, capsys):
         (["alpha", "--at", "2026-11-22T10:00:00"], "without a UTC offset"),
         (["#segment#x"], "reserved"),
         (["#rejected#nonsense"], "unknown rejection counter"),
-        (["alpha", "--window", "7d"], "minute retention"),
+        (["alpha", "--window", "7d", "--at", "2026-11-23T10:17Z"], "minute retention"),
+        (["alpha", "--quantiles", "0.5,1.5"], "quantile '1.5' is not from 0 to 1: write quantiles like 0.5,0.9,0.99"),
+        (["alpha", "--quantiles", "p99"], "quantile 'p99' is not a number"),
+        (["alpha", "--quantiles", "0.5,"], "quantile '' is not a number"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
@@ -82,16 +85,8 @@ def test_bad_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [
-        [],
-        ["alpha", "--plan", "fastest"],
-        ["alpha", "--bogus"],
-        ["alpha", "--window"],
-        ["alpha", "--quantiles", "0.5,1.5"],
-        ["alpha", "--quantiles", "p99"],
-        ["alpha", "--quantiles", "0.5,"],
-    ],
-    ids=["no counter", "bad choice", "unknown option", "missing value", "quantile > 1", "not a number", "empty"],
+    [[], ["alpha", "--plan", "fastest"], ["alpha", "--series", "second"], ["alpha", "--bogus"], ["alpha", "--window"]],
+    ids=["no counter", "bad choice", "bad series", "unknown option", "missing value"],
 )
 def test_argument_errors_are_one_line_too(argv, capsys):
     with pytest.raises(SystemExit) as exited:
@@ -112,7 +107,7 @@ def test_an_unknown_counter_says_so_instead_of_a_silent_zero(counted, capsys):
 
 @pytest.mark.server
 def test_a_counter_with_no_events_in_this_window_gets_no_such_note(counted, capsys):
-    five_days_ago = iso_minute((now_ms() - 5 * DAY_MS) // HOUR_MS * HOUR_MS + 59 * MINUTE_MS)
+    five_days_ago = iso_minute((now_ms() - 5 * DAY_MS) // HOUR_MS * HOUR_MS)
     assert query_window.main(["alpha", "--at", five_days_ago, "--window", "2h", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["total"] == 0
@@ -188,6 +183,72 @@ def test_bad_rules_in_the_environment_are_one_line_and_status_2(capsys, monkeypa
     assert err.count("\n") == 1 and "TALLY_RULES: rule 1 ('r'): field 'sum'" in err
 
 
+@pytest.mark.server
+def test_a_week_ending_now_is_answered_over_whole_hours_with_one_note(counted, capsys):
+    assert query_window.main(["alpha", "--window", "7d", "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["aligned"] is True and result["start"].endswith(":00Z")
+    assert captured.err.count("\n") == 1 and captured.err.startswith("note: window [")
+    assert "answered over whole hours there, [" + result["start"] in captured.err
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("plan", ["batch", "range"])
+def test_a_24h_minute_series_lists_1440_minutes_summing_to_the_total(counted, capsys, plan):
+    assert query_window.main(["alpha", "beta", "--series", "minute", "--json", "--consistent", "--plan", plan]) == 0
+    for result in map(json.loads, capsys.readouterr().out.splitlines()):
+        assert len(result["series"]) == 1440 and result["total"] > 0
+        assert sum(point["count"] for point in result["series"]) == result["total"]
+        assert result["series"][0]["start"] == result["start"] and set(result["series"][0]) == {"start", "count"}
+
+
+@pytest.mark.server
+def test_the_table_shows_a_minute_series_as_one_sparkline_per_hour(counted, capsys):
+    assert query_window.main(["alpha", "--series", "minute"]) == 0
+    out = capsys.readouterr().out
+    chart = out[out.index("alpha per minute") :].splitlines()[1:]
+    assert 24 <= len(chart) <= 25  # not 1,440 lines
+    assert any(set("▁▂▃▄▅▆▇█") & set(line) for line in chart)
+
+
+@pytest.mark.server
+def test_the_table_shows_a_week_as_a_line_a_day(counted, capsys):
+    assert query_window.main(["alpha", "--window", "7d"]) == 0
+    out = capsys.readouterr().out
+    chart = out[out.index("alpha per hour, a line a day") :].splitlines()[1:]
+    assert len(chart) == 8  # the partial first day, six whole days, today
+    assert sum(int(line.split()[-1].replace(",", "")) for line in chart) == int(
+        [line for line in out.splitlines() if "│ alpha" in line][0].split("│")[2].strip().replace(",", "")
+    )
+
+
+@pytest.mark.server
+def test_prefix_lists_the_counters_that_counted_in_the_window(counted, capsys):
+    assert query_window.main(["--prefix", "al", "--json"]) == 0
+    assert [json.loads(line)["counter"] for line in capsys.readouterr().out.splitlines()] == ["alpha"]
+    assert query_window.main(["--prefix", "", "--window", "3h"]) == 0
+    out = capsys.readouterr().out
+    assert "alpha" in out and "beta" in out and "per hour" not in out
+    assert query_window.main(["--prefix", "zz"]) == 0
+    assert capsys.readouterr().err == "note: no counter starting with 'zz' counted anything\n"
+
+
+@pytest.mark.server
+def test_an_end_on_the_hour_is_exclusive(counted, capsys):
+    end = iso_minute(now_ms() // HOUR_MS * HOUR_MS)
+    assert query_window.main(["alpha", "--window", "1h", "--at", end, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["end"] == end and result["start"] == iso_minute(now_ms() // HOUR_MS * HOUR_MS - HOUR_MS)
+    assert list(result["by_hour"]) == [result["start"]]
+
+
+def test_counters_and_prefix_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(["alpha", "--prefix", "a"])
+    assert exited.value.code == 2 and "not both" in capsys.readouterr().err
+
+
 @pytest.fixture
 def blog_views(tables, fresh_handler_cache, monkeypatch):
     """A blog's page views, counted by its rules: load times keep a histogram."""
@@ -200,7 +261,8 @@ def test_quantiles_in_json_are_within_one_percent_of_brute_force_by_both_plans(b
     truth = truth_now("blog", blog_views, lambda item: parse_instant(item["time"]))
     capsys.readouterr()
     for plan in ("batch", "range"):
-        assert query_window.main(["load/posts/about", "views/all", "--quantiles", "0.5,0.99", "--json", "--plan", plan]) == 0
+        argv = ["load/posts/about", "views/all", "--quantiles", "0.5,0.99", "--json", "--plan", plan, "--series", "hour"]
+        assert query_window.main(argv) == 0
         captured = capsys.readouterr()
         load, views = map(json.loads, captured.out.splitlines())
         assert list(load["quantiles"]) == ["0.5", "0.99"]
@@ -209,6 +271,8 @@ def test_quantiles_in_json_are_within_one_percent_of_brute_force_by_both_plans(b
             assert abs(Decimal(text) - exact) <= exact / 100, (plan, q)
         assert Decimal(load["bounds"]["low"]) <= truth.values["load/posts/about"][0]
         assert Decimal(load["bounds"]["high"]) >= truth.values["load/posts/about"][-1]
+        assert list(load["quantiles_by_hour"]) == list(load["by_hour"])
+        assert all(list(point["quantiles"]) == ["0.5", "0.99"] for point in load["series"])
         assert "quantiles" not in views and "'views/all' keeps no histogram" in captured.err
 
 

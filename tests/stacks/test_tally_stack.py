@@ -19,7 +19,7 @@ from cdk_synthesis import (
 
 from tally_cdk.context import DEFAULT_CONTEXT
 from tally.core import settings as tally_settings
-from tally.local.stack_outputs import STACK_OUTPUT_KEYS
+from tally.stack_outputs import STACK_OUTPUT_KEYS
 from tally.core.tables import COUNTS_TABLE, EVENTS_TABLE
 
 pytestmark = pytest.mark.cdk
@@ -304,6 +304,13 @@ def test_every_resource_is_scoped_except_list_streams(template, ids):
     assert [as_list(statement["Action"]) for statement in unscoped] == [["dynamodb:ListStreams"]]
 
 
+def test_batch_writes_reach_the_counter_directory_only(template, ids):
+    [statement] = [s for s in policy_statements(template) if "dynamodb:BatchWriteItem" in as_list(s["Action"])]
+    assert as_list(statement["Action"]) == ["dynamodb:BatchWriteItem"]
+    assert [render(resource) for resource in as_list(statement["Resource"])] == ["${%s.Arn}" % ids["counts"]]
+    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#counters#*"]}}
+
+
 def test_each_resource_gets_exactly_the_actions_the_handler_needs(template, ids):
     granted: dict[str, set[str]] = {}
     for statement in policy_statements(template):
@@ -311,7 +318,12 @@ def test_each_resource_gets_exactly_the_actions_the_handler_needs(template, ids)
             granted.setdefault(render(resource), set()).update(as_list(statement["Action"]))
 
     assert granted == {
-        "${%s.Arn}" % ids["counts"]: {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"},
+        "${%s.Arn}" % ids["counts"]: {
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:ConditionCheckItem",
+            "dynamodb:BatchWriteItem",
+        },
         "${%s.StreamArn}" % ids["events"]: {
             "dynamodb:DescribeStream",
             "dynamodb:GetRecords",

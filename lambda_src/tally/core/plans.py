@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tally.core.buckets import MINUTES_PER_HOUR, Bucket, Granularity, iso_minute
-from tally.core.settings import MINUTE_MS, Settings
-from tally.core.windows import Window
+from tally.core.buckets import MINUTES_PER_HOUR, Bucket, iso_minute
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.windows import QueryError, Window
 
 
 class PlanKind(str, Enum):
@@ -33,7 +33,14 @@ class PlanKind(str, Enum):
     RANGE = "range"
 
 
-class WindowUnavailable(ValueError):
+class Series(str, Enum):
+    """The buckets a result lists one by one: every minute, or every hour, of its window."""
+
+    MINUTE = "minute"
+    HOUR = "hour"
+
+
+class WindowUnavailable(QueryError):
     """The buckets a window needs have passed their retention."""
 
 
@@ -78,17 +85,30 @@ class Plan:
 
 
 def make_plan(
-    window: Window, now_ms: int, settings: Settings, kind: PlanKind = PlanKind.BATCH, union: bool = False
+    window: Window,
+    now_ms: int,
+    settings: Settings,
+    kind: PlanKind = PlanKind.BATCH,
+    series: Series | None = None,
+    union: bool = False,
 ) -> Plan:
     """Choose, hour by hour, the cheapest exact reading of the window (a union of disjoint buckets if ``union``).
 
     Raises WindowUnavailable when a needed bucket may already have expired:
     partial hours need minute buckets, so past the minute retention a window
-    must cover whole hours there.
+    must cover whole hours there (``align_to_retention`` makes it so).
+
+    A minute series needs every minute on its own, so its plan reads every
+    minute of the window that can hold data (and its total is their sum).
     """
     populated_until = (now_ms + settings.max_clock_skew_ms) // MINUTE_MS
+    _bound_series(window, series, settings)
+    if series is Series.MINUTE:
+        return _minute_plan(window, populated_until, now_ms, settings, kind)
     terms: list[Term] = []
-    for hour in range(window.first_minute // MINUTES_PER_HOUR, window.last_minute // MINUTES_PER_HOUR + 1):
+    # Hours after populated_until hold nothing yet: a window far in the future costs no more than one ending now.
+    last_hour = min(window.last_minute, populated_until) // MINUTES_PER_HOUR
+    for hour in range(window.first_minute // MINUTES_PER_HOUR, last_hour + 1):
         terms.extend(_hour_terms(hour, window, populated_until, now_ms, settings, kind, union))
     return Plan(kind, window, tuple(terms))
 
@@ -103,8 +123,12 @@ def _hour_terms(
     if first > last:
         return []  # nothing in this hour can hold data yet
     hour_bucket = Bucket.of_hour(hour)
+    if not _alive(hour_bucket, now_ms, settings):
+        raise WindowUnavailable(
+            f"the window {window} reaches back to {iso_minute(hour_bucket.start_ms)}, past the hour retention "
+            f"({settings.hour_retention_ms // (24 * HOUR_MS)} d): nothing that old is kept; shorten it or end it later"
+        )
     if first == hour_first and last == hour_last:
-        _require_alive(hour_bucket, now_ms, settings)
         return [Term(hour_bucket, +1)]
 
     covered = [range(first, last + 1)]
@@ -120,8 +144,9 @@ def _hour_terms(
     if not alive:
         raise WindowUnavailable(
             f"the minutes of hour {Bucket.of_hour(hour).sort_key[2:]} are past the minute retention "
-            f"({settings.minute_retention_ms // 3_600_000} h): a window reaching that far back must cover "
-            f"whole hours there, e.g. a length in whole hours ending at {_last_whole_hour_end(window)}"
+            f"({settings.minute_retention_ms // HOUR_MS} h): a window reaching that far back must cover whole hours "
+            f"there: end it on a whole hour (e.g. at {_last_whole_hour_end(window)}) with a length in whole hours, "
+            "or ask for it aligned (align), which starts it at the start of its first hour"
         )
     if kind is PlanKind.RANGE:
         best = min(alive, key=lambda i: (runs[i], len(options[i])))
@@ -130,12 +155,52 @@ def _hour_terms(
     return options[best]
 
 
+def _bound_series(window: Window, series: Series | None, settings: Settings) -> None:
+    """A series lists every bucket of its window: no longer than its buckets are kept (2,880 minutes, 2,160 hours)."""
+    if series is Series.MINUTE and window.length_ms > settings.minute_retention_ms:
+        hours = settings.minute_retention_ms // HOUR_MS
+        raise WindowUnavailable(
+            f"a minute series lists every minute, and minutes are kept {hours} h: ask for a window of at most "
+            f"{hours}h, or for an hour series"
+        )
+    if series is Series.HOUR and window.length_ms > settings.hour_retention_ms:
+        days = settings.hour_retention_ms // (24 * HOUR_MS)
+        raise WindowUnavailable(
+            f"an hour series lists every hour, and hours are kept {days} d: ask for a window of at most {days}d"
+        )
+
+
+def _minute_plan(window: Window, populated_until: int, now_ms: int, settings: Settings, kind: PlanKind) -> Plan:
+    last = min(window.last_minute, populated_until)
+    if window.first_minute <= last and not _alive(Bucket.of_minute(window.first_minute), now_ms, settings):
+        raise WindowUnavailable(
+            f"a minute series reads every minute of the window, and minutes are kept "
+            f"{settings.minute_retention_ms // HOUR_MS} h: the window {window} starts before that; "
+            "ask for an hour series, or a window that starts later"
+        )
+    terms = tuple(Term(Bucket.of_minute(minute), +1) for minute in range(window.first_minute, last + 1))
+    return Plan(kind, window, terms)
+
+
+def align_to_retention(window: Window, now_ms: int, settings: Settings) -> Window:
+    """The smallest window holding ``window`` whose edges lie on whole hours where minutes are past retention.
+
+    Partial hours are read from minutes, so an edge whose minute may have
+    expired moves out to its hour's boundary: the start back to the start of
+    its hour, the end forward to the end of its hour. Every other edge stays.
+    """
+    first, last = window.first_minute, window.last_minute
+    if not _alive(Bucket.of_minute(first), now_ms, settings):
+        first -= first % MINUTES_PER_HOUR
+    if not _alive(Bucket.of_minute(last), now_ms, settings):
+        last += MINUTES_PER_HOUR - 1 - last % MINUTES_PER_HOUR
+    return Window(first, last)
+
+
 def _last_whole_hour_end(window: Window) -> str:
-    """The last minute of the latest whole hour the window covers: an end that makes it hour-aligned."""
-    last = window.last_minute
-    if (last + 1) % MINUTES_PER_HOUR:
-        last = last // MINUTES_PER_HOUR * MINUTES_PER_HOUR - 1
-    return iso_minute(last * MINUTE_MS)
+    """The end of the latest whole hour the window covers: an end that makes it hour-aligned."""
+    end = window.end_ms
+    return iso_minute(end - end % HOUR_MS)
 
 
 def _alive(bucket: Bucket, now_ms: int, settings: Settings) -> bool:
@@ -145,9 +210,3 @@ def _alive(bucket: Bucket, now_ms: int, settings: Settings) -> bool:
     what keeps every minute read here equal to its share of its hour.
     """
     return bucket.alive_at(now_ms, settings)
-
-
-def _require_alive(bucket: Bucket, now_ms: int, settings: Settings) -> None:
-    if not _alive(bucket, now_ms, settings):
-        granularity = "hour" if bucket.granularity is Granularity.HOUR else "minute"
-        raise WindowUnavailable(f"bucket {bucket.sort_key} is past the {granularity} retention")

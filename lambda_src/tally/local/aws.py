@@ -90,7 +90,7 @@ def resolve_tables(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     env = os.environ if env is None else env
     defaults = Settings()
     if getattr(args, "stack", None):
-        from tally.local.stack_outputs import table_names_from_stack
+        from tally.stack_outputs import table_names_from_stack
 
         outputs = table_names_from_stack(args.stack, client("cloudformation"))
         return Tables(outputs["EventsTableName"], outputs["CountsTableName"], outputs["EventsStreamArn"])

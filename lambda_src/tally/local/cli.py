@@ -44,8 +44,9 @@ from rich.console import Console
 
 from tally.core.commit import RetriesExhausted
 from tally.core.settings import SettingsError
+from tally.core.windows import QueryError
 from tally.local.delivery import DeliveryFailed
-from tally.local.stack_outputs import StackOutputsError
+from tally.stack_outputs import StackOutputsError
 
 EXIT_USAGE = 2
 DEFAULT_REGION = "us-east-1"
@@ -104,7 +105,7 @@ def explain(error: BaseException) -> str | None:
     server_failure = server_failed(error)
     if server_failure is not None:
         return str(server_failure)
-    if isinstance(error, ScriptError | SettingsError | StackOutputsError):
+    if isinstance(error, ScriptError | SettingsError | StackOutputsError | QueryError):
         return str(error)
     if isinstance(error, ConnectionError | ConnectionClosedError):
         return unreachable(str(error))

@@ -1,7 +1,7 @@
 """Find a deployed tally's tables and queue from its CloudFormation stack outputs.
 
-The stack generates its table names, so scripts given `--stack NAME` look them
-up here instead of guessing. The output keys are a contract with
+The stack generates its table names, so scripts given `--stack NAME` and
+`tally.Reader.from_stack` look them up here instead of guessing. The output keys are a contract with
 `stacks/tally_stack.py`.
 """
 

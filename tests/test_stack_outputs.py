@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from tally.local.stack_outputs import StackOutputsError, table_names_from_stack
+from tally.stack_outputs import StackOutputsError, table_names_from_stack
 
 REGION = "us-east-1"
 OUTPUT_VALUES = {

@@ -1,0 +1,323 @@
+"""Read counts from your own code: the one read API behind the CLI, the HTTP API and the dashboard.
+
+    from datetime import timedelta
+    from tally import Reader
+
+    reader = Reader("tally-counts")               # or Reader.from_stack("Tally"); settings from the environment
+    views = reader.count("page-views", window="24h")
+    views.total, views.start, views.end           # the count, and the window answered (aware UTC datetimes)
+    reader.count_many(["a", "b"], window=timedelta(days=7), series="hour")
+
+Every option may be given as its Python value or as text, and ``read_options``
+is the one parser of both: the command line and the HTTP API hand it their
+text, so every edge reads the same window for the same words.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tally.core.histograms import InvalidQuantile, parse_quantile
+from tally.core.plans import PlanKind, Series
+from tally.core.rules import ENV_RULES
+from tally.core.settings import (
+    ENV_BUCKET_LANES,
+    ENV_HOUR_RETENTION_DAYS,
+    ENV_MAX_CLOCK_SKEW_SECONDS,
+    ENV_MINUTE_RETENTION_HOURS,
+    Settings,
+)
+from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant_of, length_ms_of, now_ms
+from tally.core.directory import RESERVED_PREFIX, days_between
+from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings
+from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
+from tally.stack_outputs import table_names_from_stack
+
+COUNTS_TABLE_OUTPUT = "CountsTableName"
+PUBLISHED_SETTINGS_SECONDS = 60  # how long a Reader trusts the published settings it read
+# The published settings a read depends on: which items hold a bucket, which are alive, which counters sum.
+READ_VARIABLES = (
+    ENV_BUCKET_LANES, ENV_MINUTE_RETENTION_HOURS, ENV_HOUR_RETENTION_DAYS, ENV_MAX_CLOCK_SKEW_SECONDS, ENV_RULES
+)
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read: window length, end (None: now), series, plan, alignment (None: auto) and consistency."""
+
+    window: timedelta = timedelta(milliseconds=DEFAULT_LENGTH_MS)
+    at: datetime | None = None
+    series: Series | None = None
+    plan: PlanKind = PlanKind.BATCH
+    align: bool | None = None
+    consistent: bool = False
+    quantiles: tuple[str, ...] = ()  # as written ("0.99"): the results of histogram counters answer them
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    def aligns(self) -> bool:
+        """Auto alignment aligns a window that ends now, and refuses an explicit end that needs it."""
+        return self.at is None if self.align is None else self.align
+
+
+def read_options(
+    *,
+    window: timedelta | str | None = None,
+    at: datetime | str | None = None,
+    series: Series | str | None = None,
+    plan: PlanKind | str | None = None,
+    align: bool | str | None = None,
+    consistent: bool | str | None = None,
+    quantiles: Sequence[str] | str | None = None,
+) -> ReadOptions:
+    """Options given as Python values or as text (a command line, a query string) -> ReadOptions.
+
+    window: timedelta or "90m" / "24h" / "7d" / "1d12h"; at: aware datetime,
+    ISO-8601 with an offset, or "now"; series: "minute" / "hour" / "none";
+    plan: "batch" / "range"; align: True / False / None or "true" / "false" /
+    "auto"; consistent: bool or "true" / "false"; quantiles: "0.5,0.99" or a list
+    of them, each from 0 to 1, kept as written. None or "" means the default.
+    Raises QueryError naming the fix; no I/O.
+    """
+    length_ms = DEFAULT_LENGTH_MS if _unset(window) else length_ms_of(window)
+    end = None if _unset(at) or _is(at, "now") else instant_of(at)
+    if end is not None:
+        end_ms_of(end)  # refuses an end outside the keys' years now, not at the first read
+    return ReadOptions(
+        window=timedelta(milliseconds=length_ms),
+        at=end,
+        series=None if _unset(series) or _is(series, "none") else _choice(Series, series, "series"),
+        plan=PlanKind.BATCH if _unset(plan) else _choice(PlanKind, plan, "plan"),
+        align=None if _unset(align) or _is(align, "auto") else _flag(align, "align", "auto"),
+        consistent=False if _unset(consistent) else _flag(consistent, "consistent"),
+        quantiles=() if _unset(quantiles) else _quantiles(quantiles),
+    )
+
+
+class Reader:
+    """Counts from one counts table: ``count``, ``count_many``, ``list_counters``, each with the options above.
+
+    ``read_options`` lists the options; an end on a minute boundary is exclusive.
+    """
+
+    def __init__(self, table_name: str | None = None, *, client: Any = None, settings: Settings | None = None) -> None:
+        """``table_name`` defaults to COUNTS_TABLE (else tally-counts); ``settings`` to the environment's
+        (bucket lanes, counter rules, retentions and clock skew shape every read); ``client`` to boto3's
+        DynamoDB client, which follows AWS_ENDPOINT_URL, AWS_REGION and the usual credential chain."""
+        self.settings = Settings.from_env() if settings is None else settings
+        self.table_name = table_name or self.settings.counts_table
+        if client is None:
+            import boto3
+
+            client = boto3.client("dynamodb")
+        self.table = CountsTable(client, self.table_name, self.settings)
+        self.directory = CounterDirectory(client, self.table_name, self.settings)
+        self._published: PublishedSettings | None = None
+        self._published_read_at: float | None = None
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, str], *, client: Any = None, settings: Settings | None = None) -> Reader:
+        """From a deployed stack's outputs (``cdk deploy --outputs-file``, or describe-stacks): its CountsTableName."""
+        if not outputs.get(COUNTS_TABLE_OUTPUT):
+            raise QueryError(f"the stack outputs lack {COUNTS_TABLE_OUTPUT}: is it a tally stack, fully deployed?")
+        return cls(outputs[COUNTS_TABLE_OUTPUT], client=client, settings=settings)
+
+    @classmethod
+    def from_stack(
+        cls, stack_name: str, *, client: Any = None, cloudformation: Any = None, settings: Settings | None = None
+    ) -> Reader:
+        """From a deployed tally stack, by name (CloudFormation describe-stacks; for code outside the stack)."""
+        import boto3
+
+        outputs = table_names_from_stack(stack_name, cloudformation or boto3.client("cloudformation"))
+        return cls.from_outputs(outputs, client=client, settings=settings)
+
+    def count(self, counter: str, **options: Any) -> WindowCount:
+        """One counter over one window (default: the 24 h ending now)."""
+        if not isinstance(counter, str):
+            raise QueryError(f"count takes one counter name, got {counter!r}: for several, use count_many")
+        return self.count_many([counter], **options)[0]
+
+    def count_many(self, counters: Sequence[str], **options: Any) -> list[WindowCount]:
+        """Several counters over the same window, in the order given (the batch plan shares their requests)."""
+        if isinstance(counters, str) or not isinstance(counters, Sequence):
+            raise QueryError(f"count_many takes a list of counter names, got {counters!r}: for one, use count")
+        if not counters:
+            raise QueryError("count_many needs at least one counter name")
+        names = [validate_query_counter(name) for name in counters]
+        return self._count(names, read_options(**options), now_ms())
+
+    def list_counters(self, prefix: str = "", *, limit: int | None = None, **options: Any) -> list[WindowCount]:
+        """The counters whose names start with ``prefix`` that counted anything in the window, by name.
+
+        Reads the counter directory (one Query per UTC day of the window) and
+        counts the counters found there, keeping those with a total above 0.
+        ``limit`` bounds the work: more candidates than that in the directory
+        raise QueryError before anything is counted. The directory knows
+        counters from their first commit by a release that writes it. tally's
+        own ``#rejected#<reason>`` counters are not listed.
+        """
+        if not isinstance(prefix, str):
+            raise QueryError(f"prefix must be text, got {prefix!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise QueryError(f"limit must be a whole number of counters, at least 1, got {limit!r}")
+        if prefix.startswith(RESERVED_PREFIX):
+            raise QueryError(
+                f"names starting with '#' are tally's own and never listed, got prefix {prefix!r}: "
+                "read rejections by name, #rejected#<reason>"
+            )
+        chosen = read_options(**options)
+        now = now_ms()
+        _asked, window = answered_window(
+            _length_ms(chosen), _at_ms(chosen), now, chosen.aligns(), self.settings
+        )
+        names, requests = self.directory.counters(prefix, days_between(window.start_ms, window.end_ms), chosen.consistent)
+        if not names:
+            return []
+        if limit is not None and len(names) > limit:
+            raise QueryError(
+                f"{len(names)} counters starting with {prefix!r} have buckets on the days of the window {window}, "
+                f"more than the limit of {limit}: narrow the prefix or the window"
+            )
+        counted = self._count(names, chosen, now)
+        return [replace(result, requests=result.requests + requests) for result in counted if result.total > 0]
+
+    def _count(self, names: list[str], chosen: ReadOptions, now: int) -> list[WindowCount]:
+        return count_windows(
+            self.table,
+            names,
+            length_ms=_length_ms(chosen),
+            at_ms=_at_ms(chosen),
+            plan=chosen.plan,
+            consistent=chosen.consistent,
+            now=now,
+            series=chosen.series,
+            align=chosen.aligns(),
+            quantiles=chosen.quantiles,
+        )
+
+    def notes(self, results: Sequence[WindowCount]) -> list[str]:
+        """Lines an edge shows beside the answer: an aligned window, and why a 0 is a 0 where that is knowable.
+
+        A 0 that is an answer and a 0 that is a mistake look alike: a window
+        entirely in the future, or a counter without a single bucket (one Query
+        of one key each), says so.
+        """
+        if not results:
+            return []
+        first = results[0]
+        notes = []
+        if first.aligned and first.asked is not None:
+            notes.append(
+                f"window {first.asked} reaches past the minute retention "
+                f"({self.settings.minute_retention_ms // 3_600_000} h): answered over whole hours there, {first.window}"
+            )
+        notes.extend(self.settings_differences())
+        if first.window.start_ms > now_ms():
+            notes.append(f"the window {first.window} lies entirely in the future: nothing can be counted in it yet")
+            return notes
+        notes.extend(
+            f"no bucket of {result.counter!r} exists at all: no event has been counted under that name "
+            "(names are case-sensitive)"
+            for result in results
+            if result.items_read == 0 and not self.table.has_counter(result.counter)
+        )
+        return notes
+
+
+    def settings_differences(self) -> list[str]:
+        """A line naming every read setting that differs from what the counting function published, if any.
+
+        Lanes, rules and retentions shape every read: a reader with fewer lanes
+        than the function reads low counts, silently. One GetItem a minute per
+        Reader; nothing when no function has published its settings, or the
+        item cannot be read.
+        """
+        published = self._published_settings()
+        if published is None:
+            return []
+        mine = self.settings.counting_environment()
+        theirs = published.environment
+        differing = [name for name in READ_VARIABLES if mine.get(name) != theirs.get(name)]
+        if not differing:
+            return []
+        shown = ", ".join(f"{name}={theirs.get(name, '')!r} (here {mine.get(name, '')!r})" for name in differing)
+        return [
+            f"{published.publisher} counts into {self.table_name} with {shown}: these answers may be wrong; "
+            "read with the settings it published"
+        ]
+
+
+    def _published_settings(self) -> PublishedSettings | None:
+        """The published settings, read at most once a minute: a warm process keeps one Reader for many reads."""
+        now = time.monotonic()
+        if self._published_read_at is None or now - self._published_read_at >= PUBLISHED_SETTINGS_SECONDS:
+            try:
+                self._published = self.table.published_settings()
+            except ClientError:
+                self._published = None  # a reader allowed to read buckets but not this item: no check
+            self._published_read_at = now
+        return self._published
+
+
+def _length_ms(chosen: ReadOptions) -> int:
+    return chosen.window // timedelta(milliseconds=1)
+
+
+def _at_ms(chosen: ReadOptions) -> int | None:
+    return None if chosen.at is None else end_ms_of(chosen.at)
+
+
+def _quantiles(value: object) -> tuple[str, ...]:
+    """Quantiles as written, each checked: text keys the JSON answer exactly as the user wrote it."""
+    texts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(texts, Sequence):
+        raise QueryError(f"quantiles must be like 0.5,0.9,0.99, got {value!r}")
+    written = []
+    for q in texts:
+        text = q.strip() if isinstance(q, str) else str(q) if isinstance(q, int | float | Decimal) else None
+        try:
+            parse_quantile(text if text is not None else "")
+        except InvalidQuantile as error:
+            raise QueryError(f"{error}: write quantiles like 0.5,0.9,0.99") from None
+        written.append(text)
+    return tuple(dict.fromkeys(written))
+
+
+def _unset(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _is(value: object, word: str) -> bool:
+    return isinstance(value, str) and value.strip().lower() == word
+
+
+def _choice(kind: type[Series] | type[PlanKind], value: object, name: str) -> Any:
+    text = value.value if isinstance(value, kind) else str(value).strip().lower()
+    try:
+        return kind(text)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise QueryError(f"{name} must be one of {choices}, got {value!r}") from None
+
+
+def _flag(value: object, name: str, *others: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    allowed = ", ".join(("true", "false", *others))
+    raise QueryError(f"{name} must be one of {allowed}, got {value!r}")

@@ -1,0 +1,396 @@
+"""tally.Reader on moto, fed by the real handler path: window edges, series, alignment, listing, errors."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import boto3
+import pytest
+from freezegun import freeze_time
+from moto import mock_aws
+
+from factories import counter_record, window_event
+from moto_tables import COUNTS, EVENTS, no_sleep_backoff
+from tally import QueryError, Reader, Series, read_options
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.windows import parse_instant
+from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.invocation import process
+from tally.local.aws import MotoServer
+
+NOW_TEXT = "2026-11-22T14:37:12.250Z"
+NOW = parse_instant(NOW_TEXT)
+HOUR_EDGE = parse_instant("2026-11-22T09:00:00Z")
+MINUTE_EDGE = parse_instant("2026-11-22T11:17:00Z")
+EDGES = (MINUTE_EDGE, HOUR_EDGE)
+SETTINGS = Settings(counts_table=COUNTS, events_table=EVENTS)
+
+
+def utc(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def stated_count(events, counter: str, at_ms: int, length_ms: int) -> int:
+    """docs/design.md (Window semantics) in its own words: the window's last minute holds at - 1 ms, and it has L / 1 min minutes."""
+    last = (at_ms - 1) // MINUTE_MS
+    first = last - length_ms // MINUTE_MS + 1
+    return sum(1 for name, ms in events if name == counter and first <= ms // MINUTE_MS <= last)
+
+
+def counted_between(events, counter: str, start: datetime, end: datetime) -> int:
+    return sum(1 for name, ms in events if name == counter and start <= utc(ms) < end)
+
+
+def workload() -> list[tuple[str, int]]:
+    rng = random.Random(18)
+    events = [(rng.choice(["page-views", "jobs/acme", "jobs/zeta"]), NOW - rng.randrange(27 * HOUR_MS)) for _ in range(450)]
+    # Every second around a minute and an hour boundary, and one millisecond either side of each.
+    for edge in EDGES:
+        events += [("edge", edge + second * 1000) for second in range(-75, 76, 3)]
+        events += [("edge", edge + delta) for delta in (-1, 0, 1)]
+    events += [("jobs/old", NOW - 26 * HOUR_MS)]  # counted a day ago, nothing since
+    return events
+
+
+@pytest.fixture(scope="module")
+def world():
+    """One table for the module, filled through the handler's commit path with the counter directory beside it."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        table = CountsTable(client, COUNTS, SETTINGS, backoff=no_sleep_backoff)
+        directory = CounterDirectory(client, COUNTS, SETTINGS)
+        events = workload()
+        ordered = sorted(events, key=lambda event: event[1])
+        for start in range(0, len(ordered), 100):
+            records = [counter_record(name, ms, arrival_s=NOW / 1000) for name, ms in ordered[start : start + 100]]
+            process(window_event(records, final=True), directory.recording(table.commit), SETTINGS)
+        yield Reader(COUNTS, client=client, settings=SETTINGS), events, directory
+
+
+@pytest.fixture
+def reader(world) -> Reader:
+    return world[0]
+
+
+@pytest.fixture
+def events(world):
+    return world[1]
+
+
+@freeze_time(NOW_TEXT)
+@pytest.mark.parametrize("plan", ["batch", "range"])
+@pytest.mark.parametrize(("edge", "length"), [(MINUTE_EDGE, "1m"), (HOUR_EDGE, "1h")], ids=["minute", "hour"])
+def test_the_edge_rule_holds_at_every_second_around_a_boundary(reader, events, plan, edge, length):
+    length_ms = MINUTE_MS if length == "1m" else HOUR_MS
+    ends = [edge + second * 1000 for second in range(-61, 62)] + [edge - 1, edge + 1]
+    for at in ends:
+        result = reader.count("edge", window=length, at=utc(at), plan=plan)
+        assert result.total == stated_count(events, "edge", at, length_ms), (utc(at), plan)
+        assert result.end - result.start == timedelta(milliseconds=length_ms)
+        assert result.start < utc(at) <= result.end  # the end is exclusive; an end inside a minute includes it
+
+
+@freeze_time(NOW_TEXT)
+def test_an_end_on_a_boundary_excludes_that_minute_and_a_millisecond_later_includes_it(reader, events):
+    on = reader.count("edge", window="1h", at="2026-11-22T09:00Z")
+    assert (on.start, on.end) == (utc(HOUR_EDGE - HOUR_MS), utc(HOUR_EDGE))
+    assert on.as_json()["start"] == "2026-11-22T08:00Z" and on.as_json()["end"] == "2026-11-22T09:00Z"
+    after = reader.count("edge", window="1h", at="2026-11-22T09:00:00.001Z")
+    assert after.end == utc(HOUR_EDGE + MINUTE_MS)
+    assert after.total - on.total == counted_between(events, "edge", utc(HOUR_EDGE), utc(HOUR_EDGE + MINUTE_MS)) - (
+        counted_between(events, "edge", utc(HOUR_EDGE - HOUR_MS), utc(HOUR_EDGE - HOUR_MS + MINUTE_MS))
+    )
+    # A microsecond into the minute is inside it too.
+    assert reader.count("edge", window="1h", at=utc(HOUR_EDGE) + timedelta(microseconds=1)).end == after.end
+
+
+@freeze_time(NOW_TEXT)
+def test_a_window_ending_now_includes_the_current_minute(reader):
+    result = reader.count("page-views")
+    assert result.end == utc(NOW - NOW % MINUTE_MS + MINUTE_MS)
+    assert result.end - result.start == timedelta(hours=24) and not result.aligned
+
+
+@freeze_time(NOW_TEXT)
+def test_options_as_text_and_as_python_values_read_the_same_window(reader):
+    as_text = reader.count_many(["page-views", "jobs/acme"], window="1d12h", at="2026-11-22T15:37:12.250+01:00")
+    as_python = reader.count_many(
+        ["page-views", "jobs/acme"],
+        window=timedelta(hours=36),
+        at=datetime(2026, 11, 22, 9, 37, 12, 250_000, tzinfo=timezone(timedelta(hours=-5))),
+    )
+    assert [r.as_json() for r in as_text] == [r.as_json() for r in as_python]
+    assert as_text[0].start.tzinfo is not None and all(hour.tzinfo for hour in as_text[0].by_hour)
+
+
+@freeze_time(NOW_TEXT)
+@pytest.mark.parametrize("plan", ["batch", "range"])
+def test_a_24h_minute_series_has_1440_points_that_sum_to_the_total(reader, events, plan):
+    [views, acme] = reader.count_many(["page-views", "jobs/acme"], series="minute", plan=plan)
+    for result in (views, acme):
+        assert len(result.series) == 1440
+        assert sum(point.count for point in result.series) == result.total
+        assert result.total == counted_between(events, result.counter, result.start, result.end)
+        assert [point.start for point in result.series] == [result.start + timedelta(minutes=m) for m in range(1440)]
+    one = reader.count("page-views", series="minute", plan=plan)
+    # Every minute that can hold data is read: batch in requests of 100 keys, range in one Query.
+    assert one.requests == (15 if plan == "batch" else 1)
+    assert one.total == views.total
+
+
+@freeze_time(NOW_TEXT)
+def test_an_hour_series_costs_nothing_more_and_starts_at_the_window_start(reader):
+    plain = reader.count("jobs/zeta", plan="range")
+    hourly = reader.count("jobs/zeta", plan="range", series=Series.HOUR)
+    assert hourly.requests == plain.requests and hourly.total == plain.total
+    assert len(hourly.series) == 25  # a partial hour at each end
+    assert hourly.series[0].start == hourly.start and hourly.series[1].start.minute == 0
+    assert sum(point.count for point in hourly.series) == hourly.total
+    assert hourly.as_json()["series"][0] == {"start": hourly.as_json()["start"], "count": hourly.series[0].count}
+
+
+@freeze_time(NOW_TEXT)
+def test_a_week_ending_now_is_aligned_to_whole_hours_at_its_start_and_says_so(reader, events):
+    asked_start = utc(NOW - NOW % MINUTE_MS + MINUTE_MS - 7 * DAY_MS)
+    for plan in ("batch", "range"):
+        week = reader.count("page-views", window="7d", plan=plan)
+        assert week.aligned and week.start == asked_start.replace(minute=0) and week.end == utc(NOW - NOW % MINUTE_MS + MINUTE_MS)
+        assert week.total == counted_between(events, "page-views", week.start, week.end)
+        assert week.as_json()["aligned"] is True
+    [note] = reader.notes([week])
+    assert "minute retention (48 h)" in note and str(week.window) in note
+
+
+@freeze_time(NOW_TEXT)
+def test_an_explicit_end_that_needs_alignment_is_refused_unless_asked(reader, events):
+    at = "2026-11-22T10:17Z"
+    with pytest.raises(QueryError, match=r"end it on a whole hour \(e.g. at 2026-11-22T10:00Z\).*align"):
+        reader.count("page-views", window="7d", at=at)
+    aligned = reader.count("page-views", window="7d", at=at, align=True)
+    assert aligned.aligned and aligned.start.minute == 0 and aligned.end == utc(parse_instant(at))
+    with pytest.raises(QueryError, match="minute retention"):
+        reader.count("page-views", window="7d", align="false")
+    on_the_hour = reader.count("page-views", window="7d", at="2026-11-22T10:00Z")
+    assert not on_the_hour.aligned and on_the_hour.total == counted_between(
+        events, "page-views", on_the_hour.start, on_the_hour.end
+    )
+
+
+@freeze_time(NOW_TEXT)
+def test_a_minute_series_past_the_minute_retention_is_refused_naming_the_hour_series(reader):
+    with pytest.raises(QueryError, match="ask for an hour series"):
+        reader.count("page-views", window="47h", at="2026-11-21T10:00Z", series="minute")
+
+
+@freeze_time(NOW_TEXT)
+@pytest.mark.parametrize(
+    ("series", "window", "message"),
+    [("minute", "2d1m", "at most 48h, or for an hour series"), ("hour", "91d", "at most 90d")],
+)
+def test_a_series_is_no_longer_than_its_buckets_are_kept_even_in_the_future(reader, series, window, message):
+    """Every point is listed, so a window far in the future must not make millions of them."""
+    with pytest.raises(QueryError, match=message):
+        reader.count("page-views", window=window, at="9999-12-31T00:00Z", series=series)
+    assert len(reader.count("page-views", window="48h", at="9999-12-31T00:00Z", series="minute").series) == 2880
+
+
+@freeze_time(NOW_TEXT)
+@pytest.mark.parametrize("plan", ["batch", "range"])
+def test_listing_finds_the_counters_of_a_prefix_that_counted_in_the_window(reader, events, plan):
+    listed = reader.list_counters("jobs/", plan=plan)
+    assert [r.counter for r in listed] == ["jobs/acme", "jobs/zeta"]  # jobs/old counted 26 h ago only
+    assert all(r.total == counted_between(events, r.counter, r.start, r.end) > 0 for r in listed)
+    assert [r.counter for r in reader.list_counters("jobs/", window="2d", plan=plan)] == ["jobs/acme", "jobs/old", "jobs/zeta"]
+    assert {r.counter for r in reader.list_counters(plan=plan)} == {"edge", "jobs/acme", "jobs/zeta", "page-views"}
+    assert reader.list_counters("nothing-", plan=plan) == []
+
+
+@freeze_time(NOW_TEXT)
+def test_a_listing_over_its_limit_is_refused_before_anything_is_counted(reader, world):
+    # The limit bounds the candidates, counted or not: jobs/old has buckets yesterday, none in the last 24 h.
+    assert [r.counter for r in reader.list_counters("jobs/", limit=3)] == ["jobs/acme", "jobs/zeta"]
+    with pytest.raises(QueryError, match=r"3 counters starting with 'jobs/' .* more than the limit of 2: narrow"):
+        reader.list_counters("jobs/", limit=2)
+    with pytest.raises(QueryError, match="limit must be"):
+        reader.list_counters("jobs/", limit=0)
+
+
+@freeze_time(NOW_TEXT)
+def test_listing_costs_one_directory_query_per_day_on_top_of_the_counts(reader):
+    [alone] = reader.count_many(["page-views"])
+    [listed] = reader.list_counters("page")
+    assert listed.requests == alone.requests + 2  # the window touches two UTC days
+
+
+@freeze_time(NOW_TEXT)
+def test_results_serialize_to_json_with_decimal_free_numbers_and_iso_minutes(reader):
+    result = reader.count("page-views", window="90m", series="hour")
+    as_json = json.loads(json.dumps(result.as_json()))
+    assert set(as_json) == {
+        "counter", "start", "end", "total", "aligned", "plan", "keys", "requests", "items_read", "by_hour", "series",
+    }
+    assert as_json["end"] == "2026-11-22T14:38Z" and as_json["start"] == "2026-11-22T13:08Z"
+    assert [point["start"] for point in as_json["series"]] == ["2026-11-22T13:08Z", "2026-11-22T14:00Z"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"at": datetime(2026, 11, 22, 10)}, "has no time zone: pass an aware datetime"),
+        ({"window": timedelta(0)}, "must be positive"),
+        ({"window": timedelta(minutes=-5)}, "must be positive"),
+        ({"window": timedelta(seconds=90)}, "whole number of minutes"),
+        ({"window": "24x"}, "units m, h, d"),
+        ({"window": "0h"}, "must be at least a minute"),
+        ({"window": 24}, "timedelta or text"),
+        ({"at": "2026-11-22T10:00"}, "without a UTC offset"),
+        ({"series": "second"}, "series must be one of minute, hour"),
+        ({"plan": "fastest"}, "plan must be one of batch, range"),
+        ({"align": "maybe"}, "align must be one of true, false, auto"),
+        ({"consistent": "very"}, "consistent must be one of true, false"),
+    ],
+)
+def test_bad_options_raise_one_query_error_that_says_the_fix(options, message):
+    with pytest.raises(QueryError, match=message) as raised:
+        read_options(**options)
+    assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda r: r.count("#segment#1"), "reserved"),
+        (lambda r: r.count(""), "empty"),
+        (lambda r: r.count(["a", "b"]), "use count_many"),
+        (lambda r: r.count_many("page-views"), "for one, use count"),
+        (lambda r: r.count_many([]), "at least one"),
+        (lambda r: r.count("#rejected#nope"), "the reasons are"),
+        (lambda r: r.list_counters("#rejected#"), "never listed"),
+        (lambda r: r.count("a", window="7d", bogus=1), "unexpected keyword"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_read(call, message):
+    class NoClient:
+        def __getattr__(self, name):
+            raise AssertionError(f"read {name} for a bad argument")
+
+    with pytest.raises((QueryError, TypeError), match=message):
+        call(Reader(COUNTS, client=NoClient(), settings=SETTINGS))
+
+
+def test_a_reader_takes_its_table_and_settings_from_the_environment(monkeypatch):
+    monkeypatch.setenv("COUNTS_TABLE", "from-env")
+    monkeypatch.setenv("TALLY_BUCKET_LANES", "4")
+    reader = Reader(client=object())
+    assert reader.table_name == "from-env" and reader.settings.bucket_lanes == 4
+    assert Reader("given", client=object()).table_name == "given"
+
+
+def test_a_reader_from_a_stacks_outputs(monkeypatch):
+    outputs = {
+        "EventsTableName": "Tally-EventsTable-ABC",
+        "CountsTableName": "Tally-CountsTable-DEF",
+        "EventsStreamArn": "arn:aws:dynamodb:us-east-1:123456789012:table/Tally-EventsTable-ABC/stream/2024-01-01T00:00:00.000",
+        "FailureQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/Tally-FailureQueue",
+    }
+    assert Reader.from_outputs(outputs, client=object(), settings=SETTINGS).table_name == "Tally-CountsTable-DEF"
+    with pytest.raises(QueryError, match="lack CountsTableName"):
+        Reader.from_outputs({"EventsTableName": "x"}, client=object(), settings=SETTINGS)
+    with mock_aws():
+        cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+        template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}}, "Outputs": {k: {"Value": v} for k, v in outputs.items()}}
+        cloudformation.create_stack(StackName="Tally", TemplateBody=json.dumps(template))
+        reader = Reader.from_stack("Tally", client=object(), settings=SETTINGS)
+    assert reader.table_name == "Tally-CountsTable-DEF"
+
+
+def readme_example() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Read counts from your code") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.server
+def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts(monkeypatch, capsys):
+    now = datetime.now(UTC)
+    if now.minute == 59 and now.second > 50:  # the example reads "now" twice: keep both in one hour
+        time.sleep(15)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    rng = random.Random(6)
+    ages = [rng.randrange(30 * HOUR_MS) for _ in range(60)]
+    # None within minutes of 24 h old: the example reads "now" a little later than this test does.
+    events = [("views/posts/hello-world", now_ms - age) for age in ages if abs(age - DAY_MS) > 5 * MINUTE_MS]
+    events += [("views/all", now_ms - rng.randrange(3 * HOUR_MS)) for _ in range(90)]
+    events += [("jobs/all", now_ms - rng.randrange(20 * HOUR_MS)) for _ in range(30)]
+    with MotoServer() as server:
+        for name, value in server.environment().items():
+            monkeypatch.setenv(name, value)
+        counts = f"readme-counts-{uuid.uuid4().hex[:8]}"  # moto keeps tables per process, not per server
+        monkeypatch.setenv("COUNTS_TABLE", counts)
+        client = boto3.client("dynamodb")
+        create_tables(client, f"readme-events-{counts[-8:]}", counts)
+        settings = Settings()
+        table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
+        records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
+        process(window_event(records, final=True), directory.recording(table.commit), settings)
+
+        exec(compile(readme_example(), "README.md", "exec"), {"__name__": "readme"})
+
+    lines = capsys.readouterr().out.splitlines()
+    day_ago = utc(now_ms - now_ms % MINUTE_MS + MINUTE_MS - DAY_MS)
+    assert lines[0].startswith(f"{counted_between(events, 'views/posts/hello-world', day_ago, utc(now_ms + MINUTE_MS))} views in [")
+    week_start = utc(now_ms - now_ms % MINUTE_MS + MINUTE_MS - 7 * DAY_MS).replace(minute=0)
+    assert lines[1] == f"views/all 90 {week_start}" and lines[2] == f"jobs/all 30 {week_start}"
+    hour_end = utc(now_ms - now_ms % HOUR_MS)
+    minutes = json.loads(lines[3])
+    assert len(minutes) == 60 and sum(minutes) == counted_between(events, "views/all", hour_end - timedelta(hours=1), hour_end)
+    listed = counted_between(events, "views/posts/hello-world", day_ago, utc(now_ms + MINUTE_MS))
+    assert lines[4] == str([("views/all", 90), ("views/posts/hello-world", listed)])
+    assert lines[5] == "window length must be at least a minute, got '0h'"
+    assert len(readme_example().strip().splitlines()) <= 25
+
+
+@freeze_time(NOW_TEXT)
+def test_notes_name_the_read_settings_that_differ_from_what_the_function_published(world):
+    reader = world[0]
+    client = reader.table.client
+    create_tables(client, "published-events", "published-counts")
+    function_settings = Settings(bucket_lanes=4, minute_retention_ms=72 * HOUR_MS)
+    CountsTable(client, "published-counts", function_settings).publish_settings("Tally-Counter", NOW)
+    mine = Reader("published-counts", client=client, settings=SETTINGS)
+    note, empty = mine.notes(mine.count_many(["page-views"]))  # this table has no buckets at all
+    assert "no bucket of 'page-views' exists at all" in empty
+    assert note.startswith("Tally-Counter counts into published-counts with TALLY_BUCKET_LANES='4' (here '1'), ")
+    assert "TALLY_MINUTE_RETENTION_HOURS='72' (here '48')" in note and "TALLY_RULES" not in note
+    agreeing = Reader("published-counts", client=client, settings=function_settings)
+    assert agreeing.settings_differences() == []
+
+
+def test_a_reader_reads_the_published_settings_at_most_once_a_minute(world, monkeypatch):
+    class Counting:
+        def __init__(self, client):
+            self.client, self.calls = client, {"get_item": 0}
+
+        def get_item(self, **kwargs):
+            self.calls["get_item"] += 1
+            return self.client.get_item(**kwargs)
+
+    client = Counting(world[0].table.client)
+    reader = Reader(COUNTS, client=client, settings=SETTINGS)
+    clock = [1000.0]
+    monkeypatch.setattr("tally.reader.time.monotonic", lambda: clock[0])
+    for _ in range(3):
+        reader.settings_differences()
+    clock[0] += 59
+    reader.settings_differences()
+    assert client.calls["get_item"] == 1
+    clock[0] += 1
+    reader.settings_differences()
+    assert client.calls["get_item"] == 2
