@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 # the tests and the CDK app add aws-cdk-lib, cdk-nag, cfn-lint and pytest (.[dev]), ten times the size.
 DEMO_STAMP := $(VENV)/.installed-scripts
 DEV_STAMP := $(VENV)/.installed-dev
+# The dashboard page, built into the function's package (see `dashboard` below).
+DASHBOARD := lambda_src/tally/dashboard.html
 # pip's own progress, one line per package, without its "already satisfied" chatter.
 PIP_INSTALL = set -o pipefail; $(BIN)/python -m pip install --disable-pip-version-check -e
 PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; }
@@ -15,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test demo adopt-demo bench synth deploy destroy
+.PHONY: install install-scripts test demo adopt-demo serve bench synth deploy destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -33,8 +35,19 @@ install-scripts: $(DEMO_STAMP)
 
 install: $(DEV_STAMP)
 
-test: $(DEV_STAMP)
+# One pytest worker per core (pytest-xdist): the suite takes minutes instead of several times that.
+PYTEST_ARGS ?= -n auto
+
+test: $(DEV_STAMP) $(DASHBOARD) test-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# What the tests drive besides Python: Debian's Chromium and its matching ChromeDriver (the dashboard test),
+# curl (the README's examples). CI is a fresh Debian machine running as root: missing ones are installed here.
+test-tools:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ] || [ ! -x /usr/bin/curl ]; then \
+		echo "installing Debian's chromium, chromium-driver and curl for the tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver curl; \
+	fi
 
 # moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.
 demo: $(DEMO_STAMP)
@@ -43,6 +56,11 @@ demo: $(DEMO_STAMP)
 # Adoption on moto: a table with history, count-from, export, live stream, backfill, audit.
 adopt-demo: $(DEMO_STAMP)
 	$(BIN)/python scripts/adopt_demo.py $(DEMO_ARGS)
+
+# The read API and the dashboard on this machine: moto's server, both tables, the stream runner and a gentle
+# workload, all running until Ctrl-C. Prints the API's and the dashboard's URLs.
+serve: $(DEMO_STAMP) $(DASHBOARD)
+	$(BIN)/python scripts/serve.py $(SERVE_ARGS)
 
 # Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;
 # PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.
@@ -54,14 +72,21 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+# The dashboard: one page with uPlot bundled in (from package-lock.json) by esbuild, written into the
+# function's package so the deployed read API can serve it too. Built, not committed.
+$(DASHBOARD): node_modules/.package-lock.json $(wildcard dashboard/*)
+	node dashboard/build.mjs $@
+
+dashboard: $(DASHBOARD)
+
 CDK := npx --no-install cdk
 CDK_FLAGS := --no-notices --no-version-reporting $(CDK_ARGS)
 
 # Offline: needs neither AWS credentials nor a bootstrap stack.
-synth: $(DEV_STAMP) node_modules/.package-lock.json
+synth: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
 	$(CDK) synth $(CDK_FLAGS) --quiet
 
-deploy: $(DEV_STAMP) node_modules/.package-lock.json
+deploy: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
 	$(CDK) deploy $(CDK_FLAGS)
 
 # The events table is retained (README, "Tearing it down"); everything else is deleted.

@@ -17,7 +17,7 @@ import aws_cdk as cdk  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 from stacks import TallyStack  # noqa: E402
-from tally_cdk import ContextError, TallyConfigurationError  # noqa: E402
+from tally_cdk import ContextError, ReadApiSettingsError, TallyConfigurationError  # noqa: E402
 from tally_cdk.context import stack_name_from_context  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main(**app_props) -> int:
     except ContextError as error:
         print(f"tally: {error} (set it in cdk.json or with -c key=value)", file=sys.stderr)
         return 1
-    except TallyConfigurationError as error:
+    except (TallyConfigurationError, ReadApiSettingsError) as error:
         print(f"tally: {error}", file=sys.stderr)
         return 1
     return 0

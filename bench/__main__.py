@@ -6,8 +6,9 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-``python -m bench scale`` runs the scale model alone (about a minute) and
-replaces only its figures in the file(s) it writes.
+``python -m bench scale`` runs the scale model alone (about a minute), and
+``python -m bench read-api`` the read API's load test alone (about two
+minutes); each replaces only its own figures in the file(s) it writes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import aggregates, latency, reads, scale, speed, workloads, writes
+from bench import aggregates, latency, read_api, reads, scale, speed, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -151,6 +152,7 @@ def run() -> dict[str, Any]:
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
+    results.update(timed("read API on loopback", read_api_results))
     results.update(timed("scale model", scale_results))
     results["targets"] = targets(results)
     return results
@@ -168,6 +170,15 @@ def histogram_results(settings: Settings, config: DeliveryConfig) -> dict[str, A
 
 def scale_results() -> dict[str, Any]:
     return {"scale_model": scale.model_description(), **scale.results()}
+
+
+def read_api_results() -> dict[str, Any]:
+    return {"read_api_loopback": read_api.measure()}
+
+
+# Parts that run alone: their figures replace only their own keys in the file(s) written.
+PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
+         "read-api": (read_api_results, lambda out, results: report_read_api(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -243,6 +254,7 @@ def report(results: dict[str, Any]) -> None:
     out.print(table)
 
     report_scale(out, results)
+    report_read_api(out, results)
 
     table = Table(title="Targets")
     for column in ("target", "wanted", "figure", "met"):
@@ -312,21 +324,40 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
     out.print(table)
 
 
+def report_read_api(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("read_api_loopback")
+    if not figures:
+        return
+    table = Table(title=f"Read API on loopback (local adapter, handler, moto): {figures['window']}, "
+                        f"{figures['seconds_per_case']:g} s per case")
+    for column in ("counters", "clients", "requests", "requests/s", "p50 ms", "p99 ms", "errors",
+                   "library p50 ms", "library p99 ms", "API/library p50"):
+        table.add_column(column, justify="right")
+    for case in figures["cases"]:
+        table.add_row(
+            str(case["counters"]), str(case["clients"]), f"{case['requests']:,}", f"{case['requests_per_second']:,}",
+            str(case["p50_ms"]), str(case["p99_ms"]), str(case["errors"]), str(case["library_p50_ms"]),
+            str(case["library_p99_ms"]), f"{case['api_over_library_p50']}x",
+        )
+    out.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("part", nargs="?", choices=["scale"], help="run only the scale model")
+    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model or the read API's load")
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     args = parser.parse_args(argv)
     targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)
     start = time.perf_counter()
-    if args.part == "scale":
-        figures = timed("scale model", scale_results)
+    if args.part:
+        measure, show = PARTS[args.part]
+        figures = timed(args.part, measure)
         for path in targets:
             results = json.loads(path.read_text()) if path.exists() else {}
             results.update(figures)
             path.write_text(json.dumps(results, indent=2) + "\n")
-            console.log(f"wrote the scale figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
-        report_scale(Console(width=150), results)
+            console.log(f"wrote the {args.part} figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
+        show(Console(width=150), results)
         return 0
     results = run()
     results["seconds"] = round(time.perf_counter() - start)

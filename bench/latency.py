@@ -48,13 +48,13 @@ def counter_names(count: int) -> list[str]:
     return [f"latency-counter-{index:03d}" for index in range(count)]
 
 
-def stored_buckets(*, with_origin_walk: bool) -> list[tuple[Bucket, int]]:
+def stored_buckets(*, with_origin_walk: bool, now: int = NOW_MS) -> list[tuple[Bucket, int]]:
     """Hours of the last HOURS hours, minutes of the window's first hour and the current one, up to now.
 
     The origin's backward walk also reads minutes of the hour before the window.
     """
-    now_minute = NOW_MS // MINUTE_MS
-    now_hour = NOW_MS // HOUR_MS
+    now_minute = now // MINUTE_MS
+    now_hour = now // HOUR_MS
     buckets = []
     for hour in range(now_hour - HOURS + 1, now_hour + 1):
         minutes = [m for m in range(hour * 60, hour * 60 + 60) if m <= now_minute]

@@ -62,3 +62,5 @@ class TallyStack(Stack):
         CfnOutput(self, "CountsTableName", value=self.counts_table.table_name)
         CfnOutput(self, "EventsStreamArn", value=self.events_table.table_stream_arn or "")
         CfnOutput(self, "FailureQueueUrl", value=self.failure_queue.queue_url)
+        if self.tally.read_api is not None:
+            CfnOutput(self, "ReadApiUrl", value=self.tally.read_api.url)

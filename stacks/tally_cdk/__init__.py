@@ -7,5 +7,6 @@ Its own import name, so it imports beside an app's own ``stacks`` package.
 
 from tally_cdk.construct import Tally, TallyConfigurationError
 from tally_cdk.context import ContextError, StackSettings
+from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
 
-__all__ = ["ContextError", "StackSettings", "Tally", "TallyConfigurationError"]
+__all__ = ["ContextError", "ReadApiSettings", "ReadApiSettingsError", "StackSettings", "Tally", "TallyConfigurationError"]

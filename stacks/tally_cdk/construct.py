@@ -4,11 +4,12 @@
     Tally(self, "Tally", events_table=orders)      # orders: an ITable whose stream has NEW_IMAGE
 
 It holds the counts table, the counting function and its role and log group,
-the event source mapping on the table's stream, the on-failure queue, four
-alarms and a dashboard. The events table stays the caller's: created in the
-same app (its stream view is checked at synth against what the rules need:
-``events_table_for(rules)`` describes one that has it) or imported by name and
-stream ARN (then the function may read that stream only).
+the event source mapping on the table's stream, the on-failure queue, alarms,
+a dashboard and (unless turned off) the HTTP read API of `tally_cdk.read_api`.
+The events table stays the caller's: created in the same app (its stream view
+is checked at synth against what the rules need: ``events_table_for(rules)``
+describes one that has it) or imported by name and stream ARN (then the
+function may read that stream only).
 
 The counts table's keys and TTL come from `tally.core.tables`, the same
 descriptions the local pipeline builds its tables from.
@@ -31,12 +32,13 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from tally_cdk.context import StackSettings
+from tally_cdk.read_api import ReadApi
+from tally_cdk.roles import role_with_own_logs
 from tally.core import settings as tally_settings
 from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.rules import ENV_RULES, Rules
@@ -74,7 +76,6 @@ MEMORY_MB = 256
 # stalls its shard for at most a minute before Lambda retries it, and a retry is
 # safe because commits are idempotent.
 TIMEOUT = Duration.seconds(60)
-LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 # Lambda keeps retrying a failing batch; DynamoDB Streams drops records after 24
 # hours, so this is "retry until the record is gone". Discarding earlier would
@@ -118,8 +119,17 @@ class Tally(Construct):
             self, "CountsTable", COUNTS_TABLE, CDK_REMOVAL_POLICIES[self.settings.counts_table_removal_policy]
         )
         self.failure_queue = self._failure_queue()
+        # One asset and one layer for both functions: the read API runs the very package that counts.
+        self.code = lambda_.Code.from_asset(str(LAMBDA_SOURCE), exclude=ASSET_EXCLUDES)
+        self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(
+            self,
+            "PowertoolsLayer",
+            f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
+            f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
+        )
         self.function = self._counting_function()
         self._connect_stream()
+        self.read_api = self._read_api()
         self.alarms = self._alarms()
         self._dashboard(self.alarms)
 
@@ -143,21 +153,9 @@ class Tally(Construct):
         return queue
 
     def _counting_function(self) -> lambda_.Function:
-        log_group = logs.LogGroup(
-            self,
-            "CountingFunctionLogs",
-            retention=LOG_RETENTION,
-            removal_policy=RemovalPolicy.DESTROY,
+        role, log_group = role_with_own_logs(
+            self, "CountingFunction", "tally stream handler: read the events stream, write counts"
         )
-        # An explicit role with no managed policies: AWSLambdaBasicExecutionRole would
-        # allow writing to every log group in the account.
-        role = iam.Role(
-            self,
-            "CountingFunctionRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="tally stream handler: read the events stream, write counts",
-        )
-        log_group.grant_write(role)
         # TransactWriteItems is authorized per item action: the segment marker is a
         # conditional Put, each bucket an Update; ConditionCheck keeps a check-only item legal.
         self.counts_table.grant(
@@ -180,15 +178,11 @@ class Tally(Construct):
             )
         )
 
-        handler_settings = self.settings.handler_settings
         function = lambda_.Function(
             self,
             "CountingFunction",
             description="Counts events from the events table stream into minute and hour buckets",
-            code=lambda_.Code.from_asset(
-                str(LAMBDA_SOURCE),
-                exclude=ASSET_EXCLUDES,
-            ),
+            code=self.code,
             handler=HANDLER,
             runtime=RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
@@ -196,28 +190,8 @@ class Tally(Construct):
             timeout=TIMEOUT,
             role=role,
             log_group=log_group,
-            layers=[
-                lambda_.LayerVersion.from_layer_version_arn(
-                    self,
-                    "PowertoolsLayer",
-                    f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
-                    f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
-                )
-            ],
-            environment={
-                **self._count_from_environment(),
-                tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
-                tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
-                tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
-                tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
-                tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
-                tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
-                tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
-                tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
-                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
-            },
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
         )
         Validations.of(function).acknowledge(
             Acknowledgment(
@@ -228,6 +202,39 @@ class Tally(Construct):
             )
         )
         return function
+
+    def _settings_environment(self) -> dict[str, str]:
+        """The settings both functions read at cold start (`Settings.from_env`)."""
+        handler_settings = self.settings.handler_settings
+        return {
+            **self._count_from_environment(),
+            tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
+            tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
+            tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
+            tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
+            tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
+            tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
+            tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
+            tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
+        }
+
+    def _read_api(self) -> ReadApi | None:
+        """The HTTP read API (on by default), answering from the counts table with the same package."""
+        if not self.settings.read_api.enabled:
+            return None
+        return ReadApi(
+            self,
+            "ReadApi",
+            settings=self.settings.read_api,
+            counts_table=self.counts_table,
+            code=self.code,
+            runtime=RUNTIME,
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
+        )
 
     def _count_from_environment(self) -> dict[str, str]:
         """Set only when adopting a table with history: records that arrived earlier are the backfill's."""
@@ -291,6 +298,8 @@ class Tally(Construct):
                 self._handler_metric("WindowStatesDiscarded"),
             ),
         ]
+        if self.read_api is not None:
+            alarms += [self._alarm_above(*alarm) for alarm in self.read_api.alarms()]
         if self.settings.alarm_topic_arn:
             topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.settings.alarm_topic_arn)
             for alarm in alarms:
@@ -369,6 +378,8 @@ class Tally(Construct):
                 width=8,
             ),
         )
+        if self.read_api is not None:
+            dashboard.add_widgets(*self.read_api.widgets())
 
 
 def table_from_description(

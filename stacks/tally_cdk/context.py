@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.core.rules import RulesError, parse_rules
+from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
 from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
 
 DEFAULT_CONTEXT: dict[str, Any] = {
@@ -39,6 +40,26 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "eventsTableName": "",
     "eventsStreamArn": "",
     "countFrom": "",
+    "readApi": True,
+    "apiPublicPrefixes": [],
+    "apiPublicCacheSeconds": 60,
+    "apiPublicRateLimit": 50,
+    "apiPublicBurstLimit": 100,
+    "apiCorsOrigins": [],
+    "apiDashboard": False,
+    "apiLatencyAlarmMs": 1000,
+}
+
+# The context key of each read API property, so an error names the key to fix.
+READ_API_KEYS = {
+    "enabled": "readApi",
+    "public_prefixes": "apiPublicPrefixes",
+    "public_cache_seconds": "apiPublicCacheSeconds",
+    "public_rate_limit": "apiPublicRateLimit",
+    "public_burst_limit": "apiPublicBurstLimit",
+    "cors_origins": "apiCorsOrigins",
+    "dashboard": "apiDashboard",
+    "latency_alarm_ms": "apiLatencyAlarmMs",
 }
 
 # The context key each handler setting is read from, so a rule the handler enforces names the key to fix.
@@ -85,6 +106,7 @@ class StackSettings:
     # An existing events table to count (its name and stream ARN); empty: the stack creates one.
     events_table_name: str = ""
     events_stream_arn: str = ""
+    read_api: ReadApiSettings = ReadApiSettings()
 
     @classmethod
     def from_context(cls, lookup: Callable[[str], Any]) -> StackSettings:
@@ -127,6 +149,7 @@ class StackSettings:
             rules_json=rules_json,
             events_table_name=events_table_name,
             events_stream_arn=events_stream_arn,
+            read_api=reader.read_api(),
         )
 
     @property
@@ -204,6 +227,43 @@ class _ContextReader:
         if len(text.encode("utf-8")) > MAX_RULES_BYTES:
             raise ContextError(f"context {key} must fit {MAX_RULES_BYTES} bytes of JSON (Lambda's 4 KB environment)")
         return text
+
+    def boolean(self, key: str) -> bool:
+        raw = self._raw(key)
+        value = raw.strip().lower() if isinstance(raw, str) else raw
+        if value not in (True, False, "true", "false"):
+            raise ContextError(f"context {key} must be true or false, got {raw!r}")
+        return value in (True, "true")
+
+    def text_list(self, key: str) -> tuple[str, ...]:
+        """A JSON list of strings (cdk.json), or its text or comma-separated words (``-c key=a,b``)."""
+        raw = self._raw(key)
+        if isinstance(raw, str):
+            text = raw.strip()
+            try:
+                raw = json.loads(text) if text.startswith("[") else [part.strip() for part in text.split(",") if part.strip()]
+            except ValueError:
+                raise ContextError(f"context {key} must be a JSON list of strings, got {text!r}") from None
+        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            raise ContextError(f"context {key} must be a list of strings, got {raw!r}")
+        return tuple(raw)
+
+    def read_api(self) -> ReadApiSettings:
+        """The read API's keys, checked by the same rules as the construct's ReadApiSettings."""
+        try:
+            return ReadApiSettings(
+                enabled=self.boolean("readApi"),
+                public_prefixes=self.text_list("apiPublicPrefixes"),
+                public_cache_seconds=self.integer("apiPublicCacheSeconds", minimum=0),
+                public_rate_limit=self.integer("apiPublicRateLimit", minimum=1),
+                public_burst_limit=self.integer("apiPublicBurstLimit", minimum=1),
+                cors_origins=self.text_list("apiCorsOrigins"),
+                dashboard=self.boolean("apiDashboard"),
+                latency_alarm_ms=self.integer("apiLatencyAlarmMs", minimum=1),
+            )
+        except ReadApiSettingsError as error:
+            keys = ", ".join(f"{READ_API_KEYS[field]}={self.shown(READ_API_KEYS[field])}" for field in error.fields)
+            raise ContextError(f"context {keys}: {error.reason}") from None
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
         raw = self._raw(key)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
 
+from handler_state import handler_state_restored
 from tally.dynamo import create_tables
 from tally.local.aws import MotoServer, Tables, client
 
@@ -39,20 +39,6 @@ def tables(server_env, monkeypatch) -> Tables:
 
 @pytest.fixture
 def fresh_handler_cache():
-    """The in-process handler as the scripts set it up, undone afterwards.
-
-    The scripts own their process: they set the handler's environment and log
-    level for good and it caches its client. Tests share a process, so all of
-    that is put back for the tests that follow.
-    """
-    from tally import handler
-
-    environment, level = dict(os.environ), handler.logger.log_level
-    stream = handler.logger.registered_handler.stream
-    handler.counts_table.cache_clear()
-    yield
-    handler.counts_table.cache_clear()
-    handler.logger.setLevel(level)
-    handler.logger.registered_handler.setStream(stream)
-    os.environ.clear()
-    os.environ.update(environment)
+    """The in-process handler as the scripts set it up, undone afterwards."""
+    with handler_state_restored():
+        yield

@@ -153,3 +153,34 @@ def test_rules_from_cdk_json_and_the_command_line_reach_the_handler_settings():
     assert str(listed.handler_settings.counter_rules.rules[1].when[0].values[0]) == "1.5"
     assert typed.rules_json == '[{"counter": "views/{url}"}]'
     assert settings_with(rules=[]).rules_json == "" and settings_with(rules="").handler_settings.counter_rules.classic
+
+
+def test_read_api_keys_come_as_json_from_cdk_json_and_as_text_from_the_command_line():
+    typed = settings_with(apiPublicPrefixes=" views/ , load/", apiCorsOrigins='["https://blog.example.com"]',
+                          apiDashboard="TRUE", apiPublicRateLimit="5")
+    listed = settings_with(apiPublicPrefixes=["views/"], apiDashboard=True)
+
+    assert typed.read_api.public_prefixes == ("views/", "load/")
+    assert typed.read_api.cors_origins == ("https://blog.example.com",)
+    assert (typed.read_api.dashboard, typed.read_api.public_rate_limit) == (True, 5)
+    assert listed.read_api.public_prefixes == ("views/",) and listed.read_api.enabled
+    assert settings_with().read_api.public_prefixes == () and not settings_with(readApi="false").read_api.enabled
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"readApi": "maybe"}, "context readApi must be true or false, got 'maybe'"),
+        ({"apiPublicPrefixes": '["views/", 3]'}, "context apiPublicPrefixes must be a list of strings"),
+        ({"apiPublicPrefixes": "#rejected#"}, "context apiPublicPrefixes=#rejected#: public prefix '#rejected#' cannot"),
+        ({"apiCorsOrigins": "blog.example.com"}, "context apiCorsOrigins=blog.example.com: 'blog.example.com' is not an origin"),
+        ({"apiDashboard": True}, "context apiDashboard=True, apiPublicPrefixes=[]: the dashboard page reads anonymously"),
+        ({"apiPublicCacheSeconds": "90000"}, "context apiPublicCacheSeconds=90000: public cache lifetime must be"),
+        ({"apiPublicBurstLimit": "5001"}, "context apiPublicBurstLimit=5001: must be a whole number from 1 to 5000"),
+        ({"readApi": False, "apiCorsOrigins": "*"}, "context readApi=False: the read API is off"),
+    ],
+)
+def test_bad_read_api_keys_name_the_key_in_one_line(overrides, message):
+    with pytest.raises(ContextError) as refused:
+        settings_with(**overrides)
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)

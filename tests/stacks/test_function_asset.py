@@ -92,3 +92,52 @@ def test_the_handler_runs_a_recorded_event_from_the_asset_alone(default_synthesi
     assert result["response"] == {"state": {}}
     by_key = {item["sk"]["S"]: int(item["count"]["N"]) for item in items}
     assert by_key == {"H#2026-11-18T11": 2, "M#2026-11-18T11:06": 2}
+
+
+# Runs inside the subprocess: the read function's handler, from the asset alone, for two requests.
+READ_FROM_ASSET = RUN_FROM_ASSET.split("asset, event_file")[0] + r"""
+asset = sys.argv[1]
+sys.meta_path.insert(0, OnlyTheRuntime())
+sys.path.insert(0, asset)
+import tally.http_api
+assert tally.http_api.__file__.startswith(asset), tally.http_api.__file__
+
+class Context:
+    function_name = "tally-read"; memory_limit_in_mb = 512; aws_request_id = "req-2"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:tally-read"
+    def get_remaining_time_in_millis(self): return 10_000
+
+def event(path, query):
+    return {"version": "2.0", "routeKey": f"GET {path}", "rawPath": path, "rawQueryString": query, "headers": {},
+            "requestContext": {"http": {"method": "GET", "path": path, "sourceIp": "192.0.2.1"}, "requestId": "r",
+                               "stage": "$default", "routeKey": f"GET {path}"}, "isBase64Encoded": False}
+
+answers = [tally.http_api.handler(event(path, query), Context())
+           for path, query in [("/counts", "counter=page-views&window=24h&at=2026-11-18T12:00Z"), ("/", "")]]
+print(json.dumps({"answers": answers, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))
+"""
+
+
+def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_dashboard(default_synthesis, tmp_path):
+    folder = default_synthesis.function_asset_folder()
+    counts = f"counts-{uuid.uuid4().hex[:8]}"
+    assert (folder / "tally" / "dashboard.html").is_file(), "make dashboard builds the page into the asset"
+    with MotoServer() as server:
+        env = {**os.environ, **server.environment(), "COUNTS_TABLE": counts, "TALLY_API_DASHBOARD": "true"}
+        env.pop("PYTHONPATH", None)
+        dynamodb = client("dynamodb", server.endpoint_url)
+        create_tables(dynamodb, f"events-{counts}", counts)
+        dynamodb.put_item(TableName=counts, Item={"pk": {"S": "page-views"}, "sk": {"S": "H#2026-11-18T11"}, "count": {"N": "7"}})
+
+        run = subprocess.run(
+            [sys.executable, "-c", READ_FROM_ASSET, str(folder)],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    counted, page = result["answers"]
+
+    assert counted["statusCode"] == 200, counted
+    assert json.loads(counted["body"])["counts"][0]["total"] == 7
+    assert page["statusCode"] == 200 and "uPlot" in page["body"]
+    assert not {"moto", "rich", "hypothesis", "aws_cdk", "selenium"} & set(result["modules"])

@@ -15,6 +15,7 @@ EXPECTED_ACKNOWLEDGMENTS = {
     ("Tally/Default/FailureQueue", "AwsSolutions::AwsSolutions-SQS3"),
     ("Tally/Default/CountingFunctionRole", "AwsSolutions::AwsSolutions-IAM5[Resource::*]"),
     ("Tally/Default/CountingFunction", "AwsSolutions::AwsSolutions-L1"),
+    ("Tally/Default/ReadApi/ReadFunction", "AwsSolutions::AwsSolutions-L1"),
 }
 
 

@@ -1,0 +1,186 @@
+// The tally dashboard: totals and a per-minute or per-hour chart of the chosen counters, refreshed while live.
+// It reads the HTTP read API of the page's own origin: /counts and /counters, or /public/... where the
+// page is served to anonymous visitors (the config the function writes into the page says which).
+import uPlot from "uplot";
+
+const REFRESH_MS = 10_000;
+const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f"];
+
+const config = JSON.parse(document.getElementById("tally-config").textContent || "{}");
+const readBase = config.readBase || "";
+const elements = {
+  counters: document.getElementById("counters"),
+  add: document.getElementById("add-counter"),
+  window: document.getElementById("window"),
+  series: document.getElementById("series"),
+  live: document.getElementById("live"),
+  status: document.getElementById("status"),
+  totals: document.getElementById("totals"),
+  chart: document.getElementById("chart"),
+};
+let chart = null;
+let timer = null;
+let generation = 0;
+
+function chosenCounters() {
+  return Array.from(elements.counters.selectedOptions, (option) => option.value);
+}
+
+function addCounterOption(name, selected) {
+  let option = Array.from(elements.counters.options).find((existing) => existing.value === name);
+  if (!option) {
+    option = new Option(name, name);
+    elements.counters.add(option);
+  }
+  if (selected) option.selected = true;
+}
+
+async function getJson(path, parameters) {
+  const query = new URLSearchParams(parameters).toString();
+  const response = await fetch(`${readBase}${path}?${query}`, { headers: { Accept: "application/json" } });
+  const body = await response.json().catch(() => ({ message: `HTTP ${response.status}` }));
+  if (!response.ok) throw new Error(body.message || `HTTP ${response.status}`);
+  return body;
+}
+
+async function loadCounterNames() {
+  const prefixes = config.prefixes && config.prefixes.length ? config.prefixes : [""];
+  for (const prefix of prefixes) {
+    const listing = await getJson("/counters", { prefix, window: elements.window.value });
+    for (const item of listing.counters) addCounterOption(item.counter, false);
+  }
+}
+
+function showStatus(text, isError) {
+  elements.status.textContent = text;
+  elements.status.classList.toggle("error", Boolean(isError));
+}
+
+function cell(text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+// Sums and averages arrive as exact decimal strings; shown to two places, exact on hover.
+function decimalCell(text) {
+  if (text === undefined || text === null) return cell("");
+  const shown = cell(Number(text).toLocaleString("en-US", { maximumFractionDigits: 2 }));
+  shown.title = text;
+  return shown;
+}
+
+function showTotals(counts) {
+  const body = elements.totals.tBodies[0];
+  body.replaceChildren(
+    ...counts.map((count) => {
+      const row = document.createElement("tr");
+      row.dataset.counter = count.counter;
+      row.append(
+        cell(count.counter),
+        cell(count.total.toLocaleString("en-US"), "total"),
+        decimalCell(count.sum),
+        decimalCell(count.average),
+        cell(`${count.start} – ${count.end}`),
+      );
+      return row;
+    }),
+  );
+  elements.totals.hidden = counts.length === 0;
+}
+
+function instantSeconds(text) {
+  return Date.parse(text.replace(/Z$/, ":00Z")) / 1000;
+}
+
+function showChart(counts) {
+  const times = counts.length ? counts[0].series.map((point) => instantSeconds(point.start)) : [];
+  const data = [times, ...counts.map((count) => count.series.map((point) => point.count))];
+  const options = {
+    width: Math.max(elements.chart.clientWidth - 16, 320),
+    height: 320,
+    scales: { x: { time: true } },
+    series: [
+      {},
+      ...counts.map((count, index) => ({
+        label: count.counter,
+        stroke: COLORS[index % COLORS.length],
+        width: 2,
+        points: { show: times.length <= 60 },
+      })),
+    ],
+    axes: [{ space: 70 }, { label: `events per ${elements.series.value}` }],
+  };
+  if (chart) chart.destroy();
+  chart = new uPlot(options, data, elements.chart);
+  document.body.dataset.chartPoints = String(times.length * counts.length);
+}
+
+async function refresh() {
+  const counters = chosenCounters();
+  const mine = ++generation;
+  if (!counters.length) {
+    showStatus("pick one or more counters");
+    showTotals([]);
+    return;
+  }
+  const parameters = new URLSearchParams({ window: elements.window.value, series: elements.series.value });
+  for (const counter of counters) parameters.append("counter", counter);
+  try {
+    const answer = await getJson("/counts", parameters);
+    if (mine !== generation) return; // a newer choice was made meanwhile
+    showTotals(answer.counts);
+    showChart(answer.counts);
+    const notes = (answer.notes || []).join(" ");
+    showStatus(`updated ${new Date().toLocaleTimeString()}${notes ? ` — ${notes}` : ""}`);
+    document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+  } catch (error) {
+    if (mine === generation) showStatus(error.message, true);
+  }
+}
+
+function schedule() {
+  clearInterval(timer);
+  if (elements.live.checked) timer = setInterval(refresh, REFRESH_MS);
+}
+
+function remember() {
+  const state = new URLSearchParams({ window: elements.window.value, series: elements.series.value });
+  for (const counter of chosenCounters()) state.append("counter", counter);
+  history.replaceState(null, "", `?${state}`);
+}
+
+function onChange() {
+  remember();
+  refresh();
+}
+
+async function start() {
+  const state = new URLSearchParams(location.search);
+  if (state.get("window")) elements.window.value = state.get("window");
+  if (state.get("series")) elements.series.value = state.get("series");
+  try {
+    await loadCounterNames();
+  } catch (error) {
+    showStatus(`cannot list counters: ${error.message}`, true);
+  }
+  for (const counter of state.getAll("counter")) addCounterOption(counter, true);
+  elements.counters.addEventListener("change", onChange);
+  elements.window.addEventListener("change", onChange);
+  elements.series.addEventListener("change", onChange);
+  elements.live.addEventListener("change", schedule);
+  elements.add.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter") return;
+    event.preventDefault();
+    const name = elements.add.value.trim();
+    if (name) addCounterOption(name, true);
+    elements.add.value = "";
+    onChange();
+  });
+  document.getElementById("controls").addEventListener("submit", (event) => event.preventDefault());
+  schedule();
+  await refresh();
+}
+
+start();

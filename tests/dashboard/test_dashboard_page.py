@@ -1,0 +1,143 @@
+"""The dashboard in headless Chromium: pick a counter, see the API's total, and a chart that drew.
+
+Debian's chromium and chromium-driver (`make test-tools`) drive the page the
+read API serves at / through the local adapter, over moto's server holding a
+day of events counted by the stream runner. A screenshot is saved in the
+test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+from botocore.credentials import Credentials
+
+from handler_state import handler_state_restored
+from tally import http_api
+from tally.core.api_access import ENV_DASHBOARD
+from tally.core.settings import Settings
+from tally.core.windows import now_ms, parse_instant
+from tally.dynamo import create_tables
+from tally.local.aws import LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
+from tally.local.http_adapter import LocalApi
+from tally.local.stream_reader import StreamReader
+from tally.local.workload import Workload
+
+pytestmark = pytest.mark.server
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SERIES_COLOUR = (0x25, 0x63, 0xEB)  # the first series' stroke in app.js
+WAIT_SECONDS = 30
+
+# Pixels of the first series' colour on the chart's canvas.
+COLOURED_PIXELS = """
+const canvas = document.querySelector('#chart canvas');
+const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+const [r, g, b] = arguments[0];
+let found = 0;
+for (let i = 0; i < data.length; i += 4) {
+  if (data[i + 3] > 128 && Math.abs(data[i] - r) < 30 && Math.abs(data[i + 1] - g) < 30 && Math.abs(data[i + 2] - b) < 30) found++;
+}
+return found;
+"""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """moto's server with a day of counted events, and the read API (dashboard on) on a loopback port."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail("Debian's chromium and chromium-driver are missing: `make test-tools` installs them (make test does)")
+    if http_api.dashboard_page() is None:
+        pytest.fail("the dashboard page is not built: `make dashboard` builds it (make test does)")
+    with handler_state_restored(), MotoServer() as server:
+        try:
+            os.environ.update({**server.environment(), "COUNTS_TABLE": "dashboard-counts"})
+            dynamodb = client("dynamodb")
+            create_tables(dynamodb, "dashboard-events", "dashboard-counts")
+            settings = Settings.from_env()
+            events = Workload(counters=["page-views", "sign-ups"], hours=25, rate=(5, 20), seed=5).events(now_ms())
+            write_items(dynamodb, "dashboard-events", [event.item(settings) for event in events])
+            runner = StreamReader(
+                client("dynamodbstreams"),
+                stream_arn_of(dynamodb, "dashboard-events"),
+                local_handler("dashboard-counts", log_level="ERROR"),
+                context=LocalContext(),
+            )
+            runner.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+            os.environ[ENV_DASHBOARD] = "true"
+            http_api.reader.cache_clear()
+            http_api.api_settings.cache_clear()
+            with LocalApi(credentials=Credentials("testing", "testing")) as api:
+                yield api, events
+        finally:
+            http_api.reader.cache_clear()
+            http_api.api_settings.cache_clear()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_page_shows_the_apis_total_and_draws_the_minute_series(served, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as shown
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    api, events = served
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    browser.get(f"{api.url}/")
+
+    # The counter list comes from GET /counters; pick one, a day, per minute.
+    wait.until(shown.presence_of_element_located((By.CSS_SELECTOR, '#counters option[value="page-views"]')))
+    Select(browser.find_element(By.ID, "window")).select_by_value("24h")
+    Select(browser.find_element(By.ID, "series")).select_by_value("minute")
+    Select(browser.find_element(By.ID, "counters")).select_by_value("page-views")
+    wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-chart-points") == "1440")
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-counter="page-views"]')
+    shown_total = int(row.find_element(By.CSS_SELECTOR, "td.total").text.replace(",", ""))
+    start, end = row.find_elements(By.TAG_NAME, "td")[-1].text.split(" – ")
+    browser.save_screenshot(str(tmp_path / "dashboard.png"))
+
+    # The same window, asked of the API directly, and counted by hand from the events written.
+    with urllib.request.urlopen(f"{api.url}/counts?counter=page-views&window=24h&at={end}", timeout=10) as response:
+        (answer,) = json.loads(response.read())["counts"]
+    first, after = parse_instant(start), parse_instant(end)
+    assert (answer["start"], answer["end"]) == (start, end)
+    assert shown_total == answer["total"] == sum(1 for e in events if e.counter == "page-views" and first <= e.ts_ms < after)
+    assert shown_total > 0
+    assert browser.execute_script(COLOURED_PIXELS, list(SERIES_COLOUR)) > 200  # the line was drawn
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+
+    # A counter the API refuses shows the API's one-line reason instead of a chart.
+    typed = browser.find_element(By.ID, "add-counter")
+    typed.send_keys("#secret", Keys.ENTER)
+    wait.until(lambda driver: "error" in driver.find_element(By.ID, "status").get_attribute("class"))
+    assert "#secret" in browser.find_element(By.ID, "status").text

@@ -1,0 +1,265 @@
+"""The read API's function on moto: API Gateway's events in, the CLI's objects out, and no request yields a 500.
+
+Items of a blog (counted by the blog's counter rules, one of them summing) go
+through the counting handler; requests are the events the local adapter
+builds, as API Gateway's HTTP API would send them.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from urllib.parse import quote, urlencode
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from freezegun import freeze_time
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from moto import mock_aws
+
+from factories import LambdaContext, image, stream_record, window_event
+from moto_tables import COUNTS, EVENTS, no_sleep_backoff
+from tally import http_api
+from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES
+from tally.core.rules import ENV_RULES, parse_rules
+from tally.core.settings import ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
+from tally.core.windows import parse_instant
+from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.invocation import process
+from tally.local.cli import load_script
+from tally.local.http_adapter import http_api_event
+from tally.local.workload import SHAPES, Workload
+from tally.reader import Reader
+
+NOW = "2026-11-22T14:37:12Z"
+BLOG = SHAPES["blog"]
+PUBLIC = '["views/"]'
+
+
+@pytest.fixture(scope="module")
+def blog():
+    """A day and a half of a blog's page views, counted by its rules through the counting handler."""
+    with mock_aws(), freeze_time(NOW):
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        settings = Settings(counts_table=COUNTS, events_table=EVENTS, time_attribute="time", rules=parse_rules(BLOG.rules_json))
+        table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
+        commit = CounterDirectory(client, COUNTS, settings).recording(table.commit)  # as the handler commits
+        items = BLOG.items(Workload(counters=BLOG.keys, hours=30, rate=(5, 15), seed=3), parse_instant(NOW))
+        records = [stream_record(image(**item), arrival_s=parse_instant(NOW) / 1000) for item in items]
+        for start in range(0, len(records), 100):
+            process(window_event(records[start : start + 100], final=True), commit, settings)
+        yield client, settings
+
+
+@pytest.fixture
+def environment(blog, monkeypatch):
+    """The read function's environment as the stack writes it: public read of views/, the dashboard on."""
+    for name, value in {
+        "COUNTS_TABLE": COUNTS,
+        ENV_RULES: BLOG.rules_json,
+        ENV_TIME_ATTRIBUTE: BLOG.time_attribute,
+        ENV_PUBLIC_PREFIXES: PUBLIC,
+        ENV_DASHBOARD: "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    http_api.reader.cache_clear()
+    http_api.api_settings.cache_clear()
+    yield
+    http_api.reader.cache_clear()
+    http_api.api_settings.cache_clear()
+
+
+def call(target: str) -> tuple[int, dict[str, str], str]:
+    path = target.partition("?")[0]
+    event = http_api_event("GET", target, [("host", "api.example"), ("user-agent", "tests")], route_key=f"GET {path}")
+    response = http_api.handler(event, LambdaContext())
+    return response["statusCode"], response.get("headers") or {}, response["body"]
+
+
+def get(target: str) -> tuple[int, dict[str, str], dict]:
+    status, headers, body = call(target)
+    return status, headers, json.loads(body)
+
+
+def test_counts_are_the_objects_query_window_prints(environment, capsys):
+    counters = ["views/all", "load/posts/about", "views/posts/hello-world"]
+    query = urlencode([*(("counter", c) for c in counters), ("window", "24h"), ("series", "hour"), ("at", "2026-11-22T14:00Z")])
+
+    status, headers, body = get(f"/counts?{query}")
+    cli = load_script("query_window")
+    assert cli.main([*counters, "--window", "24h", "--series", "hour", "--at", "2026-11-22T14:00Z", "--json"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert body["counts"] == printed
+    assert [count["counter"] for count in body["counts"]] == counters
+    about = body["counts"][1]
+    assert about["total"] > 0 and "sum" in about and "average" in about  # the summing rule's counter
+    assert sum(point["count"] for point in about["series"]) == about["total"]
+
+
+def test_an_unknown_counter_is_an_empty_count_with_a_note(environment):
+    status, _, body = get("/counts?counter=views/posts/nobody-wrote-this")
+
+    assert status == 200
+    assert body["counts"][0]["total"] == 0
+    assert any("no bucket of 'views/posts/nobody-wrote-this'" in note for note in body["notes"])
+
+
+def test_listing_answers_the_counters_under_a_prefix(environment):
+    status, _, body = get("/counters?prefix=load/&window=24h")
+    expected = Reader(COUNTS).list_counters("load/", window="24h")
+
+    assert status == 200
+    assert body["counters"] == [result.as_json() for result in expected]
+    assert {item["counter"] for item in body["counters"]} == {f"load/posts/{key}" for key in BLOG.keys}
+
+
+def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(environment, monkeypatch):
+    monkeypatch.setattr(http_api, "MAX_COUNTERS", 2)  # views/all and three posts are four candidates
+    counted = []
+    monkeypatch.setattr(Reader, "_count", lambda *args, **kwargs: counted.append(args) or [])
+
+    status, _, body = get("/counters?prefix=views/")
+    assert status == 400 and body["parameter"] == "prefix"
+    assert "narrow the prefix" in body["message"] and counted == []
+
+    assert get("/counters?prefix=views/posts/a")[0] == 200
+    assert len(counted) == 1  # one candidate (views/posts/about) is within the limit, and is counted
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "fix"),
+    [
+        ("", "counter", "counter is missing"),
+        ("counter=a&window=24x", "window", "24x"),
+        ("counter=a&window=0m", "window", "0m"),
+        ("counter=a&at=yesterday", "at", "yesterday"),
+        ("counter=a&at=2026-11-22T10:00", "at", "offset"),
+        ("counter=a&at=2026-11-22T10:00+01:00", "at", "write the offset as %2B01:00"),
+        ("counter=a&series=second", "series", "series must be one of minute, hour"),
+        ("counter=a&plan=scan", "plan", "plan must be one of batch, range"),
+        ("counter=a&align=perhaps", "align", "align must be one of"),
+        ("counter=%23secret", "counter", "'#secret'"),
+        ("counter=a&colour=red", "colour", "unknown parameter 'colour': /counts takes counter, window"),
+        ("counter=a&window=1h&window=2h", "window", "window is given 2 times"),
+        ("counter=a&window=30d&at=2026-11-22T10:30Z", "at", "align"),
+        ("&".join(f"counter=c{i}" for i in range(101)), "counter", "at most 100 per request"),
+        ("&".join(f"counter=c{i}" for i in range(30)) + "&series=minute", "series", "series=hour"),
+    ],
+)
+def test_a_bad_parameter_is_a_400_naming_it_and_the_fix_in_one_line(environment, query, parameter, fix):
+    status, headers, raw = call(f"/counts?{query}")
+    body = json.loads(raw)
+
+    assert status == 400, body
+    assert "\n" not in raw and "Traceback" not in raw
+    assert body["parameter"] == parameter
+    assert fix in body["message"]
+    assert headers["Cache-Control"] == "no-store"
+
+
+def test_public_routes_answer_public_counters_only_and_may_be_cached(environment):
+    status, headers, body = get("/public/counts?counter=views/all&window=24h")
+    refused, _, refusal = get("/public/counts?counter=views/all&counter=load/posts/about")
+    listing, _, listed = get("/public/counters?prefix=views/posts/")
+    hidden, _, _ = get("/public/counters?prefix=load/")
+
+    assert (status, headers["Cache-Control"]) == (200, "public, max-age=60")
+    assert body["counts"][0]["total"] > 0
+    assert refused == 403 and refusal["parameter"] == "counter"
+    assert "'load/posts/about' is not public" in refusal["message"] and "'views/'" in refusal["message"]
+    assert listing == 200 and {c["counter"] for c in listed["counters"]} == {f"views/posts/{k}" for k in BLOG.keys}
+    assert hidden == 403
+
+
+def test_public_routes_are_closed_when_no_prefix_is_public(environment, monkeypatch):
+    monkeypatch.delenv(ENV_PUBLIC_PREFIXES)
+    http_api.api_settings.cache_clear()
+
+    status, _, body = get("/public/counts?counter=views/all")
+
+    assert status == 404 and "public read is off" in body["message"]
+
+
+def test_the_dashboard_page_is_served_with_its_config_and_a_policy_that_runs_only_its_own_script(environment):
+    page = http_api.dashboard_page()
+    if page is None:
+        pytest.fail("the dashboard page is not built: run `make dashboard` (make test does)")
+    status, headers, html = call("/")
+    config = json.loads(html.split('<script id="tally-config" type="application/json">')[1].split("</script>")[0])
+    policy = headers["Content-Security-Policy"]
+
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert config == {"readBase": "/public", "prefixes": ["views/"]}
+    assert "script-src 'sha256-" in policy and "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+    assert "connect-src 'self'" in policy and "default-src 'none'" in policy
+
+
+def test_the_dashboard_is_absent_unless_enabled(environment, monkeypatch):
+    monkeypatch.setenv(ENV_DASHBOARD, "false")
+    http_api.api_settings.cache_clear()
+
+    assert call("/")[0] == 404
+
+
+def throttled(*args, **kwargs):
+    """The counts table refusing a read, as DynamoDB does once the retries are spent."""
+    raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "BatchGetItem")
+
+
+def broken(*args, **kwargs):
+    raise KeyError("a bug")
+
+
+@pytest.mark.parametrize(("failure", "status", "message"), [(throttled, 503, "busy"), (broken, 500, "could not read")])
+def test_failures_of_tally_itself_are_one_line_without_a_traceback(environment, monkeypatch, failure, status, message):
+    monkeypatch.setattr(Reader, "count_many", failure)
+
+    answered, headers, raw = call("/counts?counter=views/all")
+
+    assert answered == status and message in json.loads(raw)["message"]
+    assert "\n" not in raw and "Traceback" not in raw and "a bug" not in raw
+    assert status != 503 or headers["Retry-After"] == "1"
+
+
+NAMES = ["counter", "window", "at", "series", "plan", "align", "consistent", "prefix", "x", "", "counter[]"]
+VALUES = st.one_of(
+    st.sampled_from(["24h", "90m", "7d", "0m", "-1h", "now", "2026-11-22T10:00Z", "2026-11-22T10:00", "minute", "hour",
+                     "batch", "range", "true", "auto", "views/all", "#rejected#late_event", "#x", "", "9" * 40]),
+    st.text(alphabet=string.printable + "é€\u0000\ud7ff", max_size=40),
+)
+
+
+@given(
+    path=st.sampled_from(["/counts", "/counters", "/public/counts", "/public/counters"]),
+    pairs=st.lists(st.tuples(st.sampled_from(NAMES), VALUES), max_size=6),
+    raw_tail=st.text(alphabet="%&=+;#?/ a1", max_size=12),
+)
+@hypothesis_settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_no_query_string_yields_a_server_error_or_a_traceback(environment, path, pairs, raw_tail):
+    query = "&".join(f"{quote(name)}={quote(value, safe='')}" for name, value in pairs) + raw_tail
+
+    status, headers, raw = call(f"{path}?{query}")
+    body = json.loads(raw)
+
+    assert status in (200, 400, 403, 404), (status, body)
+    assert "Traceback" not in raw and "\n" not in raw
+    if status != 200:
+        assert body["message"] and "\n" not in body["message"]
+    else:
+        assert ("counts" in body) != ("counters" in body)
+
+
+def test_the_window_answered_is_the_one_asked(environment):
+    status, _, body = get("/counts?counter=views/all&window=1h&at=2026-11-22T14:00Z&series=minute")
+    count = body["counts"][0]
+
+    assert status == 200
+    assert (count["start"], count["end"]) == ("2026-11-22T13:00Z", "2026-11-22T14:00Z")
+    assert len(count["series"]) == HOUR_MS // 60_000
+
