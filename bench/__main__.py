@@ -6,7 +6,8 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-``python -m bench scale`` runs the scale model alone (about a minute), and
+``python -m bench scale`` runs the scale model alone (about a minute), ``python -m
+bench distinct`` the distinct rule's costs (a few minutes), and
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes); each replaces only its own figures in the file(s) it writes.
 """
@@ -135,6 +136,7 @@ def run() -> dict[str, Any]:
         ),
     )
     results["histogram"] = timed("histogram rule", lambda: histogram_results(settings, config))
+    results.update(timed("distinct rule", distinct_results))
     mock_events = list(mock.events())
     results["reads"] = timed(
         "reads",
@@ -168,6 +170,17 @@ def histogram_results(settings: Settings, config: DeliveryConfig) -> dict[str, A
     }
 
 
+def distinct_results() -> dict[str, Any]:
+    """The steady and hot workloads without and with a distinct rule over their visitors."""
+    settings, config, _ = deployment()
+    return {
+        "distinct": [aggregates.distinct_costs(w, settings, config) for w in (workloads.steady(), workloads.hot())],
+        "distinct_writes_checked_against_moto": writes.verify_against_moto(
+            workloads.with_distinct(workloads.steady(counters=5, per_second=5, seconds=300)), settings, config
+        ),
+    }
+
+
 def scale_results() -> dict[str, Any]:
     return {"scale_model": scale.model_description(), **scale.results()}
 
@@ -178,6 +191,7 @@ def read_api_results() -> dict[str, Any]:
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
+         "distinct": (distinct_results, lambda out, results: report_distinct(out, results)),
          "read-api": (read_api_results, lambda out, results: report_read_api(out, results))}
 
 
@@ -219,6 +233,7 @@ def report(results: dict[str, Any]) -> None:
     )
 
     report_histogram(out, results["histogram"])
+    report_distinct(out, results)
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",
@@ -293,6 +308,29 @@ def report_histogram(out: Console, histogram: dict[str, Any]) -> None:
     out.print(table)
 
 
+def report_distinct(out: Console, results: dict[str, Any]) -> None:
+    table = Table(title="A distinct rule over each event's visitor beside the same counts without it (per 1,000 events)")
+    for column in ("workload", "distinct", "WCU / 1k events", "RCU / 1k events (merges)", "sketch writes",
+                   "sketch WCU", "sketch item bytes mean/max", "24 h read keys / RCU strong"):
+        table.add_column(column, justify="right")
+    for run in results["distinct"]:
+        reads = run["reads_24h"]
+        for label in ("without", "with"):
+            figures = run[label]
+            keys, units = (("count_plan_keys", "count_plan_read_units") if label == "without"
+                           else ("union_plan_keys", "union_plan_read_units"))
+            table.add_row(
+                run["workload"] if label == "without" else "", label, f"{figures['write_units_per_1000_events']:,}",
+                f"{figures['read_units_per_1000_events']:,}", f"{figures['sketch_writes']:,}",
+                f"{figures['sketch_write_units']:,}", f"{figures['sketch_bytes_mean']:,} / {figures['sketch_bytes_max']:,}",
+                f"{reads[keys]} / {reads[units]:g}",
+            )
+        table.add_row("", "with / without", f"{run['with_over_without_write_units']}x", "", "", "", "", "")
+    out.print(table)
+    checked = results["distinct_writes_checked_against_moto"]
+    out.print(f"{checked['workload']}: moto stores what the meter saw: {checked['tally_matches_moto']}")
+
+
 def report_scale(out: Console, results: dict[str, Any]) -> None:
     model = results["scale_model"]
     table = Table(title=f"Scale: shards committing {model['window_seconds']} s windows at once ({model['mix']}, "
@@ -344,7 +382,7 @@ def report_read_api(out: Console, results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model or the read API's load")
+    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model, the distinct rule's costs or the read API's load")
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     args = parser.parse_args(argv)
     targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)

@@ -135,6 +135,7 @@ def with_distinct(workload: Workload) -> Workload:
         description=f"{workload.description}, distinct visitors of {VISITORS:,}",
         rules=DISTINCT_RULES,
         image=visit_image,
+        time_attribute="ts",
     )
 
 
