@@ -182,7 +182,7 @@ def distinct_results() -> dict[str, Any]:
 
 
 def scale_results() -> dict[str, Any]:
-    return {"scale_model": scale.model_description(), **scale.results()}
+    return {"scale_model": scale.model_description(), **scale.results(), **scale.distinct_results()}
 
 
 def read_api_results() -> dict[str, Any]:
@@ -351,6 +351,20 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       figures["configuration"], f"{figures['transactions']:,}", f"{figures['conflicts']:,}",
                       f"{figures['retries']:,}", str(figures["p50_commit_seconds"]), str(figures["p99_commit_seconds"]),
                       str(figures["all_shards_committed_seconds"]), f"{figures['failed_invocations']:,}")
+    out.print(table)
+
+    table = Table(title="Scale: a distinct rule on the hot counter (its visitors), the sketch merges after the counts")
+    for column in ("shards", "config", "transactions", "conflicts", "sketch writes", "sketch conflicts",
+                   "sketch throttled", "sketch WCU", "p50 s", "p99 s", "all shards s", "failed invocations"):
+        table.add_column(column, justify="right")
+    for figures in results.get("scale_distinct", []):
+        table.add_row(
+            f"{figures['shards']:,}", f"{figures['bucket_lanes']} lane(s)", f"{figures['transactions']:,}",
+            f"{figures['conflicts']:,}", f"{figures['sketch_writes']:,}", f"{figures['sketch_conflicts']:,}",
+            f"{figures['sketch_throttled']:,}", f"{figures['sketch_write_units']:,}", str(figures["p50_commit_seconds"]),
+            str(figures["p99_commit_seconds"]), str(figures["all_shards_committed_seconds"]),
+            f"{figures['failed_invocations']:,}",
+        )
     out.print(table)
 
     table = Table(title="Scale: write cost at a fixed 5,000 events/s over more shards (WCU per 1,000 events)")

@@ -21,9 +21,19 @@ means) for every shard, against a simulated DynamoDB in simulated time:
   retries it a second later, and the retry finds the markers of what was
   committed before.
 
+With a distinct rule on the hot counter, each segment's commit is followed
+by its sketch merges (``sketch_steps``): a strongly consistent read of the
+bucket's sketch item in the shard's lane, then a write conditioned on what
+was read. The model evaluates the condition when the write is sent: a writer
+that lost to another since its read is answered with the item as it is now
+and merges again; a write beyond an item's or a partition's write units is
+throttled. A sketch write costs one unit per started KB (plain, not
+transactional), a failed condition too.
+
 An event queue (heapq) orders every step; no wall-clock time passes, so a
 thousand shards take seconds. Every run checks exactness: the bucket counts
-the model stored equal the events it generated.
+the model stored equal the events it generated, and every bucket's sketch
+(its lanes merged) holds exactly the distinct values generated in it.
 """
 
 from __future__ import annotations
@@ -47,11 +57,14 @@ from tally.core.commit import (
     RetriesExhausted,
     classify_cancellation,
     commit_steps,
+    lane_of,
     source_id,
 )
 from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets
+from tally.core.sketch_writes import ReadSketches, SketchOutcome, SketchStep, SketchWrite, WriteSketches, sketch_steps
+from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
-from tally.core.retry import Backoff, commit_backoff
+from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import MAX_BUCKET_LANES, MINUTE_MS, Settings
 
@@ -115,6 +128,11 @@ class TableStats:
     duplicates: int = 0  # attempts cancelled because their marker exists
     write_units: int = 0
     item_writes: int = 0
+    sketch_reads: int = 0  # strongly consistent reads of sketch items (one per key)
+    sketch_writes: int = 0  # conditional writes of merged sketches that succeeded
+    sketch_conflicts: int = 0  # ... that found the item changed since it was read
+    sketch_throttled: int = 0  # ... refused for an item's or a partition's write limit
+    sketch_write_units: int = 0  # write units of sketch writes, failed conditions included
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,7 @@ class SimulatedTable:
         self.partition_capacity: dict[str, TokenBucket] = {}
         self.stats = TableStats()
         self._parsed: dict[int, tuple[Sequence[dict[str, Any]], list[Write]]] = {}
+        self.sketches: dict[Key, bytes] = {}  # sketch items' stored bytes
 
     def transact(self, now: float, transact_items: Sequence[dict[str, Any]]) -> tuple[float, list[str] | None]:
         """Start a transaction at ``now``: when its answer arrives, and its CancellationReasons codes (None: committed)."""
@@ -187,6 +206,46 @@ class SimulatedTable:
         self._parsed.pop(id(transact_items), None)
         return done, None
 
+    def read_sketches(self, now: float, keys: Sequence[Key]) -> tuple[float, dict[Key, bytes | None]]:
+        """A strongly consistent BatchGetItem of sketch items: when it answers, and what they hold now."""
+        self.stats.sketch_reads += len(keys)
+        return now + self.latency.cancel_seconds(self.rng), {key: self.sketches.get(key) for key in keys}
+
+    def write_sketches(
+        self, now: float, writes: Sequence[SketchWrite]
+    ) -> tuple[float, list[tuple[SketchOutcome, bytes | None]]]:
+        """Conditional UpdateItems sent at once, each judged as it arrives: written, lost (with what the item
+        holds), or throttled. They answer when the slowest does."""
+        answers, answer_at = [], now
+        for write in writes:
+            key = write.key
+            seen = write.request["ExpressionAttributeValues"].get(":seen")
+            merged = write.request["ExpressionAttributeValues"][":sketch"]["B"]
+            held = self.sketches.get(key)
+            size_before = self.sizes.get(key, 0)
+            size_after = size_before if held != (None if seen is None else seen["B"]) else _sketch_item_size(key, merged)
+            cost = write_units(max(size_before, size_after))
+            if self._item_bucket(key).available(now) < cost or self._partition_bucket(key[0]).available(now) < cost:
+                self.stats.sketch_throttled += 1
+                answers.append((SketchOutcome.RETRY, None))
+                answer_at = max(answer_at, now + self.latency.cancel_seconds(self.rng))
+                continue
+            self._item_bucket(key).take(now, cost)
+            self._partition_bucket(key[0]).take(now, cost)
+            self.stats.sketch_write_units += cost
+            self.stats.write_units += cost
+            if held != (None if seen is None else seen["B"]):
+                self.stats.sketch_conflicts += 1
+                answers.append((SketchOutcome.CONFLICT, held))
+                answer_at = max(answer_at, now + self.latency.cancel_seconds(self.rng))
+                continue
+            self.sketches[key], self.sizes[key] = merged, size_after
+            self.stats.sketch_writes += 1
+            self.stats.item_writes += 1
+            answers.append((SketchOutcome.WRITTEN, None))
+            answer_at = max(answer_at, now + self.latency.lock_seconds(self.rng, 1))
+        return answer_at, answers
+
     def count(self, key: Key) -> int:
         return self.counts.get(key, 0)
 
@@ -222,6 +281,10 @@ class SimulatedTable:
         return bucket
 
 
+def _sketch_item_size(key: Key, sketch: bytes) -> int:
+    return item_size({"pk": {"S": key[0]}, "sk": {"S": key[1]}, "hll": {"B": sketch}, "ttl": {"N": "1795600000"}})
+
+
 def _write(action: dict[str, Any]) -> Write:
     [(kind, request)] = action.items()
     if kind == "Put" and request.get("ConditionExpression") == "attribute_not_exists(#pk)":
@@ -237,6 +300,9 @@ def _write(action: dict[str, Any]) -> Write:
 # --- workload -----------------------------------------------------------------------------------
 
 
+HOT_COUNTER = "jobs/all"
+
+
 @dataclass(frozen=True)
 class CounterMix:
     """One hot counter taking ``hot_share`` of the events; the rest Zipf-distributed over ``tail`` counters."""
@@ -247,7 +313,7 @@ class CounterMix:
     zipf_exponent: float = 1.1
 
     def chooser(self) -> Callable[[random.Random, int], list[str]]:
-        names = ["jobs/all"] + [f"counter-{rank:05d}" for rank in range(1, self.tail + 1)]
+        names = [HOT_COUNTER] + [f"counter-{rank:05d}" for rank in range(1, self.tail + 1)]
         tail_weights = [rank ** -self.zipf_exponent for rank in range(1, self.tail + 1)]
         scale = (1 - self.hot_share) / sum(tail_weights)
         cumulative = list(itertools.accumulate([self.hot_share] + [w * scale for w in tail_weights]))
@@ -270,6 +336,10 @@ class Scenario:
     mix: CounterMix = DEFAULT_MIX
     lateness_mean_ms: float = 500.0  # events reach the stream this long after their time, on average
     seed: int = 14
+    distinct: bool = False  # a distinct rule counts the visitors of the hot counter (one of VISITORS each event)
+
+
+VISITORS = 1_000_000
 
 
 _PLACEMENT = Settings()  # default retentions: the model's events are at most seconds late
@@ -290,15 +360,21 @@ def shard_windows(scenario: Scenario) -> Iterator[tuple[int, int, list[CounterEv
             lateness = scenario.lateness_mean_ms
             base = (window * scenario.shards + shard) * 10**9
             yield shard, window, [
-                _event(counter, arrival - int(rng.expovariate(1 / lateness)), f"{base + i:021d}", arrival)
+                _event(
+                    counter,
+                    arrival - int(rng.expovariate(1 / lateness)),
+                    f"{base + i:021d}",
+                    arrival,
+                    hash_of(f"v-{rng.randrange(VISITORS)}") if scenario.distinct and counter == HOT_COUNTER else None,
+                )
                 for i, (counter, arrival) in enumerate(zip(counters, arrivals))
             ]
 
 
-def _event(counter: str, event_ms: int, sequence: str, arrival_ms: int) -> CounterEvent:
+def _event(counter: str, event_ms: int, sequence: str, arrival_ms: int, hashed: int | None = None) -> CounterEvent:
     """An event as parsing would make it, in the buckets its arrival allows."""
     hour_only = len(counted_buckets(event_ms, arrival_ms, _PLACEMENT)) == 1
-    return CounterEvent(counter, event_ms, sequence, arrival_ms, hour_only=hour_only)
+    return CounterEvent(counter, event_ms, sequence, arrival_ms, hour_only=hour_only, hashed=hashed)
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -345,16 +421,26 @@ def after(shards: int) -> CommitConfig:
     return CommitConfig(f"{lanes} lane{'s' if lanes > 1 else ''} per bucket, commit schedule", lanes, commit_backoff)
 
 
+Step = CommitStep | SketchStep
+
+
 def window_commit(
-    segments: list[Segment], source: str, settings: Settings, backoff: Callable[[], Backoff]
-) -> Generator[CommitStep, Outcome | None, CommitResult]:
-    """What the final invocation of a window does: commit its segments in order (CountsTable.commit, step by step)."""
+    segments: list[Segment],
+    source: str,
+    settings: Settings,
+    backoff: Callable[[], Backoff],
+    merge_backoff: Callable[[], Backoff] = sketch_backoff,
+) -> Generator[Step, Any, CommitResult]:
+    """What the final invocation of a window does: commit its segments in order, each segment's counts and then
+    its sketches (CountsTable.commit, step by step)."""
     transactions = duplicates = retries = 0
+    lane = lane_of(source, settings.bucket_lanes)
     for segment in segments:
         result = yield from commit_steps(segment, source, TABLE, settings, backoff)
         transactions += result.transactions
         duplicates += result.duplicates
         retries += result.retries
+        yield from sketch_steps(segment, lane, TABLE, settings, merge_backoff)
     return CommitResult(transactions, duplicates, retries)
 
 
@@ -366,13 +452,14 @@ class Invocation:
     shard: int
     window: int
     started: float
-    steps: Generator[CommitStep, Outcome | None, CommitResult]
+    steps: Generator[Step, Any, CommitResult]
 
 
 @dataclass
 class ShardState:
     source: str
     backoff: Callable[[], Backoff]
+    merge_backoff: Callable[[], Backoff]
     pending: list[tuple[int, list[Segment]]] = field(default_factory=list)
     busy: bool = False
 
@@ -405,10 +492,15 @@ class Simulation:
         self.order = itertools.count()
         self.stats = RunStats()
         self.expected: Counter[Key] = Counter()
+        self.expected_sketches: dict[Key, Sketch] = {}
         self.done_at: dict[tuple[int, int], float] = {}
         self.minute_keys: dict[int, str] = {}
         self.shards = [
-            ShardState(source_id(STREAM_ARN, f"shardId-{shard:08d}"), _seeded(config.schedule, scenario.seed, shard))
+            ShardState(
+                source_id(STREAM_ARN, f"shardId-{shard:08d}"),
+                _seeded(config.schedule, scenario.seed, shard),
+                _seeded(sketch_backoff, scenario.seed + 1, shard),
+            )
             for shard in range(scenario.shards)
         ]
 
@@ -427,6 +519,9 @@ class Simulation:
             self.stats.events += len(events)
             for event in events:
                 self.expected[(event.counter, self._minute_key(event.event_ms // MINUTE_MS))] += 1
+                if event.hashed is not None:
+                    for bucket in counted_buckets(event.event_ms, event.arrival_ms, _PLACEMENT):
+                        self.expected_sketches.setdefault((event.counter, bucket.sort_key), Sketch()).add(event.hashed)
             segments = fold(events)
             if segments:
                 window_end = (window + 1) * WINDOW_SECONDS
@@ -461,10 +556,10 @@ class Simulation:
         state = self.shards[shard]
         window, segments = state.pending[0]
         state.busy = True
-        steps = window_commit(segments, state.source, self.settings, state.backoff)
+        steps = window_commit(segments, state.source, self.settings, state.backoff, state.merge_backoff)
         self._step(now, Invocation(shard, window, now, steps), None)
 
-    def _step(self, now: float, invocation: Invocation, reply: Outcome | None) -> None:
+    def _step(self, now: float, invocation: Invocation, reply: Any) -> None:
         if now - invocation.started > FUNCTION_TIMEOUT_SECONDS:
             self.stats.failed_timeout += 1
             self._retry(invocation.started + FUNCTION_TIMEOUT_SECONDS, invocation)
@@ -485,6 +580,12 @@ class Simulation:
                 raise AssertionError(f"the model refused tally's transaction: {codes}")
             self.stats.retries += outcome is Outcome.RETRY
             self._at(answer_at, self._step, invocation, outcome)
+        elif isinstance(step, ReadSketches):
+            answer_at, stored = self.table.read_sketches(now, step.keys)
+            self._at(answer_at, self._step, invocation, stored)
+        elif isinstance(step, WriteSketches):
+            answer_at, answers = self.table.write_sketches(now, step.writes)
+            self._at(answer_at, self._step, invocation, answers)
         else:
             self._at(now + step.seconds, self._step, invocation, None)
 
@@ -515,6 +616,11 @@ class Simulation:
             lost = sum((self.expected - stored).values())
             doubled = sum((stored - self.expected).values())
             raise AssertionError(f"the model lost {lost} and doubled {doubled} of {self.stats.events} events")
+        sketches: dict[Key, Sketch] = {}
+        for (pk, sk), data in self.table.sketches.items():
+            sketches.setdefault((pk, bucket_sort_key(sk)), Sketch()).merge(Sketch.from_bytes(data))
+        if sketches != self.expected_sketches:
+            raise AssertionError(f"{sum(sketches.get(k) != s for k, s in self.expected_sketches.items())} sketches differ")
 
 
 def _seeded(schedule: Callable[[], Backoff], seed: int, shard: int) -> Callable[[], Backoff]:
@@ -564,6 +670,17 @@ def measure(
         "failed_retries_exhausted": stats.failed_retries_exhausted,
         "failed_timeout": stats.failed_timeout,
         "exact": True,  # run() raises otherwise
+        **(
+            {
+                "sketch_reads": t.sketch_reads,
+                "sketch_writes": t.sketch_writes,
+                "sketch_conflicts": t.sketch_conflicts,
+                "sketch_throttled": t.sketch_throttled,
+                "sketch_write_units": t.sketch_write_units,
+            }
+            if scenario.distinct
+            else {}
+        ),
     }
 
 
@@ -615,6 +732,21 @@ def results() -> dict[str, Any]:
                 }
             )
     return {"scale": growing, "scale_one_mitigation_at_1000_shards": halves, "scale_fixed_rate": fixed_rate}
+
+
+DISTINCT_SHARD_COUNTS = (100, 1000)
+
+
+def distinct_results() -> dict[str, Any]:
+    """A distinct rule on the hot counter: one item per bucket, the lanes the README recommends, and twice those."""
+    runs = []
+    for shards in DISTINCT_SHARD_COUNTS:
+        scenario = Scenario(shards=shards, events_per_second=EVENTS_PER_SHARD_SECOND * shards, windows=2, distinct=True)
+        doubled = min(MAX_BUCKET_LANES, 2 * lanes_for(shards))
+        configs = (RETRIES_ONLY, after(shards), CommitConfig(f"{doubled} lanes per bucket, commit schedule", doubled, commit_backoff))
+        for config in dict.fromkeys(configs):
+            runs.append(measure(scenario, config))
+    return {"scale_distinct": runs}
 
 
 def model_description() -> dict[str, Any]:

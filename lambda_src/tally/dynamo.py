@@ -39,7 +39,7 @@ from tally.core.directory import Entry, day_partition, entries_of, entry_item
 from tally.core.amounts import stored_units
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
-from tally.core.retry import Backoff, commit_backoff
+from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.tables import (
@@ -149,19 +149,21 @@ class CountsTable:
         settings: Settings,
         backoff: Callable[[], Backoff] | None = None,
     ) -> None:
-        """``backoff`` paces every retry when given; by default reads use ``Backoff`` and commits ``commit_backoff``."""
+        """``backoff`` paces every retry when given; by default reads use ``Backoff``, commits ``commit_backoff``
+        and sketch merges ``sketch_backoff``."""
         self.client = client
         self.table_name = table_name
         self.settings = settings
         self.backoff = backoff or Backoff
         self.commit_backoff = backoff or commit_backoff
+        self.sketch_backoff = backoff or sketch_backoff
 
     def commit(self, segment: Segment, source: str) -> CommitResult:
         """Commit every part of a segment exactly once, in order (the policy is ``commit_steps``), then merge
         its sketches into their items (``sketch_steps``)."""
         counts = self._drive(commit_steps(segment, source, self.table_name, self.settings, self.commit_backoff))
         lane = lane_of(source, self.settings.bucket_lanes)
-        sketches = self._drive(sketch_steps(segment, lane, self.table_name, self.settings, self.commit_backoff))
+        sketches = self._drive(sketch_steps(segment, lane, self.table_name, self.settings, self.sketch_backoff))
         return dataclasses.replace(counts, sketches_written=sketches.written, sketch_conflicts=sketches.conflicts)
 
     def _drive(self, steps: Generator[Any, Any, Any]) -> Any:
