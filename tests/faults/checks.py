@@ -16,7 +16,8 @@ from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.amounts import decimal_of, stored_units
-from tally.core.tables import COUNT_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
+from tally.core.sketches import Sketch
+from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
 
 from tally.core.directory import DIRECTORY_PREFIX, day_partition
@@ -52,26 +53,35 @@ def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     return table_contents(client, table_name)[0]
 
 
-def table_contents(client: Any, table_name: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
-    """Every bucket's count, its lanes summed, and the sum (in units) of those that keep one."""
+def table_contents(
+    client: Any, table_name: str
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[tuple[str, str], Sketch]]:
+    """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, and the sketch of those
+    a distinct rule writes, its lanes merged."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
+    sketches: dict[tuple[str, str], Sketch] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
             if not item["pk"]["S"].startswith((MARKER_PREFIX, DIRECTORY_PREFIX)):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
+                if SKETCH_ATTRIBUTE in item:
+                    sketches.setdefault(key, Sketch()).merge(Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"]))
+                    continue
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
                     sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
-    return counts, sums
+    return counts, sums, sketches
 
 
 def check_table(
     client: Any, table_name: str, expected: Expected, settings: Settings, context: str, stats: FaultStats = STATS
 ) -> None:
-    """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist)."""
-    actual, actual_sums = table_contents(client, table_name)
+    """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist);
+    sketches hold each distinct value once, however often a record was delivered, retried or duplicated."""
+    actual, actual_sums, actual_sketches = table_contents(client, table_name)
     truth, truth_sums = expected.buckets(settings), expected.bucket_sums(settings)
+    truth_sketches = expected.bucket_sketches(settings)
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {
         key: (actual.get(key), truth.get(key))
@@ -85,6 +95,14 @@ def check_table(
             if actual_sums.get(key) != truth_sums.get(key)
         }
     )
+    wrong.update(
+        {
+            ("distinct", *key): (repr(actual_sketches.get(key)), repr(truth_sketches.get(key)))
+            for key in truth_sketches.keys() | actual_sketches.keys()
+            if actual_sketches.get(key) != truth_sketches.get(key)
+        }
+    )
+    stats.add("sketches_compared", len(truth_sketches.keys() | actual_sketches.keys()))
     if wrong:
         stats.add("discrepancies", len(wrong))
     sample = dict(sorted(wrong.items())[:8])

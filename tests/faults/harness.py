@@ -102,6 +102,7 @@ class FaultStats:
     windows_aligned: int = 0  # compared windows ending now that were answered over whole hours at an edge
     windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
     buckets_compared: int = 0
+    sketches_compared: int = 0  # buckets of distinct counters whose sketch was compared
     events_in_minute_and_hour: int = 0
     events_in_hour_only: int = 0  # arrived after their minute's retention
     late_rejections: int = 0  # arrived after their hour's retention
@@ -136,6 +137,7 @@ class FaultStats:
             "windows_aligned": self.windows_aligned,
             "windows_past_minute_retention": self.windows_past_minute_retention,
             "buckets_compared": self.buckets_compared,
+            "sketches_compared": self.sketches_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,
             "events_in_hour_only": self.events_in_hour_only,
             "late_rejections": self.late_rejections,
@@ -221,7 +223,7 @@ class FaultyClient:
     def __init__(self, client: Any, schedule: FaultSchedule) -> None:
         self._client = client
         self.schedule = schedule
-        self.native_retryable = 0  # conflicts or throttling produced by the backend itself
+        self.native_retryable = 0  # conflicts or throttling produced by the backend itself (lost sketch merges too)
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
@@ -276,6 +278,29 @@ class FaultyClient:
         response = self._client.batch_write_item(**kwargs)
         if self.schedule.fires(FaultKind.RESPONSE_LOST):
             raise client_error("InternalServerError", "BatchWriteItem")
+        return response
+
+    def update_item(self, **kwargs: Any) -> dict[str, Any]:
+        """Conditional writes (sketch merges): throttled, lost to another writer (answered with the item as it is,
+        as ALL_OLD answers), or written with the answer lost or the invocation dying after it."""
+        if self.schedule.fires(FaultKind.PROVISIONED):
+            raise client_error("ProvisionedThroughputExceededException", "UpdateItem")
+        if "ConditionExpression" in kwargs and self.schedule.fires(FaultKind.CONFLICT):
+            held = self._client.get_item(TableName=kwargs["TableName"], Key=kwargs["Key"], ConsistentRead=True)
+            error = client_error("ConditionalCheckFailedException", "UpdateItem")
+            error.response["Item"] = held.get("Item", {})
+            raise error
+        try:
+            response = self._client.update_item(**kwargs)
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":  # another shard merged first
+                with self._lock:
+                    self.native_retryable += 1
+            raise
+        if self.schedule.fires(FaultKind.RESPONSE_LOST):
+            raise client_error("InternalServerError", "UpdateItem")
+        if self.schedule.fires(FaultKind.TIMEOUT_AFTER_TRANSACTION):
+            raise InjectedCrash(FaultKind.TIMEOUT_AFTER_TRANSACTION.value)
         return response
 
     def query(self, **kwargs: Any) -> dict[str, Any]:
