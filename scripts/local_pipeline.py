@@ -485,7 +485,7 @@ def verify_distinct(table: Reader, truth: ShapedTruth, window: Window) -> bool:
     matched = _distinct_rows(view, truth, plans)
     console.print(view)
     console.print(
-        f"   tally's sketches are exact up to {SPARSE_LIMIT} distinct values a bucket, HyperLogLog beyond "
+        f"   tally counts a window of up to {SPARSE_LIMIT} distinct values exactly, estimates beyond by HyperLogLog "
         f"(4,096 registers, standard error {STANDARD_ERROR:.3%}); both plans read the same disjoint buckets."
     )
     return matched

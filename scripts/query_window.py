@@ -19,8 +19,8 @@ and average; --json carries them as decimal strings. Counters a histogram rule
 writes answer --quantiles: the value of rank ceil(q*n) among the window's n
 values, within 1 %, in total, per hour and per series point, with the bounds
 every value lies within. Counters a distinct rule writes show their distinct
-values (exact up to 100 a bucket, else estimated, marked ≈, standard error
-1.6 %); --json carries distinct, distinct_exact and distinct_by_hour (and each
+values (exact up to 100 in the window, else estimated, marked ≈, standard
+error 1.6 %); --json carries distinct, distinct_exact and distinct_by_hour (and each
 series point's distinct). The table is --table,
 else COUNTS_TABLE, else a stack's outputs (--stack), else tally-counts. Bad
 input exits with status 2 and one line on stderr. A count of 0 says why on
