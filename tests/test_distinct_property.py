@@ -72,8 +72,10 @@ def test_distinct_counts_of_every_window_by_both_plans_match_the_exact_count(raw
                     where = (result.counter, plan, window)
                     assert result.total == len(inside), where
                     assert_distinct(result.sketch, {str(v["client"]) for v in inside}, where)
+                    assert set(result.sketch_by_hour) == set(result.by_hour), where
                     for hour, sketch in result.sketch_by_hour.items():
-                        in_hour = {str(v["client"]) for v in inside if (NOW_MS - v["ago_ms"]) // HOUR_MS == hour}
+                        index = int(hour.timestamp()) * 1000 // HOUR_MS  # keyed by the hour's start, as by_hour
+                        in_hour = {str(v["client"]) for v in inside if (NOW_MS - v["ago_ms"]) // HOUR_MS == index}
                         assert_distinct(sketch, in_hour, (where, hour))
 
 

@@ -105,10 +105,23 @@ def test_bytes_that_are_no_sketch_are_refused(data):
 
 
 def test_a_dense_sketch_stays_within_the_window_state_bytes_segments_charge_it():
-    from tally.core.segments import _DENSE_SKETCH_BYTES
+    from tally.core.segments import _DENSE_SKETCH_BYTES, _dense_bytes
 
     sketch = Sketch()
     for n in range(300_000):
         sketch.add(hash_of(n))
-        if n in (SPARSE_LIMIT + 1, 2_000, 20_000, 299_999):
-            assert len(base64.b64encode(sketch.to_bytes())) < _DENSE_SKETCH_BYTES, n
+        if n in (SPARSE_LIMIT + 1, 150, 300, 1_000, 2_000, 20_000, 299_999):
+            stored = len(base64.b64encode(sketch.to_bytes()))
+            assert stored < _DENSE_SKETCH_BYTES and stored < _dense_bytes(sketch.registers_used()), n
+    assert _dense_bytes(sketch.registers_used()) <= _DENSE_SKETCH_BYTES + 40
+
+
+@given(st.sets(st.integers(0, 4095), min_size=1, max_size=600), st.randoms(use_true_random=False))
+def test_any_registers_in_use_compress_within_what_segments_charge_them(indices, rng):
+    from tally.core.segments import _dense_bytes
+
+    registers = bytearray(4096)
+    for index in indices:
+        registers[index] = rng.randint(1, 53)  # any rank, even ones no real set of values gives
+    sketch = Sketch.from_bytes(b"\x02" + zlib.compress(bytes(registers), 9))
+    assert len(base64.b64encode(sketch.to_bytes())) <= _dense_bytes(sketch.registers_used())

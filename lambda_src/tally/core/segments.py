@@ -26,7 +26,7 @@ from typing import Any
 
 from tally.core.buckets import Bucket, buckets_of
 from tally.core.histograms import is_bin
-from tally.core.sketches import SPARSE_LIMIT, Sketch
+from tally.core.sketches import SPARSE_LIMIT, Sketch, register_index
 from tally.core.records import CounterEvent, Outcome, Reason
 
 MAX_PART_ITEMS = 99
@@ -51,10 +51,15 @@ _BINS_OVERHEAD_BYTES = 24
 # closes, and the next segment writes the item again.
 MAX_ITEM_BINS = 256
 # ... and of a distinct counter's sketch: its stored form in base64, '{"sketch": ""}' and the rest:
-# 11 bytes a hash while it is exact, and for the 4,096 registers compressed a bound that realistic
-# sets stay under (about 1.9 KB compressed from 10,000 values on; see test_segments).
+# 11 bytes a hash while it is exact (8 bytes, base64). Its 4,096 registers, zlib-compressed, take at
+# most about 8 bytes per register in use (a literal and the match of the zeros after it, each code at
+# most 15 bits plus extra bits) beyond the block's header: 11 bytes each in base64 after 200, up to a
+# bound that realistic sets stay under (about 1.9 KB compressed from 10,000 values on; see
+# test_sketches). A segment's sketch of a few hundred values thus weighs what its values do.
 _SKETCH_OVERHEAD_BYTES = 40
 _SKETCH_HASH_BYTES = 11
+_DENSE_HEADER_BYTES = 200
+_SKETCH_REGISTER_BYTES = 11
 _DENSE_SKETCH_BYTES = 2_600
 
 Item = tuple[str, Bucket]  # (counter, bucket)
@@ -156,14 +161,24 @@ class Segment:
         self.records += 1
 
     def _sketch_growth(self, item: Item, hashes: set[int] | tuple[int, ...]) -> int:
-        """State bytes that adding ``hashes`` to the item's sketch adds."""
+        """State bytes that adding ``hashes`` to the item's sketch adds (its exact hashes, or its registers in use)."""
         sketch = self.sketches.get(item)
-        if sketch is not None and not sketch.exact:
+        if sketch is None:
+            return _sketch_bytes(set(hashes))
+        if sketch.registers is not None:
+            registers = sketch.registers
+            fresh = {register_index(hashed) for hashed in hashes if not registers[register_index(hashed)]}
+            if not fresh:
+                return 0
+            used = sketch.registers_used()
+            return _dense_bytes(used + len(fresh)) - _dense_bytes(used)
+        held = sketch.hashes or set()
+        fresh_hashes = [hashed for hashed in set(hashes) if hashed not in held]
+        if not fresh_hashes:
             return 0
-        held = set() if sketch is None else sketch.hashes or set()
-        fresh = len(set(hashes) - held)
-        before = _sketch_bytes(len(held)) if sketch is not None else 0
-        return _sketch_bytes(len(held) + fresh) - before if fresh else 0
+        if len(held) + len(fresh_hashes) <= SPARSE_LIMIT:
+            return _SKETCH_HASH_BYTES * len(fresh_hashes)
+        return _sketch_bytes(held.union(fresh_hashes)) - _sketch_bytes(held)
 
     def _add_bin(self, item: Item, bin: str) -> None:
         bins = self.bins.get(item)
@@ -254,7 +269,7 @@ class Segment:
                 state_bytes=sum(_entry_bytes(counter) for counter, _ in deltas)
                 + _SUM_OVERHEAD_BYTES * len(sums)
                 + sum(_BINS_OVERHEAD_BYTES + _BIN_BYTES * len(item_bins) for item_bins in bins.values())
-                + sum(_sketch_bytes(len(s.hashes) if s.exact else None) for s in sketches.values()),
+                + sum(_state_bytes_of(sketch) for sketch in sketches.values()),
             )
         except Exception as error:
             raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
@@ -263,11 +278,22 @@ class Segment:
 _AGGREGATE_FIELDS = frozenset({"bins", "sketch"})
 
 
-def _sketch_bytes(hashes: int | None) -> int:
-    """State bytes of a sketch of that many exact hashes, or a dense one (None, or past the sparse limit)."""
-    if hashes is None or hashes > SPARSE_LIMIT:
-        return _SKETCH_OVERHEAD_BYTES + _DENSE_SKETCH_BYTES
-    return _SKETCH_OVERHEAD_BYTES + _SKETCH_HASH_BYTES * hashes
+def _sketch_bytes(hashes: set[int]) -> int:
+    """State bytes of the sketch of these hashes: exact while few, else dense."""
+    if len(hashes) > SPARSE_LIMIT:
+        return _dense_bytes(len({register_index(hashed) for hashed in hashes}))
+    return _SKETCH_OVERHEAD_BYTES + _SKETCH_HASH_BYTES * len(hashes)
+
+
+def _dense_bytes(registers_used: int) -> int:
+    """State bytes of a dense sketch with that many registers in use."""
+    return _SKETCH_OVERHEAD_BYTES + min(_DENSE_SKETCH_BYTES, _DENSE_HEADER_BYTES + _SKETCH_REGISTER_BYTES * registers_used)
+
+
+def _state_bytes_of(sketch: Sketch) -> int:
+    if sketch.exact:
+        return _SKETCH_OVERHEAD_BYTES + _SKETCH_HASH_BYTES * len(sketch.hashes or ())
+    return _dense_bytes(sketch.registers_used())
 
 
 def _read_aggregates(raw: Any) -> dict[str, Any]:

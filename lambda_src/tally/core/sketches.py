@@ -70,6 +70,11 @@ def hash_of(value: Any) -> int:
     return int.from_bytes(digest, "big")
 
 
+def register_index(hashed: int) -> int:
+    """The register a hash sets (every hash sets its register to at least 1)."""
+    return hashed >> _RANK_BITS
+
+
 def _register_of(hashed: int) -> tuple[int, int]:
     """(register index, rank): the first 12 bits, and the position of the first 1 bit in the other 52 (53: none)."""
     rest = hashed & _RANK_MASK
@@ -131,6 +136,12 @@ class Sketch:
             assert self.hashes is not None
             return len(self.hashes)
         return round(_estimate(self.registers))
+
+    def registers_used(self) -> int:
+        """Registers not 0: the distinct register indices of its values (of its hashes while exact)."""
+        if self.registers is None:
+            return len({register_index(hashed) for hashed in self.hashes or ()})
+        return REGISTERS - self.registers.count(0)
 
     def copy(self) -> Sketch:
         twin = Sketch()
