@@ -6,10 +6,12 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-``python -m bench scale`` runs the scale model alone (about a minute), ``python -m
-bench distinct`` the distinct rule's costs (a few minutes), and
+``python -m bench scale`` runs the scale model alone (about a minute),
 ``python -m bench read-api`` the read API's load test alone (about two
-minutes); each replaces only its own figures in the file(s) it writes.
+minutes), ``python -m bench histogram`` the histogram rule beside the same
+rule without it (under two minutes), and ``python -m bench distinct`` a
+distinct rule beside the same counts without it (about a minute); each
+replaces only its own figures in the file(s) it writes.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def run() -> dict[str, Any]:
             workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
         ),
     )
-    results["histogram"] = timed("histogram rule", lambda: histogram_results(settings, config))
+    results.update(timed("histogram rule", lambda: histogram_results(settings, config)))
     results.update(timed("distinct rule", distinct_results))
     mock_events = list(mock.events())
     results["reads"] = timed(
@@ -160,13 +162,17 @@ def run() -> dict[str, Any]:
     return results
 
 
-def histogram_results(settings: Settings, config: DeliveryConfig) -> dict[str, Any]:
+def histogram_results(settings: Settings | None = None, config: DeliveryConfig | None = None) -> dict[str, Any]:
     """The fan-out with and without a histogram rule, and a day of it at a lower rate (full hours: what a 24 h
     read meets), and what a histogram bucket weighs by the spread of its values."""
+    if settings is None or config is None:
+        settings, config, _ = deployment()
     return {
-        "fan_out": aggregates.histogram_costs(settings, config),
-        "fan_out_day": aggregates.histogram_costs(settings, config, providers=10, per_second=2, seconds=25 * 3600),
-        "bucket_size_by_spread": aggregates.bucket_size_by_spread(),
+        "histogram": {
+            "fan_out": aggregates.histogram_costs(settings, config),
+            "fan_out_day": aggregates.histogram_costs(settings, config, providers=10, per_second=2, seconds=25 * 3600),
+            "bucket_size_by_spread": aggregates.bucket_size_by_spread(),
+        }
     }
 
 
@@ -191,8 +197,9 @@ def read_api_results() -> dict[str, Any]:
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
-         "distinct": (distinct_results, lambda out, results: report_distinct(out, results)),
-         "read-api": (read_api_results, lambda out, results: report_read_api(out, results))}
+         "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
+         "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),
+         "distinct": (distinct_results, lambda out, results: report_distinct(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -396,7 +403,10 @@ def report_read_api(out: Console, results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model, the distinct rule's costs or the read API's load")
+    parser.add_argument(
+        "part", nargs="?", choices=sorted(PARTS),
+        help="run only the scale model, the read API's load, the histogram rule or the distinct rule",
+    )
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     args = parser.parse_args(argv)
     targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)

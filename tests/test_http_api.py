@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import json
 import string
+import urllib.request
+from decimal import Decimal
 from urllib.parse import quote, urlencode
 
 import boto3
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from freezegun import freeze_time
 from hypothesis import HealthCheck, given
@@ -26,17 +31,18 @@ from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES
 from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.settings import ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
-from tally.core.windows import parse_instant
+from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 from tally.local.cli import load_script
-from tally.local.http_adapter import http_api_event
-from tally.local.workload import SHAPES, Workload
+from tally.local.http_adapter import LocalApi, http_api_event
+from tally.local.workload import SHAPES, Workload, shaped_truth
 from tally.reader import Reader
 
 NOW = "2026-11-22T14:37:12Z"
 BLOG = SHAPES["blog"]
 PUBLIC = '["views/"]'
+CREDENTIALS = Credentials("testing", "testing")
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +156,10 @@ def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(envir
         ("counter=a&window=30d&at=2026-11-22T10:30Z", "at", "align"),
         ("&".join(f"counter=c{i}" for i in range(101)), "counter", "at most 100 per request"),
         ("&".join(f"counter=c{i}" for i in range(30)) + "&series=minute", "series", "series=hour"),
+        ("counter=a&quantiles=0.5,1.5", "quantiles", "quantile '1.5' is not from 0 to 1: write quantiles like 0.5"),
+        ("counter=a&quantiles=p99", "quantiles", "quantile 'p99' is not a number"),
+        ("counter=a&quantiles=0.5&quantiles=0.9", "quantiles", "quantiles is given 2 times"),
+        ("&".join(f"counter=c{i}" for i in range(20)) + "&window=30d&quantiles=0.5,0.9,0.99", "window", "fewer quantiles"),
     ],
 )
 def test_a_bad_parameter_is_a_400_naming_it_and_the_fix_in_one_line(environment, query, parameter, fix):
@@ -227,10 +237,11 @@ def test_failures_of_tally_itself_are_one_line_without_a_traceback(environment, 
     assert status != 503 or headers["Retry-After"] == "1"
 
 
-NAMES = ["counter", "window", "at", "series", "plan", "align", "consistent", "prefix", "x", "", "counter[]"]
+NAMES = ["counter", "window", "at", "series", "plan", "align", "consistent", "quantiles", "prefix", "x", "", "counter[]"]
 VALUES = st.one_of(
     st.sampled_from(["24h", "90m", "7d", "0m", "-1h", "now", "2026-11-22T10:00Z", "2026-11-22T10:00", "minute", "hour",
-                     "batch", "range", "true", "auto", "views/all", "#rejected#late_event", "#x", "", "9" * 40]),
+                     "batch", "range", "true", "auto", "views/all", "load/posts/about", "0.5,0.99", "1e-1", "NaN",
+                     "#rejected#late_event", "#x", "", "9" * 40]),
     st.text(alphabet=string.printable + "é€\u0000\ud7ff", max_size=40),
 )
 
@@ -263,3 +274,32 @@ def test_the_window_answered_is_the_one_asked(environment):
     assert (count["start"], count["end"]) == ("2026-11-22T13:00Z", "2026-11-22T14:00Z")
     assert len(count["series"]) == HOUR_MS // 60_000
 
+
+
+def test_quantiles_travel_over_a_real_socket_as_the_cli_prints_them_within_one_percent(environment, capsys):
+    """A signed GET to the function behind the local adapter: the histogram counter answers the quantiles asked,
+    as written, exactly as query_window --quantiles --json prints them, and within 1 % of the window's values."""
+    at, counters = "2026-11-22T14:00Z", ["load/posts/about", "views/all"]
+    query = urlencode([*(("counter", c) for c in counters), ("window", "24h"), ("at", at), ("quantiles", "0.5,0.99")])
+    with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+        url = f"{api.url}/counts?{query}"
+        request = AWSRequest(method="GET", url=url)
+        SigV4Auth(CREDENTIALS, "execute-api", "us-east-1").add_auth(request)
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(request.headers)), timeout=30) as response:
+            status, body = response.status, json.loads(response.read())
+    cli = load_script("query_window")
+    assert cli.main([*counters, "--window", "24h", "--at", at, "--quantiles", "0.5,0.99", "--json"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    items = BLOG.items(Workload(counters=BLOG.keys, hours=30, rate=(5, 15), seed=3), parse_instant(NOW))
+    truth = shaped_truth(
+        BLOG, [(parse_instant(item["time"]), item) for item in items], Window.ending(parse_instant(at), 24 * HOUR_MS),
+        {str(item["id"]): parse_instant(NOW) for item in items}, Settings(),
+    )
+
+    assert status == 200 and body["counts"] == printed
+    load, views = body["counts"]
+    assert list(load["quantiles"]) == ["0.5", "0.99"] and "quantiles" not in views
+    assert list(load["quantiles_by_hour"]) == list(load["by_hour"])
+    for q, text in load["quantiles"].items():
+        exact = truth.quantile("load/posts/about", Decimal(q))
+        assert abs(Decimal(text) - exact) <= exact / 100, q

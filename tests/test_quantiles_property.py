@@ -114,13 +114,14 @@ def test_quantiles_of_every_window_by_both_plans_are_within_one_percent_of_brute
                     if ordered:
                         assert result.histogram.low <= ordered[0] and result.histogram.high >= ordered[-1], where
                     for hour, histogram in result.histogram_by_hour.items():
+                        hour_index = int(hour.timestamp()) * 1000 // HOUR_MS
                         in_hour = sorted(
                             item["ms"]
                             for item in raw
                             if item["page"] == result.counter[-1]
                             and accepted(item["ms"])
                             and window.covers(NOW_MS - item["ago_ms"])
-                            and (NOW_MS - item["ago_ms"]) // HOUR_MS == hour
+                            and (NOW_MS - item["ago_ms"]) // HOUR_MS == hour_index
                         )
                         assert histogram.total == result.by_hour[hour] == len(in_hour), (where, hour)
                         assert_within(histogram.quantile("0.5"), value_of_rank(in_hour, "0.5") if in_hour else None, where)

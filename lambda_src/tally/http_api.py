@@ -1,6 +1,6 @@
 """The HTTP read API's function: counts and counters through the same Reader the CLI uses.
 
-    GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range
+    GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
     GET /counters?prefix=views/&window=24h
         -> {"counters": [<the same object for each listed counter>], "notes": […]}
@@ -46,12 +46,12 @@ from tally.core.api_access import (
 from tally.query import validate_query_counter
 from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_options
 
-OPTIONS = ("window", "at", "series", "plan", "align", "consistent")
+OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles")
 COUNT_PARAMETERS = ("counter", *OPTIONS)
 LIST_PARAMETERS = ("prefix", *OPTIONS)
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.
 MAX_COUNTERS = 100
-MAX_ENTRIES = 40_000  # hours of by_hour plus series points, over all counters of one answer
+MAX_ENTRIES = 40_000  # hours of by_hour plus series points (times the quantiles asked), over all counters of one answer
 MAX_QUERY_FIELDS = 200
 THROTTLING_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
 PRIVATE = "no-store"
@@ -242,21 +242,22 @@ def _check_public(name: str, parameter: str) -> None:
 
 
 def _entries_per_counter(options: ReadOptions) -> int:
-    """by_hour's hours (every hour the window touches) plus the series' points."""
+    """by_hour's hours (every hour the window touches) plus the series' points; a histogram counter answers
+    each quantile asked for each of them too."""
     minutes = int(options.window.total_seconds() // 60)
     hours = -(-minutes // 60) + 1
-    if options.series is None:
-        return hours
-    return hours + (minutes if options.series.value == "minute" else hours)
+    points = 0 if options.series is None else minutes if options.series.value == "minute" else hours
+    return (hours + points) * (1 + len(options.quantiles))
 
 
 def _check_size(counters: int, options: ReadOptions) -> None:
     per_counter = _entries_per_counter(options)
     if counters * per_counter > MAX_ENTRIES:
+        fewer_quantiles = ", fewer quantiles" if options.quantiles else ""
         raise BadRequest(
             "series" if options.series is not None else "window",
             f"{counters} counters of {per_counter:,} entries each exceed {MAX_ENTRIES:,} per answer: "
-            "ask fewer counters, a shorter window, or series=hour",
+            f"ask fewer counters{fewer_quantiles}, a shorter window, or series=hour",
         )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
+from decimal import Decimal
 from typing import Any
 
 from tally.core.buckets import bucket_sort_key
 from tally.core.commit import MARKER_PREFIX
+from tally.core.histograms import RELATIVE_ACCURACY, bin_of, is_bin
 from tally.dynamo import CountsTable
 from tally.invocation import Summary
 from tally.core.plans import PlanKind, WindowUnavailable, align_to_retention
@@ -48,6 +51,9 @@ NOTABLE_LENGTHS_MIN = (
 )
 
 
+QUANTILES = ("0", "0.5", "0.9", "0.99", "1")
+
+
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     """Every bucket of the counts table, its lanes summed (segment markers left out)."""
     return table_contents(client, table_name)[0]
@@ -55,11 +61,17 @@ def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
 
 def table_contents(
     client: Any, table_name: str
-) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[tuple[str, str], Sketch]]:
-    """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, and the sketch of those
-    a distinct rule writes, its lanes merged."""
+) -> tuple[
+    dict[tuple[str, str], int],
+    dict[tuple[str, str], int],
+    dict[tuple[str, str], Counter[str]],
+    dict[tuple[str, str], Sketch],
+]:
+    """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, the histogram bins of
+    those that keep them, and the sketch of those a distinct rule writes, its lanes merged."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
+    bins: dict[tuple[str, str], Counter[str]] = {}
     sketches: dict[tuple[str, str], Sketch] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
@@ -71,7 +83,10 @@ def table_contents(
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
                     sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
-    return counts, sums, sketches
+                for name, value in item.items():
+                    if is_bin(name):
+                        bins.setdefault(key, Counter())[name] += int(value["N"])
+    return counts, sums, bins, sketches
 
 
 def check_table(
@@ -79,8 +94,8 @@ def check_table(
 ) -> None:
     """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist);
     sketches hold each distinct value once, however often a record was delivered, retried or duplicated."""
-    actual, actual_sums, actual_sketches = table_contents(client, table_name)
-    truth, truth_sums = expected.buckets(settings), expected.bucket_sums(settings)
+    actual, actual_sums, actual_bins, actual_sketches = table_contents(client, table_name)
+    truth, truth_sums, truth_bins = expected.buckets(settings), expected.bucket_sums(settings), expected.bucket_bins(settings)
     truth_sketches = expected.bucket_sketches(settings)
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {
@@ -93,6 +108,13 @@ def check_table(
             ("sum", *key): (actual_sums.get(key), truth_sums.get(key))
             for key in truth_sums.keys() | actual_sums.keys()
             if actual_sums.get(key) != truth_sums.get(key)
+        }
+    )
+    wrong.update(
+        {
+            ("bins", *key): (dict(actual_bins.get(key, {})), dict(truth_bins.get(key, {})))
+            for key in truth_bins.keys() | actual_bins.keys()
+            if actual_bins.get(key) != truth_bins.get(key)
         }
     )
     wrong.update(
@@ -152,10 +174,13 @@ def check_windows(
     counters = sorted({name for name, _, _ in expected.events}) + ["never-written"]
     counters += sorted({rejected_counter(reason) for reason, _ in expected.rejections})
     counters.append(rejected_counter(Reason.FUTURE_TIME))
+    binned = sorted({name for name, _, _, _ in expected.values})
     moments = [_instant(rng, expected.last_arrival_ms) for _ in range(instants)]
     for now, at, length_ms in sorted(moments, key=lambda moment: moment[0]):
         stats.add("items_expired", expire(client, table.table_name, now, rng))
         chosen = rng.sample(counters, min(len(counters), 5))
+        if binned and not set(binned) & set(chosen):
+            chosen.append(rng.choice(binned))  # a histogram counter in every read of a stream that keeps them
         # A window ending now is aligned, as the CLI and the HTTP API ask for it; an explicit end is not.
         window = stated_window(now if at is None else at, length_ms, now if at is None else None, settings)
         assert window == _engine_window(now if at is None else at, length_ms, now if at is None else None, settings)
@@ -201,6 +226,29 @@ def check_windows(
                 assert +by_hour_index == +by_hour, (
                     f"{where}: by hour {result.by_hour} != {dict(by_hour)}; {context}"
                 )
+                if any(name == result.counter for name, _, _, _ in expected.values):
+                    check_quantiles(result, expected.values_in(result.counter, window), where, context, stats)
+
+
+def check_quantiles(result: Any, values: list[Decimal], where: str, context: str, stats: FaultStats) -> None:
+    """A histogram counter's window: exactly the bins of its values (each added once whatever the faults),
+    and every quantile within 1 % of the value of rank ceil(q*n) among them."""
+    assert result.histogram is not None, f"{where}: no histogram; {context}"
+    bins = Counter({name: count for name, count in result.histogram.bins.items() if count})
+    truth = Counter(bin_of(value) for value in values)
+    if bins != truth:
+        stats.add("discrepancies")
+    assert bins == truth, f"{where}: bins {dict(bins)} != {dict(truth)}; {context}"
+    for q in QUANTILES:
+        answer = result.histogram.quantile(q)
+        if not values:
+            assert answer is None, f"{where}: q{q} of no value is {answer}; {context}"
+            continue
+        exact = values[max(1, math.ceil(Decimal(q) * len(values))) - 1]
+        assert abs(answer - exact) <= RELATIVE_ACCURACY * abs(exact), (
+            f"{where}: q{q} {answer}, brute force {exact}; {context}"
+        )
+        stats.add("quantiles_compared")
 
 
 def stated_window(end_ms: int, length_ms: int, aligned_at: int | None, settings: Settings) -> Window:

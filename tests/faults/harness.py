@@ -89,7 +89,7 @@ class FaultStats:
     """What the fault suite exercised, summed over the session (printed and written by conftest.py)."""
 
     streams: int = 0
-    streams_with_rules: int = 0  # counted by fan-out rules with sums
+    streams_with_rules: int = 0  # counted by fan-out rules with sums and a histogram
     streams_with_changes: int = 0  # items changed and deleted, counted by transition and deletion rules
     change_records: int = 0  # MODIFY records in those streams
     removal_records: int = 0  # REMOVE records, by owners and by TTL
@@ -101,6 +101,7 @@ class FaultStats:
     windows_refused: int = 0
     windows_aligned: int = 0  # compared windows ending now that were answered over whole hours at an edge
     windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
+    quantiles_compared: int = 0  # quantiles of histogram counters' windows, against brute force
     buckets_compared: int = 0
     sketches_compared: int = 0  # buckets of distinct counters whose sketch was compared
     events_in_minute_and_hour: int = 0
@@ -136,6 +137,7 @@ class FaultStats:
             "windows_refused": self.windows_refused,
             "windows_aligned": self.windows_aligned,
             "windows_past_minute_retention": self.windows_past_minute_retention,
+            "quantiles_compared": self.quantiles_compared,
             "buckets_compared": self.buckets_compared,
             "sketches_compared": self.sketches_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,

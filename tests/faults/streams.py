@@ -18,11 +18,13 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 from tally.core.amounts import average_of, decimal_of
 from tally.core.buckets import Bucket, buckets_of
+from tally.core.histograms import bin_of
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Outcome, Reason
 from tally.core.rules import parse_rules
 from tally.core.segments import rejected_counter
@@ -47,8 +49,8 @@ INVALID_COUNTER_NAMES = (
 VALID_ODD_COUNTER_NAMES = ("ünïcødé", "with space", "a#b", "x" * MAX_COUNTER_LENGTH, "😀", "M#2026-01-01T00:00")
 
 # The rules a stream with ``rules`` set is counted by: a template over the counter attribute,
-# a constant that also counts distinct item ids, and a conditional summing rule. The generator
-# predicts their outcomes by hand.
+# a constant that also counts distinct item ids, a conditional summing rule, and a histogram of every
+# item's amount (negative, zero and tiny ones included). The generator predicts their outcomes by hand.
 FAULT_RULES = parse_rules(
     json.dumps(
         [
@@ -60,13 +62,15 @@ FAULT_RULES = parse_rules(
                 "when": {"status": {"oneOf": ["paid", "refunded"]}},
                 "sum": "amount",
             },
+            {"name": "amounts", "counter": "amounts/{shop}", "histogram": "amount"},
         ]
     )
 )
 AMOUNTS = (  # (attribute value, summed units or None when it must be refused)
     (None, None),
     ({"S": "12.50"}, None),
-    ({"N": "0.000000001"}, None),  # a ninth digit after the point
+    ({"N": "0.000000001"}, None),  # a ninth digit after the point (a histogram takes it: 1e-9)
+    ({"N": "0"}, 0),  # the histogram's zero bin
     ({"N": "1000000000000000000"}, None),  # 10^18: a 19th digit before the point
     ({"N": "999999999999999999.99999999"}, 99_999_999_999_999_999_999_999_999),
     ({"N": "-0.00000001"}, -1),
@@ -97,6 +101,7 @@ class Expected:
 
     events: list[tuple[str, int, int]] = field(default_factory=list)  # (counter, event_ms, arrival_ms), one per counting rule
     amounts: list[tuple[str, int, int, int]] = field(default_factory=list)  # (counter, event_ms, units, arrival_ms)
+    values: list[tuple[str, int, Decimal, int]] = field(default_factory=list)  # of histograms: (counter, event_ms, value, arrival_ms)
     rejections: list[tuple[Reason, int]] = field(default_factory=list)  # (reason, arrival_ms)
     distinct: list[tuple[str, int, str, int]] = field(default_factory=list)  # (counter, event_ms, value, arrival_ms)
     intents: dict[str, list[str]] = field(default_factory=dict)  # sequence -> sorted outcome labels
@@ -141,6 +146,18 @@ class Expected:
             for sort_key in placement(at, arrival, settings) or ():
                 sketches.setdefault((counter, sort_key), Sketch()).add(hash_of(value))
         return sketches
+
+    def values_in(self, counter: str, window: Window) -> list[Decimal]:
+        """The values a histogram rule took into ``counter`` from events in the window, in order."""
+        return sorted(value for name, at, value, _ in self.values if name == counter and window.covers(at))
+
+    def bucket_bins(self, settings: Settings) -> dict[tuple[str, str], Counter[str]]:
+        """The histogram bins of every bucket item a histogram rule writes: how many values fell in each."""
+        totals: dict[tuple[str, str], Counter[str]] = {}
+        for counter, at, value, arrival in self.values:
+            for sort_key in placement(at, arrival, settings) or ():
+                totals.setdefault((counter, sort_key), Counter())[bin_of(value)] += 1
+        return totals
 
     def rejections_by_reason(self) -> Counter[Reason]:
         return Counter(reason for reason, _ in self.rejections)
@@ -197,15 +214,17 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
                 counted, refusals = _rules_oracle(image, settings)
                 if counted and time_intent is not None:
                     counted, refusals = [], [time_intent, *refusals]
-                for name, units in counted:
+                for name, units, value in counted:
                     expected.events.append((name, event_ms, _arrival_ms(record)))
                     if name == "all":  # its rule counts distinct item ids too
                         expected.distinct.append((name, event_ms, item_id, _arrival_ms(record)))
                     if units is not None:
                         expected.amounts.append((name, event_ms, units, _arrival_ms(record)))
+                    if value is not None:
+                        expected.values.append((name, event_ms, value, _arrival_ms(record)))
                 for reason in refusals:
                     expected.rejections.append((reason, _arrival_ms(record)))
-                labels = [f"counter:{name}" for name, _ in counted] + [reason.value for reason in refusals]
+                labels = [f"counter:{name}" for name, _, _ in counted] + [reason.value for reason in refusals]
                 expected.intents[str(sequence)] = sorted(labels)
                 expected.last_arrival_ms = max(expected.last_arrival_ms, _arrival_ms(record))
                 shards[shard].append(record)
@@ -232,9 +251,12 @@ def settings_for(spec: StreamSpec, settings: Settings) -> Settings:
     return dataclasses.replace(settings, rules=FAULT_RULES)
 
 
-def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[tuple[str, int | None]], list[Reason]]:
-    """FAULT_RULES applied by hand: (counter, units) per counting rule, and each refusing rule's reason."""
-    counted: list[tuple[str, int | None]] = []
+Counted = tuple[str, int | None, Decimal | None]  # (counter, units summed, value binned)
+
+
+def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[Counted], list[Reason]]:
+    """FAULT_RULES applied by hand: (counter, units, value) per counting rule, and each refusing rule's reason."""
+    counted: list[Counted] = []
     refusals: list[Reason] = []
     counter = image.get(settings.counter_attribute)
     if counter is None:
@@ -244,24 +266,45 @@ def _rules_oracle(image: dict[str, Any], settings: Settings) -> tuple[list[tuple
         if name is None:
             refusals.append(Reason.INVALID_COUNTER)
         else:
-            counted.append((name, None))
-    counted.append(("all", None))
+            counted.append((name, None, None))
+    counted.append(("all", None, None))
+    shop, amount = image.get("shop"), image.get("amount")
     if image.get("status") in ({"S": "paid"}, {"S": "refunded"}):
-        shop, amount = image.get("shop"), image.get("amount")
-        name = None if shop is None else _rendered("revenue/", shop)
-        if shop is None:
-            refusals.append(Reason.MISSING_COUNTER)
-        elif name is None:
-            refusals.append(Reason.INVALID_COUNTER)
-        elif amount is None:
-            refusals.append(Reason.MISSING_SUM)
+        revenue = _amount_rule("revenue/", shop, amount, (Reason.MISSING_SUM, Reason.INVALID_SUM), _units)
+        if isinstance(revenue, Reason):
+            refusals.append(revenue)
         else:
-            units = _units(amount)
-            if units is None:
-                refusals.append(Reason.INVALID_SUM)
-            else:
-                counted.append((name, units))
+            counted.append((revenue[0], revenue[1], None))
+    amounts = _amount_rule("amounts/", shop, amount, (Reason.MISSING_HISTOGRAM, Reason.INVALID_HISTOGRAM), _histogram_value)
+    if isinstance(amounts, Reason):
+        refusals.append(amounts)
+    else:
+        counted.append((amounts[0], None, amounts[1]))
     return counted, refusals
+
+
+def _amount_rule(
+    prefix: str, shop: dict | None, amount: dict | None, reasons: tuple[Reason, Reason], take: Any
+) -> tuple[str, Any] | Reason:
+    """A rule counting into prefix + shop that takes the amount (``take``: what it takes, None when refused):
+    (counter, what it took), or the reason it refuses: the counter's, then ``reasons`` (missing, invalid)."""
+    name = None if shop is None else _rendered(prefix, shop)
+    if shop is None:
+        return Reason.MISSING_COUNTER
+    if name is None:
+        return Reason.INVALID_COUNTER
+    if amount is None:
+        return reasons[0]
+    taken = take(amount)
+    return reasons[1] if taken is None else (name, taken)
+
+
+def _histogram_value(amount: dict[str, Any]) -> Decimal | None:
+    """The number a histogram takes, restated from the documented range: 0, or a magnitude in [1e-9, 1e18)."""
+    if "N" not in amount:
+        return None
+    value = Decimal(amount["N"])
+    return value if not value or Decimal("1e-9") <= abs(value) < Decimal("1e18") else None
 
 
 def _units(amount: dict[str, Any]) -> int | None:

@@ -185,7 +185,8 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
     """Every fault kind at a high rate, on its own, against invocations of several segments.
 
     Events are stamped up to two minutes before their arrival, 30 s after midnight,
-    so their buckets straddle a day boundary.
+    so their buckets straddle a day boundary. They are counted by the rules, so
+    each fault meets sums and histogram bins as well as counts.
     """
     spec = StreamSpec(
         seed=7,
@@ -198,6 +199,7 @@ def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
         odd_share=0.2,
         rewrite_share=0.2,
         shards=1,
+        rules=True,
     )
     deployment = Deployment(
         batch_size=15,
