@@ -118,7 +118,7 @@ def test_sketch_merges_are_metered_reads_and_conditional_writes_as_moto_stores_t
     from tally.local.delivery import DeliveryConfig
 
     config = DeliveryConfig(batch_size=100, window_seconds=60)
-    small = workloads.steady(counters=3, per_second=5, seconds=240)
+    small = workloads.steady(counters=3, per_second=5, seconds=180)
     checked = writes.verify_against_moto(workloads.with_distinct(small), Settings(), config)
     assert checked["tally_matches_moto"]
 
@@ -127,9 +127,9 @@ def test_sketch_merges_are_metered_reads_and_conditional_writes_as_moto_stores_t
     assert without["sketch_writes"] == without["read_units_per_1000_events"] == 0
     windows_and_buckets = {(ms // 60_000, counter) for counter, ms in small.counted()}
     assert with_rule["sketch_writes"] == 2 * len(windows_and_buckets)  # its minute and its hour, once per window
-    assert with_rule["sketch_reads"] == 4  # one strongly consistent read of a window's sketches, each window
+    assert with_rule["sketch_reads"] == 3  # one strongly consistent read of a window's sketches, each window
     assert with_rule["write_units"] == without["write_units"] + with_rule["sketch_write_units"]
-    # 400 visitors an hour: dense sketches, compressed under 1 KB, one unit a write
+    # 300 visitors an hour: dense sketches, compressed under 1 KB, one unit a write
     assert 8 * 100 < with_rule["sketch_bytes_max"] <= 1024 and with_rule["sketch_write_units"] == with_rule["sketch_writes"]
     reads = costs["reads_24h"]
     assert reads["union_plan_keys"] > reads["count_plan_keys"] and reads["union_plan_read_units"] == reads["union_plan_keys"]

@@ -286,7 +286,7 @@ def test_the_table_shows_the_asked_percentiles_in_total_and_per_hour(blog_views,
 
 
 @pytest.mark.server
-def test_json_carries_distinct_values_by_both_plans_exact_while_few_and_per_hour(blog_views, capsys):
+def test_distinct_values_in_json_by_both_plans_exact_while_few_per_hour_and_in_the_table(blog_views, capsys):
     truth = truth_now("blog", blog_views, lambda item: parse_instant(item["time"]))
     pages = sorted(truth.distinct)
     capsys.readouterr()
@@ -308,11 +308,8 @@ def test_json_carries_distinct_values_by_both_plans_exact_while_few_and_per_hour
         assert "distinct" not in load and "distinct_by_hour" not in load  # no distinct rule can write it
     assert [a["distinct"] for a in answers["batch"]] == [a["distinct"] for a in answers["range"]]
 
-
-@pytest.mark.server
-def test_the_table_shows_distinct_values_and_marks_estimates(blog_views, capsys):
+    # The table: a distinct column and the page's hourly chart's, none for load's; estimates marked.
     assert query_window.main(["views/posts/hello-world", "load/posts/about", "--window", "3h"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("distinct") == 2  # the summary's column and the page's hourly chart, not load's
+    assert capsys.readouterr().out.count("distinct") == 2
     assert query_window.distinct_text(Sketch(range(100))) == "100"
     assert query_window.distinct_text(Sketch(range(1000))).startswith("≈")
