@@ -335,11 +335,7 @@ def compare_window(
 ) -> bool:
     """One window, every counter, both plans against the brute-force count; prints a table."""
     brute = brute_force_counts(items, counters, window, arrivals_ms=arrivals, settings=table.settings)
-    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
-    plans = {
-        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
-        for plan in PlanKind
-    }
+    plans = by_plan(table, counters, window)
     counts = Table(title=escape(f"{title} {window}"))
     for column in ("counter", "raw in window", "late", "expected", "batch plan", "range plan", ""):
         counts.add_column(column, justify="left" if column == "counter" else "right")
@@ -428,14 +424,19 @@ def verify_histories(
     return verdict(matched, "transitions and deletions equal brute force by both plans")
 
 
-def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
-    """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
-    counters = sorted(truth.counters)
+def by_plan(table: Reader, counters: list[str], window: Window) -> dict[PlanKind, dict[str, WindowCount]]:
+    """Every counter's answer for one window by each plan, strongly consistent."""
     length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
-    plans = {
+    return {
         plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
+
+
+def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
+    """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
+    counters = sorted(truth.counters)
+    plans = by_plan(table, counters, window)
     table_view = Table(title=escape(f"{title} {window}: counters named by the rules"))
     for column in ("counter", "raw in window", "late", "expected", "batch", "range", "sum", "average", ""):
         table_view.add_column(column, justify="left" if column == "counter" else "right")
@@ -474,11 +475,7 @@ def verify_distinct(table: Reader, truth: ShapedTruth, window: Window) -> bool:
     """Distinct values of every distinct counter in one window: both plans alike, exact while the sketches are,
     else within 3 standard errors of brute force."""
     counters = sorted(truth.distinct)
-    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
-    plans = {
-        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
-        for plan in PlanKind
-    }
+    plans = by_plan(table, counters, window)
     view = Table(title=escape(f"   distinct values in the window {window}: tally vs brute force"))
     for column in ("counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
         view.add_column(column, justify="left" if column == "counter" else "right")
