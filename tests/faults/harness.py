@@ -18,6 +18,7 @@ failure is reproduced from its seed:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import random
 import threading
@@ -322,10 +323,10 @@ class InjectedCrash(RuntimeError):
     """The invocation died here (error, timeout, out of memory): Lambda will retry it."""
 
 
-def quick_backoff(seed: int) -> Callable[[], Backoff]:
-    """Real backoff schedule, no real sleeping, seeded jitter."""
+def quick_backoff(seed: int, schedule: Callable[[], Backoff] = Backoff) -> Callable[[], Backoff]:
+    """Real backoff schedule (``Backoff``'s 8 tries unless told), no real sleeping, seeded jitter."""
     rng = random.Random(seed)
-    return lambda: Backoff(sleep=lambda _seconds: None, rng=rng)
+    return lambda: dataclasses.replace(schedule(), sleep=lambda _seconds: None, rng=rng)
 
 
 class FaultyHandler:

@@ -18,6 +18,7 @@ from moto.server import ThreadedMotoServer
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.core.buckets import bucket_sort_key
+from tally.core.retry import sketch_backoff
 from tally.core.tables import SKETCH_ATTRIBUTE
 from tally.core.settings import Settings
 
@@ -104,6 +105,8 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(endpo
     for number, (shard_id, records) in enumerate(stream.shards.items()):
         client = FaultyClient(OverlapMeter(server_client(endpoint), in_flight), conflicts)
         table = CountsTable(client, counts, settings, backoff=quick_backoff(seed + number))
+        # Sketch merges take their own, longer schedule, as deployed: 8 tries without pauses can all lose races.
+        table.sketch_backoff = quick_backoff(seed + number, sketch_backoff)
         handler = FaultyHandler(table, settings, FaultSchedule.quiet())
         shards.append(
             LambdaShard(
