@@ -1,4 +1,4 @@
-"""Keeps moto's TransactWriteItems linear in the size of the transaction, and plays DynamoDB's TTL process.
+"""Keeps moto's transactions linear in their size and its writes isolated, and plays DynamoDB's TTL process.
 
 moto 5.2 backs a table up before a transaction (to roll back on failure) with
 a deep copy of the whole table, once per item of the transaction: a 100-item
@@ -7,10 +7,11 @@ buckets take minutes to write. ``install()`` replaces that backup with one
 that copies the table's index structure and deep-copies only the items the
 transaction touches, once: the rollback restores exactly the same state.
 
-It also runs moto's transactions one at a time. DynamoDB isolates a
+It also runs moto's writes (transactions and UpdateItem) one at a time.
+DynamoDB applies the writes to one item one after the other, and isolates a
 transaction from every other write to its items; moto's threaded server does
-not, so two shards adding to the same bucket at once could lose an update (or
-a rollback could undo another thread's commit) in a way DynamoDB never would.
+neither, so two shards adding to the same bucket at once could lose an update
+(or a rollback could undo another thread's commit) in a way DynamoDB never would.
 
 And it adds numbers as DynamoDB does: exactly, up to 38 significant digits,
 refusing a result beyond that. moto adds them in Python's default 28-digit
@@ -37,7 +38,7 @@ from types import SimpleNamespace
 from typing import Any
 
 _active = threading.local()
-_one_transaction_at_a_time = threading.Lock()
+_one_write_at_a_time = threading.RLock()  # a transaction's Updates go through update_item
 _DYNAMODB_NUMBERS = Context(prec=38, Emax=125, Emin=-130, traps=[Inexact, Rounded, Overflow])
 # As the Streams API spells the identity of a TTL deletion (Lambda spells it type / principalId).
 TTL_DELETION_IDENTITY = {"PrincipalId": "dynamodb.amazonaws.com", "Type": "Service"}
@@ -60,7 +61,7 @@ def expire_items(table_name: str, now_s: float, region: str = "us-east-1") -> li
         return []
     attribute = table.ttl["AttributeName"]
     expired = []
-    with _one_transaction_at_a_time:
+    with _one_write_at_a_time:
         for item in list(table.all_items()):
             value = item.attrs.get(attribute)
             if value is None or value.type != "N":
@@ -127,12 +128,19 @@ def install() -> None:
 
     @wraps(original)
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        with _one_transaction_at_a_time:
+        with _one_write_at_a_time:
             _active.backups, _active.transact_items = {}, transact_items
             try:
                 return original(self, transact_items)
             finally:
                 _active.backups, _active.transact_items = None, None
+
+    original_update = models.DynamoDBBackend.update_item
+
+    @wraps(original_update)
+    def update_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _one_write_at_a_time:
+            return original_update(self, *args, **kwargs)
 
     original_add = DynamoType.__add__
 
@@ -151,3 +159,4 @@ def install() -> None:
     transact_write_items._tally_fixed = True  # type: ignore[attr-defined]
     models.copy = SimpleNamespace(deepcopy=deepcopy)  # type: ignore[assignment]
     models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    models.DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
