@@ -8,9 +8,10 @@ cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
 ``python -m bench scale`` runs the scale model alone (about a minute),
 ``python -m bench read-api`` the read API's load test alone (about two
-minutes), and ``python -m bench histogram`` the histogram rule beside the same
-rule without it (under two minutes); each replaces only its own figures in the
-file(s) it writes.
+minutes), ``python -m bench histogram`` the histogram rule beside the same
+rule without it (under two minutes), and ``python -m bench distinct`` a
+distinct rule beside the same counts without it (about a minute); each
+replaces only its own figures in the file(s) it writes.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def run() -> dict[str, Any]:
         ),
     )
     results.update(timed("histogram rule", lambda: histogram_results(settings, config)))
+    results.update(timed("distinct rule", distinct_results))
     mock_events = list(mock.events())
     results["reads"] = timed(
         "reads",
@@ -195,8 +197,19 @@ def histogram_results(settings: Settings | None = None, config: DeliveryConfig |
     }
 
 
+def distinct_results() -> dict[str, Any]:
+    """The steady and hot workloads without and with a distinct rule over their visitors."""
+    settings, config, _ = deployment()
+    return {
+        "distinct": [aggregates.distinct_costs(w, settings, config) for w in (workloads.steady(), workloads.hot())],
+        "distinct_writes_checked_against_moto": writes.verify_against_moto(
+            workloads.with_distinct(workloads.steady(counters=5, per_second=5, seconds=300)), settings, config
+        ),
+    }
+
+
 def scale_results() -> dict[str, Any]:
-    return {"scale_model": scale.model_description(), **scale.results()}
+    return {"scale_model": scale.model_description(), **scale.results(), **scale.distinct_results()}
 
 
 def read_api_results() -> dict[str, Any]:
@@ -206,7 +219,8 @@ def read_api_results() -> dict[str, Any]:
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
          "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
-         "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"]))}
+         "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),
+         "distinct": (distinct_results, lambda out, results: report_distinct(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -249,6 +263,7 @@ def report(results: dict[str, Any]) -> None:
     )
 
     report_histogram(out, results["histogram"])
+    report_distinct(out, results)
 
     table = Table(title=f"Read cost of one 24 h count (counter of {results['reads']['counter_length']} characters)")
     for column in ("window ends", "design", "keys mean/worst", "requests worst", "RCU strong mean/worst",
@@ -323,6 +338,29 @@ def report_histogram(out: Console, histogram: dict[str, Any]) -> None:
     out.print(table)
 
 
+def report_distinct(out: Console, results: dict[str, Any]) -> None:
+    table = Table(title="A distinct rule over each event's visitor beside the same counts without it (per 1,000 events)")
+    for column in ("workload", "distinct", "WCU / 1k events", "RCU / 1k events (merges)", "sketch writes",
+                   "sketch WCU", "sketch item bytes mean/max", "24 h read keys / RCU strong"):
+        table.add_column(column, justify="right")
+    for run in results["distinct"]:
+        reads = run["reads_24h"]
+        for label in ("without", "with"):
+            figures = run[label]
+            keys, units = (("count_plan_keys", "count_plan_read_units") if label == "without"
+                           else ("union_plan_keys", "union_plan_read_units"))
+            table.add_row(
+                run["workload"] if label == "without" else "", label, f"{figures['write_units_per_1000_events']:,}",
+                f"{figures['read_units_per_1000_events']:,}", f"{figures['sketch_writes']:,}",
+                f"{figures['sketch_write_units']:,}", f"{figures['sketch_bytes_mean']:,} / {figures['sketch_bytes_max']:,}",
+                f"{reads[keys]} / {reads[units]:g}",
+            )
+        table.add_row("", "with / without", f"{run['with_over_without_write_units']}x", "", "", "", "", "")
+    out.print(table)
+    checked = results["distinct_writes_checked_against_moto"]
+    out.print(f"{checked['workload']}: moto stores what the meter saw: {checked['tally_matches_moto']}")
+
+
 def report_scale(out: Console, results: dict[str, Any]) -> None:
     model = results["scale_model"]
     table = Table(title=f"Scale: shards committing {model['window_seconds']} s windows at once ({model['mix']}, "
@@ -348,6 +386,20 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
         table.add_row(str(figures["bucket_lanes"]), f"{figures['write_units_per_1000_events']:,}",
                       f"{figures['largest_item_bytes']:,}", f"{figures['throttled']:,}",
                       str(figures["p99_commit_seconds"]), f"{figures['failed_invocations']:,}")
+    out.print(table)
+
+    table = Table(title="Scale: a distinct rule on the hot counter (its visitors), the sketch merges after the counts")
+    for column in ("shards", "lanes", "updates", "throttled", "sketch writes", "sketch conflicts",
+                   "sketch throttled", "sketch WCU", "p50 s", "p99 s", "all shards s", "failed invocations"):
+        table.add_column(column, justify="right")
+    for figures in results.get("scale_distinct", []):
+        table.add_row(
+            f"{figures['shards']:,}", str(figures["bucket_lanes"]), f"{figures['updates']:,}",
+            f"{figures['throttled']:,}", f"{figures['sketch_writes']:,}", f"{figures['sketch_conflicts']:,}",
+            f"{figures['sketch_throttled']:,}", f"{figures['sketch_write_units']:,}", str(figures["p50_commit_seconds"]),
+            str(figures["p99_commit_seconds"]), str(figures["all_shards_committed_seconds"]),
+            f"{figures['failed_invocations']:,}",
+        )
     out.print(table)
 
     table = Table(title="Scale: write cost at a fixed 5,000 events/s over more shards (WCU per 1,000 events)")
@@ -383,7 +435,10 @@ def report_read_api(out: Console, results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("part", nargs="?", choices=sorted(PARTS), help="run only the scale model, the read API's load or the histogram rule")
+    parser.add_argument(
+        "part", nargs="?", choices=sorted(PARTS),
+        help="run only the scale model, the read API's load, the histogram rule or the distinct rule",
+    )
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     args = parser.parse_args(argv)
     targets = (LATEST, PUBLISHED) if args.publish else (LATEST,)

@@ -6,6 +6,11 @@ Histograms: the fan-out workload's per-provider rule with and without a
 those writes left, for a 24 h count of every revenue counter by both plans.
 Item sizes show what the bins add to a bucket, and ``bucket_size_by_spread``
 states how wide a spread of values a bucket holds in 1 KB.
+
+Distinct counts: the steady and hot workloads counted as they are and with a
+distinct rule over each event's visitor (``workloads.with_distinct``). The
+sketch items' conditional writes and the strongly consistent reads each merge
+starts from are charged by the metering client too.
 """
 
 from __future__ import annotations
@@ -55,6 +60,56 @@ def histogram_costs(settings: Settings, config: DeliveryConfig, **fan_out: int) 
         },
     }
     return {"workload": binned.description, "events": plain.total, **runs, "with_over_without": ratio}
+
+
+def distinct_costs(workload: workloads.Workload, settings: Settings, config: DeliveryConfig) -> dict[str, Any]:
+    """Write and read units per 1,000 events of a workload counted without and with a distinct rule, what its
+    sketch items weigh, and what a 24 h distinct count reads (a union plan, sketches beside counts)."""
+    runs = {}
+    for label, run in (("without", workload), ("with", workloads.with_distinct(workload))):
+        client = writes.run_tally(run, settings, config)
+        meter = client.meter
+        sketches = [size for (_, sk), size in client.sizes.items() if "#d" in sk]
+        runs[label] = {
+            "write_units": meter.units,
+            "write_units_per_1000_events": writes.per_thousand(meter.units, run.total),
+            "read_units_per_1000_events": writes.per_thousand(meter.read_units, run.total),
+            "sketch_writes": meter.sketch_writes,
+            "sketch_write_units": meter.sketch_units,
+            "sketch_reads": meter.read_requests,
+            "sketch_items": len(sketches),
+            "sketch_bytes_mean": round(statistics.fmean(sketches)) if sketches else 0,
+            "sketch_bytes_max": max(sketches, default=0),
+        }
+    with_rule, without = runs["with"], runs["without"]
+    return {
+        "workload": workload.name,
+        "description": workloads.with_distinct(workload).description,
+        "events": workload.total,
+        **runs,
+        "with_over_without_write_units": round(with_rule["write_units"] / without["write_units"], 2),
+        "reads_24h": _distinct_read_units(settings, with_rule["sketch_bytes_max"]),
+    }
+
+
+def _distinct_read_units(settings: Settings, sketch_bytes: int) -> dict[str, Any]:
+    """Keys and strongly consistent read units of one 24 h count ending now, by its plan and by the union plan
+    a distinct counter needs (each bucket's count item, and its sketch item of ``sketch_bytes``)."""
+    now = START_MS + 30 * 60_000 + 30_000  # inside an hour: both edges of the window are partial hours
+    window = Window.ending(now)
+    counts = make_plan(window, now, settings)
+    union = make_plan(window, now, settings, union=True)
+    lanes = settings.bucket_lanes
+    count_keys = len(counts.buckets) * lanes
+    union_keys = len(union.buckets) * lanes
+    return {
+        "count_plan_keys": count_keys,
+        "count_plan_read_units": batch_get_read_units([100] * count_keys, consistent=True),
+        "union_plan_keys": union_keys * 2,
+        "union_plan_read_units": batch_get_read_units(
+            [100] * union_keys + [sketch_bytes] * union_keys, consistent=True
+        ),
+    }
 
 
 def _bucket_sizes(client: MeteredClient, prefix: str) -> dict[str, Any]:

@@ -1,14 +1,14 @@
 """DynamoDB's capacity rules, and a client that meters writes by them.
 
 Sizes follow DynamoDB's item-size rules: an attribute costs its name's UTF-8
-length plus its value (strings: UTF-8 bytes; binary: its bytes; numbers: about
-one byte per two significant digits, plus one). Writes cost one unit per
+length plus its value (strings: UTF-8 bytes; numbers: about one byte per two
+significant digits, plus one; binary: its bytes). Writes cost one unit per
 started KB (two for an item written inside a transaction); an UpdateItem is
 charged for the larger of the item before and after, and a conditional write
-whose condition fails is charged for the item as it is. Reads cost one unit
-per started 4 KB (strongly consistent; half that eventually consistent): per
-item in a BatchGetItem, per request for the summed items of a Query. A read
-of a missing item still costs the minimum unit.
+whose condition fails for the item as it is (at least one unit). Reads cost one unit per started 4 KB (strongly
+consistent; half that eventually consistent): per item in a BatchGetItem, per
+request for the summed items of a Query. A read of a missing item still costs
+the minimum unit.
 """
 
 from __future__ import annotations
@@ -85,6 +85,10 @@ class WriteMeter:
     batch_requests: int = 0  # BatchWriteItem calls: the counter directory's puts
     batch_item_writes: int = 0  # items they put (also in item_writes)
     batch_units: int = 0  # their write units (also in units)
+    sketch_writes: int = 0  # conditional writes of merged sketches (also in requests and item_writes)
+    sketch_units: int = 0  # their write units (also in units)
+    read_requests: int = 0  # BatchGetItem calls: the sketches a merge starts from
+    read_units: float = 0  # their read units (strongly consistent)
     writes_per_item_slot: Counter[tuple[Hashable, int]] = field(default_factory=Counter)
 
     def busiest_item_writes(self) -> int:
@@ -96,6 +100,7 @@ class WriteMeter:
 # the TTL once, the writer's watermark.
 TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :w")
 TALLY_CONDITION = "attribute_not_exists(#w) OR #w < :w"
+SKETCH_UPDATE = "SET #sketch = :sketch, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_SUM_UPDATE = (
     "SET #count = if_not_exists(#count, :zero) + :one, #sum = if_not_exists(#sum, :zero) + :amount, "
@@ -108,10 +113,11 @@ class MeteredClient:
 
     It keeps its own image of every item it writes, because an UpdateItem is
     charged for the larger of the item before and after. It understands
-    exactly the writes the designs make (tally's conditional ``ADD`` update
-    and its counter directory's batched puts, the origin's ``if_not_exists``
-    increment, a transaction of a deduplication Put and such increments) and
-    refuses any other.
+    exactly the writes the designs make (tally's conditional ``ADD`` update,
+    its counter directory's batched puts, its sketches' conditional writes and
+    the strongly consistent reads they start from, the origin's
+    ``if_not_exists`` increment, a transaction of a deduplication Put and such
+    increments) and refuses any other.
     When given a real client (moto), every call is also forwarded to it, so
     the metered image can be checked against what DynamoDB stored.
     ``slot`` tags the writes with the time slot the caller is in (the tumbling
@@ -158,6 +164,8 @@ class MeteredClient:
 
     def update_item(self, **request: Any) -> dict[str, Any]:
         self.meter.requests += 1
+        if request["UpdateExpression"] == SKETCH_UPDATE:
+            return self._write_sketch(request)
         if request.get("ConditionExpression") is not None and not self._condition_holds(request):
             identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
             self.meter.units += write_units(self.sizes.get(identity, 0))
@@ -165,6 +173,42 @@ class MeteredClient:
             error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}}
             raise ClientError({**error, "Item": dict(self.items[identity])}, "UpdateItem")
         self._write(request["Key"], self._updated(request), transactional=False)
+        if self.forward_to is not None:
+            return self.forward_to.update_item(**request)
+        return {}
+
+    def batch_get_item(self, RequestItems: dict[str, dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
+        """Strongly consistent reads of sketch items, answered from the metered image, each key charged."""
+        self.meter.read_requests += 1
+        responses: dict[str, list[dict[str, Any]]] = {}
+        for table, request in RequestItems.items():
+            if not request.get("ConsistentRead"):
+                raise ValueError("the meter only answers the strongly consistent reads of a sketch merge")
+            identities = [tuple(key[name]["S"] for name in self.key_attributes) for key in request["Keys"]]
+            self.meter.read_units += batch_get_read_units((self.sizes.get(i, 0) for i in identities), consistent=True)
+            responses[table] = [self.items[i] for i in identities if i in self.items]
+        return {"Responses": responses, "UnprocessedKeys": {}}
+
+    def _write_sketch(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A merged sketch written on condition that the item still holds what the merge read."""
+        names, values, key = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"], request["Key"]
+        identity = tuple(key[name]["S"] for name in self.key_attributes)
+        held = self.items.get(identity, {}).get(names["#sketch"])
+        expected = values.get(":seen")
+        units = self.meter.units
+        if held != expected:  # attribute_not_exists(#sketch) when nothing was seen, #sketch = :seen otherwise
+            self.meter.units += write_units(self.sizes.get(identity, 0))
+            self.meter.sketch_units += self.meter.units - units
+            raise ClientError(
+                {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"},
+                 "Item": self.items.get(identity, {})},
+                "UpdateItem",
+            )
+        item = {**self.items.get(identity, {}), **key, names["#sketch"]: values[":sketch"]}
+        item.setdefault(names["#ttl"], values[":ttl"])
+        self._write(key, item, transactional=False)
+        self.meter.sketch_writes += 1
+        self.meter.sketch_units += self.meter.units - units
         if self.forward_to is not None:
             return self.forward_to.update_item(**request)
         return {}

@@ -23,9 +23,19 @@ simulated DynamoDB in simulated time:
   retries it a second later, and the retry finds the watermarks of what was
   applied before.
 
+With a distinct rule on the hot counter, each segment's commit is followed
+by its sketch merges (``sketch_steps``): a strongly consistent read of the
+bucket's sketch item in the shard's lane, then a write conditioned on what
+was read. The model evaluates the condition when the write is sent: a writer
+that lost to another since its read is answered with the item as it is now
+and merges again; a write beyond an item's or a partition's write units is
+throttled. A sketch write costs one unit per started KB (plain, not
+transactional), a failed condition too.
+
 An event queue (heapq) orders every step; no wall-clock time passes, so a
 thousand shards take seconds. Every run checks exactness: the bucket counts
-the model stored equal the events it generated.
+the model stored equal the events it generated, and every bucket's sketch
+(its lanes merged) holds exactly the distinct values generated in it.
 """
 
 from __future__ import annotations
@@ -54,8 +64,18 @@ from tally.core.commit import (
     Writer,
     commit_steps,
 )
+from tally.core.sketch_writes import (
+    ReadSketches,
+    SketchOutcome,
+    SketchPause,
+    SketchStep,
+    SketchWrite,
+    WriteSketches,
+    sketch_steps,
+)
+from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
-from tally.core.retry import Backoff, commit_backoff
+from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import MAX_BUCKET_LANES, MINUTE_MS, Settings
 from tally.dynamo import COMMIT_WORKERS
@@ -117,6 +137,11 @@ class TableStats:
     write_units: int = 0
     counted_write_units: int = 0  # from ``counting_from`` on (the steady state)
     largest_item_bytes: int = 0
+    sketch_reads: int = 0  # strongly consistent reads of sketch items (one per key)
+    sketch_writes: int = 0  # conditional writes of merged sketches that succeeded
+    sketch_conflicts: int = 0  # ... that found the item changed since it was read
+    sketch_throttled: int = 0  # ... refused for an item's or a partition's write limit
+    sketch_write_units: int = 0  # write units of sketch writes, failed conditions included
 
 
 @dataclass
@@ -153,6 +178,7 @@ class SimulatedTable:
         self.stats = TableStats()
         self.counting = True  # whether write units count now (set by the simulation, window by window)
         self._parsed: dict[int, tuple[Update, _Parsed]] = {}
+        self.sketches: dict[Key, bytes] = {}  # sketch items' stored bytes
 
     def update(self, now: float, update: Update) -> tuple[float, Outcome]:
         """Send one UpdateItem at ``now``: when its answer arrives, and what it is."""
@@ -195,6 +221,47 @@ class SimulatedTable:
         self._parsed.pop(id(update), None)
         return answer_at, outcome
 
+    def read_sketches(self, now: float, keys: Sequence[Key]) -> tuple[float, dict[Key, bytes | None]]:
+        """A strongly consistent BatchGetItem of sketch items: when it answers, and what they hold now."""
+        self.stats.sketch_reads += len(keys)
+        return now + self.latency.seconds(self.rng), {key: self.sketches.get(key) for key in keys}
+
+    def write_sketches(
+        self, now: float, writes: Sequence[SketchWrite]
+    ) -> tuple[float, list[tuple[SketchOutcome, bytes | None]]]:
+        """Conditional UpdateItems sent at once, each judged as it arrives: written, lost (with what the item
+        holds), or throttled. They answer when the slowest does."""
+        answers, answer_at = [], now
+        for write in writes:
+            key = write.key
+            seen = write.request["ExpressionAttributeValues"].get(":seen")
+            merged = write.request["ExpressionAttributeValues"][":sketch"]["B"]
+            held = self.sketches.get(key)
+            size_before = self.sizes.get(key, 0)
+            size_after = size_before if held != (None if seen is None else seen["B"]) else _sketch_item_size(key, merged)
+            cost = write_units(max(size_before, size_after))
+            if self._item_bucket(key).available(now) < cost or self._partition_bucket(key[0]).available(now) < cost:
+                self.stats.sketch_throttled += 1
+                answers.append((SketchOutcome.RETRY, None))
+                answer_at = max(answer_at, now + self.latency.seconds(self.rng))
+                continue
+            self._item_bucket(key).take(now, cost)
+            self._partition_bucket(key[0]).take(now, cost)
+            self.stats.sketch_write_units += cost
+            self.stats.write_units += cost
+            if self.counting:
+                self.stats.counted_write_units += cost
+            if held != (None if seen is None else seen["B"]):
+                self.stats.sketch_conflicts += 1
+                answers.append((SketchOutcome.CONFLICT, held))
+                answer_at = max(answer_at, now + self.latency.seconds(self.rng))
+                continue
+            self.sketches[key], self.sizes[key] = merged, size_after
+            self.stats.sketch_writes += 1
+            answers.append((SketchOutcome.WRITTEN, None))
+            answer_at = max(answer_at, now + self.latency.seconds(self.rng))
+        return answer_at, answers
+
     def count(self, key: Key) -> int:
         return self.counts.get(key, 0)
 
@@ -227,7 +294,14 @@ class SimulatedTable:
         return bucket
 
 
+def _sketch_item_size(key: Key, sketch: bytes) -> int:
+    return item_size({"pk": {"S": key[0]}, "sk": {"S": key[1]}, "hll": {"B": sketch}, "ttl": {"N": "1795600000"}})
+
+
 # --- workload -----------------------------------------------------------------------------------
+
+
+HOT_COUNTER = "jobs/all"
 
 
 @dataclass(frozen=True)
@@ -240,7 +314,7 @@ class CounterMix:
     zipf_exponent: float = 1.1
 
     def chooser(self) -> Callable[[random.Random, int], list[str]]:
-        names = ["jobs/all"] + [f"counter-{rank:05d}" for rank in range(1, self.tail + 1)]
+        names = [HOT_COUNTER] + [f"counter-{rank:05d}" for rank in range(1, self.tail + 1)]
         tail_weights = [rank ** -self.zipf_exponent for rank in range(1, self.tail + 1)]
         scale = (1 - self.hot_share) / sum(tail_weights)
         cumulative = list(itertools.accumulate([self.hot_share] + [w * scale for w in tail_weights]))
@@ -263,6 +337,10 @@ class Scenario:
     mix: CounterMix = DEFAULT_MIX
     lateness_mean_ms: float = 500.0  # events reach the stream this long after their time, on average
     seed: int = 14
+    distinct: bool = False  # a distinct rule counts the visitors of the hot counter (one of VISITORS each event)
+
+
+VISITORS = 1_000_000
 
 
 _PLACEMENT = Settings()  # default retentions: the model's events are at most seconds late
@@ -283,15 +361,21 @@ def shard_windows(scenario: Scenario) -> Iterator[tuple[int, int, list[CounterEv
             lateness = scenario.lateness_mean_ms
             base = (window * scenario.shards + shard) * 10**9
             yield shard, window, [
-                _event(counter, arrival - int(rng.expovariate(1 / lateness)), f"{base + i:021d}", arrival)
+                _event(
+                    counter,
+                    arrival - int(rng.expovariate(1 / lateness)),
+                    f"{base + i:021d}",
+                    arrival,
+                    hash_of(f"v-{rng.randrange(VISITORS)}") if scenario.distinct and counter == HOT_COUNTER else None,
+                )
                 for i, (counter, arrival) in enumerate(zip(counters, arrivals))
             ]
 
 
-def _event(counter: str, event_ms: int, sequence: str, arrival_ms: int) -> CounterEvent:
+def _event(counter: str, event_ms: int, sequence: str, arrival_ms: int, hashed: int | None = None) -> CounterEvent:
     """An event as parsing would make it, in the buckets its arrival allows."""
     hour_only = len(counted_buckets(event_ms, arrival_ms, _PLACEMENT)) == 1
-    return CounterEvent(counter, event_ms, sequence, arrival_ms, hour_only=hour_only)
+    return CounterEvent(counter, event_ms, sequence, arrival_ms, hour_only=hour_only, hashed=hashed)
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -311,12 +395,13 @@ class Folded:
     windows: list[tuple[int, int, list[Segment]]]  # (shard, window, its segments)
     events_per_window: Counter[int]
     expected: Counter[Key]  # events per (counter, minute sort key)
+    expected_sketches: dict[Key, Sketch]  # the distinct values of each (counter, bucket sort key)
 
 
 @functools.lru_cache(maxsize=2)
 def folded(scenario: Scenario) -> Folded:
     """Every shard's windows through tally's fold, and the count each minute bucket must end with."""
-    result = Folded([], Counter(), Counter())
+    result = Folded([], Counter(), Counter(), {})
     minute_keys: dict[int, str] = {}
     for shard, window, events in shard_windows(scenario):
         result.events_per_window[window] += len(events)
@@ -326,6 +411,9 @@ def folded(scenario: Scenario) -> Folded:
             if key is None:
                 key = minute_keys[minute] = Bucket("M", minute).sort_key
             result.expected[(event.counter, key)] += 1
+            if event.hashed is not None:
+                for bucket in counted_buckets(event.event_ms, event.arrival_ms, _PLACEMENT):
+                    result.expected_sketches.setdefault((event.counter, bucket.sort_key), Sketch()).add(event.hashed)
         segments = fold(events)
         if segments:
             result.windows.append((shard, window, segments))
@@ -348,16 +436,26 @@ def lanes_for(shards: int) -> int:
     return min(MAX_BUCKET_LANES, math.ceil(shards / SHARDS_PER_LANE))
 
 
+Step = CommitStep | SketchStep
+
+
 def window_commit(
-    segments: list[Segment], writer: Writer, settings: Settings, backoff: Callable[[], Backoff]
-) -> Generator[CommitStep, Any, CommitResult]:
-    """What the final invocation of a window does: commit its segments in order (CountsTable.commit, step by step)."""
+    segments: list[Segment],
+    writer: Writer,
+    settings: Settings,
+    backoff: Callable[[], Backoff],
+    merge_backoff: Callable[[], Backoff] = sketch_backoff,
+) -> Generator[Step, Any, CommitResult]:
+    """What the final invocation of a window does: commit its segments in order, each segment's counts and then
+    its sketches in the writer's lane (CountsTable.commit, step by step)."""
     applied = already = retries = 0
+    lane = writer.lane(settings.bucket_lanes)
     for segment in segments:
         result = yield from commit_steps(segment, writer, TABLE, settings, backoff)
         applied += result.applied
         already += result.already_applied
         retries += result.retries
+        yield from sketch_steps(segment, lane, TABLE, settings, merge_backoff)
     return CommitResult(applied, already, retries)
 
 
@@ -369,7 +467,7 @@ class Invocation:
     shard: int
     window: int
     started: float
-    steps: Generator[CommitStep, Any, CommitResult]
+    steps: Generator[Step, Any, CommitResult]
 
 
 @dataclass
@@ -387,6 +485,7 @@ class Batch:
 class ShardState:
     writer: Writer
     backoff: Callable[[], Backoff]
+    merge_backoff: Callable[[], Backoff]
     pending: list[tuple[int, list[Segment]]] = field(default_factory=list)
     busy: bool = False
 
@@ -429,9 +528,14 @@ class Simulation:
         self.order = itertools.count()
         self.stats = RunStats()
         self.expected: Counter[Key] = Counter()
+        self.expected_sketches: dict[Key, Sketch] = {}
         self.done_at: dict[tuple[int, int], float] = {}
         self.shards = [
-            ShardState(Writer.of_shard(STREAM_ARN, f"shardId-{shard:08d}"), _seeded(schedule, scenario.seed, shard))
+            ShardState(
+                Writer.of_shard(STREAM_ARN, f"shardId-{shard:08d}"),
+                _seeded(schedule, scenario.seed, shard),
+                _seeded(sketch_backoff, scenario.seed + 1, shard),
+            )
             for shard in range(scenario.shards)
         ]
 
@@ -448,6 +552,7 @@ class Simulation:
     def _run(self) -> RunStats:
         prepared = folded(self.scenario)
         self.expected = prepared.expected
+        self.expected_sketches = prepared.expected_sketches
         for window, events in prepared.events_per_window.items():
             self.stats.events += events
             if window >= self.counted_from_window:
@@ -481,10 +586,10 @@ class Simulation:
         state = self.shards[shard]
         window, segments = state.pending[0]
         state.busy = True
-        steps = window_commit(segments, state.writer, self.settings, state.backoff)
+        steps = window_commit(segments, state.writer, self.settings, state.backoff, state.merge_backoff)
         self._step(now, Invocation(shard, window, now, steps), None)
 
-    def _step(self, now: float, invocation: Invocation, reply: list[Outcome] | None) -> None:
+    def _step(self, now: float, invocation: Invocation, reply: Any) -> None:
         if now - invocation.started > FUNCTION_TIMEOUT_SECONDS:
             self.stats.failed_timeout += 1
             self._retry(invocation.started + FUNCTION_TIMEOUT_SECONDS, invocation)
@@ -502,7 +607,14 @@ class Simulation:
             batch = Batch(invocation, step.updates, [None] * len(step.updates))
             for _ in range(min(self.workers, len(step.updates))):
                 self._send_next(now, batch)
-        elif isinstance(step, Pause):
+        elif isinstance(step, ReadSketches):
+            answer_at, stored = self.table.read_sketches(now, step.keys)
+            self._at(answer_at, self._step, invocation, stored)
+        elif isinstance(step, WriteSketches):
+            self.table.counting = invocation.window >= self.counted_from_window
+            answer_at, answers = self.table.write_sketches(now, step.writes)
+            self._at(answer_at, self._step, invocation, answers)
+        elif isinstance(step, Pause | SketchPause):
             self._at(now + step.seconds, self._step, invocation, None)
         else:
             raise AssertionError(f"the model's segments never predate this release: {step!r}")
@@ -550,6 +662,11 @@ class Simulation:
             lost = sum((self.expected - stored).values())
             doubled = sum((stored - self.expected).values())
             raise AssertionError(f"the model lost {lost} and doubled {doubled} of {self.stats.events} events")
+        sketches: dict[Key, Sketch] = {}
+        for (pk, sk), data in self.table.sketches.items():
+            sketches.setdefault((pk, bucket_sort_key(sk)), Sketch()).merge(Sketch.from_bytes(data))
+        if sketches != self.expected_sketches:
+            raise AssertionError(f"{sum(sketches.get(k) != s for k, s in self.expected_sketches.items())} sketches differ")
 
 
 def _seeded(schedule: Callable[[], Backoff], seed: int, shard: int) -> Callable[[], Backoff]:
@@ -605,6 +722,17 @@ def measure(
         "failed_retries_exhausted": stats.failed_retries_exhausted,
         "failed_timeout": stats.failed_timeout,
         "exact": True,  # run() raises otherwise
+        **(
+            {
+                "sketch_reads": t.sketch_reads,
+                "sketch_writes": t.sketch_writes,
+                "sketch_conflicts": t.sketch_conflicts,
+                "sketch_throttled": t.sketch_throttled,
+                "sketch_write_units": t.sketch_write_units,
+            }
+            if scenario.distinct
+            else {}
+        ),
     }
 
 
@@ -673,6 +801,19 @@ def results() -> dict[str, Any]:
                 }
             )
     return {"scale": growing, "scale_lanes_at_1000_shards": lanes, "scale_fixed_rate": fixed_rate}
+
+
+DISTINCT_SHARD_COUNTS = (100, 1000)
+
+
+def distinct_results() -> dict[str, Any]:
+    """A distinct rule on the hot counter: one lane, the lanes the README recommends, and twice those."""
+    runs = []
+    for shards in DISTINCT_SHARD_COUNTS:
+        scenario = Scenario(shards=shards, events_per_second=EVENTS_PER_SHARD_SECOND * shards, windows=2, distinct=True)
+        for lanes in sorted({1, lanes_for(shards), min(MAX_BUCKET_LANES, 2 * lanes_for(shards))}):
+            runs.append(measure(scenario, lanes, counted_from_window=1))
+    return {"scale_distinct": runs}
 
 
 def model_description() -> dict[str, Any]:

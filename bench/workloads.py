@@ -10,6 +10,7 @@ hot counter never sit in memory at once.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -57,6 +58,7 @@ class Workload:
     events: Callable[[], Iterator[Event]]  # a fresh, identical iteration each call
     total: int
     rules: str | None = None
+    time_attribute: str = "ts"
     image: Callable[[str, int, str, int], dict[str, Any]] = classic_image
     counters: Callable[[Mapping[str, Any]], list[tuple[str, str | None]]] = classic_counters
 
@@ -115,6 +117,28 @@ def hot(per_second: int = 2000, seconds: int = 300) -> Workload:
     return Workload("hot counter", f"1 counter, {per_second} events/s for {seconds // 60} min", events, per_second * seconds)
 
 
+# The classic rule restated, counting the distinct visitors of every counter besides its events.
+DISTINCT_RULES = json.dumps([{"name": "visits", "counter": "{counter}", "distinct": "visitor"}])
+VISITORS = 100_000  # the population visitors are drawn from
+
+
+def visit_image(counter: str, event_ms: int, item_id: str, sequence: int) -> dict[str, Any]:
+    """An event of a counter with the visitor it came from: drawn from VISITORS by sequence, scrambled."""
+    return {**classic_image(counter, event_ms, item_id, sequence), "visitor": {"S": f"v-{sequence * 7_919 % VISITORS}"}}
+
+
+def with_distinct(workload: Workload) -> Workload:
+    """The same events, each naming its visitor, counted with a distinct rule beside the count."""
+    return dataclasses.replace(
+        workload,
+        name=f"{workload.name} + distinct",
+        description=f"{workload.description}, distinct visitors of {VISITORS:,}",
+        rules=DISTINCT_RULES,
+        image=visit_image,
+        time_attribute="ts",
+    )
+
+
 def fan_out_rules(histogram: bool = False) -> str:
     """Jobs as the origin's table holds them, counted three ways: per provider, in all, and revenue of done jobs
     (with ``histogram``, the per-provider rule also keeps the distribution of job durations, for quantiles)."""
@@ -169,6 +193,7 @@ def fan_out(
         base.events,
         base.total,
         rules=fan_out_rules(histogram),
+        time_attribute="insertUtcTime",
         image=job_image,
         counters=job_counters,
     )

@@ -20,8 +20,9 @@ which tally is asked with too). The rule it applies, stated once:
   each {attribute} replaced by the item's string (non-empty) or number (in
   plain notation, 5.0 as 5) spells C, for a summing rule, its "sum"
   attribute is a number with at most 18 digits before the point and 8 after,
-  and, for a histogram rule, its "histogram" attribute is 0 or a number whose
-  magnitude is at least 1E-9 and below 1E18.
+  for a histogram rule, its "histogram" attribute is 0 or a number whose
+  magnitude is at least 1E-9 and below 1E18, and, for a distinct rule, its
+  "distinct" attribute is a non-empty string or a finite number.
   A rule with "becomes" names C when those conditions hold too; a rule with
   its own "time" attribute reads the time there.
 
@@ -212,11 +213,12 @@ class CounterRule:
     time: str | None = None  # its own time attribute; None: the table-wide one
     unrecountable: str | None = None
     histogram: str | None = None
+    distinct: str | None = None
 
     @property
     def attributes(self) -> list[str]:
         names = [name for kind, name in self.pieces if kind == "attribute"] + [name for name, _, _ in self.when]
-        return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram) if name]))
+        return list(dict.fromkeys(names + [name for name in (self.sum, self.histogram, self.distinct) if name]))
 
     def could_name(self, counter: str) -> bool:
         """Whether some item could make this rule name ``counter``."""
@@ -247,6 +249,8 @@ class CounterRule:
             return None
         if self.histogram is not None and not _binnable(item.get(self.histogram)):
             return None
+        if self.distinct is not None and _render(item.get(self.distinct), strings_only=False) is None:
+            return None  # the same values a template can render
         return name
 
 
@@ -283,6 +287,7 @@ def _read_rules(text: str) -> list[CounterRule]:
                 time=entry.get("time"),
                 unrecountable=_unrecountable(entry),
                 histogram=entry.get("histogram"),
+                distinct=entry.get("distinct"),
             )
         )
     return rules

@@ -62,6 +62,7 @@ from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
 from tally.local.delivery import DeliveryConfig
 from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
+from tally.core.sketches import SPARSE_LIMIT, STANDARD_ERROR
 from tally.dynamo import create_tables
 from tally.local.aws import (
     ArgumentParser,
@@ -334,11 +335,7 @@ def compare_window(
 ) -> bool:
     """One window, every counter, both plans against the brute-force count; prints a table."""
     brute = brute_force_counts(items, counters, window, arrivals_ms=arrivals, settings=table.settings)
-    length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
-    plans = {
-        plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
-        for plan in PlanKind
-    }
+    plans = by_plan(table, counters, window)
     counts = Table(title=escape(f"{title} {window}"))
     for column in ("counter", "raw in window", "late", "expected", "batch plan", "range plan", ""):
         counts.add_column(column, justify="left" if column == "counter" else "right")
@@ -382,8 +379,12 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
         f"5. rejections: {counted:,} records counted as late by tally, {late:,} expected "
         f"(one per record, however many rules match it) {'[green]MATCH' if ok else '[red]MISMATCH'}"
     )
+    if truth.distinct:  # and the last hour, whose pages have few enough visitors for the sketches to be exact
+        hour = Window.ending(now, HOUR_MS)
+        matched &= verify_distinct(table, shaped_truth(shape, items, hour, arrivals, settings), hour)
     quantiles = ", quantiles are within 1 % of it" if truth.values else ""
-    return verdict(matched, f"counts, sums and averages equal brute force by both plans{quantiles}")
+    distinct = ", distinct counts within 3 standard errors (exact where the sketches are)" if truth.distinct else ""
+    return verdict(matched, f"counts, sums and averages equal brute force by both plans{quantiles}{distinct}")
 
 
 def verify_histories(
@@ -423,14 +424,19 @@ def verify_histories(
     return verdict(matched, "transitions and deletions equal brute force by both plans")
 
 
-def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
-    """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
-    counters = sorted(truth.counters)
+def by_plan(table: Reader, counters: list[str], window: Window) -> dict[PlanKind, dict[str, WindowCount]]:
+    """Every counter's answer for one window by each plan, strongly consistent."""
     length, at = timedelta(minutes=window.minutes), utc_of(window.end_ms)
-    plans = {
+    return {
         plan: {r.counter: r for r in table.count_many(counters, window=length, at=at, plan=plan, consistent=True)}
         for plan in PlanKind
     }
+
+
+def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, title: str) -> bool:
+    """Count, sum and average of every counter in ``truth``, both plans against it, for one window."""
+    counters = sorted(truth.counters)
+    plans = by_plan(table, counters, window)
     table_view = Table(title=escape(f"{title} {window}: counters named by the rules"))
     for column in ("counter", "raw in window", "late", "expected", "batch", "range", "sum", "average", ""):
         table_view.add_column(column, justify="left" if column == "counter" else "right")
@@ -460,6 +466,51 @@ def compare_shaped(table: Reader, truth: ShapedTruth, window: Window, now: int, 
     )
     if truth.values:
         matched &= verify_quantiles(truth, plans, window)
+    if truth.distinct:
+        matched &= verify_distinct(table, truth, window)
+    return matched
+
+
+def verify_distinct(table: Reader, truth: ShapedTruth, window: Window) -> bool:
+    """Distinct values of every distinct counter in one window: both plans alike, exact while the sketches are,
+    else within 3 standard errors of brute force."""
+    counters = sorted(truth.distinct)
+    plans = by_plan(table, counters, window)
+    view = Table(title=escape(f"   distinct values in the window {window}: tally vs brute force"))
+    for column in ("counter", "brute force", "batch", "range", "exact", "error", "in std errors", ""):
+        view.add_column(column, justify="left" if column == "counter" else "right")
+    matched = _distinct_rows(view, truth, plans)
+    console.print(view)
+    console.print(
+        f"   tally counts a window of up to {SPARSE_LIMIT} distinct values exactly, estimates beyond by HyperLogLog "
+        f"(4,096 registers, standard error {STANDARD_ERROR:.3%}); both plans read the same disjoint buckets."
+    )
+    return matched
+
+
+def _distinct_rows(view: Table, truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowCount]]) -> bool:
+    matched = True
+    for counter in sorted(truth.distinct):
+        batch, ranged = plans[PlanKind.BATCH][counter], plans[PlanKind.RANGE][counter]
+        exact = len(truth.distinct[counter])
+        answer = batch.distinct
+        ok = answer is not None and answer == ranged.distinct
+        error = (answer - exact) / exact if ok and exact else 0.0
+        if ok and batch.sketch.exact:
+            ok = answer == exact
+        elif ok:
+            ok = abs(error) <= 3 * STANDARD_ERROR
+        matched &= ok
+        view.add_row(
+            escape(counter),
+            f"{exact:,}",
+            f"{answer:,}" if answer is not None else "—",
+            f"{ranged.distinct:,}" if ranged.distinct is not None else "—",
+            "yes" if batch.sketch is not None and batch.sketch.exact else "no",
+            f"{error:+.2%}",
+            f"{error / STANDARD_ERROR:+.2f}",
+            "[green]MATCH" if ok else "[red]MISMATCH",
+        )
     return matched
 
 

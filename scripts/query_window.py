@@ -18,7 +18,10 @@ Counters that a summing counter rule writes (TALLY_RULES) also show their sum
 and average; --json carries them as decimal strings. Counters a histogram rule
 writes answer --quantiles: the value of rank ceil(q*n) among the window's n
 values, within 1 %, in total, per hour and per series point, with the bounds
-every value lies within. The table is --table,
+every value lies within. Counters a distinct rule writes show their distinct
+values (exact up to 100 in the window, else estimated, marked ≈, standard
+error 1.6 %); --json carries distinct, distinct_exact and distinct_by_hour (and each
+series point's distinct). The table is --table,
 else COUNTS_TABLE, else a stack's outputs (--stack), else tally-counts. Bad
 input exits with status 2 and one line on stderr. A count of 0 says why on
 stderr when it can: a window that has not begun, or a counter without a
@@ -40,6 +43,7 @@ from rich.table import Table
 from tally.core.amounts import text_of
 from tally.core.buckets import iso_minute
 from tally.core.histograms import Histogram, percentile_label
+from tally.core.sketches import Sketch
 from tally.core.plans import PlanKind, Series
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.windows import utc_of
@@ -136,10 +140,12 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
     out = console()
     summary = Table(title=escape(f"window {results[0].window}"))
     summing = any(result.sum is not None for result in results)
+    distinct = any(result.sketch is not None for result in results)
     binning = list(quantiles) if any(result.histogram is not None for result in results) else []
     columns = (
         "counter",
         "total",
+        *(("distinct",) if distinct else ()),
         *(("sum", "average") if summing else ()),
         *map(percentile_label, binning),
         *(("low", "high") if binning else ()),
@@ -159,6 +165,7 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
         summary.add_row(
             escape(result.counter),
             f"{result.total:,}",
+            *((distinct_text(result.sketch),) if distinct else ()),
             *sums,
             *quantile_cells(histogram, binning),
             *bounds,
@@ -177,6 +184,13 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
             out.print(hour_chart(result, binning))
 
 
+def distinct_text(sketch: Sketch | None) -> str:
+    """Exact counts as they are, estimates marked with ≈."""
+    if sketch is None:
+        return ""
+    return f"{sketch.count():,}" if sketch.exact else f"≈{sketch.count():,}"
+
+
 def quantile_cells(histogram: Histogram | None, quantiles: Sequence[str]) -> list[str]:
     if histogram is None:
         return [""] * len(quantiles)
@@ -187,11 +201,13 @@ def hour_chart(result: WindowCount, quantiles: Sequence[str] = ()) -> Table:
     """The window's count per hour as bars (first and last hour may be partial); sums and quantiles beside them,
     under a header that names them."""
     by_hour = result.histogram_by_hour if quantiles else None
-    header = result.sum_by_hour is not None or by_hour is not None
+    header = result.sum_by_hour is not None or by_hour is not None or result.sketch_by_hour is not None
     chart = Table(title=escape(f"{result.counter} per hour"), show_header=header, box=None, pad_edge=False)
     chart.add_column("hour", style="dim")
     chart.add_column("")
     chart.add_column("count", justify="right")
+    if result.sketch_by_hour is not None:
+        chart.add_column("distinct", justify="right")
     if result.sum_by_hour is not None:
         chart.add_column("sum", justify="right")
         chart.add_column("average", justify="right")
@@ -204,7 +220,10 @@ def hour_chart(result: WindowCount, quantiles: Sequence[str] = ()) -> Table:
         if result.sum_by_hour is not None:
             sums = (text_of(result.sum_by_hour.get(hour)) or "0", text_of(result.average_in_hour(hour)) or "")
         cells = quantile_cells(by_hour.get(hour, Histogram({})), quantiles) if by_hour is not None else ()
-        chart.add_row(_label(hour), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *sums, *cells)
+        distinct = () if result.sketch_by_hour is None else (distinct_text(result.sketch_by_hour.get(hour, Sketch())),)
+        chart.add_row(
+            _label(hour), "█" * round(BAR_WIDTH * count / peak), f"{count:,}", *distinct, *sums, *cells
+        )
     return chart
 
 

@@ -20,4 +20,4 @@ def read_counts(client, counter: str) -> dict[str, int]:
         ExpressionAttributeValues={":pk": {"S": counter}},
         ConsistentRead=True,
     )["Items"]
-    return {item["sk"]["S"]: int(item["count"]["N"]) for item in items}
+    return {item["sk"]["S"]: int(item["count"]["N"]) for item in items if "count" in item}  # not sketch items

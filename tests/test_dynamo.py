@@ -9,8 +9,9 @@ from botocore.exceptions import ClientError
 from moto_tables import COUNTS, no_sleep_backoff, read_counts
 from dataclasses import replace
 
-from tally.core.buckets import Bucket
+from tally.core.buckets import Bucket, sketch_sort_key
 from tally.core.commit import Writer, order_preserving
+from tally.core.sketches import Sketch, hash_of
 from tally.core.retry import Backoff, commit_backoff
 from tally.dynamo import CommitFailed, CounterDirectory, CountsTable, RetriesExhausted
 from tally.core.segments import Segment
@@ -483,3 +484,72 @@ def test_published_settings_read_back_as_published(counts_table, settings):
     published = counts_table.published_settings()
     assert (published.publisher, published.published_ms) == ("Tally-Counter", T0)
     assert published.settings() == replace(settings, counts_table=published.settings().counts_table)
+
+
+def visited(first, clients):
+    """A segment of one shard: its clients' visits to counter 'v' in one minute and its hour."""
+    sketch = Sketch(map(hash_of, clients))
+    items = {("v", MINUTE): len(clients), ("v", HOUR): len(clients)}
+    return Segment(first, T0, first, len(clients), dict(items), sketches={item: sketch.copy() for item in items})
+
+
+def passes(real, kwargs):
+    return real(**kwargs)
+
+
+COUNT_UPDATES = [passes, passes]  # a visited segment's two count updates (its hour, its minute) come first
+
+
+def stored_sketch(dynamodb, bucket, lane=0):
+    item = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "v"}, "sk": {"S": sketch_sort_key(bucket.sort_key, lane)}})
+    return Sketch.from_bytes(item["Item"]["hll"]["B"])
+
+
+def test_sketches_merge_into_their_own_items_beside_the_counts(counts_table, dynamodb):
+    counts_table.commit(visited("100", ["a", "b"]), WRITER)
+    result = counts_table.commit(visited("200", ["b", "c"]), WRITER)
+    assert result.sketches_written == 2
+    assert stored_sketch(dynamodb, HOUR) == Sketch(map(hash_of, "abc"))
+    assert read_counts(dynamodb, "v") == {MINUTE.sort_key: 4, HOUR.sort_key: 4}  # the count items hold no sketch
+    again = counts_table.commit(visited("200", ["b", "c"]), WRITER)  # a retry of the same segment
+    assert (again.applied, again.already_applied, again.sketches_written) == (0, 2, 0)  # the union holds them
+    assert read_counts(dynamodb, "v")[HOUR.sort_key] == 4
+
+
+def test_a_sketch_write_that_loses_a_race_merges_again_with_the_winners_values(dynamodb, settings):
+    faulty = Faulty(dynamodb)
+    other = CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+
+    def another_shard_commits_first(real, kwargs):
+        other.commit(visited("900", ["z"]), OTHER_SHARD)  # between this writer's read and its write
+        return real(**kwargs)
+
+    faulty.faults["update_item"] = [*COUNT_UPDATES, another_shard_commits_first]  # at its first sketch write
+    result = CountsTable(faulty, COUNTS, settings, backoff=no_sleep_backoff).commit(visited("100", ["a"]), WRITER)
+    assert result.sketch_conflicts == 2 and result.sketches_written == 2  # it wrote both items first
+    assert stored_sketch(dynamodb, HOUR) == stored_sketch(dynamodb, MINUTE) == Sketch(map(hash_of, "az"))
+
+
+def test_throttled_sketch_writes_are_sent_again_and_other_errors_fail_the_commit(dynamodb, settings):
+    faulty = Faulty(dynamodb)
+    table = CountsTable(faulty, COUNTS, settings, backoff=no_sleep_backoff)
+    faulty.faults["update_item"] = [*COUNT_UPDATES, error("ProvisionedThroughputExceededException")]
+    table.commit(visited("100", ["a"]), WRITER)
+    assert stored_sketch(dynamodb, HOUR) == Sketch([hash_of("a")])
+    faulty.faults["update_item"] = [*COUNT_UPDATES, error("ValidationException")]
+    with pytest.raises(CommitFailed, match="sketch write"):
+        table.commit(visited("200", ["b"]), WRITER)
+
+
+def test_reads_union_the_sketch_lanes_of_a_bucket(dynamodb, settings):
+    laned = replace(settings, bucket_lanes=4)
+    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
+    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(12)]
+    for n, shard in enumerate(shards):
+        table.commit(visited(str(100 + n), [f"c{n}", "common"]), shard)
+    assert len({shard.lane(4) for shard in shards}) > 1
+    fetched = table.batch_get([("v", HOUR.sort_key)], consistent=True, distinct={"v"})
+    assert fetched.sketches[("v", HOUR.sort_key)] == Sketch(map(hash_of, [f"c{n}" for n in range(12)] + ["common"]))
+    assert fetched.counts[("v", HOUR.sort_key)] == 24
+    ranged = table.query("v", MINUTE.sort_key, MINUTE.sort_key, consistent=True, distinct=True)
+    assert ranged.sketches[("v", MINUTE.sort_key)].count() == 13

@@ -8,9 +8,10 @@ silently low count.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,14 +30,31 @@ from tally.core.commit import (
     commit_steps,
     condition_failed,
 )
-from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys
+from tally.core.sketch_writes import (
+    ReadSketches,
+    SketchOutcome,
+    SketchPause,
+    SketchWrite,
+    WriteSketches,
+    sketch_steps,
+)
+from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys, sketch_sort_keys
 from tally.core.directory import Entry, day_partition, entries_of, entry_item
 from tally.core.amounts import stored_units
 from tally.core.histograms import is_bin
-from tally.core.retry import Backoff, commit_backoff
+from tally.core.sketches import Sketch
+from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, EVENTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, TableDescription
+from tally.core.tables import (
+    COUNT_ATTRIBUTE,
+    COUNTS_TABLE,
+    EVENTS_TABLE,
+    SKETCH_ATTRIBUTE,
+    SUM_ATTRIBUTE,
+    TTL_ATTRIBUTE,
+    TableDescription,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,25 +116,43 @@ class PublishedSettings:
 
 @dataclass
 class Fetched:
-    """Counts (and the sums of summing counters' buckets, in units, and the bins of histogram
-    counters' buckets) read for some keys, and what that cost."""
+    """Counts (and the sums of summing counters' buckets, in units, the bins of histogram counters'
+    buckets and the sketches of distinct counters') read for some keys, and what that cost."""
 
     counts: dict[Key, int] = field(default_factory=dict)
     sums: dict[Key, int] = field(default_factory=dict)
     bins: dict[Key, dict[str, int]] = field(default_factory=dict)
+    sketches: dict[Key, Sketch] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
 
     def add(self, key: Key, item: dict[str, Any]) -> None:
-        """One item read: a bucket, or one lane of it (lanes add up, sums and bins as counts)."""
-        self.counts[key] = self.counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
+        """One item read: a bucket, one lane of it (lanes add up, sums and bins as counts), or one lane of its
+        sketch (lanes merge)."""
+        if COUNT_ATTRIBUTE in item:
+            self.counts[key] = self.counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
         if SUM_ATTRIBUTE in item:
             self.sums[key] = self.sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
         for name, value in item.items():
             if is_bin(name):
                 bins = self.bins.setdefault(key, {})
                 bins[name] = bins.get(name, 0) + int(value["N"])
+        if SKETCH_ATTRIBUTE in item:
+            sketch = Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"])
+            if key in self.sketches:
+                self.sketches[key].merge(sketch)  # lanes of one bucket: the union of their values
+            else:
+                self.sketches[key] = sketch
         self.items += 1
+
+    def update(self, other: Fetched) -> None:
+        """Take in what another request read (other keys; a request reads all lanes of its keys)."""
+        self.counts.update(other.counts)
+        self.sums.update(other.sums)
+        self.bins.update(other.bins)
+        self.sketches.update(other.sketches)
+        self.requests += other.requests
+        self.items += other.items
 
 
 class CountsTable:
@@ -137,41 +173,100 @@ class CountsTable:
         ``workers``: updates of a segment sent at once. ``previous_release_until_ms``:
         segments whose first record arrived before it are checked for the previous
         release's markers (default: this process's start plus PREVIOUS_RELEASE_MARGIN_MS).
+        Sketch merges use ``sketch_backoff`` unless ``backoff`` is given.
         """
         self.client = client
         self.table_name = table_name
         self.settings = settings
         self.backoff = backoff or Backoff
         self.commit_backoff = backoff or commit_backoff
+        self.sketch_backoff = backoff or sketch_backoff
         self.workers = workers
         if previous_release_until_ms is None:
             previous_release_until_ms = int(time.time() * 1000) + PREVIOUS_RELEASE_MARGIN_MS
         self.previous_release_until_ms = previous_release_until_ms
 
     def commit(self, segment: Segment, writer: Writer) -> CommitResult:
-        """Commit a segment exactly once (the policy is ``commit_steps``)."""
-        steps = commit_steps(
-            segment,
-            writer,
-            self.table_name,
-            self.settings,
-            self.commit_backoff,
-            after_previous_release=segment.first_arrival_ms < self.previous_release_until_ms,
+        """Commit a segment exactly once (the policy is ``commit_steps``), then merge its sketches into their
+        items (``sketch_steps``: a union, so a retry merging again changes nothing)."""
+        counts = self._drive(
+            commit_steps(
+                segment,
+                writer,
+                self.table_name,
+                self.settings,
+                self.commit_backoff,
+                after_previous_release=segment.first_arrival_ms < self.previous_release_until_ms,
+            )
         )
+        lane = writer.lane(self.settings.bucket_lanes)
+        sketches = self._drive(sketch_steps(segment, lane, self.table_name, self.settings, self.sketch_backoff))
+        return dataclasses.replace(counts, sketches_written=sketches.written, sketch_conflicts=sketches.conflicts)
+
+    def _drive(self, steps: Generator[Any, Any, Any]) -> Any:
+        """Run a policy's steps against DynamoDB, with real pauses; its result once done."""
         sleep = self.commit_backoff().sleep
-        reply: Sequence[bool] | Sequence[Outcome] | None = None
+        reply: Any = None
         try:
             while True:
                 step = steps.send(reply)
-                if isinstance(step, Pause):
+                if isinstance(step, Pause | SketchPause):
                     sleep(step.seconds)
                     reply = None
                 elif isinstance(step, ReadMarkers):
                     reply = self._markers_exist(step.keys)
+                elif isinstance(step, ReadSketches):
+                    reply = self._read_sketches(step.keys)
+                elif isinstance(step, WriteSketches):
+                    reply = [self._write_sketch(write) for write in step.writes]
                 else:
                     reply = self._send(step)
         except StopIteration as done:
             return done.value
+
+    def _read_sketches(self, keys: list[Key]) -> dict[Key, bytes | None]:
+        """The stored bytes of sketch items, strongly consistent (a merge must start from the latest)."""
+        stored: dict[Key, bytes | None] = dict.fromkeys(keys)
+        for start in range(0, len(keys), BATCH_GET_LIMIT):
+            pending = [_key(pk, sk) for pk, sk in keys[start : start + BATCH_GET_LIMIT]]
+            for _ in self.backoff().pauses():
+                request = {
+                    self.table_name: {
+                        "Keys": pending,
+                        "ConsistentRead": True,
+                        "ProjectionExpression": "#pk, #sk, #sketch",
+                        "ExpressionAttributeNames": {
+                            "#pk": COUNTS_TABLE.partition_key,
+                            "#sk": COUNTS_TABLE.sort_key,
+                            "#sketch": SKETCH_ATTRIBUTE,
+                        },
+                    }
+                }
+                response = self._call(self.client.batch_get_item, RequestItems=request)
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    if SKETCH_ATTRIBUTE in item:
+                        stored[(item["pk"]["S"], item["sk"]["S"])] = bytes(item[SKETCH_ATTRIBUTE]["B"])
+                pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+                if not pending:
+                    break
+            else:
+                raise RetriesExhausted(f"{len(pending)} sketch keys still unprocessed after every retry")
+        return stored
+
+    def _write_sketch(self, write: SketchWrite) -> tuple[SketchOutcome, bytes | None]:
+        """One conditional write of a merged sketch: written, lost to another writer (with what it wrote), or again."""
+        try:
+            self.client.update_item(**write.request)
+        except ClientError as error:
+            code = _code(error)
+            if code == "ConditionalCheckFailedException":
+                now_held = error.response.get("Item", {}).get(SKETCH_ATTRIBUTE, {}).get("B")
+                return SketchOutcome.CONFLICT, None if now_held is None else bytes(now_held)
+            if code in _RETRYABLE_CODES:
+                logger.warning("sketch write of %s retried: %s", write.key, _describe(error))
+                return SketchOutcome.RETRY, None
+            raise CommitFailed(f"sketch write of {write.key}: {_describe(error)}") from error
+        return SketchOutcome.WRITTEN, None
 
     def _send(self, step: Send) -> list[Outcome]:
         """Every update of the step, ``workers`` at a time; the first failure stops the rest and is raised."""
@@ -289,16 +384,23 @@ class CountsTable:
         environment = {name: value["S"] for name, value in item["environment"]["M"].items()}
         return PublishedSettings(environment, item["publisher"]["S"], int(item["published"]["N"]))
 
-    def batch_get(self, keys: Iterable[Key], consistent: bool = False) -> Fetched:
+    def batch_get(self, keys: Iterable[Key], consistent: bool = False, distinct: Collection[str] = ()) -> Fetched:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.
 
         With bucket lanes, every lane of every bucket is read and a bucket's count is the sum of its lanes.
+        For the counters in ``distinct``, every lane of each bucket's sketch item is read too.
         Reads take whole items: a projection cannot name histogram bins it does not know, and DynamoDB
         charges a read by the whole item anyway.
         """
         fetched = Fetched()
         lanes = self.settings.bucket_lanes
-        unique = list(dict.fromkeys((pk, lane_sk) for pk, sk in keys for lane_sk in lane_sort_keys(sk, lanes)))
+        unique = list(
+            dict.fromkeys(
+                (pk, stored)
+                for pk, sk in keys
+                for stored in (*lane_sort_keys(sk, lanes), *(sketch_sort_keys(sk, lanes) if pk in distinct else ()))
+            )
+        )
         for start in range(0, len(unique), BATCH_GET_LIMIT):
             pending = [_key(pk, sk) for pk, sk in unique[start : start + BATCH_GET_LIMIT]]
             for _ in self.backoff().pauses():
@@ -314,13 +416,16 @@ class CountsTable:
                 raise RetriesExhausted(f"{len(pending)} keys still unprocessed after every retry")
         return fetched
 
-    def query(self, counter: str, first_sk: str, last_sk: str, consistent: bool = False) -> Fetched:
-        """Counts of every bucket of ``counter`` with first_sk <= sk <= last_sk, all pages (lanes summed).
+    def query(
+        self, counter: str, first_sk: str, last_sk: str, consistent: bool = False, distinct: bool = False
+    ) -> Fetched:
+        """Counts of every bucket of ``counter`` with first_sk <= sk <= last_sk, all pages (lanes summed);
+        with ``distinct``, their sketch items too.
 
         Whole items, as ``batch_get`` reads them.
         """
         fetched = Fetched()
-        if self.settings.bucket_lanes > 1:
+        if self.settings.bucket_lanes > 1 or distinct:
             last_sk = last_lane_bound(last_sk)
         request: dict[str, Any] = {
             "TableName": self.table_name,

@@ -106,6 +106,9 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="BucketUpdates", unit=MetricUnit.Count, value=summary.bucket_updates)
     metrics.add_metric(name="UpdatesAlreadyApplied", unit=MetricUnit.Count, value=summary.updates_already_applied)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
+    if summary.sketches_written or summary.sketch_conflicts:  # distinct rules only: no cost for the others
+        metrics.add_metric(name="SketchesWritten", unit=MetricUnit.Count, value=summary.sketches_written)
+        metrics.add_metric(name="SketchConflicts", unit=MetricUnit.Count, value=summary.sketch_conflicts)
     metrics.add_metric(name="WindowStatesDiscarded", unit=MetricUnit.Count, value=summary.discarded_states)
     for reason, count in summary.rejected.items():
         # One blob per reason: EMF gives all metrics of a blob the same dimensions.

@@ -43,6 +43,8 @@ class Summary:
     bucket_updates: int = 0  # bucket items updated
     updates_already_applied: int = 0  # found applied by an earlier try (or the previous release)
     commit_retries: int = 0
+    sketches_written: int = 0
+    sketch_conflicts: int = 0
     rejections: list[Rejection] = field(default_factory=list)
     discarded_states: int = 0
     discarded_state_detail: str = ""
@@ -62,6 +64,8 @@ class Summary:
             "bucket_updates": self.bucket_updates,
             "updates_already_applied": self.updates_already_applied,
             "commit_retries": self.commit_retries,
+            "sketches_written": self.sketches_written,
+            "sketch_conflicts": self.sketch_conflicts,
             "discarded_states": self.discarded_states,
         }
 
@@ -162,6 +166,8 @@ def _commit(segment: Segment, writer: Writer, commit: Commit, summary: Summary) 
     summary.bucket_updates += result.applied
     summary.updates_already_applied += result.already_applied
     summary.commit_retries += result.retries
+    summary.sketches_written += result.sketches_written
+    summary.sketch_conflicts += result.sketch_conflicts
 
 
 def _stream_arn(event: Mapping[str, Any], records: list[Any]) -> str | None:

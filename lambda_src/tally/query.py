@@ -5,6 +5,7 @@
     result.total, result.start, result.end, result.by_hour             # aware UTC datetimes
     result.sum, result.average, result.sum_by_hour                     # exact Decimals (None when it does not sum)
     result.histogram.quantile("0.99"), result.histogram_by_hour        # for a histogram counter (else None)
+    result.distinct, result.sketch.exact, result.sketch_by_hour        # for a distinct counter (else None)
 
 It speaks epoch milliseconds and takes ``now`` from its caller (tests pin it);
 ``tally.Reader`` is the documented way in. With several counters the batch
@@ -22,6 +23,7 @@ from decimal import Decimal
 from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute
 from tally.core.histograms import Histogram
+from tally.core.sketches import Sketch
 from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
 from tally.core.records import InvalidCounter, Reason, validate_counter
 from tally.core.rules import Rules
@@ -44,6 +46,7 @@ class SeriesPoint:
     count: int
     sum: Decimal | None = None  # for a summing counter
     histogram: Histogram | None = None  # for a histogram counter
+    sketch: Sketch | None = None  # for a distinct counter: its distinct values in this bucket
 
     @property
     def average(self) -> Decimal | None:
@@ -51,11 +54,17 @@ class SeriesPoint:
             return None
         return average_of(self.sum, self.count)
 
+    @property
+    def distinct(self) -> int | None:
+        return None if self.sketch is None else self.sketch.count()
+
     def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
         point: dict[str, object] = {"start": iso_minute(_ms(self.start)), "count": self.count}
         if self.sum is not None:
             point["sum"] = text_of(self.sum)
             point["average"] = text_of(self.average)
+        if self.sketch is not None:
+            point["distinct"] = self.distinct
         if self.histogram is not None and quantiles:
             point["quantiles"] = quantiles_json(self.histogram, quantiles)
         return point
@@ -82,6 +91,14 @@ class WindowCount:
     histogram: Histogram | None = None  # for a histogram counter: its values in the window, for quantiles
     histogram_by_hour: dict[datetime, Histogram] | None = None
     quantiles: tuple[str, ...] = ()  # the quantiles asked, as written ("0.99"): what ``as_json`` answers
+    sketch: Sketch | None = None  # for a distinct counter: its distinct values in the window
+    sketch_by_hour: dict[datetime, Sketch] | None = None
+
+    @property
+    def distinct(self) -> int | None:
+        """Distinct values in the window: exact while every bucket holds at most SPARSE_LIMIT of them, else
+        an estimate within STANDARD_ERROR (1.625 %, one standard error). None for a counter that counts none."""
+        return None if self.sketch is None else self.sketch.count()
 
     @property
     def start(self) -> datetime:
@@ -119,6 +136,9 @@ class WindowCount:
         if self.sum is not None:
             result["sum"] = text_of(self.sum)
             result["average"] = text_of(self.average)
+        if self.sketch is not None:
+            result["distinct"] = self.distinct
+            result["distinct_exact"] = self.sketch.exact
         quantiles = self.quantiles if self.histogram is not None else ()
         if quantiles:
             assert self.histogram is not None
@@ -137,6 +157,8 @@ class WindowCount:
         if self.sum_by_hour is not None:
             result["sum_by_hour"] = {_iso(hour): text_of(value) for hour, value in self.sum_by_hour.items()}
             result["average_by_hour"] = {_iso(hour): text_of(self.average_in_hour(hour)) for hour in self.by_hour}
+        if self.sketch_by_hour is not None:
+            result["distinct_by_hour"] = {_iso(hour): sketch.count() for hour, sketch in self.sketch_by_hour.items()}
         if self.histogram_by_hour is not None and quantiles:
             result["quantiles_by_hour"] = {
                 _iso(hour): quantiles_json(histogram, quantiles) for hour, histogram in self.histogram_by_hour.items()
@@ -184,17 +206,30 @@ def count_windows(
     ``align``: answer a window whose edges reach past the minute retention over
     whole hours there (``align_to_retention``) instead of refusing it.
     ``quantiles``: what the results' ``as_json`` answers for histogram counters.
+    A counter a distinct rule writes is read by a union plan (disjoint buckets: sketches cannot be
+    subtracted), its sketch items with its counts.
     """
     for counter in counters:
         validate_query_counter(counter)
     now = now_ms() if now is None else now
     asked, window = answered_window(length_ms, at_ms, now, align, table.settings)
     series = Series(series) if series is not None else None
-    the_plan = make_plan(window, now, table.settings, PlanKind(plan), series)
-    context = _Context(the_plan, series, asked if window != asked else None, tuple(quantiles))
-    if the_plan.kind is PlanKind.BATCH:
-        return _by_batch(table, counters, context, consistent)
-    return _by_range(table, counters, context, consistent)
+    rules = table.settings.counter_rules
+    distinct = {counter for counter in counters if rules.counts_distinct(counter)}
+    # Only the plans some counter needs: a union plan may be refused where hour - minutes is not.
+    contexts = {
+        union: _Context(
+            make_plan(window, now, table.settings, PlanKind(plan), series, union),
+            series,
+            asked if window != asked else None,
+            tuple(quantiles),
+        )
+        for union in {counter in distinct for counter in counters}
+    }
+    context_of = {counter: contexts[counter in distinct] for counter in dict.fromkeys(counters)}
+    if PlanKind(plan) is PlanKind.BATCH:
+        return _by_batch(table, counters, context_of, distinct, consistent)
+    return _by_range(table, counters, context_of, distinct, consistent)
 
 
 def answered_window(
@@ -213,34 +248,36 @@ class _Context:
     quantiles: tuple[str, ...] = ()
 
 
-def _by_batch(table: CountsTable, counters: Sequence[str], context: _Context, consistent: bool) -> list[WindowCount]:
-    keys = [(counter, bucket.sort_key) for counter in dict.fromkeys(counters) for bucket in context.plan.buckets]
-    fetched = table.batch_get(keys, consistent)
-    return [_result(counter, context, fetched, table.settings.counter_rules) for counter in counters]
+def _by_batch(
+    table: CountsTable, counters: Sequence[str], context_of: dict[str, _Context], distinct: set[str], consistent: bool
+) -> list[WindowCount]:
+    keys = [(counter, bucket.sort_key) for counter, context in context_of.items() for bucket in context.plan.buckets]
+    fetched = table.batch_get(keys, consistent, distinct)
+    return [_result(counter, context_of[counter], fetched, table.settings.counter_rules) for counter in counters]
 
 
-def _by_range(table: CountsTable, counters: Sequence[str], context: _Context, consistent: bool) -> list[WindowCount]:
+def _by_range(
+    table: CountsTable, counters: Sequence[str], context_of: dict[str, _Context], distinct: set[str], consistent: bool
+) -> list[WindowCount]:
     results = []
     for counter in counters:
         fetched = Fetched()
-        for run in context.plan.runs():
-            part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent)
-            fetched.counts.update(part.counts)
-            fetched.sums.update(part.sums)
-            fetched.bins.update(part.bins)
-            fetched.requests += part.requests
-            fetched.items += part.items
-        results.append(_result(counter, context, fetched, table.settings.counter_rules))
+        for run in context_of[counter].plan.runs():
+            part = table.query(counter, run.first.sort_key, run.last.sort_key, consistent, counter in distinct)
+            fetched.update(part)
+        results.append(_result(counter, context_of[counter], fetched, table.settings.counter_rules))
     return results
 
 
 def _result(counter: str, context: _Context, fetched: Fetched, rules: Rules) -> WindowCount:
-    """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does."""
+    """A counter sums (keeps a histogram) when a rule says so, or a bucket that carries a sum (bins) does;
+    it counts distinct values when a rule says so (its sketch items are read only then)."""
     plan = context.plan
     counts = {sk: count for (pk, sk), count in fetched.counts.items() if pk == counter}
     units = {sk: value for (pk, sk), value in fetched.sums.items() if pk == counter}
     bins = {sk: value for (pk, sk), value in fetched.bins.items() if pk == counter}
-    totals = sum_plan(plan, counts, units, bins)
+    sketches = {sk: value for (pk, sk), value in fetched.sketches.items() if pk == counter}
+    totals = sum_plan(plan, counts, units, bins, sketches if rules.counts_distinct(counter) else None)
     summing = rules.sums(counter) or bool(units)
     binning = rules.keeps_histogram(counter) or bool(bins)
     return WindowCount(
@@ -254,13 +291,15 @@ def _result(counter: str, context: _Context, fetched: Fetched, rules: Rules) -> 
         items_read=len(counts),
         sum=decimal_of(totals.units) if summing else None,
         sum_by_hour={utc_of(h * HOUR_MS): decimal_of(u) for h, u in totals.units_by_hour.items()} if summing else None,
-        series=_series(context, totals, counts, units, bins, summing, binning),
+        series=_series(context, totals, counts, units, bins, sketches, summing, binning),
         series_unit=context.series,
         aligned=context.asked is not None,
         asked=context.asked,
         histogram=Histogram(totals.bins) if binning else None,
         histogram_by_hour={utc_of(h * HOUR_MS): Histogram(b) for h, b in totals.bins_by_hour.items()} if binning else None,
         quantiles=context.quantiles,
+        sketch=totals.sketch,
+        sketch_by_hour=_by_hour(totals.sketch_by_hour),
     )
 
 
@@ -270,21 +309,28 @@ def _series(
     counts: dict[str, int],
     units: dict[str, int],
     bins: dict[str, dict[str, int]],
+    sketches: dict[str, Sketch],
     summing: bool,
     binning: bool,
 ) -> tuple[SeriesPoint, ...] | None:
     if context.series is None:
         return None
-    points: list[Point] = series_of(context.plan, context.series, totals, counts, units, bins)
+    sketched = sketches if totals.sketch is not None else None
+    points: list[Point] = series_of(context.plan, context.series, totals, counts, units, bins, sketched)
     return tuple(
         SeriesPoint(
             utc_of(point.start_ms),
             point.count,
             decimal_of(point.units) if summing else None,
             Histogram(point.bins) if binning else None,
+            point.sketch,
         )
         for point in points
     )
+
+
+def _by_hour(sketches: dict[int, Sketch] | None) -> dict[datetime, Sketch] | None:
+    return None if sketches is None else {utc_of(hour * HOUR_MS): sketch for hour, sketch in sketches.items()}
 
 
 def _iso(moment: datetime) -> str:

@@ -79,7 +79,7 @@ def test_an_update_is_charged_for_the_whole_item_not_the_change():
 
 def tally_updates(first: str, writer: Writer = Writer.of_shard("arn", "shardId-1")):
     segment = Segment(first, 1_795_000_000_000, first, records=1)
-    segment.add(first, [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), 150_000_000, None)])
+    segment.add(first, [(("page", Bucket.of_minute(29_916_666)), ("page", Bucket.of_hour(498_611)), 150_000_000, None, None)])
     hours, minutes = segment_updates(segment, writer, "counts", Settings())
     return hours + minutes
 
@@ -146,3 +146,39 @@ def test_the_counter_directory_costs_one_plain_write_per_counter_and_day_in_a_co
     assert measured["tally"]["directory_requests"] >= -(-len(counters_and_days) // 25)
     # Four minutes of counts at one plain write per bucket: the day's entries are an eighth of that.
     assert 0 < measured["ratios"]["directory_units_over_counting_units"] < 0.2
+
+
+def test_sketch_merges_are_metered_reads_and_conditional_writes_as_moto_stores_them():
+    from bench import aggregates, workloads, writes
+    from tally.local.delivery import DeliveryConfig
+
+    config = DeliveryConfig(batch_size=100, window_seconds=60)
+    small = workloads.steady(counters=3, per_second=5, seconds=180)
+    checked = writes.verify_against_moto(workloads.with_distinct(small), Settings(), config)
+    assert checked["tally_matches_moto"]
+
+    costs = aggregates.distinct_costs(small, Settings(), config)
+    without, with_rule = costs["without"], costs["with"]
+    assert without["sketch_writes"] == without["read_units_per_1000_events"] == 0
+    windows_and_buckets = {(ms // 60_000, counter) for counter, ms in small.counted()}
+    assert with_rule["sketch_writes"] == 2 * len(windows_and_buckets)  # its minute and its hour, once per window
+    assert with_rule["sketch_reads"] == 3  # one strongly consistent read of a window's sketches, each window
+    assert with_rule["write_units"] == without["write_units"] + with_rule["sketch_write_units"]
+    # 300 visitors an hour: dense sketches, compressed under 1 KB, one unit a write
+    assert 8 * 100 < with_rule["sketch_bytes_max"] <= 1024 and with_rule["sketch_write_units"] == with_rule["sketch_writes"]
+    reads = costs["reads_24h"]
+    assert reads["union_plan_keys"] > reads["count_plan_keys"] and reads["union_plan_read_units"] == reads["union_plan_keys"]
+
+
+def test_a_sketch_write_that_loses_its_condition_is_charged_and_answers_what_the_item_holds():
+    from tally.core.sketch_writes import sketch_update
+
+    client = MeteredClient(("pk", "sk"))
+    key = ("c", "M#2026-11-23T10:00#d0")
+    client.update_item(**sketch_update("counts", key, b"\x01" + b"a" * 8, None, 1))
+    assert (client.meter.sketch_writes, client.meter.units) == (1, 1)
+    with pytest.raises(ClientError) as lost:
+        client.update_item(**sketch_update("counts", key, b"\x01" + b"b" * 8, None, 1))  # read before the first
+    assert lost.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert lost.value.response["Item"]["hll"] == {"B": b"\x01" + b"a" * 8}
+    assert (client.meter.sketch_writes, client.meter.units, client.meter.sketch_units) == (1, 2, 2)

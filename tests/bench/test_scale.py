@@ -156,3 +156,45 @@ def test_nearest_rank_percentiles():
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
     assert percentile(list(range(1, 101)), 0.99) == 99
     assert percentile([], 0.99) == 0.0
+
+
+def sketch_write(key: tuple[str, str], merged: bytes, seen: bytes | None):
+    from tally.core.sketch_writes import SketchWrite, sketch_update
+
+    return SketchWrite(key, sketch_update(TABLE, key, merged, seen, 1))
+
+
+def test_a_sketch_write_wins_only_over_what_it_read_and_a_loser_gets_the_item_as_it_is():
+    from tally.core.sketch_writes import SketchOutcome
+
+    table = SimulatedTable(FIXED)
+    key = ("jobs/all", f"{MINUTE.sort_key}#d0")
+    _, stored = table.read_sketches(0.0, [key])
+    assert stored == {key: None}
+    _, first = table.write_sketches(0.01, [sketch_write(key, b"\x01" + b"a" * 8, None)])
+    _, second = table.write_sketches(0.01, [sketch_write(key, b"\x01" + b"b" * 8, None)])  # read before the first
+    assert first == [(SketchOutcome.WRITTEN, None)] and second == [(SketchOutcome.CONFLICT, b"\x01" + b"a" * 8)]
+    assert table.stats.sketch_write_units == 2  # a failed condition costs its unit too
+    assert table.stats.updates == 0 and table.sketches[key] == b"\x01" + b"a" * 8
+
+
+def test_a_sketch_write_past_the_partitions_units_is_throttled_and_writes_nothing():
+    from tally.core.sketch_writes import SketchOutcome
+
+    table = SimulatedTable(FIXED, Limits(item_write_units_per_second=1, partition_write_units_per_second=1))
+    keys = [("jobs/all", f"{MINUTE.sort_key}#d{lane}") for lane in range(3)]
+    _, answers = table.write_sketches(0.0, [sketch_write(key, b"\x01" + b"a" * 8, None) for key in keys])
+    assert [outcome for outcome, _ in answers] == [SketchOutcome.WRITTEN, SketchOutcome.RETRY, SketchOutcome.RETRY]
+    assert table.stats.sketch_throttled == 2 and list(table.sketches) == keys[:1]
+
+
+def test_shards_merging_one_hot_distinct_counter_keep_every_value_once_however_they_race():
+    scenario = Scenario(shards=20, events_per_second=400, windows=2, mix=HOT_ONLY, distinct=True)
+    table = SimulatedTable(Latency(), Limits(), random.Random(3))
+    simulation = Simulation(scenario, table, lanes_for(20))
+    stats = simulation.run()  # raises unless every bucket's sketch is the sketch of the values generated in it
+    assert table.stats.sketch_conflicts > 0 and table.stats.sketch_writes > 40
+    assert len(simulation.expected_sketches) >= 4 and all(not s.exact for s in simulation.expected_sketches.values())
+    assert stats.failed_retries_exhausted == stats.failed_timeout == 0
+    figures = measure(Scenario(shards=5, events_per_second=25, windows=1, distinct=True), lanes_for(5))
+    assert figures["sketch_writes"] > 0 and figures["sketch_write_units"] >= figures["sketch_writes"]

@@ -66,14 +66,14 @@ def test_an_event_23_and_a_half_hours_late_is_parsed_into_its_minute_and_hour():
     outcome = parse_one(counter_record("c", event, arrival_s=NOW // 1000), SETTINGS)
     assert isinstance(outcome, CounterEvent) and not outcome.hour_only
     minute, hour = Bucket.of_minute(event // MINUTE_MS), Bucket.of_hour(event // HOUR_MS)
-    assert contribution(outcome) == (("c", minute), ("c", hour), None, None)
+    assert contribution(outcome) == (("c", minute), ("c", hour), None, None, None)
 
 
 def test_an_event_3_days_late_is_parsed_into_its_hour_alone():
     event = NOW - 3 * DAY_MS
     outcome = parse_one(counter_record("c", event, arrival_s=NOW // 1000), SETTINGS)
     assert isinstance(outcome, CounterEvent) and outcome.hour_only
-    assert contribution(outcome) == (None, ("c", Bucket.of_hour(event // HOUR_MS)), None, None)
+    assert contribution(outcome) == (None, ("c", Bucket.of_hour(event // HOUR_MS)), None, None, None)
 
 
 def test_an_event_past_the_hour_retention_is_rejected_as_late_with_its_reason():

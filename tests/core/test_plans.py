@@ -8,6 +8,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from tally.core.buckets import buckets_of
 from tally.core.plans import PlanKind, WindowUnavailable, make_plan
+from tally.core.sketches import Sketch, hash_of
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.sums import sum_plan
 from tally.core.windows import Window, parse_instant
@@ -158,3 +159,58 @@ def test_any_window_any_events_equal_brute_force(offsets, length_minutes, at_off
         assert window.start_ms + settings.minute_retention_ms < now + HOUR_MS
         return
     assert sum_plan(plan, bucket_store(events)).count == brute_force(events, window)
+
+
+def sketch_store(events):
+    """Every event's (distinct) time as a value, in its minute's and its hour's sketch."""
+    store: dict[str, Sketch] = {}
+    for ms in events:
+        for bucket in buckets_of(ms):
+            store.setdefault(bucket.sort_key, Sketch()).add(hash_of(ms))
+    return store
+
+
+@pytest.mark.parametrize("offset", range(0, 60, 7))
+def test_a_union_plan_covers_the_window_with_disjoint_buckets_and_counts_distinct_values_exactly(offset):
+    rng = random.Random(offset)
+    at = HOUR0 + offset * MINUTE_MS + rng.randrange(MINUTE_MS)
+    events = [ms for ms in random_events(rng, at + HOUR_MS, 27 * HOUR_MS, 80) if ms <= at]
+    window = Window.ending(at)
+    for now in (at, at + 3 * HOUR_MS):
+        for kind in PlanKind:
+            plan = make_plan(window, now, SETTINGS, kind, union=True)
+            assert plan.disjoint and len(plan.terms) <= 23 + 2 * 59
+            if kind is PlanKind.RANGE:
+                assert len(plan.runs()) <= 3
+            minutes = [m for t in plan.terms for m in range(t.bucket.start_ms // MINUTE_MS, t.bucket.end_ms // MINUTE_MS)]
+            assert len(minutes) == len(set(minutes))  # no minute read twice
+            totals = sum_plan(plan, bucket_store(events), sketches=sketch_store(events))
+            assert totals.sketch.exact and totals.sketch.count() == brute_force(events, window)
+            assert totals.count == brute_force(events, window)
+
+
+def test_a_union_plan_of_24_hours_reads_at_most_23_hours_and_60_edge_minutes():
+    # Its two partial hours hold 60 minutes between them: 83 keys, ending now or in the past.
+    for now_after in (0, 3 * HOUR_MS):
+        sizes = [
+            len(make_plan(Window.ending(HOUR0 + m * MINUTE_MS + 1), HOUR0 + m * MINUTE_MS + 1 + now_after, SETTINGS,
+                          union=True).terms)
+            for m in range(60)
+        ]
+        assert max(sizes) == 23 + 60 <= 23 + 2 * 59
+        assert min(sizes) == 24  # a window of whole hours
+
+
+def test_a_plan_that_subtracts_cannot_sum_sketches():
+    at = HOUR0 + 40 * MINUTE_MS
+    plan = make_plan(Window.ending(at), at + DAY_MS, SETTINGS)
+    assert not plan.disjoint
+    with pytest.raises(ValueError, match="union plan"):
+        sum_plan(plan, {}, sketches={})
+
+
+def test_a_union_plan_keeps_the_retention_rule():
+    now = HOUR0 + 17 * MINUTE_MS
+    with pytest.raises(WindowUnavailable, match="minute retention"):
+        make_plan(Window.ending(now, 7 * DAY_MS), now, SETTINGS, union=True)
+    assert len(make_plan(Window.ending(HOUR0 - 1, 7 * DAY_MS), now, SETTINGS, union=True).terms) == 7 * 24

@@ -6,6 +6,7 @@ import pytest
 from factories import image, stream_record
 from tally.core.amounts import InvalidAmount, average_of, decimal_of, units_of
 from tally.core.histograms import bin_of
+from tally.core.sketches import hash_of
 from tally.core.records import CounterEvent, Reason, Rejection, parse_image, parse_item, parse_record
 from tally.core.rules import MAX_COUNTER_LENGTH, RulesError, parse_rules
 from tally.core.settings import Settings, SettingsError
@@ -63,6 +64,11 @@ def settings_with(*entries, **kwargs):
         (
             '[{"name": "r", "counter": "v/{u}", "histogram": "ms"}, {"name": "c", "counter": "v/{u}"}]',
             "rule 2 ('c'): field 'histogram': counter 'v/{u}' is also written by rule 'r'",
+        ),
+        ('[{"counter": "a", "distinct": 3}]', "field 'distinct': must be an attribute name"),
+        (
+            '[{"name": "r", "counter": "v/{u}"}, {"name": "c", "counter": "v/{u}", "distinct": "client"}]',
+            "rule 2 ('c'): field 'distinct': counter 'v/{u}' is also written by rule 'r'; both must count distinct",
         ),
         ('[{"counter": "a", "becomes": {}}]', "field 'becomes': needs at least one condition"),
         ('[{"counter": "a", "becomes": "done"}]', "field 'becomes': must map attribute names"),
@@ -315,6 +321,27 @@ def test_a_value_a_histogram_cannot_take_refuses_the_event_for_that_rule(value, 
     assert counted == CounterEvent("all", ARRIVAL_MS, "5", ARRIVAL_MS)
     assert (refused.rule, refused.reason) == ("spread", reason) and reason.is_rejection
     assert "'size'" in refused.detail
+
+
+def test_a_distinct_rule_hashes_its_value_beside_the_count_and_other_aggregates():
+    settings = settings_with({**LOAD, "distinct": "client"})
+    item = {"ts": ARRIVAL_MS, "page": "home", "ms": Decimal(80), "client": "c-17"}
+    [event] = parse_item(item, ARRIVAL_MS, "5", settings)
+    assert (event.counter, event.hashed, event.bin) == ("load/home", hash_of("c-17"), bin_of(Decimal(80)))
+    assert "client" in settings.image_attributes
+    parsed = rules({**LOAD, "distinct": "client"})
+    assert parsed.counts_distinct("load/x") and not parsed.counts_distinct("views/x")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"), [(None, Reason.MISSING_DISTINCT), ("", Reason.INVALID_DISTINCT), (True, Reason.INVALID_DISTINCT)]
+)
+def test_a_value_a_distinct_count_cannot_take_refuses_the_event_for_that_rule(value, reason):
+    settings = settings_with({"name": "visitors", "counter": "visitors", "distinct": "client"}, {"name": "all", "counter": "all"})
+    item = {"ts": ARRIVAL_MS} if value is None else {"ts": ARRIVAL_MS, "client": value}
+    counted, refused = parse_item(item, ARRIVAL_MS, "5", settings)
+    assert counted == CounterEvent("all", ARRIVAL_MS, "5", ARRIVAL_MS)
+    assert (refused.rule, refused.reason) == ("visitors", reason) and "'client'" in refused.detail
 # --- record kinds, transitions and per-rule time: how rules read ---------------------------------
 
 DONE = {"name": "done", "counter": "done/{providerId}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"}

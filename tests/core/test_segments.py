@@ -1,3 +1,4 @@
+import base64
 import json
 from decimal import Decimal
 
@@ -7,6 +8,7 @@ from factories import counter_record, stream_record
 from tally.core.buckets import Bucket
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Reason, Rejection, parse_record
 from tally.core.histograms import bin_of
+from tally.core.sketches import SPARSE_LIMIT, Sketch, hash_of
 from tally.core.segments import (
     MAX_ITEM_BINS,
     STATE_BUDGET_BYTES,
@@ -35,13 +37,14 @@ def test_an_event_adds_one_to_its_minute_and_its_hour():
         ("c", Bucket.of_hour(T0 // HOUR_MS)),
         None,
         None,
+        None,
     )
 
 
 def test_a_rejection_counts_under_its_reserved_counter_by_arrival_time():
     rejection = Rejection(Reason.LATE_EVENT, "old", "9", T0 + 5)
-    minute, hour, units, bin = contribution(rejection)
-    assert [minute[0], hour[0], units, bin] == ["#rejected#late_event"] * 2 + [None, None]
+    minute, hour, units, bin, hashed = contribution(rejection)
+    assert [minute[0], hour[0], units, bin, hashed] == ["#rejected#late_event"] * 2 + [None, None, None]
     assert contribution(rejection)[0][1] == Bucket.of_minute(T0 // MINUTE_MS)
 
 
@@ -72,8 +75,8 @@ def test_a_segment_grows_to_many_items_and_lists_them_in_key_order():
     segment = folder.close()
     assert len(segment.deltas) == 150 * 8  # 7 minutes and the hour of each counter
     deltas = segment.ordered_deltas()
-    assert sum(delta for _, delta, _, _ in deltas) == 2 * len(events)
-    keys = [(counter, bucket.sort_key) for (counter, bucket), _, _, _ in deltas]
+    assert sum(delta for _, delta, *_ in deltas) == 2 * len(events)
+    keys = [(counter, bucket.sort_key) for (counter, bucket), *_ in deltas]
     assert keys == sorted(keys)  # a retry rebuilds the same updates
 
 
@@ -82,7 +85,7 @@ def test_each_bucket_is_written_once_per_segment_however_many_events_hit_it():
     folder = SegmentFolder()
     list(folder.fold(one_each(events)))
     hour, minute = ("hot", Bucket.of_hour(T0 // HOUR_MS)), ("hot", Bucket.of_minute(T0 // MINUTE_MS))
-    assert folder.close().ordered_deltas() == [(hour, 10_000, None, None), (minute, 10_000, None, None)]
+    assert folder.close().ordered_deltas() == [(hour, 10_000, None, None, None), (minute, 10_000, None, None, None)]
 
 
 def test_a_segment_closes_early_at_its_item_limit(monkeypatch):
@@ -152,7 +155,7 @@ def test_one_record_counted_by_several_rules_adds_to_each_counter_once_and_sums_
     minute = Bucket.of_minute(T0 // MINUTE_MS)
     assert segment.deltas[("jobs/all", minute)] == 2
     assert segment.sums == {("jobs/all", minute): 100_000_000, ("jobs/all", Bucket.of_hour(T0 // HOUR_MS)): 100_000_000}
-    entries = [(c, b, d, u) for (c, b), d, u, _ in segment.ordered_deltas()]
+    entries = [(c, b, d, u) for (c, b), d, u, *_ in segment.ordered_deltas()]
     assert ("jobs/all", minute, 2, 100_000_000) in entries
     assert ("jobs/p1", minute, 1, None) in entries
 
@@ -202,7 +205,7 @@ def test_histogram_bins_fold_per_item_like_counts():
     minute, hour = ("load", Bucket.of_minute(T0 // MINUTE_MS)), ("load", Bucket.of_hour(T0 // HOUR_MS))
     expected = {bin_of(Decimal(120)): 2, bin_of(Decimal(900)): 1}  # 120 and 120.5 share a bin 2 % wide
     assert segment.bins == {minute: expected, hour: expected}
-    assert [(item, count, bins) for item, count, _, bins in segment.ordered_deltas()] == [
+    assert [(item, count, bins) for item, count, _, bins, _ in segment.ordered_deltas()] == [
         (hour, 3, expected),
         (minute, 3, expected),
     ]
@@ -245,5 +248,62 @@ def test_bins_survive_the_window_state_and_count_against_its_budget():
 def test_a_state_with_aggregates_it_cannot_read_is_unreadable(aggregates):
     state = Segment("1", T0, "1", 1, {("c", Bucket.of_hour(T0 // HOUR_MS)): 1}).to_state()
     state["deltas"][0] += [None, aggregates]
+    with pytest.raises(UnreadableState):
+        Segment.from_state(state)
+
+
+def visited(counter, ms, seq, client):
+    return CounterEvent(counter, ms, str(seq), ms, hashed=hash_of(client))
+
+
+def test_distinct_values_fold_into_each_items_sketch():
+    folder = SegmentFolder()
+    clients = ["a", "b", "a", "c", "b"]
+    list(folder.fold(one_each(visited("views", T0 + n, n, c) for n, c in enumerate(clients))))
+    segment = folder.close()
+    minute, hour = ("views", Bucket.of_minute(T0 // MINUTE_MS)), ("views", Bucket.of_hour(T0 // HOUR_MS))
+    assert segment.sketches[minute] == segment.sketches[hour] == Sketch(map(hash_of, "abc"))
+    assert segment.deltas[minute] == 5  # the count counts events, the sketch values
+    [(*_, sketch)] = [delta for delta in segment.ordered_deltas() if delta[0] == hour]
+    assert sketch.count() == 3
+
+
+@pytest.mark.parametrize("clients", [40, SPARSE_LIMIT + 1, 20_000])
+def test_sketches_survive_the_window_state_and_count_against_its_budget(clients):
+    folder = SegmentFolder()
+    list(folder.fold(one_each(visited(f"v{n % 3}", T0 + n, n, f"client-{n}") for n in range(clients))))
+    state = json.loads(json.dumps(folder.open.to_state()))
+    assert Segment.from_state(state) == folder.open
+    assert Segment.from_state(state).state_bytes == folder.open.state_bytes
+    assert folder.open.state_bytes >= len(json.dumps(state["deltas"]))
+
+
+def test_a_segment_closes_before_its_sketches_outgrow_the_state_budget():
+    folder = SegmentFolder(state_budget=60_000)
+    events = [visited(f"page-{n % 40}", T0 + (n % 7) * MINUTE_MS, n, f"client-{n}") for n in range(40_000)]
+    closed = list(folder.fold(one_each(events)))
+    assert closed
+    for segment in [*closed, folder.open]:
+        assert len(json.dumps(segment.to_state())) <= 60_000
+    assert sum(s.records for s in [*closed, folder.open]) == len(events)
+
+
+def test_a_dense_sketch_weighs_on_the_budget_by_the_registers_its_values_use_not_the_most_it_could():
+    # 100 pages with 150 visitors each a minute: 200 dense sketches, about 0.4 KB each in the state,
+    # charged about 1.9 KB each (a bound for any registers), not the 2.6 KB a full sketch may take
+    events = [visited(f"page-{n % 100}", T0 + n % 60_000, n, f"client-{n}") for n in range(15_000)]
+    folder = SegmentFolder()
+    assert not list(folder.fold(one_each(events)))  # one segment, as without sketches
+    segment = folder.open
+    assert len(segment.sketches) == 200 and not any(sketch.exact for sketch in segment.sketches.values())
+    stored = len(json.dumps(segment.to_state()))
+    assert stored <= segment.state_bytes <= 5 * stored
+    assert segment.state_bytes < 200 * 2_000 < STATE_BUDGET_BYTES
+
+
+@pytest.mark.parametrize("sketch", ["", "not base64!", base64.b64encode(b"\x02junk").decode()])
+def test_a_state_with_a_sketch_it_cannot_read_is_unreadable(sketch):
+    state = Segment("1", T0, "1", 1, {("c", Bucket.of_hour(T0 // HOUR_MS)): 1}).to_state()
+    state["deltas"][0] += [None, {"sketch": sketch}]
     with pytest.raises(UnreadableState):
         Segment.from_state(state)

@@ -19,7 +19,8 @@ from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.amounts import decimal_of, stored_units
-from tally.core.tables import COUNT_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
+from tally.core.sketches import Sketch
+from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
 
 from tally.core.directory import DIRECTORY_PREFIX, day_partition
@@ -60,30 +61,28 @@ def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
 
 def table_contents(
     client: Any, table_name: str
-) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[tuple[str, str], Counter[str]]]:
-    """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, and the histogram
-    bins of those that keep one."""
-    counts, sums, bins, _ = table_items(client, table_name)
-    return counts, sums, bins
-
-
-def table_items(
-    client: Any, table_name: str
 ) -> tuple[
     dict[tuple[str, str], int],
     dict[tuple[str, str], int],
     dict[tuple[str, str], Counter[str]],
+    dict[tuple[str, str], Sketch],
     dict[tuple[str, str], set[str]],
 ]:
-    """``table_contents``, and the watermark attributes of every stored item (lane by lane)."""
+    """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, the histogram bins of
+    those that keep them, the sketch of those a distinct rule writes, its lanes merged, and the watermark
+    attributes of every stored count item (lane by lane)."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
     bins: dict[tuple[str, str], Counter[str]] = {}
+    sketches: dict[tuple[str, str], Sketch] = {}
     watermarks: dict[tuple[str, str], set[str]] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
             if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX)):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
+                if SKETCH_ATTRIBUTE in item:
+                    sketches.setdefault(key, Sketch()).merge(Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"]))
+                    continue
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
                 if SUM_ATTRIBUTE in item:
                     sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
@@ -92,7 +91,7 @@ def table_items(
                         bins.setdefault(key, Counter())[name] += int(value["N"])
                 stored = (item["pk"]["S"], item["sk"]["S"])
                 watermarks[stored] = {name for name in item if name.startswith(WATERMARK_PREFIX)}
-    return counts, sums, bins, watermarks
+    return counts, sums, bins, sketches, watermarks
 
 
 def check_table(
@@ -104,17 +103,19 @@ def check_table(
     stats: FaultStats = STATS,
     writers: set[str] | None = None,
 ) -> None:
-    """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist).
+    """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist);
+    sketches hold each distinct value once, however often a record was delivered, retried or duplicated.
 
     ``writers``: the watermark tags of the shards that fed the table. Every
-    item then holds one to each shard that wrote it, and no other.
+    count item then holds one to each shard that wrote it, and no other.
     """
-    actual, actual_sums, actual_bins, watermarks = table_items(client, table_name)
+    actual, actual_sums, actual_bins, actual_sketches, watermarks = table_contents(client, table_name)
     if writers is not None:
         strangers = {key: tags - writers for key, tags in watermarks.items() if not tags or tags - writers}
         sample = dict(sorted(strangers.items())[:4])
         assert not strangers, f"{len(strangers)} items hold no watermark, or a stranger's, e.g. {sample}; {context}"
     truth, truth_sums, truth_bins = expected.buckets(settings), expected.bucket_sums(settings), expected.bucket_bins(settings)
+    truth_sketches = expected.bucket_sketches(settings)
     stats.add("buckets_compared", len(truth.keys() | actual.keys()))
     wrong = {
         key: (actual.get(key), truth.get(key))
@@ -135,6 +136,14 @@ def check_table(
             if actual_bins.get(key) != truth_bins.get(key)
         }
     )
+    wrong.update(
+        {
+            ("distinct", *key): (repr(actual_sketches.get(key)), repr(truth_sketches.get(key)))
+            for key in truth_sketches.keys() | actual_sketches.keys()
+            if actual_sketches.get(key) != truth_sketches.get(key)
+        }
+    )
+    stats.add("sketches_compared", len(truth_sketches.keys() | actual_sketches.keys()))
     if wrong:
         stats.add("discrepancies", len(wrong))
     sample = dict(sorted(wrong.items())[:8])

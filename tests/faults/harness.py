@@ -22,6 +22,7 @@ failure is reproduced from its seed:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import random
 import threading
@@ -41,6 +42,8 @@ from tally.core.commit import Writer
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
+
+SKETCH_NAME = "#sketch"  # the attribute name every sketch merge's write uses (sketch_writes.sketch_update)
 
 
 class FaultKind(str, Enum):
@@ -116,6 +119,7 @@ class FaultStats:
     windows_past_minute_retention: int = 0  # compared windows that start where minutes have expired
     quantiles_compared: int = 0  # quantiles of histogram counters' windows, against brute force
     buckets_compared: int = 0
+    sketches_compared: int = 0  # buckets of distinct counters whose sketch was compared
     events_in_minute_and_hour: int = 0
     events_in_hour_only: int = 0  # arrived after their minute's retention
     late_rejections: int = 0  # arrived after their hour's retention
@@ -151,6 +155,7 @@ class FaultStats:
             "windows_past_minute_retention": self.windows_past_minute_retention,
             "quantiles_compared": self.quantiles_compared,
             "buckets_compared": self.buckets_compared,
+            "sketches_compared": self.sketches_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,
             "events_in_hour_only": self.events_in_hour_only,
             "late_rejections": self.late_rejections,
@@ -236,15 +241,23 @@ class FaultyClient:
     def __init__(self, client: Any, schedule: FaultSchedule) -> None:
         self._client = client
         self.schedule = schedule
-        self.native_retryable = 0  # conflicts or throttling produced by the backend itself
+        self.native_retryable = 0  # conflicts or throttling produced by the backend itself (lost sketch merges too)
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
     def update_item(self, **kwargs: Any) -> dict[str, Any]:
+        """The counts' watermarked updates and the sketch merges' conditional writes: a transaction conflict (for
+        a sketch write: lost to another writer, answered with the item as it is, as ALL_OLD answers), throttled,
+        refused by a condition other than the watermark, or written with the answer lost or the invocation dying
+        after it."""
+        sketch = SKETCH_NAME in kwargs.get("ExpressionAttributeNames", {})
         if self.schedule.fires(FaultKind.CONFLICT):
-            raise client_error("TransactionConflictException", "UpdateItem")
+            if not sketch:
+                raise client_error("TransactionConflictException", "UpdateItem")
+            held = self._client.get_item(TableName=kwargs["TableName"], Key=kwargs["Key"], ConsistentRead=True)
+            raise client_error("ConditionalCheckFailedException", "UpdateItem", held.get("Item", {}))
         if self.schedule.fires(FaultKind.THROTTLED):
             raise client_error("ThrottlingException", "UpdateItem")
         if self.schedule.fires(FaultKind.PROVISIONED):
@@ -256,14 +269,18 @@ class FaultyClient:
         try:
             response = self._client.update_item(**kwargs)
         except ClientError as error:
-            if error.response["Error"]["Code"] in ("ThrottlingException", "TransactionConflictException"):
+            code = error.response["Error"]["Code"]
+            # Retried by the writer: the backend's throttling and conflicts, and a sketch merge another shard won.
+            if code in ("ThrottlingException", "TransactionConflictException") or (
+                sketch and code == "ConditionalCheckFailedException"
+            ):
                 with self._lock:
                     self.native_retryable += 1
             raise
         if self.schedule.fires(FaultKind.RESPONSE_LOST):
             raise client_error("InternalServerError", "UpdateItem")
         if self.schedule.fires(FaultKind.TIMEOUT_MID_SEGMENT):
-            raise InjectedCrash(FaultKind.TIMEOUT_MID_SEGMENT.value)  # this item applied, others of the segment not
+            raise InjectedCrash(FaultKind.TIMEOUT_MID_SEGMENT.value)  # this item applied, the segment's others not
         return response
 
     def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
@@ -305,10 +322,10 @@ class InjectedCrash(RuntimeError):
     """The invocation died here (error, timeout, out of memory): Lambda will retry it."""
 
 
-def quick_backoff(seed: int) -> Callable[[], Backoff]:
-    """Real backoff schedule, no real sleeping, seeded jitter."""
+def quick_backoff(seed: int, schedule: Callable[[], Backoff] = Backoff) -> Callable[[], Backoff]:
+    """Real backoff schedule (``Backoff``'s 8 tries unless told), no real sleeping, seeded jitter."""
     rng = random.Random(seed)
-    return lambda: Backoff(sleep=lambda _seconds: None, rng=rng)
+    return lambda: dataclasses.replace(schedule(), sleep=lambda _seconds: None, rng=rng)
 
 
 class FaultyHandler:

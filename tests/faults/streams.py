@@ -30,6 +30,7 @@ from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Outcome, Reason
 from tally.core.rules import parse_rules
 from tally.core.segments import rejected_counter
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.sketches import Sketch, hash_of
 from tally.core.windows import Window
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-01-01T00:00:00.000"
@@ -49,14 +50,14 @@ INVALID_COUNTER_NAMES = (
 VALID_ODD_COUNTER_NAMES = ("ünïcødé", "with space", "a#b", "x" * MAX_COUNTER_LENGTH, "😀", "M#2026-01-01T00:00")
 
 # The rules a stream with ``rules`` set is counted by: a template over the counter attribute,
-# a constant, a conditional summing rule, a rule that needs one attribute present and another
-# absent, and a histogram of every item's amount (negative, zero and tiny ones included). The
-# generator predicts their outcomes by hand.
+# a constant that also counts distinct item ids, a conditional summing rule, a rule that needs one
+# attribute present and another absent, and a histogram of every item's amount (negative, zero and
+# tiny ones included). The generator predicts their outcomes by hand.
 FAULT_RULES = parse_rules(
     json.dumps(
         [
             {"name": "per-counter", "counter": "n/{counter}"},
-            {"name": "all", "counter": "all"},
+            {"name": "all", "counter": "all", "distinct": "id"},
             {
                 "name": "revenue",
                 "counter": "revenue/{shop}",
@@ -110,6 +111,7 @@ class Expected:
     amounts: list[tuple[str, int, int, int]] = field(default_factory=list)  # (counter, event_ms, units, arrival_ms)
     values: list[tuple[str, int, Decimal, int]] = field(default_factory=list)  # of histograms: (counter, event_ms, value, arrival_ms)
     rejections: list[tuple[Reason, int]] = field(default_factory=list)  # (reason, arrival_ms)
+    distinct: list[tuple[str, int, str, int]] = field(default_factory=list)  # (counter, event_ms, value, arrival_ms)
     intents: dict[str, list[str]] = field(default_factory=dict)  # sequence -> sorted outcome labels
     last_arrival_ms: int = 0  # the stream's start until a record arrives
 
@@ -144,6 +146,14 @@ class Expected:
             for sort_key in placement(at, arrival, settings) or ():
                 totals[(counter, sort_key)] += units
         return dict(totals)
+
+    def bucket_sketches(self, settings: Settings) -> dict[tuple[str, str], Sketch]:
+        """The sketch of every bucket item a distinct rule writes: each value once, however often delivered."""
+        sketches: dict[tuple[str, str], Sketch] = {}
+        for counter, at, value, arrival in self.distinct:
+            for sort_key in placement(at, arrival, settings) or ():
+                sketches.setdefault((counter, sort_key), Sketch()).add(hash_of(value))
+        return sketches
 
     def values_in(self, counter: str, window: Window) -> list[Decimal]:
         """The values a histogram rule took into ``counter`` from events in the window, in order."""
@@ -225,6 +235,8 @@ def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
                     counted, refusals = [], [time_intent, *refusals]
                 for name, units, value in counted:
                     expected.events.append((name, event_ms, _arrival_ms(record)))
+                    if name == "all":  # its rule counts distinct item ids too
+                        expected.distinct.append((name, event_ms, item_id, _arrival_ms(record)))
                     if units is not None:
                         expected.amounts.append((name, event_ms, units, _arrival_ms(record)))
                     if value is not None:

@@ -162,8 +162,11 @@ RULES = json.dumps(
         {"name": "paid", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
         {"name": "all", "counter": "{{all}}", "when": {"kind": {"oneOf": ["a", 2]}, "test": {"exists": False}}},
         {"name": "load", "counter": "load/{page}", "histogram": "ms"},
+        {"name": "visitors", "counter": "visitors/{page}", "distinct": "client"},
     ]
 )
+# Visitors as a distinct rule takes them (strings, numbers) or refuses them (empty, not a string or number, missing).
+CLIENTS = ["c-1", Decimal(7), "", True, None]
 # Load times as a histogram rule takes them (0, negative, tiny) or refuses them (too large or small, not a number).
 LOAD_TIMES = [Decimal(250), Decimal(0), Decimal(-3), Decimal("1E-9"), Decimal("1E18"), Decimal("1E-10"), "fast"]
 
@@ -191,14 +194,16 @@ def test_rules_name_counters_from_templates_conditions_and_sums_on_their_own():
         item(kind="2"),  # a string is not the number 2
         item(kind="a", test="x"),  # must not exist
         *(item(page="home", ms=ms) for ms in LOAD_TIMES),  # the first four count
+        *(item(page="blog", **({} if client is None else {"client": client})) for client in CLIENTS),  # two count
     ]
-    counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "load/home"]
+    counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "load/home", "visitors/blog"]
     assert audit.recount_items(items, counters, rules, "ts", minute, minute) == {
         "jobs/acme": 2,
         "jobs/7.5": 1,
         "revenue/s1": 1,
         "{all}": 2,
         "load/home": 4,
+        "visitors/blog": 2,
     }
 
 
@@ -206,8 +211,8 @@ def test_the_scan_filter_asks_for_every_attribute_some_rule_needs():
     rules = audit.read_rules(RULES)
     request = audit.scan_filter(["jobs/acme"], rules, False, "ts", 10, 20)
     names = request["ExpressionAttributeNames"]
-    assert set(names.values()) == {"ts", "providerId", "shop", "status", "amount", "kind", "test", "page", "ms"}
-    assert request["FilterExpression"].count("attribute_exists") == 1 + 3 + 1 + 2  # "test" must be absent
+    assert set(names.values()) == {"ts", "providerId", "shop", "status", "amount", "kind", "test", "page", "ms", "client"}
+    assert request["FilterExpression"].count("attribute_exists") == 1 + 3 + 1 + 2 + 2  # "test" must be absent
     constant = audit.read_rules(json.dumps([{"counter": "views/all"}]))
     assert "attribute_exists" not in audit.scan_filter(["views/all"], constant, False, "ts", 10, 20)["FilterExpression"]
 
@@ -234,12 +239,13 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
             {"id": f"b{n}", "ts": ts, "shop": "s1", "status": "paid", "amount": Decimal("0.000000001")},  # refused
             {"id": f"k{n}", "ts": ts, "kind": ["a", Decimal(2), "2"][n % 3], **({"test": "x"} if n % 5 == 0 else {})},
             {"id": f"l{n}", "ts": ts, "page": "home", "ms": LOAD_TIMES[n % len(LOAD_TIMES)]},
+            {"id": f"v{n}", "ts": ts, "page": "blog", **({} if n % 5 == 4 else {"client": CLIENTS[n % 5]})},
         ]
     write_items(client("dynamodb"), tables.events, items)
     run_stream(tables)
     at_iso = audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
 
-    counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "load/home"]
+    counters = ["jobs/acme", "jobs/7.5", "revenue/s1", "{all}", "load/home", "visitors/blog"]
     status = audit.main([*counters, "--json", "--window", "3h", "--at", at_iso])
 
     rows = {row["counter"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
@@ -250,6 +256,7 @@ def test_rule_named_counters_audit_equal_to_what_tally_counted(tables, capsys, m
         "revenue/s1": 30,
         "{all}": sum(1 for n in range(60) if n % 3 != 2 and n % 5 != 0),
         "load/home": sum(1 for n in range(60) if n % len(LOAD_TIMES) < 4),
+        "visitors/blog": sum(1 for n in range(60) if n % 5 < 2),
     }
 
 

@@ -14,6 +14,7 @@ from tally.local.aws import client, scan_items
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.histograms import bin_of
+from tally.core.sketches import hash_of
 from tally.core.amounts import decimal_of
 from tally.core.rules import parse_rules
 from tally.local.workload import (
@@ -122,8 +123,11 @@ def test_shaped_items_are_counted_by_their_rules_as_restated_by_hand(name):
     assert len(statuses) == 3  # every status occurs, so every condition is exercised both ways
     for item in items:
         outcomes = parse_record(stream_record(image(**item), arrival_s=END_MS / 1000), settings)
-        counted = [(o.counter, None if o.units is None else decimal_of(o.units), o.bin) for o in outcomes]
-        expected = [(c, amount, None if value is None else bin_of(value)) for c, amount, value in shape.truth(item)]
+        counted = [(o.counter, None if o.units is None else decimal_of(o.units), o.bin, o.hashed) for o in outcomes]
+        expected = [
+            (c, amount, None if value is None else bin_of(value), None if distinct is None else hash_of(distinct))
+            for c, amount, value, distinct in shape.truth(item)
+        ]
         assert counted == expected, item
         assert len(counted) >= 1 + (item["status"] in ("done", 200))
 

@@ -13,6 +13,7 @@ from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.local.aws import client, scan_items
 from tally.core.windows import Window, now_ms, parse_instant
 from tally.core.settings import Settings
+from tally.core.sketches import STANDARD_ERROR, Sketch
 from tally.local.workload import SHAPES, brute_force_counts, shaped_truth
 
 query_window = load_script("query_window")
@@ -282,3 +283,33 @@ def test_the_table_shows_the_asked_percentiles_in_total_and_per_hour(blog_views,
     out = capsys.readouterr().out
     assert out.count("p50") == 2 and out.count("p99.9") == 2  # the summary and the hourly chart
     assert "low" in out and "high" in out
+
+
+@pytest.mark.server
+def test_distinct_values_in_json_by_both_plans_exact_while_few_per_hour_and_in_the_table(blog_views, capsys):
+    truth = truth_now("blog", blog_views, lambda item: parse_instant(item["time"]))
+    pages = sorted(truth.distinct)
+    capsys.readouterr()
+    answers = {}
+    for plan in ("batch", "range"):
+        assert query_window.main([*pages, "load/posts/about", "--json", "--plan", plan, "--series", "hour"]) == 0
+        captured = capsys.readouterr()
+        *counted, load = map(json.loads, captured.out.splitlines())
+        answers[plan] = counted
+        for page, answer in zip(pages, counted):
+            exact = len(truth.distinct[page])
+            if answer["distinct_exact"]:
+                assert answer["distinct"] == exact <= 100, (plan, page)
+                assert max(answer["distinct_by_hour"].values()) <= exact <= sum(answer["distinct_by_hour"].values())
+            else:
+                assert exact > 100 and abs(answer["distinct"] - exact) <= 3 * STANDARD_ERROR * exact, (plan, page)
+            assert list(answer["distinct_by_hour"]) == list(answer["by_hour"])
+            assert [point["distinct"] for point in answer["series"]] == list(answer["distinct_by_hour"].values())
+        assert "distinct" not in load and "distinct_by_hour" not in load  # no distinct rule can write it
+    assert [a["distinct"] for a in answers["batch"]] == [a["distinct"] for a in answers["range"]]
+
+    # The table: a distinct column and the page's hourly chart's, none for load's; estimates marked.
+    assert query_window.main(["views/posts/hello-world", "load/posts/about", "--window", "3h"]) == 0
+    assert capsys.readouterr().out.count("distinct") == 2
+    assert query_window.distinct_text(Sketch(range(100))) == "100"
+    assert query_window.distinct_text(Sketch(range(1000))).startswith("≈")

@@ -227,3 +227,16 @@ def bucket_sort_key(sort_key: str) -> str:
 def last_lane_bound(sort_key: str) -> str:
     """An upper bound for a key range that must hold every lane of ``sort_key`` and nothing after it."""
     return f"{sort_key}{LANE_SEPARATOR}~"
+
+
+SKETCH_LANE_PREFIX = "d"
+
+
+def sketch_sort_key(sort_key: str, lane: int) -> str:
+    """The sort key of one lane of a bucket's sketch item: ``H#2026-11-22T13#d0`` sorts after the bucket's lanes
+    and before the next bucket, so a range of buckets (to ``last_lane_bound``) holds their sketches too."""
+    return f"{sort_key}{LANE_SEPARATOR}{SKETCH_LANE_PREFIX}{lane}"
+
+
+def sketch_sort_keys(sort_key: str, lanes: int) -> list[str]:
+    return [sketch_sort_key(sort_key, lane) for lane in range(lanes)]

@@ -87,6 +87,8 @@ class CommitResult:
     applied: int  # bucket items updated now
     already_applied: int  # bucket items found updated before (a retry), or by the previous release
     retries: int  # updates throttled or lost and sent again
+    sketches_written: int = 0  # the distinct counters' sketch items, merged after the counts (sketch_writes.py)
+    sketch_conflicts: int = 0  # sketch writes that lost a race to another writer and merged again
 
 
 class RetriesExhausted(RuntimeError):
@@ -198,7 +200,7 @@ CommitStep = ReadMarkers | Send | Pause
 def additions(delta: Delta) -> dict[str, int | Decimal]:
     """What one bucket item of a segment adds, by attribute: its count, its sum for a summing
     counter, and one count per histogram bin for a histogram rule."""
-    _, count, units, bins = delta
+    _, count, units, bins, _sketch = delta
     added: dict[str, int | Decimal] = {COUNT_ATTRIBUTE: count}
     if units is not None:
         added[SUM_ATTRIBUTE] = decimal_of(units)

@@ -11,6 +11,11 @@ Two plans share that choice and differ in how they fetch:
 - batch: exact keys in BatchGetItem requests (the cost is the number of keys);
 - range: one Query per contiguous run of same-granularity buckets (the cost
   is the number of runs first, then the items read).
+
+A union plan (``union=True``) is for what cannot be subtracted, distinct
+counts: only disjoint buckets that cover the window, each hour whole or its
+covered minutes, never ``hour - minutes`` (at most 23 hours and 2 x 59
+minutes for 24 h). It keeps the same retention rules.
 """
 
 from __future__ import annotations
@@ -60,6 +65,11 @@ class Plan:
     terms: tuple[Term, ...]
 
     @property
+    def disjoint(self) -> bool:
+        """Whether the plan is a union of disjoint buckets (no ``hour - minutes``): it can read distinct counts."""
+        return all(term.sign > 0 for term in self.terms)
+
+    @property
     def buckets(self) -> list[Bucket]:
         return [term.bucket for term in self.terms]
 
@@ -75,9 +85,14 @@ class Plan:
 
 
 def make_plan(
-    window: Window, now_ms: int, settings: Settings, kind: PlanKind = PlanKind.BATCH, series: Series | None = None
+    window: Window,
+    now_ms: int,
+    settings: Settings,
+    kind: PlanKind = PlanKind.BATCH,
+    series: Series | None = None,
+    union: bool = False,
 ) -> Plan:
-    """Choose, hour by hour, the cheapest exact reading of the window.
+    """Choose, hour by hour, the cheapest exact reading of the window (a union of disjoint buckets if ``union``).
 
     Raises WindowUnavailable when a needed bucket may already have expired:
     partial hours need minute buckets, so past the minute retention a window
@@ -94,12 +109,12 @@ def make_plan(
     # Hours after populated_until hold nothing yet: a window far in the future costs no more than one ending now.
     last_hour = min(window.last_minute, populated_until) // MINUTES_PER_HOUR
     for hour in range(window.first_minute // MINUTES_PER_HOUR, last_hour + 1):
-        terms.extend(_hour_terms(hour, window, populated_until, now_ms, settings, kind))
+        terms.extend(_hour_terms(hour, window, populated_until, now_ms, settings, kind, union))
     return Plan(kind, window, tuple(terms))
 
 
 def _hour_terms(
-    hour: int, window: Window, populated_until: int, now_ms: int, settings: Settings, kind: PlanKind
+    hour: int, window: Window, populated_until: int, now_ms: int, settings: Settings, kind: PlanKind, union: bool
 ) -> list[Term]:
     hour_first = hour * MINUTES_PER_HOUR
     hour_last = min(hour_first + MINUTES_PER_HOUR - 1, populated_until)
@@ -123,6 +138,8 @@ def _hour_terms(
         [Term(hour_bucket, +1), *(Term(Bucket.of_minute(m), -1) for r in others for m in r)],
     ]
     runs = [len(covered), len(others)]
+    if union:  # what cannot be subtracted is read as the covered minutes only
+        options, runs = options[:1], runs[:1]
     alive = [i for i, option in enumerate(options) if all(_alive(t.bucket, now_ms, settings) for t in option)]
     if not alive:
         raise WindowUnavailable(

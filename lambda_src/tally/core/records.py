@@ -85,6 +85,8 @@ class Reason(str, Enum):
     INVALID_SUM = "invalid_sum"
     MISSING_HISTOGRAM = "missing_histogram"
     INVALID_HISTOGRAM = "invalid_histogram"
+    MISSING_DISTINCT = "missing_distinct"
+    INVALID_DISTINCT = "invalid_distinct"
     MISSING_TIME = "missing_time"
     INVALID_TIME = "invalid_time"
     FUTURE_TIME = "future_time"
@@ -102,7 +104,8 @@ class CounterEvent(NamedTuple):
     """One occurrence of ``counter`` at ``event_ms``, read from stream record ``sequence``.
 
     ``units`` is the amount a summing rule adds (in 10^-8 units, see amounts.py), else None;
-    ``bin`` the histogram bin a histogram rule adds 1 to (histograms.py), else None.
+    ``bin`` the histogram bin a histogram rule adds 1 to (histograms.py), else None;
+    ``hashed`` the hash of the value a distinct rule counts (sketches.py), else None.
     ``hour_only``: its minute was past the minute retention at arrival, so it
     counts in its hour alone (``buckets.counted_buckets`` decides).
     A named tuple: one is built per counted record and rule, and a tuple builds fastest.
@@ -115,6 +118,7 @@ class CounterEvent(NamedTuple):
     units: int | None = None
     hour_only: bool = False
     bin: str | None = None
+    hashed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -259,7 +263,9 @@ def judge(
             time = times[source] = _time_of(image, source, rule, arrival_ms, sequence, settings)
         if type(time) is tuple:
             events.append(
-                CounterEvent(result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin)
+                CounterEvent(
+                    result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin, result.hashed
+                )
             )
         elif refused_times is None:
             refused_times = {source: time}

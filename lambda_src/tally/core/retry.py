@@ -40,3 +40,16 @@ def commit_backoff() -> Backoff:
     60 s timeout, so Lambda retries the invocation rather than kill it.
     """
     return Backoff(attempts=25, cap_seconds=1.0)
+
+
+def sketch_backoff() -> Backoff:
+    """The schedule of a segment's sketch merges: after its counts, longer pauses, at most about 40 s in all.
+
+    A distinct counter that every shard writes takes its sketch writes one
+    conditional write at a time per lane, in the partition its counts just
+    filled; a merge that waits costs nothing but time, while one that gives
+    up makes Lambda retry the whole invocation. The scale model (bench) runs
+    1,000 shards on one hot distinct counter with no failed invocation on
+    this schedule; with the commit's it had some.
+    """
+    return Backoff(attempts=30, cap_seconds=1.5)

@@ -3,14 +3,16 @@
 Real tables hold orders, jobs and page views in their own shape. A rule names
 its counter with a template over item attributes (``jobs/{providerId}``, or a
 constant ``views/all``), may require conditions on the item (``when``), may
-add up a numeric attribute alongside the count (``sum``) and may keep the
-distribution of a numeric attribute for quantiles (``histogram``, see histograms.py). Rules come as JSON in
+add up a numeric attribute alongside the count (``sum``), may keep the
+distribution of a numeric attribute for quantiles (``histogram``, see
+histograms.py) and may count the distinct values of an attribute
+(``distinct``, see sketches.py). Rules come as JSON in
 TALLY_RULES; with none, the one rule is the classic one: the counter named by
 the counter attribute.
 
     [{"name": "jobs", "counter": "jobs/{providerId}"},
      {"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
-     {"name": "load", "counter": "load/{page}", "sum": "loadMs", "histogram": "loadMs"}]
+     {"name": "load", "counter": "load/{page}", "sum": "loadMs", "histogram": "loadMs", "distinct": "clientId"}]
 
 A rule works on an item's decoded attribute values, so stream records and
 exported items (plain or DynamoDB JSON) go through the same rules.
@@ -36,6 +38,8 @@ from typing import Any, NamedTuple
 
 from tally.core.amounts import InvalidAmount, units_of
 from tally.core.histograms import InvalidValue, bin_of
+from tally.core.sketches import InvalidValue as InvalidDistinct
+from tally.core.sketches import hash_of
 
 ENV_RULES = "TALLY_RULES"
 MAX_COUNTER_LENGTH = 255
@@ -43,7 +47,13 @@ RESERVED_PREFIX = "#"
 MAX_RULES = 25
 MAX_RULE_NAME_LENGTH = 64
 MAX_ONE_OF_VALUES = 100
-_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "histogram", "becomes", "on", "time", "deletedBy"})
+_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "histogram", "distinct", "becomes", "on", "time", "deletedBy"})
+# Aggregates a rule may add beside the count: each an attribute name; rules writing one counter template must agree.
+_AGGREGATES = {
+    "sum": "sum, or neither, or its average would mix them",
+    "histogram": "keep a histogram, or neither, or its quantiles would miss events",
+    "distinct": "count distinct values, or neither, or its distinct count would miss events",
+}
 _CONDITION_KINDS = ("equals", "oneOf", "exists")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
 
@@ -230,12 +240,14 @@ def _same(value: Any, wanted: Any) -> bool:
 
 
 class Counted(NamedTuple):
-    """A rule matched: add 1 to ``counter`` (and ``units`` to its sum, 1 to its histogram's ``bin``)."""
+    """A rule matched: add 1 to ``counter`` (and ``units`` to its sum, 1 to its histogram's ``bin``,
+    the value ``hashed`` to its distinct values)."""
 
     rule: str | None
     counter: str
     units: int | None
     bin: str | None = None
+    hashed: int | None = None
 
 
 class Refused(NamedTuple):
@@ -266,6 +278,7 @@ class Rule:
     time: str | None = None
     deleted_by: str = "any"
     histogram: str | None = None
+    distinct: str | None = None
     conditions: tuple[Condition, ...] = field(init=False, compare=False, repr=False)  # when, then becomes
 
     def __post_init__(self) -> None:
@@ -275,7 +288,7 @@ class Rule:
     def attributes(self) -> tuple[str, ...]:
         """Every attribute the rule reads."""
         names = [*self.counter.attributes, *(c.attribute for c in self.when), *(c.attribute for c in self.becomes)]
-        names.extend(name for name in (self.sum, self.histogram) if name)
+        names.extend(name for name in (self.sum, self.histogram, self.distinct) if name)
         if self.time and self.time != ARRIVAL:
             names.append(self.time)
         return tuple(dict.fromkeys(names))
@@ -318,9 +331,9 @@ class Rule:
             return Refused(self.name, "missing_counter", f"{self._label}no attribute {missing.args[0]!r}")
         except InvalidCounter as error:
             return Refused(self.name, "invalid_counter", f"{self._label}{error}")
-        if self.sum is None and self.histogram is None:
+        if self.sum is None and self.histogram is None and self.distinct is None:
             return Counted(self.name, counter, None)
-        units = bin = None
+        units = bin = hashed = None
         if self.sum is not None:
             if self.sum not in values:
                 return Refused(self.name, "missing_sum", f"{self._label}no attribute {self.sum!r} to sum")
@@ -336,7 +349,15 @@ class Rule:
                 bin = bin_of(values[self.histogram])
             except InvalidValue as error:
                 return Refused(self.name, "invalid_histogram", f"{self._label}{self.histogram!r}: {error}")
-        return Counted(self.name, counter, units, bin)
+        if self.distinct is not None:
+            if self.distinct not in values:
+                detail = f"{self._label}no attribute {self.distinct!r} to count distinct values of"
+                return Refused(self.name, "missing_distinct", detail)
+            try:
+                hashed = hash_of(values[self.distinct])
+            except InvalidDistinct as error:
+                return Refused(self.name, "invalid_distinct", f"{self._label}{self.distinct!r}: {error}")
+        return Counted(self.name, counter, units, bin, hashed)
 
     @property
     def _label(self) -> str:
@@ -404,6 +425,10 @@ class Rules:
         """Whether a histogram rule can write ``counter`` (the query can then answer its quantiles)."""
         return any(rule.histogram and rule.counter.could_render(counter) for rule in self.rules)
 
+    def counts_distinct(self, counter: str) -> bool:
+        """Whether a distinct rule can write ``counter`` (the query then reads it by a union plan)."""
+        return any(rule.distinct and rule.counter.could_render(counter) for rule in self.rules)
+
 
 def classic_rules(counter_attribute: str) -> Rules:
     """Today's behaviour without TALLY_RULES: the counter attribute names the counter, which must be a string."""
@@ -431,16 +456,12 @@ def parse_rules(text: str) -> Rules:
     by_template: dict[str, Rule] = {}
     for index, rule in enumerate(rules, start=1):
         other = by_template.setdefault(rule.counter.text, rule)
-        if bool(other.sum) != bool(rule.sum):
-            raise RulesError(
-                f"rule {index} ({rule.name!r}): field 'sum': counter {rule.counter.text!r} is also written by "
-                f"rule {other.name!r}; both must sum, or neither, or its average would mix them"
-            )
-        if bool(other.histogram) != bool(rule.histogram):
-            raise RulesError(
-                f"rule {index} ({rule.name!r}): field 'histogram': counter {rule.counter.text!r} is also written "
-                f"by rule {other.name!r}; both must keep a histogram, or neither, or its quantiles would miss events"
-            )
+        for aggregate, agreement in _AGGREGATES.items():
+            if bool(getattr(other, aggregate)) != bool(getattr(rule, aggregate)):
+                raise RulesError(
+                    f"rule {index} ({rule.name!r}): field {aggregate!r}: counter {rule.counter.text!r} is also "
+                    f"written by rule {other.name!r}; both must {agreement}"
+                )
     return Rules(rules, text.strip())
 
 
@@ -451,7 +472,10 @@ def _no_constant(name: str) -> Any:
 def _rule(index: int, entry: Any) -> Rule:
     where = f"rule {index}"
     if not isinstance(entry, dict):
-        raise RulesError(f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum', 'histogram', 'becomes', ...)")
+        raise RulesError(
+            f"{where}: must be a JSON object with 'counter' (and 'name', 'when', 'sum', 'histogram', 'distinct', "
+            "'becomes', ...)"
+        )
     if isinstance(entry.get("name"), str):
         where = f"rule {index} ({entry['name']!r})"
     unknown = sorted(set(entry) - _RULE_FIELDS)
@@ -486,8 +510,8 @@ def _rule(index: int, entry: Any) -> Rule:
         name = f"rule-{index}"  # a template is no name: {…} and long texts make poor metric dimensions
 
     when = _conditions(where, entry.get("when", {}))
-    total, histogram = entry.get("sum"), entry.get("histogram")
-    for key, attribute in (("sum", total), ("histogram", histogram)):
+    for key in _AGGREGATES:
+        attribute = entry.get(key)
         if attribute is not None and (not isinstance(attribute, str) or not attribute):
             raise RulesError(f"{where}: field {key!r}: must be an attribute name, got {_short(attribute)}")
     becomes = _becomes(where, entry)
@@ -496,12 +520,13 @@ def _rule(index: int, entry: Any) -> Rule:
         name,
         template,
         when,
-        total,
+        entry.get("sum"),
         becomes=becomes,
         on=on,
         time=_time(where, entry),
         deleted_by=_deleted_by(where, entry, on),
-        histogram=histogram,
+        histogram=entry.get("histogram"),
+        distinct=entry.get("distinct"),
     )
 
 

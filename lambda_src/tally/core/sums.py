@@ -1,4 +1,5 @@
-"""Fetched buckets -> the window's count, sum and histogram, in total, per hour and as a series. No I/O."""
+"""Fetched buckets -> the window's count, sum, histogram and distinct values, in total, per hour and as a series.
+No I/O."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from tally.core.buckets import MINUTES_PER_HOUR, Bucket
 from tally.core.histograms import signed_sum
 from tally.core.plans import Plan, Series
+from tally.core.sketches import Sketch, union
 from tally.core.settings import HOUR_MS
 
 
@@ -21,6 +23,8 @@ class PlanTotals:
     units_by_hour: dict[int, int]
     bins: dict[str, int]
     bins_by_hour: dict[int, dict[str, int]]
+    sketch: Sketch | None = None  # the window's distinct values, from a union plan
+    sketch_by_hour: dict[int, Sketch] | None = None
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class Point:
     count: int
     units: int
     bins: dict[str, int]
+    sketch: Sketch | None = None
 
 
 def sum_plan(
@@ -38,12 +43,16 @@ def sum_plan(
     counts: Mapping[str, int],
     sums: Mapping[str, int] | None = None,
     bins: Mapping[str, Mapping[str, int]] | None = None,
+    sketches: Mapping[str, Sketch] | None = None,
 ) -> PlanTotals:
     """Signed sum of the plan's buckets by sort key (missing buckets count 0), also per hour index.
 
     An hour's sum and histogram bins, like its count, equal those of its
-    minutes, so the same signed terms give the window's sum and bins.
+    minutes, so the same signed terms give the window's sum and bins. Sketches
+    (``sketches``, for distinct counts) need a union plan: they are merged, never subtracted.
     """
+    if sketches is not None and not plan.disjoint:
+        raise ValueError("distinct values need a union plan: sketches cannot be subtracted")
     sums, bins = sums or {}, bins or {}
     count_by_hour: dict[int, int] = {}
     units_by_hour: dict[int, int] = {}
@@ -62,7 +71,18 @@ def sum_plan(
         units_by_hour=dict(sorted(units_by_hour.items())),
         bins=signed_sum((1, hour_bins) for hour_bins in bins_by_hour.values()),
         bins_by_hour=bins_by_hour,
+        **(_union_by_hour(plan, sketches) if sketches is not None else {}),
     )
+
+
+def _union_by_hour(plan: Plan, sketches: Mapping[str, Sketch]) -> dict[str, object]:
+    by_hour: dict[int, list[Sketch]] = {}
+    for term in plan.terms:
+        hour_sketches = by_hour.setdefault(term.bucket.hour_index, [])
+        if term.bucket.sort_key in sketches:
+            hour_sketches.append(sketches[term.bucket.sort_key])
+    sketch_by_hour = {hour: union(hour_sketches) for hour, hour_sketches in sorted(by_hour.items())}
+    return {"sketch": union(sketch_by_hour.values()), "sketch_by_hour": sketch_by_hour}
 
 
 def series_of(
@@ -72,6 +92,7 @@ def series_of(
     counts: Mapping[str, int],
     sums: Mapping[str, int] | None = None,
     bins: Mapping[str, Mapping[str, int]] | None = None,
+    sketches: Mapping[str, Sketch] | None = None,
 ) -> list[Point]:
     """Every minute or hour of the plan's window in order, empty ones included: the points add up to ``totals``.
 
@@ -85,8 +106,15 @@ def series_of(
         points = []
         for minute in range(window.first_minute, window.last_minute + 1):
             sort_key = Bucket.of_minute(minute).sort_key
+            sketch = None if sketches is None else sketches.get(sort_key, Sketch())
             points.append(
-                Point(minute * 60_000, counts.get(sort_key, 0), sums.get(sort_key, 0), dict(bins.get(sort_key, {})))
+                Point(
+                    minute * 60_000,
+                    counts.get(sort_key, 0),
+                    sums.get(sort_key, 0),
+                    dict(bins.get(sort_key, {})),
+                    sketch,
+                )
             )
         return points
     first_hour, last_hour = window.first_minute // MINUTES_PER_HOUR, window.last_minute // MINUTES_PER_HOUR
@@ -96,6 +124,7 @@ def series_of(
             totals.count_by_hour.get(hour, 0),
             totals.units_by_hour.get(hour, 0),
             totals.bins_by_hour.get(hour, {}),
+            None if totals.sketch_by_hour is None else totals.sketch_by_hour.get(hour, Sketch()),
         )
         for hour in range(first_hour, last_hour + 1)
     ]

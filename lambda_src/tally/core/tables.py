@@ -61,4 +61,5 @@ COUNTS_TABLE = TableDescription(partition_key="pk", sort_key="sk", ttl_attribute
 # Attribute names inside counts items.
 COUNT_ATTRIBUTE = "count"
 SUM_ATTRIBUTE = "sum"  # only in the buckets of summing counters
+SKETCH_ATTRIBUTE = "hll"  # only in the buckets of distinct counters: a sketch of their values (core/sketches.py)
 TTL_ATTRIBUTE = "ttl"

@@ -194,11 +194,12 @@ def _arrival_verdict(ts_ms: int, arrival_ms: int, settings: Settings) -> Reason 
 
 class Adds(NamedTuple):
     """What one item adds to one counter, as a shape's rules restated by hand say: 1, and its amount
-    (summing rules) and its value (histogram rules)."""
+    (summing rules), its value (histogram rules) and the value whose distinct occurrences it counts."""
 
     counter: str
     amount: Decimal | None = None
     value: Decimal | None = None
+    distinct: str | None = None
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ def _blog_item(event: Event, rng: random.Random) -> dict[str, Any]:
 
 
 def _blog_truth(item: Mapping[str, Any]) -> list[Adds]:
-    counters = [Adds(f"views{item['url']}")]
+    counters = [Adds(f"views{item['url']}", distinct=item["clientId"])]
     if item["status"] in (200, 304):
         counters.append(Adds("views/all"))
     if item["status"] == 200:
@@ -292,7 +293,7 @@ SHAPES = {
         name="blog",
         time_attribute="time",
         rules=(
-            {"name": "views", "counter": "views{url}"},
+            {"name": "views", "counter": "views{url}", "distinct": "clientId"},
             {"name": "views-all", "counter": "views/all", "when": {"status": {"oneOf": [200, 304]}}},
             {
                 "name": "load-time",
@@ -318,6 +319,7 @@ class ShapedTruth:
     expected: Counter[str] = field(default_factory=Counter)
     sums: dict[str, Decimal] = field(default_factory=dict)
     values: dict[str, list[Decimal]] = field(default_factory=dict)  # of histogram counters, in order
+    distinct: dict[str, set[str]] = field(default_factory=dict)  # of distinct counters: the values seen
     counters: set[str] = field(default_factory=set)  # every counter the rules add to, in the window or not
 
     def average(self, counter: str) -> Decimal | None:
@@ -333,15 +335,17 @@ class ShapedTruth:
 
     def add(
         self, counter: str, event_ms: int, amount: Decimal | None, arrival_ms: int | None, window: Window,
-        settings: Settings, value: Decimal | None = None,
+        settings: Settings, value: Decimal | None = None, distinct: str | None = None,
     ) -> None:
-        """One event of ``counter`` (with its amount, for a summing rule, its value for a histogram rule), if
-        it falls in ``window``; set aside as late or future when its record's arrival (None: unknown) makes
-        tally reject it."""
+        """One event of ``counter`` (with its amount, for a summing rule, its value for a histogram rule, the
+        value it counts for a distinct rule), if it falls in ``window``; set aside as late or future when its
+        record's arrival (None: unknown) makes tally reject it."""
         if amount is not None:
             self.sums.setdefault(counter, Decimal(0))
         if value is not None:
             self.values.setdefault(counter, [])
+        if distinct is not None:
+            self.distinct.setdefault(counter, set())
         self.counters.add(counter)
         if not window.covers(event_ms):
             return
@@ -354,6 +358,8 @@ class ShapedTruth:
             self.sums[counter] += amount
         if value is not None:
             insort(self.values[counter], value)
+        if distinct is not None:
+            self.distinct[counter].add(distinct)
 
 
 def shaped_truth(
@@ -363,8 +369,8 @@ def shaped_truth(
     """``items`` as (event ms, item): what every counter the shape's rules name must hold for the window."""
     truth = ShapedTruth()
     for ts_ms, item in items:
-        for counter, amount, value in shape.truth(item):
-            truth.add(counter, ts_ms, amount, arrivals_ms.get(str(item["id"])), window, settings, value)
+        for counter, amount, value, distinct in shape.truth(item):
+            truth.add(counter, ts_ms, amount, arrivals_ms.get(str(item["id"])), window, settings, value, distinct)
     return truth
 
 
