@@ -6,7 +6,7 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-``python -m bench scale`` runs the scale model alone (about a minute),
+``python -m bench scale`` runs the scale model alone (about ten minutes),
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
