@@ -67,7 +67,6 @@ from tally.core.commit import (
 from tally.core.sketch_writes import (
     ReadSketches,
     SketchOutcome,
-    SketchPause,
     SketchStep,
     SketchWrite,
     WriteSketches,
@@ -614,7 +613,7 @@ class Simulation:
             self.table.counting = invocation.window >= self.counted_from_window
             answer_at, answers = self.table.write_sketches(now, step.writes)
             self._at(answer_at, self._step, invocation, answers)
-        elif isinstance(step, Pause | SketchPause):
+        elif isinstance(step, Pause):
             self._at(now + step.seconds, self._step, invocation, None)
         else:
             raise AssertionError(f"the model's segments never predate this release: {step!r}")

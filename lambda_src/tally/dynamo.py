@@ -33,7 +33,6 @@ from tally.core.commit import (
 from tally.core.sketch_writes import (
     ReadSketches,
     SketchOutcome,
-    SketchPause,
     SketchWrite,
     WriteSketches,
     sketch_steps,
@@ -210,7 +209,7 @@ class CountsTable:
         try:
             while True:
                 step = steps.send(reply)
-                if isinstance(step, Pause | SketchPause):
+                if isinstance(step, Pause):
                     sleep(step.seconds)
                     reply = None
                 elif isinstance(step, ReadMarkers):

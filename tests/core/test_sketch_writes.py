@@ -3,14 +3,13 @@
 import pytest
 
 from tally.core.buckets import Bucket
-from tally.core.commit import RetriesExhausted
+from tally.core.commit import Pause, RetriesExhausted
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.settings import HOUR_MS, Settings
 from tally.core.sketch_writes import (
     ReadSketches,
     SketchOutcome,
-    SketchPause,
     WriteSketches,
     sketch_key,
     sketch_steps,
@@ -51,7 +50,7 @@ class Table:
                 elif isinstance(step, WriteSketches):
                     reply = [self.write(write) for write in step.writes]
                 else:
-                    assert isinstance(step, SketchPause)
+                    assert isinstance(step, Pause)
                     reply = None
         except StopIteration as done:
             return done.value
@@ -123,7 +122,7 @@ def test_a_throttled_or_lost_write_is_sent_again_with_the_same_condition():
     first = generator.send({key: None for key in read.keys})
     assert isinstance(first, WriteSketches)
     pause = generator.send([(SketchOutcome.RETRY, None)])
-    assert isinstance(pause, SketchPause)
+    assert isinstance(pause, Pause)
     again = generator.send(None)
     assert again.writes[0].request == first.writes[0].request
     with pytest.raises(StopIteration) as done:

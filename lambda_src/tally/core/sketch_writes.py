@@ -29,7 +29,7 @@ from enum import Enum
 from typing import Any
 
 from tally.core.buckets import sketch_sort_key
-from tally.core.commit import RetriesExhausted
+from tally.core.commit import Pause, RetriesExhausted
 from tally.core.retry import Backoff
 from tally.core.segments import Item, Segment
 from tally.core.settings import Settings
@@ -66,12 +66,7 @@ class WriteSketches:
     writes: list[SketchWrite]
 
 
-@dataclass(frozen=True)
-class SketchPause:
-    seconds: float
-
-
-SketchStep = ReadSketches | WriteSketches | SketchPause
+SketchStep = ReadSketches | WriteSketches | Pause
 
 
 @dataclass(frozen=True)
@@ -136,7 +131,7 @@ def sketch_steps(
         if not writes:
             return SketchResult(written, unchanged, conflicts, retries)
         if delay:
-            yield SketchPause(delay)
+            yield Pause(delay)
         answers = yield WriteSketches(writes)
         if answers is None or len(answers) != len(writes):
             raise ValueError("a WriteSketches step needs one answer per write")
