@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from freezegun import freeze_time
 from script_support import load_script
 
 from tally.core.buckets import iso_minute
@@ -186,7 +188,10 @@ def test_bad_rules_in_the_environment_are_one_line_and_status_2(capsys, monkeypa
 
 @pytest.mark.server
 def test_a_week_ending_now_is_answered_over_whole_hours_with_one_note(counted, capsys):
-    assert query_window.main(["alpha", "--window", "7d", "--json"]) == 0
+    # "Now" half past an hour: a week ending in an hour's last minute starts on a whole hour and needs no alignment.
+    half_past = (now_ms() // HOUR_MS) * HOUR_MS - 30 * MINUTE_MS
+    with freeze_time(datetime.fromtimestamp(half_past / 1000, UTC), tick=True):
+        assert query_window.main(["alpha", "--window", "7d", "--json"]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert result["aligned"] is True and result["start"].endswith(":00Z")
