@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test demo adopt-demo serve bench synth deploy destroy dashboard test-tools
+.PHONY: install install-scripts test test-anytime demo adopt-demo serve bench synth deploy destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -40,6 +40,17 @@ PYTEST_ARGS ?= -n auto
 
 test: $(DEV_STAMP) $(DASHBOARD) test-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The same suite under a moved wall clock, so that no test holds only on the day it was written: one of the
+# instants where dates break (days and years ahead, a UTC year's last second, a leap day's last half minute,
+# a far instant drawn from today's date), printed with the line that repeats it; CLOCK=<instant> picks one.
+# Every Python process of the venv moves with it (tests/anytime/tally_test_clock.py, imported by a .pth file).
+CLOCK ?=
+test-anytime: $(DEV_STAMP) $(DASHBOARD) test-tools
+	@printf '%s\nimport tally_test_clock\n' "$(CURDIR)/tests/anytime" \
+		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tally_test_clock.pth"
+	@clock="$$($(BIN)/python tests/anytime/choose_clock.py $(if $(CLOCK),--at $(CLOCK)))" && \
+		TALLY_TEST_CLOCK="$$clock" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # What the tests drive besides Python: Debian's Chromium and its matching ChromeDriver (the dashboard test),
 # curl (the README's examples). CI is a fresh Debian machine running as root: missing ones are installed here.

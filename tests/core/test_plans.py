@@ -17,6 +17,7 @@ SETTINGS = Settings()
 NO_SKEW = Settings(max_clock_skew_ms=0)
 HOUR0 = parse_instant("2024-03-28T13:00:00Z")
 YEAR_END = parse_instant("2023-12-31T23:00:00Z")
+LEAP_DAY_END = parse_instant("2028-02-29T23:00:00Z")
 SECONDS_IN = 30_000
 
 
@@ -37,7 +38,7 @@ def random_events(rng, around_ms, spread_ms, n):
     return [around_ms - rng.randrange(spread_ms) for _ in range(n)]
 
 
-@pytest.mark.parametrize("base", [HOUR0, YEAR_END], ids=["mid-year", "year-end"])
+@pytest.mark.parametrize("base", [HOUR0, YEAR_END, LEAP_DAY_END], ids=["mid-year", "year-end", "leap-day"])
 @pytest.mark.parametrize("offset", range(60))
 def test_both_plans_equal_brute_force_at_every_minute_offset(base, offset):
     rng = random.Random(offset)

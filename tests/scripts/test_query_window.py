@@ -19,6 +19,8 @@ from tally.core.sketches import STANDARD_ERROR, Sketch
 from tally.local.workload import SHAPES, brute_force_counts, shaped_truth
 
 query_window = load_script("query_window")
+# A 7-day window ending inside an hour a day before the clock this runs on: past the minute retention, within the hour's.
+A_DAY_AGO_INSIDE_AN_HOUR = iso_minute((now_ms() // HOUR_MS - 24) * HOUR_MS + 17 * MINUTE_MS)
 
 
 @pytest.fixture
@@ -72,7 +74,7 @@ def test_at_takes_epoch_seconds_as_count_from_does(counted, capsys):
         (["alpha", "--at", "2026-11-22T10:00:00"], "without a UTC offset"),
         (["#segment#x"], "reserved"),
         (["#rejected#nonsense"], "unknown rejection counter"),
-        (["alpha", "--window", "7d", "--at", "2026-11-23T10:17Z"], "minute retention"),
+        (["alpha", "--window", "7d", "--at", A_DAY_AGO_INSIDE_AN_HOUR], "minute retention"),
         (["alpha", "--quantiles", "0.5,1.5"], "quantile '1.5' is not from 0 to 1: write quantiles like 0.5,0.9,0.99"),
         (["alpha", "--quantiles", "p99"], "quantile 'p99' is not a number"),
         (["alpha", "--quantiles", "0.5,"], "quantile '' is not a number"),

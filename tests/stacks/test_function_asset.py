@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,7 @@ def event(path, query):
                                "stage": "$default", "routeKey": f"GET {path}"}, "isBase64Encoded": False}
 
 answers = [tally.http_api.handler(event(path, query), Context())
-           for path, query in [("/counts", "counter=page-views&window=24h&at=2026-11-18T12:00Z"), ("/", "")]]
+           for path, query in [("/counts", f"counter=page-views&window=24h&at={sys.argv[2]}"), ("/", "")]]
 print(json.dumps({"answers": answers, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))
 """
 
@@ -127,10 +128,13 @@ def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_das
         env.pop("PYTHONPATH", None)
         dynamodb = client("dynamodb", server.endpoint_url)
         create_tables(dynamodb, f"events-{counts}", counts)
-        dynamodb.put_item(TableName=counts, Item={"pk": {"S": "page-views"}, "sk": {"S": "H#2026-11-18T11"}, "count": {"N": "7"}})
+        # The hour before a whole hour a day ago, wherever the clock stands: within the hour retention.
+        at = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
+        hour = f"H#{at - timedelta(hours=1):%Y-%m-%dT%H}"
+        dynamodb.put_item(TableName=counts, Item={"pk": {"S": "page-views"}, "sk": {"S": hour}, "count": {"N": "7"}})
 
         run = subprocess.run(
-            [sys.executable, "-c", READ_FROM_ASSET, str(folder)],
+            [sys.executable, "-c", READ_FROM_ASSET, str(folder), f"{at:%Y-%m-%dT%H:%MZ}"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
         )
     assert run.returncode == 0, run.stderr[-3000:]
