@@ -93,22 +93,16 @@ def distinct_costs(workload: workloads.Workload, settings: Settings, config: Del
 
 
 def _distinct_read_units(settings: Settings, sketch_bytes: int) -> dict[str, Any]:
-    """Keys and strongly consistent read units of one 24 h count ending now, by its plan and by the union plan
-    a distinct counter needs (each bucket's count item, and its sketch item of ``sketch_bytes``)."""
+    """Keys and strongly consistent read units of one 24 h count ending now, by the (isolated) plan, and by
+    the same plan for a distinct counter, which also reads each bucket's sketch item of ``sketch_bytes``."""
     now = START_MS + 30 * 60_000 + 30_000  # inside an hour: both edges of the window are partial hours
-    window = Window.ending(now)
-    counts = make_plan(window, now, settings)
-    union = make_plan(window, now, settings, union=True)
-    lanes = settings.bucket_lanes
-    count_keys = len(counts.buckets) * lanes
-    union_keys = len(union.buckets) * lanes
+    plan = make_plan(Window.ending(now), now, settings)
+    keys = len(plan.buckets) * settings.bucket_lanes
     return {
-        "count_plan_keys": count_keys,
-        "count_plan_read_units": batch_get_read_units([100] * count_keys, consistent=True),
-        "union_plan_keys": union_keys * 2,
-        "union_plan_read_units": batch_get_read_units(
-            [100] * union_keys + [sketch_bytes] * union_keys, consistent=True
-        ),
+        "count_plan_keys": keys,
+        "count_plan_read_units": batch_get_read_units([100] * keys, consistent=True),
+        "union_plan_keys": keys * 2,
+        "union_plan_read_units": batch_get_read_units([100] * keys + [sketch_bytes] * keys, consistent=True),
     }
 
 

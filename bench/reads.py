@@ -89,17 +89,26 @@ def range_cost(plan: Plan, settings: Settings, shards: int = 1) -> dict[str, flo
     }
 
 
+# tally's plans: the isolated default, and the fast path that may show a transient count (allow_transient).
+TALLY_PLANS = {
+    "tally_batch": (PlanKind.BATCH, False),
+    "tally_range": (PlanKind.RANGE, False),
+    "tally_batch_transient": (PlanKind.BATCH, True),
+    "tally_range_transient": (PlanKind.RANGE, True),
+}
+
+
 def window_costs(now_ms: int, at_ms: int, settings: Settings, shards: int = 1) -> dict[str, dict[str, float]]:
     window = Window.ending(at_ms)
-    batch = make_plan(window, now_ms, settings, PlanKind.BATCH)
-    ranged = make_plan(window, now_ms, settings, PlanKind.RANGE)
-    return {
-        "origin": batch_cost([origin_item_size(key) for key in origin.query_keys(COUNTER, at_ms)]),
-        "tally_batch": batch_cost(
-            [size for bucket in batch.buckets for size in tally_item_sizes(bucket, settings, shards)]
-        ),
-        "tally_range": range_cost(ranged, settings, shards),
-    }
+    costs = {"origin": batch_cost([origin_item_size(key) for key in origin.query_keys(COUNTER, at_ms)])}
+    for design, (kind, allow_transient) in TALLY_PLANS.items():
+        plan = make_plan(window, now_ms, settings, kind, allow_transient=allow_transient)
+        if kind is PlanKind.BATCH:
+            sizes = [size for bucket in plan.buckets for size in tally_item_sizes(bucket, settings, shards)]
+            costs[design] = batch_cost(sizes)
+        else:
+            costs[design] = range_cost(plan, settings, shards)
+    return costs
 
 
 def offsets(ending: str) -> Iterable[tuple[int, int, int]]:
@@ -147,21 +156,23 @@ def accuracy(events: list[Event], settings: Settings) -> dict[str, Any]:
     data_end = START_MS + 37 * HOUR_MS
     result: dict[str, Any] = {}
     for ending in ("now", "past"):
-        errors: dict[str, list[int]] = {"origin": [], "tally_batch": [], "tally_range": []}
+        errors: dict[str, list[int]] = {"origin": [], **{design: [] for design in TALLY_PLANS}}
         truths: list[int] = []
         for _minute, now, at in offsets(ending):
             now = now if ending == "now" else data_end
             tally_counts, origin_counts = bucket_counts(events, now)
             window = Window.ending(at)
-            batch = make_plan(window, now, settings, PlanKind.BATCH)
-            ranged = make_plan(window, now, settings, PlanKind.RANGE)
+            plans = {
+                design: make_plan(window, now, settings, kind, allow_transient=allow_transient)
+                for design, (kind, allow_transient) in TALLY_PLANS.items()
+            }
             for counter in counters:
                 truth = origin.brute_force(events, counter, window.first_minute, window.last_minute, now)
                 truths.append(truth)
                 stored = tally_counts.get(counter, Counter())
                 errors["origin"].append(origin.sum_keys(origin_counts.get(counter, Counter()), counter, at) - truth)
-                errors["tally_batch"].append(sum_plan(batch, stored).count - truth)
-                errors["tally_range"].append(sum_plan(ranged, stored).count - truth)
+                for design, plan in plans.items():
+                    errors[design].append(sum_plan(plan, stored).count - truth)
         mean_truth = statistics.fmean(truths)
         result[f"ending_{ending}"] = {
             "windows": len(truths),
@@ -179,7 +190,10 @@ def accuracy(events: list[Event], settings: Settings) -> dict[str, Any]:
     return result
 
 
-def batch_keys_ending_now(settings: Settings) -> int:
+def batch_keys_ending_now(settings: Settings, allow_transient: bool = False) -> int:
     """The batch plan's most keys for a 24 h window ending now, over every minute offset."""
-    return max(len(make_plan(Window.ending(now), now, settings).terms) for _m, now, _at in offsets("now"))
+    return max(
+        len(make_plan(Window.ending(now), now, settings, allow_transient=allow_transient).terms)
+        for _m, now, _at in offsets("now")
+    )
 

@@ -82,6 +82,12 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--consistent", action="store_true", help="strongly consistent reads")
     parser.add_argument(
+        "--allow-transient",
+        action="store_true",
+        help="fast path: read a partly covered hour as the hour minus its other minutes when that is fewer keys; "
+        "a read while a commit is being applied may then answer a count the table never held",
+    )
+    parser.add_argument(
         "--quantiles", metavar="Q,Q,...", help="quantiles of histogram counters, e.g. 0.5,0.9,0.99 (each from 0 to 1)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         align=args.align,
         consistent=args.consistent,
         quantiles=args.quantiles,
+        allow_transient=args.allow_transient,
     )
     reader, results = query(args, options)
     notes = reader.notes(results) if results else [f"no counter starting with {args.prefix!r} counted anything"]

@@ -108,6 +108,15 @@ def test_counts_are_the_objects_query_window_prints(environment, capsys):
     assert sum(point["count"] for point in about["series"]) == about["total"]
 
 
+def test_the_fast_path_is_asked_by_name_and_reads_fewer_keys_for_the_same_settled_count(environment):
+    query = "counter=load/posts/about&window=24h&at=2026-11-22T14:37Z"  # views/all counts distinct readers too
+    _, _, isolated = get(f"/counts?{query}")
+    _, _, fast = get(f"/counts?{query}&allow_transient=true")
+
+    assert fast["counts"][0]["total"] == isolated["counts"][0]["total"] > 0
+    assert fast["counts"][0]["keys"] < isolated["counts"][0]["keys"] == 83
+
+
 def test_an_unknown_counter_is_an_empty_count_with_a_note(environment):
     status, _, body = get("/counts?counter=views/posts/nobody-wrote-this")
 
@@ -150,6 +159,7 @@ def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(envir
         ("counter=a&series=second", "series", "series must be one of minute, hour"),
         ("counter=a&plan=scan", "plan", "plan must be one of batch, range"),
         ("counter=a&align=perhaps", "align", "align must be one of"),
+        ("counter=a&allow_transient=often", "allow_transient", "allow_transient must be one of true, false"),
         ("counter=%23secret", "counter", "'#secret'"),
         ("counter=a&colour=red", "colour", "unknown parameter 'colour': /counts takes counter, window"),
         ("counter=a&window=1h&window=2h", "window", "window is given 2 times"),

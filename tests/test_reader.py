@@ -255,6 +255,7 @@ def test_results_serialize_to_json_with_decimal_free_numbers_and_iso_minutes(rea
         ({"plan": "fastest"}, "plan must be one of batch, range"),
         ({"align": "maybe"}, "align must be one of true, false, auto"),
         ({"consistent": "very"}, "consistent must be one of true, false"),
+        ({"allow_transient": "sometimes"}, "allow_transient must be one of true, false"),
     ],
 )
 def test_bad_options_raise_one_query_error_that_says_the_fix(options, message):

@@ -1,6 +1,7 @@
 """The HTTP read API's function: counts and counters through the same Reader the CLI uses.
 
     GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
+        [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
     GET /counters?prefix=views/&window=24h
         -> {"counters": [<the same object for each listed counter>], "notes": […]}
@@ -46,7 +47,7 @@ from tally.core.api_access import (
 from tally.query import validate_query_counter
 from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_options
 
-OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles")
+OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles", "allow_transient")
 COUNT_PARAMETERS = ("counter", *OPTIONS)
 LIST_PARAMETERS = ("prefix", *OPTIONS)
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.

@@ -200,14 +200,16 @@ def count_windows(
     series: Series | None = None,
     align: bool = False,
     quantiles: Sequence[str] = (),
+    allow_transient: bool = False,
 ) -> list[WindowCount]:
     """Count each counter over the window of ``length_ms`` ending at ``at_ms`` (default: now).
 
     ``align``: answer a window whose edges reach past the minute retention over
     whole hours there (``align_to_retention``) instead of refusing it.
     ``quantiles``: what the results' ``as_json`` answers for histogram counters.
-    A counter a distinct rule writes is read by a union plan (disjoint buckets: sketches cannot be
-    subtracted), its sketch items with its counts.
+    ``allow_transient``: the fast path that may read an hour minus its other minutes, and so answer a
+    count the table never held while a segment is being applied (``make_plan``); never for a counter a
+    distinct rule writes, whose sketches cannot be subtracted (its sketch items are read with its counts).
     """
     for counter in counters:
         validate_query_counter(counter)
@@ -216,17 +218,18 @@ def count_windows(
     series = Series(series) if series is not None else None
     rules = table.settings.counter_rules
     distinct = {counter for counter in counters if rules.counts_distinct(counter)}
-    # Only the plans some counter needs: a union plan may be refused where hour - minutes is not.
+    # Only the plans some counter needs: a disjoint plan may be refused where hour - minutes is not.
+    subtracts = {counter: allow_transient and counter not in distinct for counter in dict.fromkeys(counters)}
     contexts = {
-        union: _Context(
-            make_plan(window, now, table.settings, PlanKind(plan), series, union),
+        subtract: _Context(
+            make_plan(window, now, table.settings, PlanKind(plan), series, allow_transient=subtract),
             series,
             asked if window != asked else None,
             tuple(quantiles),
         )
-        for union in {counter in distinct for counter in counters}
+        for subtract in set(subtracts.values())
     }
-    context_of = {counter: contexts[counter in distinct] for counter in dict.fromkeys(counters)}
+    context_of = {counter: contexts[subtract] for counter, subtract in subtracts.items()}
     if PlanKind(plan) is PlanKind.BATCH:
         return _by_batch(table, counters, context_of, distinct, consistent)
     return _by_range(table, counters, context_of, distinct, consistent)

@@ -52,7 +52,7 @@ _FALSE = {"false", "0", "no", "off"}
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How to read: window length, end (None: now), series, plan, alignment (None: auto) and consistency."""
+    """How to read: window length, end (None: now), series, plan, alignment (None: auto), consistency, fast path."""
 
     window: timedelta = timedelta(milliseconds=DEFAULT_LENGTH_MS)
     at: datetime | None = None
@@ -61,6 +61,7 @@ class ReadOptions:
     align: bool | None = None
     consistent: bool = False
     quantiles: tuple[str, ...] = ()  # as written ("0.99"): the results of histogram counters answer them
+    allow_transient: bool = False  # fewer keys, but a read during a commit may answer a count never held
 
     def as_kwargs(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -79,6 +80,7 @@ def read_options(
     align: bool | str | None = None,
     consistent: bool | str | None = None,
     quantiles: Sequence[str] | str | None = None,
+    allow_transient: bool | str | None = None,
 ) -> ReadOptions:
     """Options given as Python values or as text (a command line, a query string) -> ReadOptions.
 
@@ -86,7 +88,10 @@ def read_options(
     ISO-8601 with an offset, or "now"; series: "minute" / "hour" / "none";
     plan: "batch" / "range"; align: True / False / None or "true" / "false" /
     "auto"; consistent: bool or "true" / "false"; quantiles: "0.5,0.99" or a list
-    of them, each from 0 to 1, kept as written. None or "" means the default.
+    of them, each from 0 to 1, kept as written; allow_transient: bool or "true" /
+    "false", the fast path that may subtract minutes still being applied from
+    their hour (fewer keys; a read during a commit may then answer a count the
+    table never held). None or "" means the default.
     Raises QueryError naming the fix; no I/O.
     """
     length_ms = DEFAULT_LENGTH_MS if _unset(window) else length_ms_of(window)
@@ -101,6 +106,7 @@ def read_options(
         align=None if _unset(align) or _is(align, "auto") else _flag(align, "align", "auto"),
         consistent=False if _unset(consistent) else _flag(consistent, "consistent"),
         quantiles=() if _unset(quantiles) else _quantiles(quantiles),
+        allow_transient=False if _unset(allow_transient) else _flag(allow_transient, "allow_transient"),
     )
 
 
@@ -204,6 +210,7 @@ class Reader:
             series=chosen.series,
             align=chosen.aligns(),
             quantiles=chosen.quantiles,
+            allow_transient=chosen.allow_transient,
         )
 
     def notes(self, results: Sequence[WindowCount]) -> list[str]:

@@ -46,6 +46,10 @@ def test_json_prints_one_object_per_counter_and_both_plans_agree_with_brute_forc
         assert all(r["plan"] == plan and r["keys"] > 0 and r["requests"] > 0 for r in results)
         assert {"start", "end", "by_hour", "items_read"} <= set(results[0])
         assert sum(results[0]["by_hour"].values()) == results[0]["total"]
+        assert query_window.main(["alpha", "beta", "--json", "--consistent", "--plan", plan, "--allow-transient"]) == 0
+        fast = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [r["total"] for r in fast] == [r["total"] for r in results]
+        assert all(f["keys"] <= r["keys"] for f, r in zip(fast, results))
 
 
 @pytest.mark.server

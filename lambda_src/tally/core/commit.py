@@ -21,10 +21,11 @@ commit.
 
 What a reader sees meanwhile: a segment's hour items are all written before
 any of its minute items (two phases). A window read while a segment is half
-applied holds none, some or all of the segment's events, except that a plan
-reading an hour minus its other minutes may also count the segment's events
-in minutes that are still pending (at most the segment's events in that
-counter's partly read hours); it never reads less than before the segment.
+applied holds none, some or all of the segment's events: the default plans
+only add items, each of which only grows (core/plans.py). Only the fast path
+that reads an hour minus its other minutes may also count the segment's
+events in minutes that are still pending (at most the segment's events in
+that counter's partly read hours).
 That is what a reader saw between the transactions of a segment of more than
 99 buckets before (a segment's items were cut into transactions in sort-key
 order, hours before minutes).

@@ -1,21 +1,28 @@
 """Window -> plan: the bucket items whose signed sum is the window's count. No I/O.
 
-Because an hour always equals the sum of its minutes, a partly covered hour
-can be read either as its covered minutes or as the hour minus its other
-minutes, whichever reads less. Minutes that cannot hold data yet (later than
-now plus the allowed clock skew) are never read, so a window ending now reads
-the current hour whole unless an event stamped slightly in the future could be
-in it.
+Isolated by default. Bucket items only ever grow, one write at a time, so a
+plan that only adds items answers, item by item, a value between what each
+held before the segments in flight and what it holds after them; so does
+their sum, and a later read of the same window by the same plan reads the
+same items (or, for a window reaching past now, more of them) and never
+answers less. The default plan therefore reads an hour whole only when the
+window covers all of its minutes, and otherwise its covered minutes, never
+``hour - minutes``: a 24 h window is at most 23 hours and 60 minutes, 83
+keys, wherever it ends. Minutes that cannot hold data yet (later than now
+plus the allowed clock skew) are never read.
+
+``allow_transient=True`` is the fast path: a partly covered hour may also be
+read as the hour minus its other minutes, whichever reads less (at most 59
+keys for 24 h ending now). It may answer a count the table never held while a
+segment is being applied (its hour item holds the segment's events before its
+minutes do), above the final count or lower than an earlier answer; opt in
+only where a transient value does no harm. It never applies to distinct
+counts, whose sketches cannot be subtracted.
 
 Two plans share that choice and differ in how they fetch:
 - batch: exact keys in BatchGetItem requests (the cost is the number of keys);
 - range: one Query per contiguous run of same-granularity buckets (the cost
   is the number of runs first, then the items read).
-
-A union plan (``union=True``) is for what cannot be subtracted, distinct
-counts: only disjoint buckets that cover the window, each hour whole or its
-covered minutes, never ``hour - minutes`` (at most 23 hours and 2 x 59
-minutes for 24 h). It keeps the same retention rules.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ class Plan:
 
     @property
     def disjoint(self) -> bool:
-        """Whether the plan is a union of disjoint buckets (no ``hour - minutes``): it can read distinct counts."""
+        """Whether the plan is a union of disjoint buckets (no ``hour - minutes``): isolated, able to read sketches."""
         return all(term.sign > 0 for term in self.terms)
 
     @property
@@ -90,9 +97,9 @@ def make_plan(
     settings: Settings,
     kind: PlanKind = PlanKind.BATCH,
     series: Series | None = None,
-    union: bool = False,
+    allow_transient: bool = False,
 ) -> Plan:
-    """Choose, hour by hour, the cheapest exact reading of the window (a union of disjoint buckets if ``union``).
+    """Choose, hour by hour, the reading of the window: disjoint buckets, or the cheapest if ``allow_transient``.
 
     Raises WindowUnavailable when a needed bucket may already have expired:
     partial hours need minute buckets, so past the minute retention a window
@@ -109,15 +116,22 @@ def make_plan(
     # Hours after populated_until hold nothing yet: a window far in the future costs no more than one ending now.
     last_hour = min(window.last_minute, populated_until) // MINUTES_PER_HOUR
     for hour in range(window.first_minute // MINUTES_PER_HOUR, last_hour + 1):
-        terms.extend(_hour_terms(hour, window, populated_until, now_ms, settings, kind, union))
+        terms.extend(_hour_terms(hour, window, populated_until, now_ms, settings, kind, allow_transient))
     return Plan(kind, window, tuple(terms))
 
 
 def _hour_terms(
-    hour: int, window: Window, populated_until: int, now_ms: int, settings: Settings, kind: PlanKind, union: bool
+    hour: int,
+    window: Window,
+    populated_until: int,
+    now_ms: int,
+    settings: Settings,
+    kind: PlanKind,
+    allow_transient: bool,
 ) -> list[Term]:
     hour_first = hour * MINUTES_PER_HOUR
-    hour_last = min(hour_first + MINUTES_PER_HOUR - 1, populated_until)
+    hour_end = hour_first + MINUTES_PER_HOUR - 1
+    hour_last = min(hour_end, populated_until)
     first = max(window.first_minute, hour_first)
     last = min(window.last_minute, hour_last)
     if first > last:
@@ -128,7 +142,9 @@ def _hour_terms(
             f"the window {window} reaches back to {iso_minute(hour_bucket.start_ms)}, past the hour retention "
             f"({settings.hour_retention_ms // (24 * HOUR_MS)} d): nothing that old is kept; shorten it or end it later"
         )
-    if first == hour_first and last == hour_last:
+    # Isolated, an hour is read whole only when the window holds all of its minutes: then the item holds
+    # nothing the window does not, whatever is still being applied.
+    if window.first_minute <= hour_first and window.last_minute >= (hour_last if allow_transient else hour_end):
         return [Term(hour_bucket, +1)]
 
     covered = [range(first, last + 1)]
@@ -138,7 +154,7 @@ def _hour_terms(
         [Term(hour_bucket, +1), *(Term(Bucket.of_minute(m), -1) for r in others for m in r)],
     ]
     runs = [len(covered), len(others)]
-    if union:  # what cannot be subtracted is read as the covered minutes only
+    if not allow_transient:  # never the hour minus minutes that may still be pending
         options, runs = options[:1], runs[:1]
     alive = [i for i, option in enumerate(options) if all(_alive(t.bucket, now_ms, settings) for t in option)]
     if not alive:
