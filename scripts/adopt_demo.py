@@ -30,7 +30,16 @@ from tally.core.settings import ENV_COUNT_FROM, MINUTE_MS
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
 from tally.local import exports
-from tally.local.aws import ArgumentParser, LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
+from tally.local.aws import (
+    ArgumentParser,
+    LocalContext,
+    MotoServer,
+    client,
+    local_handler,
+    stream_arn_of,
+    write_items,
+)
+from tally.local.dynamodb_local import ENV_BACKEND
 from tally.local.cli import console as make_console
 from tally.local.cli import load_script
 from tally.local.delivery import DeliveryConfig
@@ -58,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not 1 <= args.history_hours <= MAX_HISTORY_HOURS:
         parser().error(f"--history-hours must be between 1 and {MAX_HISTORY_HOURS}: the demo writes every event of it")
+    if os.environ.get(ENV_BACKEND) == "dynamodb-local":
+        parser().error(
+            "the adoption demo exports the events table to S3, which DynamoDB Local cannot do: "
+            "run it on moto's server (unset TALLY_LOCAL_BACKEND)"
+        )
     saved_environment = dict(os.environ)
     server = MotoServer().start()
     try:

@@ -1,6 +1,7 @@
 """The whole pipeline on this machine, checked against brute force (`make demo`).
 
-moto's server on a loopback port plays DynamoDB and DynamoDB Streams. Both
+moto's server on a loopback port (or Amazon's DynamoDB Local, with
+TALLY_LOCAL_BACKEND=dynamodb-local) plays DynamoDB and DynamoDB Streams. Both
 tables are created from the descriptions the stack uses; the origin's workload
 (3 counters, 37 hours ending now, 20-100 events per hour each) plus a few bad
 records is written; the stream runner feeds the stream to the Lambda handler
@@ -68,6 +69,7 @@ from tally.local.aws import (
     ArgumentParser,
     LocalContext,
     MotoServer,
+    local_server,
     client,
     local_handler,
     region,
@@ -78,7 +80,8 @@ from tally.local.aws import (
 )
 from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
-from tally.local.cli import entry_point
+from tally.local.cli import ScriptError, entry_point
+from tally.local.dynamodb_local import DynamoDBLocalServer
 from tally.core.plans import PlanKind
 from tally.query import WindowCount
 from tally.reader import Reader
@@ -148,13 +151,19 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
     started = time.monotonic()
     saved_environment = dict(os.environ)
-    server = MotoServer().start()
+    server = local_server()
+    if isinstance(shape, HistoryShape) and isinstance(server, DynamoDBLocalServer):
+        raise ScriptError(
+            f"the {args.shape} shape expires items by TTL, and DynamoDB Local never deletes expired items: "
+            "run it on moto's server (unset TALLY_LOCAL_BACKEND)"
+        )
+    server.start()
     try:
         server.reset()
         os.environ.update(server.environment())
         if shape:
             os.environ.update({ENV_RULES: shape.rules_json, ENV_TIME_ATTRIBUTE: shape.time_attribute})
-        console.print(f"[bold]tally local pipeline[/] — moto's server at {server.endpoint_url}")
+        console.print(f"[bold]tally local pipeline[/] — {server.name} at {server.endpoint_url}")
         dynamodb = client("dynamodb")
         events = events_table_for(parse_rules(shape.rules_json) if shape else settings.counter_rules)
         create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE, events)
@@ -562,7 +571,7 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
     return matched
 
 
-def keep_running(server: MotoServer, reader: StreamReader, shape: Shape | None) -> None:
+def keep_running(server: MotoServer | DynamoDBLocalServer, reader: StreamReader, shape: Shape | None) -> None:
     """Print how to reach the server (and the shape's rules the runner counts with), then follow the stream until Ctrl-C."""
     environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
     if shape:

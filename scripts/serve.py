@@ -3,7 +3,8 @@
     .venv/bin/python scripts/serve.py                      # API and dashboard on http://127.0.0.1:8321
     .venv/bin/python scripts/serve.py --port 0 --shape blog --rate 5
 
-moto's server plays DynamoDB and DynamoDB Streams, and both tables are created
+moto's server (or DynamoDB Local, TALLY_LOCAL_BACKEND=dynamodb-local) plays DynamoDB and
+DynamoDB Streams, and both tables are created
 from the descriptions the stack uses. The demo's workload (--hours of history
 ending now) is written and counted, then a gentle workload keeps writing
 events stamped now (--rate per second) while the stream runner follows the
@@ -50,6 +51,7 @@ from tally.local.aws import (
     ArgumentParser,
     LocalContext,
     MotoServer,
+    local_server,
     client,
     local_handler,
     stream_arn_of,
@@ -57,6 +59,7 @@ from tally.local.aws import (
 )
 from tally.local.cli import ScriptError, entry_point
 from tally.local.delivery import DeliveryConfig
+from tally.local.dynamodb_local import DynamoDBLocalServer
 from tally.local.http_adapter import LocalApi
 from tally.local.stream_reader import StreamReader
 from tally.local.workload import DEFAULT_COUNTERS, DEFAULT_RATE, SHAPES, Event, Shape, Workload
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals(stop)
     os.environ[ENV_DASHBOARD] = "true"
     api = local_api(args.port)  # the port first: a taken one is refused before anything starts
-    server = MotoServer()
+    server = local_server()
     try:
         server.start().reset()
         os.environ.update({**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE})
@@ -204,7 +207,7 @@ def dashboard_query(counters: list[str], shape: Shape | None) -> str:
     return urlencode([*(("counter", name) for name in chosen), ("window", "24h"), ("series", "hour")])
 
 
-def exported(server: MotoServer, shape: Shape | None) -> dict[str, str]:
+def exported(server: MotoServer | DynamoDBLocalServer, shape: Shape | None) -> dict[str, str]:
     """What the other scripts need to read the same tables (the rules too: they say which counters sum)."""
     environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
     if shape:

