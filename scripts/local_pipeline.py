@@ -68,7 +68,6 @@ from tally.dynamo import create_tables
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,
-    MotoServer,
     local_server,
     client,
     local_handler,
@@ -81,7 +80,7 @@ from tally.local.aws import (
 from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
 from tally.local.cli import ScriptError, entry_point
-from tally.local.dynamodb_local import DynamoDBLocalServer
+from tally.local.dynamodb_local import DynamoDBLocalServer, LoopbackBackend
 from tally.core.plans import PlanKind
 from tally.query import WindowCount
 from tally.reader import Reader
@@ -571,7 +570,7 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
     return matched
 
 
-def keep_running(server: MotoServer | DynamoDBLocalServer, reader: StreamReader, shape: Shape | None) -> None:
+def keep_running(server: LoopbackBackend, reader: StreamReader, shape: Shape | None) -> None:
     """Print how to reach the server (and the shape's rules the runner counts with), then follow the stream until Ctrl-C."""
     environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
     if shape:

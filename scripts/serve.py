@@ -50,7 +50,6 @@ from tally.local.aws import (
     DUMMY_CREDENTIALS,
     ArgumentParser,
     LocalContext,
-    MotoServer,
     local_server,
     client,
     local_handler,
@@ -59,7 +58,7 @@ from tally.local.aws import (
 )
 from tally.local.cli import ScriptError, entry_point
 from tally.local.delivery import DeliveryConfig
-from tally.local.dynamodb_local import DynamoDBLocalServer
+from tally.local.dynamodb_local import LoopbackBackend
 from tally.local.http_adapter import LocalApi
 from tally.local.stream_reader import StreamReader
 from tally.local.workload import DEFAULT_COUNTERS, DEFAULT_RATE, SHAPES, Event, Shape, Workload
@@ -207,7 +206,7 @@ def dashboard_query(counters: list[str], shape: Shape | None) -> str:
     return urlencode([*(("counter", name) for name in chosen), ("window", "24h"), ("series", "hour")])
 
 
-def exported(server: MotoServer | DynamoDBLocalServer, shape: Shape | None) -> dict[str, str]:
+def exported(server: LoopbackBackend, shape: Shape | None) -> dict[str, str]:
     """What the other scripts need to read the same tables (the rules too: they say which counters sum)."""
     environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
     if shape:

@@ -14,8 +14,6 @@ import threading
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from moto_tables import COUNTS, no_sleep_backoff
 from tally.core.buckets import Bucket
 from tally.core.commit import Writer

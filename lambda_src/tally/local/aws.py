@@ -24,7 +24,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 
 from tally.local import moto_fixes
-from tally.local.dynamodb_local import BACKENDS, ENV_BACKEND, DynamoDBLocalServer
+from tally.local.dynamodb_local import BACKENDS, ENV_BACKEND, DynamoDBLocalServer, LoopbackBackend
 from tally.local.cli import DEFAULT_REGION, DUMMY_CREDENTIALS, ScriptError, preflight, region, require_table
 from tally.core.retry import Backoff
 from tally.dynamo import batch_write
@@ -217,7 +217,7 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     return handler_module.handler
 
 
-class MotoServer:
+class MotoServer(LoopbackBackend):
     """moto's DynamoDB and DynamoDB Streams on a free loopback port, in a background thread."""
 
     name = "moto's server"
@@ -245,23 +245,9 @@ class MotoServer:
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
 
-    def environment(self) -> dict[str, str]:
-        """What the other scripts (and boto3 in this process) need to talk to this server."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_REGION": region(),
-            "AWS_DEFAULT_REGION": region(),
-            **DUMMY_CREDENTIALS,
-        }
-
-    def __enter__(self) -> MotoServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
-def local_server() -> MotoServer | DynamoDBLocalServer:
+def local_server() -> LoopbackBackend:
     """The local backend ``TALLY_LOCAL_BACKEND`` names: moto's server (``moto``, the default) or Amazon's
     DynamoDB Local (``dynamodb-local``), not started yet."""
     backend = os.environ.get(ENV_BACKEND, "") or "moto"

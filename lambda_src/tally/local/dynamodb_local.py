@@ -66,8 +66,30 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-class DynamoDBLocalServer:
-    """DynamoDB Local in a child process; the same surface as ``MotoServer``."""
+class LoopbackBackend:
+    """A local DynamoDB on a loopback port (moto's server, DynamoDB Local): start, stop, reset, and how to reach it."""
+
+    name = ""
+    endpoint_url = ""
+
+    def environment(self) -> dict[str, str]:
+        """What the other scripts (and boto3 in this process) need to talk to this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": region(),
+            "AWS_DEFAULT_REGION": region(),
+            **DUMMY_CREDENTIALS,
+        }
+
+    def __enter__(self) -> LoopbackBackend:
+        return self.start()  # type: ignore[attr-defined]  # each backend starts its own way
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class DynamoDBLocalServer(LoopbackBackend):
+    """DynamoDB Local in a child process."""
 
     name = "DynamoDB Local"
 
@@ -140,18 +162,3 @@ class DynamoDBLocalServer:
             "aws_access_key_id": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             "aws_secret_access_key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         }
-
-    def environment(self) -> dict[str, str]:
-        """What the other scripts (and boto3 in this process) need to talk to this server."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_REGION": region(),
-            "AWS_DEFAULT_REGION": region(),
-            **DUMMY_CREDENTIALS,
-        }
-
-    def __enter__(self) -> DynamoDBLocalServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
