@@ -27,6 +27,7 @@ from moto import mock_aws
 
 from factories import LambdaContext, image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
+import tally
 from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES
 from tally.core.rules import ENV_RULES, parse_rules
@@ -101,6 +102,7 @@ def test_counts_are_the_objects_query_window_prints(environment, capsys):
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
     assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert headers["X-Tally-Version"] == tally.__version__  # every answer names the release that gave it
     assert body["counts"] == printed
     assert [count["counter"] for count in body["counts"]] == counters
     about = body["counts"][1]
@@ -181,6 +183,7 @@ def test_a_bad_parameter_is_a_400_naming_it_and_the_fix_in_one_line(environment,
     assert body["parameter"] == parameter
     assert fix in body["message"]
     assert headers["Cache-Control"] == "no-store"
+    assert headers["X-Tally-Version"] == tally.__version__
 
 
 def test_public_routes_answer_public_counters_only_and_may_be_cached(environment):

@@ -54,3 +54,14 @@ def test_the_demo_after_the_dev_install_installs_nothing_more(tmp_path):
         (venv / stamp).touch()
     commands = dry_run("demo", venv)
     assert "pip install" not in commands and "scripts/local_pipeline.py" in commands
+
+
+def test_the_release_is_named_once_and_the_changelog_says_how_to_upgrade_to_it_and_roll_back():
+    import tally
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tally.__version__"}
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    release = changelog.split(f"## [{tally.__version__}]", 1)[1].split("\n## [", 1)[0]
+    assert "### Upgrade from" in release and "### Rollback to" in release

@@ -18,6 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally import __version__
 from tally.core.commit import (
     CommitResult,
     Outcome,
@@ -107,6 +108,7 @@ class PublishedSettings:
     environment: dict[str, str]
     publisher: str
     published_ms: int
+    version: str | None = None  # the release that published them (None: one before 0.2.0)
 
     def settings(self) -> Settings:
         """The published settings as ``Settings.from_env`` reads them (SettingsError if this release cannot)."""
@@ -370,6 +372,7 @@ class CountsTable:
                 "environment": {"M": {name: {"S": value} for name, value in self.settings.counting_environment().items()}},
                 "publisher": {"S": publisher},
                 "published": {"N": str(published_ms)},
+                "version": {"S": __version__},
             },
         )
 
@@ -381,7 +384,8 @@ class CountsTable:
         if item is None:
             return None
         environment = {name: value["S"] for name, value in item["environment"]["M"].items()}
-        return PublishedSettings(environment, item["publisher"]["S"], int(item["published"]["N"]))
+        version = item.get("version", {}).get("S")
+        return PublishedSettings(environment, item["publisher"]["S"], int(item["published"]["N"]), version)
 
     def batch_get(self, keys: Iterable[Key], consistent: bool = False, distinct: Collection[str] = ()) -> Fetched:
         """Counts of exact bucket keys, 100 keys a request, unprocessed keys retried until none are left.

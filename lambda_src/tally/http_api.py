@@ -44,6 +44,7 @@ from tally.core.api_access import (
     PUBLIC_PREFIX_PATH,
     ApiSettings,
 )
+from tally import __version__
 from tally.query import validate_query_counter
 from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_options
 
@@ -56,6 +57,7 @@ MAX_ENTRIES = 40_000  # hours of by_hour plus series points (times the quantiles
 MAX_QUERY_FIELDS = 200
 THROTTLING_CODES = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
 PRIVATE = "no-store"
+VERSION_HEADER = "X-Tally-Version"
 # A hand-typed offset (at=…T10:00+01:00) arrives as a space: '+' means space in a query string.
 PLUS_HINT = " (a '+' in a URL stands for a space: write the offset as %2B01:00, or give the time in UTC with Z)"
 
@@ -348,5 +350,8 @@ def dashboard_page() -> DashboardPage | None:
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    """Every answer, errors included, names the release that gave it (X-Tally-Version)."""
+    response = app.resolve(event, context)
+    response.setdefault("headers", {})[VERSION_HEADER] = __version__
+    return response
 

@@ -17,6 +17,9 @@ descriptions the local pipeline builds its tables from.
 
 from __future__ import annotations
 
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 import jsii
@@ -37,6 +40,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
+import tally
 from tally_cdk.context import StackSettings
 from tally_cdk.read_api import ReadApi
 from tally_cdk.roles import role_with_own_logs
@@ -45,10 +49,9 @@ from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
-LAMBDA_SOURCE = Path(__file__).resolve().parents[2] / "lambda_src"
 HANDLER = "tally.handler.handler"
 # The function ships the runtime only: the local toolkit and build leftovers stay behind.
-ASSET_EXCLUDES = ["tally/local", "tally/local/**", "**/__pycache__", "**/*.pyc", "*.egg-info", "**/*.egg-info"]
+LEFT_OUT_OF_THE_ASSET = ("local", "__pycache__", "*.pyc")
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 POWERTOOLS_LAYER_NAME = "AWSLambdaPowertoolsPythonV3-python313-arm64"
 POWERTOOLS_ACCOUNT = "017000801446"
@@ -94,6 +97,16 @@ ALARM_PERIOD = Duration.minutes(5)
 FAILURE_QUEUE_RETENTION = Duration.days(14)
 
 CDK_REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
+
+
+@functools.cache
+def runtime_asset() -> Path:
+    """The function's code: the installed tally package, wherever it is installed (a wheel, an editable
+    checkout), copied without its local toolkit into a folder of its own, once per process."""
+    package = Path(tally.__file__).resolve().parent
+    staged = Path(tempfile.mkdtemp(prefix="tally-asset-"))
+    shutil.copytree(package, staged / "tally", ignore=shutil.ignore_patterns(*LEFT_OUT_OF_THE_ASSET))
+    return staged
 
 
 class TallyConfigurationError(ValueError):
@@ -153,7 +166,7 @@ class Tally(Construct):
         )
         self.failure_queue = self._failure_queue()
         # One asset and one layer for both functions: the read API runs the very package that counts.
-        self.code = lambda_.Code.from_asset(str(LAMBDA_SOURCE), exclude=ASSET_EXCLUDES)
+        self.code = lambda_.Code.from_asset(str(runtime_asset()))
         self.powertools_layer = lambda_.LayerVersion.from_layer_version_arn(
             self,
             "PowertoolsLayer",

@@ -32,13 +32,14 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+import tally
 from tally_cdk.roles import LOG_RETENTION, role_with_own_logs
 from tally.core.api_access import DASHBOARD_PATH, PUBLIC_PATHS, SIGNED_PATHS, ApiSettings
 from tally.core.settings import SettingsError
 
 READ_HANDLER = "tally.http_api.handler"
 # Where `make dashboard` writes the page: inside the asset, so the function can serve it.
-DASHBOARD_PAGE = Path(__file__).resolve().parents[2] / "lambda_src" / "tally" / "dashboard.html"
+DASHBOARD_PAGE = Path(tally.__file__).resolve().parent / "dashboard.html"  # package data, built by `make dashboard`
 # A 24 h minute series of 20 counters is about 1.3 MB of JSON to build: 512 MB gives the CPU for it
 # (Lambda's CPU grows with memory) and keeps a cold start near a second.
 READ_MEMORY_MB = 512
