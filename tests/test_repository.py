@@ -65,3 +65,9 @@ def test_the_release_is_named_once_and_the_changelog_says_how_to_upgrade_to_it_a
     changelog = (ROOT / "CHANGELOG.md").read_text()
     release = changelog.split(f"## [{tally.__version__}]", 1)[1].split("\n## [", 1)[0]
     assert "### Upgrade from" in release and "### Rollback to" in release
+
+
+def test_the_dev_extra_names_this_distribution_not_pypis_other_tally():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    own = [r for r in project["optional-dependencies"]["dev"] if r.split("[")[0] in {"tally", project["name"]}]
+    assert own == [f"{project['name']}[scripts,cdk]"]
