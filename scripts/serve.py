@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         dynamodb = client("dynamodb")
         create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE)
         api.start()
+        say(f"tables: {server.name} at {server.endpoint_url}")
         say(f"API: {api.url}")
         say(f"Dashboard: {api.url}/?{dashboard_query(counters, shape)}")
         say("export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exported(server, shape).items()))

@@ -30,8 +30,9 @@ START_SECONDS = 120
 class Serving:
     """A running scripts/serve.py: its process, the lines it printed, the URLs and environment it announced."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, backend: str = "moto") -> None:
         env = {name: value for name, value in os.environ.items() if not name.startswith(("AWS_ENDPOINT", "COUNTS_", "EVENTS_"))}
+        env["TALLY_LOCAL_BACKEND"] = self.backend = backend
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPTS / "serve.py"), "--port", "0", *args],
             stdout=subprocess.PIPE,
@@ -78,9 +79,10 @@ class Serving:
             self.process.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def serving():
-    serve = Serving("--hours", "2", "--rate", "5", "--window-seconds", "2")
+@pytest.fixture(scope="module", params=["moto", pytest.param("dynamodb-local", marks=pytest.mark.dynamodb_local)])
+def serving(request):
+    """make serve on either backend: the same API, dashboard and README examples over moto or DynamoDB Local."""
+    serve = Serving("--hours", "2", "--rate", "5", "--window-seconds", "2", backend=request.param)
     try:
         serve.wait_for("live: ")
         yield serve
@@ -114,6 +116,8 @@ def readme_block(heading: str, language: str) -> str:
 
 
 def test_it_announces_the_api_and_the_dashboard_on_loopback(serving):
+    backend = {"moto": "moto's server", "dynamodb-local": "DynamoDB Local"}[serving.backend]
+    assert f"tables: {backend} at {serving.environment['AWS_ENDPOINT_URL']}\n" in serving.lines
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", serving.api)
     assert serving.dashboard.startswith(f"{serving.api}/?counter=page-views")
     with urllib.request.urlopen(serving.dashboard, timeout=15) as page:
