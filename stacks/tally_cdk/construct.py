@@ -17,6 +17,7 @@ descriptions the local pipeline builds its tables from.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import shutil
 import tempfile
@@ -105,6 +106,7 @@ def runtime_asset() -> Path:
     checkout), copied without its local toolkit into a folder of its own, once per process."""
     package = Path(tally.__file__).resolve().parent
     staged = Path(tempfile.mkdtemp(prefix="tally-asset-"))
+    atexit.register(shutil.rmtree, staged, True)  # synthesis copies it into the cloud assembly before then
     shutil.copytree(package, staged / "tally", ignore=shutil.ignore_patterns(*LEFT_OUT_OF_THE_ASSET))
     return staged
 
