@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import tomllib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -252,7 +253,9 @@ def test_the_demo_install_answers_a_stack_lookup(tmp_path):
 
 
 # Imports of distributions outside the scripts extra fail, as they do in the virtualenv `make demo` creates.
-DEMO_INSTALL_ONLY = """
+# This checkout's distribution, as pyproject.toml names it ("tally" on PyPI is another project).
+DISTRIBUTION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["name"]
+DEMO_INSTALL_ONLY = f"DISTRIBUTION = {DISTRIBUTION!r}\n" + """
 import importlib.abc, importlib.metadata as metadata, sys
 from packaging.requirements import Requirement
 
@@ -268,7 +271,7 @@ def closure(name, extras, seen):
             closure(requirement.name, tuple(sorted(requirement.extras)), seen)
 
 seen = set()
-closure("tally", ("scripts",), seen)
+closure(DISTRIBUTION, ("scripts",), seen)
 installed = {name.lower().replace("_", "-") for name, _ in seen}
 blocked = {
     module for module, distributions in metadata.packages_distributions().items()

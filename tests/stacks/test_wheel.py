@@ -29,10 +29,11 @@ CDK = [requirement for requirement in PROJECT["optional-dependencies"]["cdk"] if
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """``python -m build`` of this checkout (its dashboard page built first, as `make test` does)."""
+    """``python -m build`` of this checkout (its dashboard page built first, as `make test` does): the sdist, and
+    the wheel built from it, which leaves nothing behind in the checkout and proves the sdist whole."""
     out = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--sdist", "--outdir", str(out), str(REPO_ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO_ROOT)],
         capture_output=True, text=True, timeout=600,
     )
     assert built.returncode == 0, built.stderr[-3000:]
