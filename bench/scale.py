@@ -54,6 +54,7 @@ from typing import Any
 from bench.cost import item_size, number_size, write_units
 from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets
 from tally.core.commit import (
+    Answer,
     CommitResult,
     CommitStep,
     Outcome,
@@ -179,8 +180,8 @@ class SimulatedTable:
         self._parsed: dict[int, tuple[Update, _Parsed]] = {}
         self.sketches: dict[Key, bytes] = {}  # sketch items' stored bytes
 
-    def update(self, now: float, update: Update) -> tuple[float, Outcome]:
-        """Send one UpdateItem at ``now``: when its answer arrives, and what it is."""
+    def update(self, now: float, update: Update) -> tuple[float, Answer]:
+        """Send one UpdateItem at ``now``: when its answer arrives, and what it is (with the count it returns)."""
         stats = self.stats
         stats.updates += 1
         answer_at = now + self.latency.seconds(self.rng)
@@ -203,7 +204,7 @@ class SimulatedTable:
         item_bucket, partition_bucket = self._item_bucket(key), self._partition_bucket(key[0])
         if item_bucket.available(now) < cost or partition_bucket.available(now) < cost:
             stats.throttled += 1
-            return answer_at, Outcome.RETRY
+            return answer_at, Answer(Outcome.RETRY)
         item_bucket.take(now, cost)
         partition_bucket.take(now, cost)
         stats.write_units += cost
@@ -211,14 +212,14 @@ class SimulatedTable:
             stats.counted_write_units += cost
         if outcome is Outcome.ALREADY_APPLIED:
             stats.already_applied += 1
-            return answer_at, outcome
+            return answer_at, Answer(outcome, self.counts[key])
         self.counts[key] = self.counts.get(key, 0) + parsed.delta
         self.sizes[key] = after
         self.watermarks.setdefault(key, {})[parsed.tag] = parsed.position
         stats.applied += 1
         stats.largest_item_bytes = max(stats.largest_item_bytes, after)
         self._parsed.pop(id(update), None)
-        return answer_at, outcome
+        return answer_at, Answer(outcome, self.counts[key])
 
     def read_sketches(self, now: float, keys: Sequence[Key]) -> tuple[float, dict[Key, bytes | None]]:
         """A strongly consistent BatchGetItem of sketch items: when it answers, and what they hold now."""
@@ -475,7 +476,7 @@ class Batch:
 
     invocation: Invocation
     updates: list[Update]
-    outcomes: list[Outcome | None]
+    answers: list[Answer | None]
     next: int = 0
     answered: int = 0
 
@@ -622,17 +623,17 @@ class Simulation:
         index = batch.next
         batch.next += 1
         self.table.counting = batch.invocation.window >= self.counted_from_window
-        answer_at, outcome = self.table.update(now, batch.updates[index])
-        self._at(answer_at, self._answered, batch, index, outcome)
+        answer_at, answer = self.table.update(now, batch.updates[index])
+        self._at(answer_at, self._answered, batch, index, answer)
 
-    def _answered(self, now: float, batch: Batch, index: int, outcome: Outcome) -> None:
-        batch.outcomes[index] = outcome
+    def _answered(self, now: float, batch: Batch, index: int, answer: Answer) -> None:
+        batch.answers[index] = answer
         batch.answered += 1
-        self.stats.retries += outcome is Outcome.RETRY
+        self.stats.retries += answer.outcome is Outcome.RETRY
         if batch.next < len(batch.updates):
             self._send_next(now, batch)
         elif batch.answered == len(batch.updates):
-            self._step(now, batch.invocation, batch.outcomes)  # type: ignore[arg-type]
+            self._step(now, batch.invocation, batch.answers)  # type: ignore[arg-type]
 
     def _retry(self, failed_at: float, invocation: Invocation) -> None:
         """Lambda retries the failed invocation with the same records; what was applied is found by its watermarks.

@@ -136,17 +136,17 @@ def test_listing_answers_the_counters_under_a_prefix(environment):
     assert {item["counter"] for item in body["counters"]} == {f"load/posts/{key}" for key in BLOG.keys}
 
 
-def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(environment, monkeypatch):
-    monkeypatch.setattr(http_api, "MAX_COUNTERS", 2)  # views/all and three posts are four candidates
-    counted = []
-    monkeypatch.setattr(Reader, "_count", lambda *args, **kwargs: counted.append(args) or [])
-
-    status, _, body = get("/counters?prefix=views/")
-    assert status == 400 and body["parameter"] == "prefix"
-    assert "narrow the prefix" in body["message"] and counted == []
-
-    assert get("/counters?prefix=views/posts/a")[0] == 200
-    assert len(counted) == 1  # one candidate (views/posts/about) is within the limit, and is counted
+def test_a_listing_beyond_what_one_answer_holds_pages_with_a_cursor(environment, monkeypatch):
+    monkeypatch.setattr(http_api, "MAX_COUNTERS", 3)  # views/all and three posts are four candidates
+    everything = [(result.counter, result.total) for result in Reader(COUNTS).list_counters("views/", window="24h")]
+    status, _, first = get("/counters?prefix=views/")
+    assert status == 200 and len(first["counters"]) == 3 and first["cursor"]
+    status, _, rest = get(f"/counters?prefix=views/&cursor={first['cursor']}")
+    assert status == 200 and rest["cursor"] is None
+    paged = [(counted["counter"], counted["total"]) for counted in first["counters"] + rest["counters"]]
+    assert paged == everything and len(everything) == 4
+    status, _, refused = get("/counters?prefix=views/&cursor=not-one")
+    assert status == 400 and refused["parameter"] == "cursor" and "not one a listing handed out" in refused["message"]
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ silently low count.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Generator, Iterable
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from tally import __version__
 from tally.core.commit import (
+    Answer,
     CommitResult,
     Outcome,
     Pause,
@@ -30,6 +33,7 @@ from tally.core.commit import (
     Writer,
     commit_steps,
     condition_failed,
+    count_of,
 )
 from tally.core.sketch_writes import (
     ReadSketches,
@@ -39,7 +43,7 @@ from tally.core.sketch_writes import (
     sketch_steps,
 )
 from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys, sketch_sort_keys
-from tally.core.directory import Entry, day_partition, entries_of, entry_item
+from tally.core.directory import Entry, day_partitions, entries_of, entry_item
 from tally.core.amounts import stored_units
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
@@ -269,42 +273,44 @@ class CountsTable:
             raise CommitFailed(f"sketch write of {write.key}: {_describe(error)}") from error
         return SketchOutcome.WRITTEN, None
 
-    def _send(self, step: Send) -> list[Outcome]:
+    def _send(self, step: Send) -> list[Answer]:
         """Every update of the step, ``workers`` at a time; the first failure stops the rest and is raised."""
         updates = step.updates
         if self.workers <= 1 or len(updates) <= 1:
-            outcomes = [self._update(update) for update in updates]
+            answers = [self._update(update) for update in updates]
         else:
             with ThreadPoolExecutor(min(self.workers, len(updates)), thread_name_prefix="tally-commit") as pool:
-                futures: list[Future[Outcome]] = [pool.submit(self._update, update) for update in updates]
+                futures: list[Future[Answer]] = [pool.submit(self._update, update) for update in updates]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = next((f for f in futures if f in done and f.exception() is not None), None)
                 if failed is not None:
                     for future in futures:
                         future.cancel()  # those not started yet; the running ones finish as the pool closes
                     raise failed.exception()  # type: ignore[misc]
-                outcomes = [future.result() for future in futures]
-        retried = outcomes.count(Outcome.RETRY)
+                answers = [future.result() for future in futures]
+        retried = sum(answer.outcome is Outcome.RETRY for answer in answers)
         if retried:
             logger.warning("%d of %d bucket updates throttled, sent again after a pause", retried, len(updates))
-        return outcomes
+        return answers
 
-    def _update(self, update: Update) -> Outcome:
-        """One UpdateItem: applied, already applied, worth another try, or CommitFailed."""
+    def _update(self, update: Update) -> Answer:
+        """One UpdateItem: applied, already applied (with the count it returned), worth another try, or
+        CommitFailed."""
         try:
-            self.client.update_item(**update.request)
+            response = self.client.update_item(**update.request)
         except ClientError as error:
             code = _code(error)
             if code == "ConditionalCheckFailedException":
-                if condition_failed(error.response.get("Item"), update.tag, update.position) is Outcome.FAIL:
+                found = error.response.get("Item")
+                if condition_failed(found, update.tag, update.position) is Outcome.FAIL:
                     raise CommitFailed(
                         f"update of {update.name} refused by a condition its watermark does not explain"
                     ) from error
-                return Outcome.ALREADY_APPLIED
+                return Answer(Outcome.ALREADY_APPLIED, count_of(found))
             if code in _RETRYABLE_CODES:
-                return Outcome.RETRY
+                return Answer(Outcome.RETRY)
             raise CommitFailed(f"update of {update.name}: {_describe(error)}") from error
-        return Outcome.APPLIED
+        return Answer(Outcome.APPLIED, count_of(response.get("Attributes")))
 
     def _markers_exist(self, keys: list[dict[str, str]]) -> list[bool]:
         """Which of the previous release's marker items exist, read strongly consistent."""
@@ -489,12 +495,21 @@ class CountsTable:
         return _throttled(self.backoff, operation, **kwargs)
 
 
+@dataclass(frozen=True)
+class DirectoryPage:
+    """Counter names of a listing in name order, the Queries they took, and whether names after them may exist."""
+
+    names: list[str]
+    requests: int
+    more: bool
+
+
 class CounterDirectory:
     """The counter directory (``core/directory.py``) in the counts table: written beside commits, read by listings.
 
     An instance remembers the entries it has written, so a warm function puts
-    each (day, counter) entry once, however many windows it commits; a new
-    container, or another shard's, puts it again, which changes nothing.
+    each (day, counter) entry once, however many of the counter's hour items
+    it creates that day; another container puts it again, which changes nothing.
     """
 
     def __init__(
@@ -507,12 +522,12 @@ class CounterDirectory:
         self.written: set[Entry] = set()
 
     def recording(self, commit: Callable[[Segment, Writer], CommitResult]) -> Callable[[Segment, Writer], CommitResult]:
-        """``commit``, then the directory entries of what it committed (also after a duplicate, which a
-        retry that failed between the two finds)."""
+        """``commit``, then the directory entries of the hour items it created (or found applied, which a retry
+        whose first try created them and failed before its entries finds)."""
 
         def commit_and_record(segment: Segment, writer: Writer) -> CommitResult:
             result = commit(segment, writer)
-            self.record(segment.deltas)
+            self.record(result.born)
             return result
 
         return commit_and_record
@@ -529,28 +544,61 @@ class CounterDirectory:
 
     def counters(self, prefix: str, days: Iterable[int], consistent: bool = False) -> tuple[list[str], int]:
         """Names starting with ``prefix`` that have an entry on any of ``days`` (sorted), and the Queries made."""
-        names: set[str] = set()
-        requests = 0
-        for day in days:
+        page = self.page(prefix, days, consistent=consistent)
+        return page.names, page.requests
+
+    def page(
+        self,
+        prefix: str,
+        days: Iterable[int],
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        consistent: bool = False,
+    ) -> DirectoryPage:
+        """The first ``limit`` names (all without one) after ``after`` that start with ``prefix`` and have an
+        entry on any of ``days``, in name order: every partition of every day read in pages, merged.
+
+        Each partition is read lazily, in pages that grow, so a page of a
+        listing reads about its share of each partition, and a day that only
+        the previous release wrote is read as far as the page needs.
+        """
+        requests = [0]
+
+        def names_in(partition: str) -> Iterator[str]:
             request: dict[str, Any] = {
                 "TableName": self.table_name,
                 "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
                 "ProjectionExpression": "#sk",
                 "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
-                "ExpressionAttributeValues": {
-                    ":pk": {"S": day_partition(day)},
-                    **({":prefix": {"S": prefix}} if prefix else {}),
-                },
+                "ExpressionAttributeValues": {":pk": {"S": partition}, **({":prefix": {"S": prefix}} if prefix else {})},
                 "ConsistentRead": consistent,
             }
+            if after is not None:
+                request["ExclusiveStartKey"] = _key(partition, after)
+            page_size = _FIRST_PAGE
             while True:
+                if limit is not None:
+                    request["Limit"] = page_size
+                    page_size = min(4 * page_size, _LARGEST_PAGE)
                 response = _throttled(self.backoff, self.client.query, **request)
-                requests += 1
-                names.update(item[COUNTS_TABLE.sort_key]["S"] for item in response.get("Items", []))
+                requests[0] += 1
+                for item in response.get("Items", []):
+                    yield item[COUNTS_TABLE.sort_key]["S"]
                 if "LastEvaluatedKey" not in response:
-                    break
+                    return
                 request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-        return sorted(names), requests
+
+        partitions = [partition for day in days for partition in day_partitions(day)]
+        merged = (name for name, _ in itertools.groupby(heapq.merge(*(names_in(p) for p in partitions))))
+        names = list(itertools.islice(merged, None if limit is None else limit + 1))
+        more = limit is not None and len(names) > limit
+        return DirectoryPage(names[:limit] if more else names, requests[0], more)
+
+
+# A listing page's first Query per partition reads this many names; the next ones four times more.
+_FIRST_PAGE = 8
+_LARGEST_PAGE = 1_000
 
 
 def _throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

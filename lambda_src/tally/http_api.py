@@ -3,8 +3,8 @@
     GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
         [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
-    GET /counters?prefix=views/&window=24h
-        -> {"counters": [<the same object for each listed counter>], "notes": […]}
+    GET /counters?prefix=views/&window=24h[&cursor=…]
+        -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
     GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
 
@@ -50,7 +50,7 @@ from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_opti
 
 OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles", "allow_transient")
 COUNT_PARAMETERS = ("counter", *OPTIONS)
-LIST_PARAMETERS = ("prefix", *OPTIONS)
+LIST_PARAMETERS = ("prefix", "cursor", *OPTIONS)
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.
 MAX_COUNTERS = 100
 MAX_ENTRIES = 40_000  # hours of by_hour plus series points (times the quantiles asked), over all counters of one answer
@@ -177,12 +177,12 @@ def _counters(*, public: bool) -> Response:
         _check_public(prefix, "prefix")
     options = _options(query)
     _check_size(1, options)
-    limit = min(MAX_COUNTERS, MAX_ENTRIES // _entries_per_counter(options))  # refused before counting beyond it
+    limit = min(MAX_COUNTERS, MAX_ENTRIES // _entries_per_counter(options))  # a page: names counted at once
     try:
-        results = reader().list_counters(prefix, limit=limit, **options.as_kwargs())
+        results = reader().list_counters(prefix, limit=limit, cursor=query.one("cursor"), **options.as_kwargs())
     except QueryError as error:
         raise BadRequest(_culprit(error, query, default="prefix"), str(error)) from None
-    return _answer("counters", results, public)
+    return _answer("counters", results, public, cursor=results.cursor)
 
 
 def _query(allowed: Sequence[str], path: str) -> Query:
@@ -264,8 +264,8 @@ def _check_size(counters: int, options: ReadOptions) -> None:
         )
 
 
-def _answer(key: str, results: list[WindowCount], public: bool) -> Response:
-    body = {key: [result.as_json() for result in results], "notes": reader().notes(results)}
+def _answer(key: str, results: list[WindowCount], public: bool, **more: object) -> Response:
+    body = {key: [result.as_json() for result in results], **more, "notes": reader().notes(results)}
     cache_control = api_settings().public_cache_control if public else PRIVATE
     return _json(200, body, cache_control)
 

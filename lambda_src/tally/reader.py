@@ -35,7 +35,7 @@ from tally.core.settings import (
     Settings,
 )
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, end_ms_of, instant_of, length_ms_of, now_ms
-from tally.core.directory import RESERVED_PREFIX, days_between
+from tally.core.directory import RESERVED_PREFIX, after_cursor, cursor_of, days_between
 from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings
 from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
 from tally.stack_outputs import table_names_from_stack
@@ -110,6 +110,14 @@ def read_options(
     )
 
 
+class CounterListing(list[WindowCount]):
+    """A listing's counters (a list), and ``cursor``: where its next page starts, None after the last page."""
+
+    def __init__(self, counters: Sequence[WindowCount], cursor: str | None) -> None:
+        super().__init__(counters)
+        self.cursor = cursor
+
+
 class Reader:
     """Counts from one counts table: ``count``, ``count_many``, ``list_counters``, each with the options above.
 
@@ -163,15 +171,21 @@ class Reader:
         names = [validate_query_counter(name) for name in counters]
         return self._count(names, read_options(**options), now_ms())
 
-    def list_counters(self, prefix: str = "", *, limit: int | None = None, **options: Any) -> list[WindowCount]:
+    def list_counters(
+        self, prefix: str = "", *, limit: int | None = None, cursor: str | None = None, **options: Any
+    ) -> CounterListing:
         """The counters whose names start with ``prefix`` that counted anything in the window, by name.
 
-        Reads the counter directory (one Query per UTC day of the window) and
-        counts the counters found there, keeping those with a total above 0.
-        ``limit`` bounds the work: more candidates than that in the directory
-        raise QueryError before anything is counted. The directory knows
-        counters from their first commit by a release that writes it. tally's
-        own ``#rejected#<reason>`` counters are not listed.
+        Reads the counter directory (every partition of every UTC day of the
+        window, merged in name order) and counts the counters found there,
+        keeping those with a total above 0. ``limit`` pages the listing: it
+        takes the next ``limit`` names of the directory (after ``cursor``,
+        the ``cursor`` of the previous page), counts them, and says in the
+        result's ``cursor`` where the next page starts (None after the last
+        page; a page may list fewer counters than ``limit``, or none, when
+        some counted nothing in the window). The directory knows counters from
+        their first commit by a release that writes it. tally's own
+        ``#rejected#<reason>`` counters are not listed.
         """
         if not isinstance(prefix, str):
             raise QueryError(f"prefix must be text, got {prefix!r}")
@@ -182,21 +196,23 @@ class Reader:
                 f"names starting with '#' are tally's own and never listed, got prefix {prefix!r}: "
                 "read rejections by name, #rejected#<reason>"
             )
+        after = None if cursor is None or cursor == "" else after_cursor(cursor)
         chosen = read_options(**options)
         now = now_ms()
         _asked, window = answered_window(
             _length_ms(chosen), _at_ms(chosen), now, chosen.aligns(), self.settings
         )
-        names, requests = self.directory.counters(prefix, days_between(window.start_ms, window.end_ms), chosen.consistent)
-        if not names:
-            return []
-        if limit is not None and len(names) > limit:
-            raise QueryError(
-                f"{len(names)} counters starting with {prefix!r} have buckets on the days of the window {window}, "
-                f"more than the limit of {limit}: narrow the prefix or the window"
-            )
-        counted = self._count(names, chosen, now)
-        return [replace(result, requests=result.requests + requests) for result in counted if result.total > 0]
+        page = self.directory.page(
+            prefix, days_between(window.start_ms, window.end_ms), after=after, limit=limit, consistent=chosen.consistent
+        )
+        next_cursor = cursor_of(page.names[-1]) if page.more else None
+        if not page.names:
+            return CounterListing([], next_cursor)
+        counted = self._count(page.names, chosen, now)
+        return CounterListing(
+            [replace(result, requests=result.requests + page.requests) for result in counted if result.total > 0],
+            next_cursor,
+        )
 
     def _count(self, names: list[str], chosen: ReadOptions, now: int) -> list[WindowCount]:
         return count_windows(

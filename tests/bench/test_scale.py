@@ -46,9 +46,9 @@ def updates(first: str, counters: list[str], *, delta: int = 1, shard: str = "sh
 def test_an_item_takes_at_most_its_write_units_per_second_and_refills():
     table = SimulatedTable(FIXED, Limits(item_write_units_per_second=1000, partition_write_units_per_second=10**9))
     for n in range(1000):  # a second's burst: 1,000 updates of 1 unit
-        assert table.update(n * 1e-6, updates(str(n + 1), ["hot"])[0])[1] is Outcome.APPLIED
-    assert table.update(0.001, updates("1001", ["hot"])[0])[1] is Outcome.RETRY
-    assert table.update(0.003, updates("1002", ["hot"])[0])[1] is Outcome.APPLIED  # 2 ms refill 2 units
+        assert table.update(n * 1e-6, updates(str(n + 1), ["hot"])[0])[1].outcome is Outcome.APPLIED
+    assert table.update(0.001, updates("1001", ["hot"])[0])[1].outcome is Outcome.RETRY
+    assert table.update(0.003, updates("1002", ["hot"])[0])[1].outcome is Outcome.APPLIED  # 2 ms refill 2 units
     assert table.stats.throttled == 1 and table.stats.applied == 1001
     assert table.count(("hot", MINUTE.sort_key)) == 1001
 
@@ -57,9 +57,9 @@ def test_a_partition_takes_at_most_its_write_units_per_second_over_all_its_items
     table = SimulatedTable(FIXED, Limits(item_write_units_per_second=10**9, partition_write_units_per_second=1000))
     for n in range(500):  # the minute and the hour of one counter: one partition key
         for update in updates(str(n + 1), ["hot"], hour=True):
-            assert table.update(n * 1e-6, update)[1] is Outcome.APPLIED
-    assert [table.update(0.001, u)[1] for u in updates("501", ["hot"], hour=True)] == [Outcome.RETRY] * 2
-    assert table.update(0.001, updates("502", ["cold"])[0])[1] is Outcome.APPLIED  # other partitions are not affected
+            assert table.update(n * 1e-6, update)[1].outcome is Outcome.APPLIED
+    assert [table.update(0.001, u)[1].outcome for u in updates("501", ["hot"], hour=True)] == [Outcome.RETRY] * 2
+    assert table.update(0.001, updates("502", ["cold"])[0])[1].outcome is Outcome.APPLIED  # other partitions are not affected
 
 
 def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and_after():
@@ -89,8 +89,8 @@ def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and
 def test_an_update_its_watermark_shows_applied_changes_nothing_and_costs_the_item():
     table = SimulatedTable(FIXED)
     table.update(0.0, updates("100000000000000000200", ["a"])[0])
-    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1] is Outcome.ALREADY_APPLIED
-    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1] is Outcome.ALREADY_APPLIED
+    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1].outcome is Outcome.ALREADY_APPLIED
+    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1].outcome is Outcome.ALREADY_APPLIED
     assert table.count(("a", MINUTE.sort_key)) == 1
     assert (table.stats.already_applied, table.stats.write_units) == (2, 3)
 

@@ -8,6 +8,7 @@ from tally.core.commit import (
     LEGACY_MARKER_PREFIX,
     LEGACY_PART_ITEMS,
     WATERMARK_PREFIX,
+    Answer,
     Outcome,
     Pause,
     ReadMarkers,
@@ -51,6 +52,7 @@ def test_one_update_per_bucket_item_conditioned_on_the_writers_watermark():
     assert request["UpdateExpression"] == "ADD #a0 :a0 SET #ttl = if_not_exists(#ttl, :ttl), #w = :w"
     assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"
     assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+    assert request["ReturnValues"] == "UPDATED_NEW"  # the count after it: whether it created the item
     assert request["ExpressionAttributeNames"] == {"#ttl": "ttl", "#w": WRITER.tag, "#a0": "count"}
     values = request["ExpressionAttributeValues"]
     assert values[":a0"] == {"N": "76"}
@@ -153,7 +155,7 @@ def test_hours_are_sent_before_minutes_and_throttled_updates_again_after_a_pause
     throttled = {("b", HOUR)}
 
     def answer(step):
-        outcomes = [Outcome.RETRY if u.item in throttled else Outcome.APPLIED for u in step.updates]
+        outcomes = [Answer(Outcome.RETRY) if u.item in throttled else Answer(Outcome.APPLIED, u.added) for u in step.updates]
         throttled.clear()
         return outcomes
 
@@ -164,30 +166,46 @@ def test_hours_are_sent_before_minutes_and_throttled_updates_again_after_a_pause
     assert (result.applied, result.already_applied, result.retries) == (3, 0, 1)
 
 
+def test_hour_items_an_update_created_are_born_and_so_are_those_a_retry_finds_applied():
+    """A count equal to what the update added: the item is new. Found applied: its lost first try may have
+    created it. Minute items are never born: every event counts in its hour, which says the day."""
+
+    def answer(step):
+        counts = {("a", HOUR): 76, ("b", HOUR): 5 + 12, ("a", MINUTE): 76}
+        return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
+
+    result, _ = run(steps_of(segment()), answer)
+    assert result.born == (("a", HOUR),)
+    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 99) for _ in step.updates])
+    assert result.born == (("a", HOUR), ("b", HOUR))
+    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED) for _ in step.updates])
+    assert result.born == ()  # nothing came back: nothing known to be new
+
+
 def test_a_retried_segment_counts_what_it_finds_applied():
-    result, _ = run(steps_of(segment()), lambda step: [Outcome.ALREADY_APPLIED for _ in step.updates])
+    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED) for _ in step.updates])
     assert (result.applied, result.already_applied) == (0, 3)
 
 
 def test_updates_throttled_on_every_try_exhaust_the_retries():
     with pytest.raises(RetriesExhausted, match="still throttled"):
-        run(steps_of(segment(), attempts=3), lambda step: [Outcome.RETRY for _ in step.updates])
+        run(steps_of(segment(), attempts=3), lambda step: [Answer(Outcome.RETRY) for _ in step.updates])
 
 
 def test_an_answer_that_is_not_an_outcome_is_refused():
     with pytest.raises(ValueError, match="outcome"):
-        run(steps_of(segment()), lambda step: [Outcome.FAIL for _ in step.updates])
+        run(steps_of(segment()), lambda step: [Answer(Outcome.FAIL) for _ in step.updates])
 
 
 def test_markers_of_the_previous_release_are_read_only_for_segments_that_may_predate_this_one():
-    _, log = run(steps_of(segment()), lambda step: [Outcome.APPLIED for _ in step.updates])
+    _, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED) for _ in step.updates])
     assert not any(isinstance(step, ReadMarkers) for step in log)
     _, log = run(steps_of(segment(), after_previous_release=True), answer_none_found)
     assert [step.keys for step in log if isinstance(step, ReadMarkers)] == [[legacy_marker_key(segment(), WRITER.legacy_source, 0)]]
 
 
 def answer_none_found(step):
-    return [False] * len(step.keys) if isinstance(step, ReadMarkers) else [Outcome.APPLIED] * len(step.updates)
+    return [False] * len(step.keys) if isinstance(step, ReadMarkers) else [Answer(Outcome.APPLIED)] * len(step.updates)
 
 
 def test_items_of_the_previous_releases_committed_transactions_are_skipped():
@@ -204,7 +222,7 @@ def test_items_of_the_previous_releases_committed_transactions_are_skipped():
         if isinstance(step, ReadMarkers):
             return [True] + [False] * (len(step.keys) - 1) if len(step.keys) == 1 else [True, True, False]
         sent.extend(u.item for u in step.updates)
-        return [Outcome.APPLIED] * len(step.updates)
+        return [Answer(Outcome.APPLIED)] * len(step.updates)
 
     result, log = run(steps_of(big, after_previous_release=True), answer)
     assert [len(step.keys) for step in log if isinstance(step, ReadMarkers)] == [1, 3]

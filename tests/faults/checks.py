@@ -23,7 +23,7 @@ from tally.core.sketches import Sketch
 from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
 
-from tally.core.directory import DIRECTORY_PREFIX, day_partition
+from tally.core.directory import DIRECTORY_PREFIX, partition_of
 
 from .harness import STATS, FaultStats
 from .streams import Expected
@@ -157,7 +157,7 @@ def check_directory(client: Any, table_name: str, expected: Expected, context: s
         entries.update(
             (item["pk"]["S"], item["sk"]["S"]) for item in page["Items"] if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
         )
-    truth = {(day_partition(event_ms // DAY_MS), name) for name, event_ms, _ in expected.events}
+    truth = {(partition_of(event_ms // DAY_MS, name), name) for name, event_ms, _ in expected.events}
     assert entries == truth, f"directory: extra {sorted(entries - truth)[:5]}, missing {sorted(truth - entries)[:5]}; {context}"
 
 
