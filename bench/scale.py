@@ -59,6 +59,7 @@ from tally.core.commit import (
     CommitStep,
     Outcome,
     Pause,
+    Put,
     RetriesExhausted,
     Send,
     Update,
@@ -73,6 +74,7 @@ from tally.core.sketch_writes import (
     WriteSketches,
     sketch_steps,
 )
+from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
 from tally.core.retry import Backoff, commit_backoff, sketch_backoff
@@ -142,6 +144,9 @@ class TableStats:
     sketch_conflicts: int = 0  # ... that found the item changed since it was read
     sketch_throttled: int = 0  # ... refused for an item's or a partition's write limit
     sketch_write_units: int = 0  # write units of sketch writes, failed conditions included
+    puts: dict[str, int] = field(default_factory=dict)  # BatchWriteItem puts written, by kind (directory, ranks)
+    put_throttled: dict[str, int] = field(default_factory=dict)  # ... left unprocessed for a partition's limit
+    put_write_units: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,6 +184,7 @@ class SimulatedTable:
         self.counting = True  # whether write units count now (set by the simulation, window by window)
         self._parsed: dict[int, tuple[Update, _Parsed]] = {}
         self.sketches: dict[Key, bytes] = {}  # sketch items' stored bytes
+        self.stored: dict[Key, dict[str, Any]] = {}  # items put: directory entries, rank records
 
     def update(self, now: float, update: Update) -> tuple[float, Answer]:
         """Send one UpdateItem at ``now``: when its answer arrives, and what it is (with the count it returns)."""
@@ -262,6 +268,29 @@ class SimulatedTable:
             answer_at = max(answer_at, now + self.latency.seconds(self.rng))
         return answer_at, answers
 
+    def put(self, now: float, items: Sequence[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+        """BatchWriteItem requests of 25, one after the other: when the last answers, and the items left
+        unprocessed (a put beyond its partition's write units is, and consumes nothing)."""
+        answer_at, left = now, []
+        for start in range(0, len(items), 25):
+            for item in items[start : start + 25]:
+                key = (item["pk"]["S"], item["sk"]["S"])
+                kind = put_kind(key[0])
+                cost = write_units(item_size(item))
+                if self._partition_bucket(key[0]).available(answer_at) < cost:
+                    self.stats.put_throttled[kind] = self.stats.put_throttled.get(kind, 0) + 1
+                    left.append(item)
+                    continue
+                self._partition_bucket(key[0]).take(answer_at, cost)
+                self.stats.puts[kind] = self.stats.puts.get(kind, 0) + 1
+                self.stats.put_write_units[kind] = self.stats.put_write_units.get(kind, 0) + cost
+                self.stats.write_units += cost
+                if self.counting:
+                    self.stats.counted_write_units += cost
+                self.stored[key] = item
+            answer_at += self.latency.seconds(self.rng)
+        return answer_at, left
+
     def count(self, key: Key) -> int:
         return self.counts.get(key, 0)
 
@@ -292,6 +321,11 @@ class SimulatedTable:
             rate = self.limits.partition_write_units_per_second
             bucket = self.partition_capacity[partition] = TokenBucket(rate, rate * self.limits.burst_seconds)
         return bucket
+
+
+def put_kind(partition: str) -> str:
+    """What a put is, by its partition: a directory entry or a rank record."""
+    return "directory" if partition.startswith(DIRECTORY_PREFIX) else "ranks"
 
 
 def _sketch_item_size(key: Key, sketch: bytes) -> int:
@@ -614,6 +648,10 @@ class Simulation:
             self.table.counting = invocation.window >= self.counted_from_window
             answer_at, answers = self.table.write_sketches(now, step.writes)
             self._at(answer_at, self._step, invocation, answers)
+        elif isinstance(step, Put):
+            self.table.counting = invocation.window >= self.counted_from_window
+            answer_at, left = self.table.put(now, step.items)
+            self._at(answer_at, self._step, invocation, left)
         elif isinstance(step, Pause):
             self._at(now + step.seconds, self._step, invocation, None)
         else:

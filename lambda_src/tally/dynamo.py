@@ -26,6 +26,7 @@ from tally.core.commit import (
     CommitResult,
     Outcome,
     Pause,
+    Put,
     ReadMarkers,
     RetriesExhausted,
     Send,
@@ -45,6 +46,7 @@ from tally.core.sketch_writes import (
 from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys, sketch_sort_keys
 from tally.core.directory import Entry, day_partitions, entries_of, entry_item
 from tally.core.amounts import stored_units
+from tally.core.ranking import RankRecord
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
 from tally.core.retry import Backoff, commit_backoff, sketch_backoff
@@ -224,6 +226,8 @@ class CountsTable:
                     reply = self._read_sketches(step.keys)
                 elif isinstance(step, WriteSketches):
                     reply = [self._write_sketch(write) for write in step.writes]
+                elif isinstance(step, Put):
+                    reply = self._put(step.items)
                 else:
                     reply = self._send(step)
         except StopIteration as done:
@@ -272,6 +276,23 @@ class CountsTable:
                 return SketchOutcome.RETRY, None
             raise CommitFailed(f"sketch write of {write.key}: {_describe(error)}") from error
         return SketchOutcome.WRITTEN, None
+
+    def _put(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """BatchWriteItem puts, 25 a request: the items left unprocessed, a throttled request's all of them."""
+        left: list[dict[str, Any]] = []
+        for start in range(0, len(items), BATCH_WRITE_LIMIT):
+            chunk = items[start : start + BATCH_WRITE_LIMIT]
+            request = {self.table_name: [{"PutRequest": {"Item": item}} for item in chunk]}
+            try:
+                response = self.client.batch_write_item(RequestItems=request)
+            except ClientError as error:
+                if _code(error) not in _RETRYABLE_CODES:
+                    raise
+                logger.warning("puts throttled, sent again after a pause: %s", _describe(error))
+                left.extend(chunk)
+                continue
+            left.extend(r["PutRequest"]["Item"] for r in response.get("UnprocessedItems", {}).get(self.table_name, []))
+        return left
 
     def _send(self, step: Send) -> list[Answer]:
         """Every update of the step, ``workers`` at a time; the first failure stops the rest and is raised."""
@@ -599,6 +620,43 @@ class CounterDirectory:
 # A listing page's first Query per partition reads this many names; the next ones four times more.
 _FIRST_PAGE = 8
 _LARGEST_PAGE = 1_000
+
+
+class RankIndex:
+    """The rank records (``core/ranking.py``) in the counts table: written by commits, read by top-N answers."""
+
+    def __init__(self, client: Any, table_name: str, backoff: Callable[[], Backoff] | None = None) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.backoff = backoff or Backoff
+
+    def page(
+        self, partition: str, start_key: str | None, limit: int, consistent: bool = False
+    ) -> tuple[list[RankRecord], str | None, int]:
+        """Up to ``limit`` records of a day, highest level first, after ``start_key``: the records, the key to go
+        on from (None at the partition's end) and the Queries made. A page is empty only at the end."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk",
+            "ProjectionExpression": "#sk",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
+            "ExpressionAttributeValues": {":pk": {"S": partition}},
+            "ScanIndexForward": False,
+            "Limit": limit,
+            "ConsistentRead": consistent,
+        }
+        if start_key is not None:
+            request["ExclusiveStartKey"] = _key(partition, start_key)
+        requests = 0
+        while True:
+            response = _throttled(self.backoff, self.client.query, **request)
+            requests += 1
+            records = [RankRecord.parse(partition, item[COUNTS_TABLE.sort_key]["S"]) for item in response.get("Items", [])]
+            last = response.get("LastEvaluatedKey")
+            next_key = None if last is None else last[COUNTS_TABLE.sort_key]["S"]
+            if records or next_key is None:
+                return records, next_key, requests
+            request["ExclusiveStartKey"] = last
 
 
 def _throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

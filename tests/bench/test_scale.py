@@ -125,7 +125,7 @@ def test_a_commit_that_gives_up_fails_its_invocation_and_the_lambda_retry_comple
 
 
 def test_an_invocation_past_the_function_timeout_fails_and_is_retried():
-    slow = Latency(update_median_seconds=28.0, sigma=0.3)  # two phases of about 28 s each
+    slow = Latency(update_median_seconds=19.0, sigma=0.3)  # three round trips of about 19 s each: hours, rank records, minutes
     patient = lambda: Backoff(attempts=10_000, cap_seconds=1.0)  # noqa: E731
     simulation = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), SimulatedTable(slow), 1, schedule=patient)
     stats = simulation.run()

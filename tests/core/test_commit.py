@@ -11,6 +11,7 @@ from tally.core.commit import (
     Answer,
     Outcome,
     Pause,
+    Put,
     ReadMarkers,
     RetriesExhausted,
     Send,
@@ -34,6 +35,7 @@ T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR, MINUTE = Bucket.of_hour(T0 // HOUR_MS), Bucket.of_minute(T0 // MINUTE_MS)
 WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
 SEQUENCE = "100000000000000000180"
+HOD = f"{HOUR.index % 24:02d}"  # the hour of day in rank records
 
 
 def segment(first: str = SEQUENCE, items: int = 0) -> Segment:
@@ -134,14 +136,15 @@ def test_one_lane_writes_the_buckets_own_items_and_lanes_are_fixed_per_writer():
         assert keys == [lane_sort_key(b.sort_key, writer.lane(8)) for b in (HOUR, HOUR, MINUTE)]
 
 
-def run(steps, answer):
-    """Drive commit_steps: ``answer(step)`` replies to each ReadMarkers and Send; pauses are recorded."""
+def run(steps, answer, put=lambda step: []):
+    """Drive commit_steps: ``answer(step)`` replies to each ReadMarkers and Send, ``put`` to each Put (by default:
+    every item put); pauses are recorded."""
     log, reply = [], None
     try:
         while True:
             step = steps.send(reply)
             log.append(step)
-            reply = None if isinstance(step, Pause) else answer(step)
+            reply = None if isinstance(step, Pause) else put(step) if isinstance(step, Put) else answer(step)
     except StopIteration as done:
         return done.value, log
 
@@ -253,3 +256,44 @@ def test_an_update_naming_the_most_bins_a_segment_allows_fits_in_dynamodbs_expre
     [[], [update]] = segment_updates(wide, WRITER, "counts", Settings())
     assert len(bins) == MAX_ITEM_BINS
     assert len(update.request["UpdateExpression"].encode()) <= 4096 - 512  # room to spare for other terms
+
+
+def test_hour_items_carried_into_a_higher_level_get_their_rank_record_before_the_minutes_are_sent():
+    def answer(step):  # a: 76 added to 0 (level 2); b: 5 added to 20 -> 25 (level 0 -> 1); minutes never ranked
+        counts = {("a", HOUR): 76, ("b", HOUR): 25, ("a", MINUTE): 76}
+        return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
+
+    result, log = run(steps_of(segment()), answer)
+    kinds = [type(step).__name__ for step in log]
+    assert kinds == ["Send", "Put", "Send"]  # hours, their rank records, minutes
+    assert [item["sk"]["S"] for item in log[1].items] == [f"02#{HOD}#00#a", f"01#{HOD}#00#b"]
+    assert result.ranked == 2
+
+
+def test_an_update_within_its_level_puts_no_record_and_one_found_applied_puts_its_items_level_again():
+    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED, 80 + u.added) for u in step.updates])
+    assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 80 -> 156 and 85: level 2 still
+    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 300) for _ in step.updates])
+    [put] = [step for step in log if isinstance(step, Put)]
+    assert [item["sk"]["S"] for item in put.items] == [f"03#{HOD}#00#a", f"03#{HOD}#00#b"]  # its lost try may have
+
+
+def test_reserved_counters_are_never_ranked():
+    rejected = Segment(SEQUENCE, T0, SEQUENCE, 9, {("#rejected#late_event", HOUR): 9})
+    result, log = run(steps_of(rejected), lambda step: [Answer(Outcome.APPLIED, 9) for _ in step.updates])
+    assert result.ranked == 0 and not any(isinstance(step, Put) for step in log)
+
+
+def test_rank_records_left_unprocessed_are_put_again_after_a_pause_until_every_try_is_spent():
+    answer = lambda step: [Answer(Outcome.APPLIED, 7 + u.added) for u in step.updates]  # noqa: E731
+    left = [1]
+
+    def put(step):
+        left[0] -= 1
+        return step.items[:1] if left[0] >= 0 else []
+
+    result, log = run(steps_of(segment()), answer, put)
+    kinds = [type(step).__name__ for step in log]
+    assert kinds == ["Send", "Put", "Pause", "Put", "Send"] and len(log[3].items) == 1 and result.ranked == 2
+    with pytest.raises(RetriesExhausted, match="rank records of segment"):
+        run(steps_of(segment(), attempts=3), answer, lambda step: step.items)

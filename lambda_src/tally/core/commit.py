@@ -57,6 +57,7 @@ from typing import Any
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
 from tally.core.histograms import NEGATIVE, POSITIVE, ZERO_BIN, is_bin
+from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
 from tally.core.segments import Delta, Item, Segment
 from tally.core.settings import Settings
@@ -104,6 +105,7 @@ class CommitResult:
     # Hour items this commit created, or may have created on a try whose answer was lost (found already
     # applied): the counter directory's entries come from them (directory.py).
     born: tuple[Item, ...] = ()
+    ranked: int = 0  # rank records put: hour items the commit carried into a higher level (ranking.py)
     sketches_written: int = 0  # the distinct counters' sketch items, merged after the counts (sketch_writes.py)
     sketch_conflicts: int = 0  # sketch writes that lost a race to another writer and merged again
 
@@ -206,13 +208,21 @@ class Send:
 
 
 @dataclass(frozen=True)
+class Put:
+    """Put these items (BatchWriteItem, 25 a request); the driver answers with the items left unprocessed,
+    throttled requests' included."""
+
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Pause:
     """Wait this long before the next step."""
 
     seconds: float
 
 
-CommitStep = ReadMarkers | Send | Pause
+CommitStep = ReadMarkers | Send | Put | Pause
 
 
 def additions(delta: Delta) -> dict[str, int | Decimal]:
@@ -359,6 +369,9 @@ def commit_steps(
                 skip.extend(part)
     applied, already, retries = 0, len(skip), 0
     born: list[Item] = [item for item in skip if item[1].kind == "H"]  # found applied, by the previous release
+    lane = writer.lane(settings.bucket_lanes)
+    ranks: list[dict[str, Any]] = []
+    ranked = 0
     for phase in segment_updates(segment, writer, table_name, settings, skip):
         pending = phase
         for delay in backoff().delays():
@@ -381,15 +394,49 @@ def commit_steps(
                     continue
                 else:
                     raise ValueError(f"a commit step needs an answer of its update, not {answer!r}")
-                if update.item[1].kind == "H" and is_born(update, answer):
-                    born.append(update.item)
+                if update.item[1].kind == "H":
+                    if is_born(update, answer):
+                        born.append(update.item)
+                    level = rank_level(update, answer)
+                    if level is not None:
+                        ranks.append(rank_item(update.item[0], update.item[1], lane, level, settings))
             retries += len(retry)
             pending = retry
         if pending:
             raise RetriesExhausted(
                 f"{len(pending)} bucket updates of segment {segment.first_sequence} still throttled after every retry"
             )
-    return CommitResult(applied, already, retries, born=tuple(born))
+        if ranks:  # the hours' levels, before the minutes: the index lags its counts by one round trip
+            ranked += yield from put_steps(ranks, backoff, f"rank records of segment {segment.first_sequence}")
+            ranks = []
+    return CommitResult(applied, already, retries, born=tuple(born), ranked=ranked)
+
+
+def rank_level(update: Update, answer: Answer) -> int | None:
+    """The level to record for an hour item an update answered: the one it carried the item into, or, found
+    already applied, the item's own (its lost first try may have crossed it); None for nothing to record."""
+    if answer.count is None or not is_ranked(update.item[0]):
+        return None
+    if answer.outcome is Outcome.ALREADY_APPLIED:
+        return level_of(answer.count)
+    return crossed_level(answer.count, update.added)
+
+
+def put_steps(
+    items: list[dict[str, Any]], backoff: Callable[[], Backoff], what: str
+) -> Generator[Put | Pause, Sequence[dict[str, Any]] | None, int]:
+    """Put idempotent items, those left unprocessed again after a pause; RetriesExhausted when some never are."""
+    pending = items
+    for delay in backoff().delays():
+        if not pending:
+            break
+        if delay:
+            yield Pause(delay)
+        left = yield Put(pending)
+        pending = list(left or ())
+    if pending:
+        raise RetriesExhausted(f"{len(pending)} {what} still unprocessed after every retry")
+    return len(items)
 
 
 def bin_additions(bins: dict[str, int], names: dict[str, str], values: dict[str, Any]) -> str:
