@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import re
+import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import pytest
@@ -19,6 +22,7 @@ from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
+from tally.local.aws import MotoServer
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"
 NOW = parse_instant(NOW_TEXT)
@@ -246,3 +250,27 @@ def test_certification_holds_against_brute_force(table, seed, counters, n, lanes
         assert answer.bound is not None
         assert [e for e in expected if e[1] > answer.bound] == [e for e in listed if e[1] > answer.bound]
         assert all(v <= answer.bound for c, v in expected if c not in dict(listed))
+
+
+@pytest.mark.server
+def test_the_readme_top_example_runs_against_moto_and_prints_the_brute_force_top(monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = re.search(r"```python\n(.*?)```", readme[readme.index("## Top counters") :], re.S).group(1)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    rng = random.Random(9)
+    events = [(f"views/p{k}", now_ms - rng.randrange(20 * HOUR_MS)) for k in range(8) for _ in range(3 * k * k)]
+    events += [("jobs/big", now_ms - HOUR_MS)] * 500  # another prefix: never listed
+    with MotoServer() as server:
+        for name, value in server.environment().items():
+            monkeypatch.setenv(name, value)
+        counts = f"readme-top-{uuid.uuid4().hex[:8]}"  # moto keeps tables per process, not per server
+        monkeypatch.setenv("COUNTS_TABLE", counts)
+        client = boto3.client("dynamodb")
+        create_tables(client, f"readme-top-events-{counts[-8:]}", counts)
+        settings = Settings()
+        table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
+        records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
+        process(window_event(records, final=True), directory.recording(table.commit), settings)
+        exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    brute = ranked(truth(events, "views/", Window.ending(now_ms)))[:3]
+    assert capsys.readouterr().out.strip() == f"True {brute}"

@@ -5,7 +5,9 @@
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
     GET /counters?prefix=views/&window=24h[&cursor=…]
         -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
-    GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
+    GET /top?prefix=views/&n=10&window=24h[&at=…][&rising=1]
+        -> {"prefix": …, "start": …, "end": …, "exact": true|false, "bound": null|int, "top": [{"rank", "counter", "total"}, …]}
+    GET /public/counts, /public/counters, /public/top: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
 
 API Gateway (HTTP API, payload 2.0) calls ``handler``; locally the adapter of
@@ -42,6 +44,8 @@ from tally.core.api_access import (
     PUBLIC_COUNTERS_PATH,
     PUBLIC_COUNTS_PATH,
     PUBLIC_PREFIX_PATH,
+    PUBLIC_TOP_PATH,
+    TOP_PATH,
     ApiSettings,
 )
 from tally import __version__
@@ -51,6 +55,7 @@ from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_opti
 OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles", "allow_transient")
 COUNT_PARAMETERS = ("counter", *OPTIONS)
 LIST_PARAMETERS = ("prefix", "cursor", *OPTIONS)
+TOP_PARAMETERS = ("prefix", "n", "rising", "window", "at", "plan", "align", "consistent", "allow_transient")
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.
 MAX_COUNTERS = 100
 MAX_ENTRIES = 40_000  # hours of by_hour plus series points (times the quantiles asked), over all counters of one answer
@@ -132,6 +137,16 @@ def public_counters() -> Response:
     return _counters(public=True)
 
 
+@app.get(TOP_PATH)
+def top() -> Response:
+    return _top(public=False)
+
+
+@app.get(PUBLIC_TOP_PATH)
+def public_top() -> Response:
+    return _top(public=True)
+
+
 @app.get(DASHBOARD_PATH)
 def dashboard() -> Response:
     settings = api_settings()
@@ -183,6 +198,22 @@ def _counters(*, public: bool) -> Response:
     except QueryError as error:
         raise BadRequest(_culprit(error, query, default="prefix"), str(error)) from None
     return _answer("counters", results, public, cursor=results.cursor)
+
+
+def _top(*, public: bool) -> Response:
+    """The certified top N of a prefix (``Reader.top``): one JSON object; anonymous only under a public prefix."""
+    query = _query(TOP_PARAMETERS, PUBLIC_TOP_PATH if public else TOP_PATH)
+    prefix = query.one("prefix")
+    if prefix is None:
+        raise BadRequest("prefix", "prefix is missing: e.g. ?prefix=views/&n=10 ('prefix=' ranks every counter)")
+    if public:
+        _check_public(prefix, "prefix")
+    options = _options(query)
+    try:
+        answer = reader().top(prefix, query.one("n") or "10", rising=query.one("rising") or False, **options.as_kwargs())
+    except QueryError as error:
+        raise BadRequest(_culprit(error, query), str(error)) from None
+    return _json(200, answer.as_json(), api_settings().public_cache_control if public else PRIVATE)
 
 
 def _query(allowed: Sequence[str], path: str) -> Query:
@@ -311,7 +342,7 @@ def server_error(error: Exception) -> Response:
 
 @app.not_found
 def not_found(_: Exception) -> Response:
-    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts and GET /counters"})
+    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts, GET /counters and GET /top"})
 
 
 def _one_line(text: str) -> str:

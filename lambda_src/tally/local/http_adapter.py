@@ -5,7 +5,7 @@ the read function's ``tally.http_api.handler`` answers it. ``LocalApi`` does
 the same on 127.0.0.1, so `make serve`, the dashboard test and the bench reach
 the very code the stack deploys over real sockets.
 
-Routes are the stack's: ``GET /counts`` and ``GET /counters``; ``/public/…``
+Routes are the stack's: ``GET /counts``, ``GET /counters`` and ``GET /top``; ``/public/…``
 only when public prefixes are set, ``/`` only when the dashboard is on (the
 same ``ApiSettings`` the function reads). Anything else gets API Gateway's own
 ``404 {"message":"Not Found"}``.
