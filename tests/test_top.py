@@ -17,7 +17,7 @@ from moto import mock_aws
 from factories import SHARD_ID, counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader
-from tally.core.ranking import RANK_PREFIX, TopBudget
+from tally.core.ranking import RANK_FLOOR, RANK_PREFIX, RankRecord, TopBudget, level_of
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
@@ -34,17 +34,28 @@ def utc(ms: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
-def commit_events(client, settings: Settings, events: list[tuple[str, int]], shards: int = 1) -> None:
-    """Every event through the handler's fold and commit (and the counter directory), spread over ``shards``."""
-    table = CountsTable(client, settings.counts_table, settings, backoff=no_sleep_backoff)
-    directory = CounterDirectory(client, settings.counts_table, settings)
+def stream_batches(events: list[tuple[str, int]], shards: int = 1) -> list[dict]:
+    """The events as the stream hands them over: batches of up to 400 records, spread over ``shards``."""
     ordered = sorted(events, key=lambda event: event[1])
+    batches = []
     for shard in range(shards):
         mine = ordered[shard::shards]
         for start in range(0, len(mine), 400):
             records = [counter_record(name, ms, arrival_s=NOW / 1000) for name, ms in mine[start : start + 400]]
-            event = window_event(records, final=True, shard_id=f"{SHARD_ID}-{shard}")
-            process(event, directory.recording(table.commit), settings)
+            batches.append(window_event(records, final=True, shard_id=f"{SHARD_ID}-{shard}"))
+    return batches
+
+
+def deliver(client, settings: Settings, batches: list[dict]) -> None:
+    """Each batch through the handler's fold and commit (and the counter directory)."""
+    table = CountsTable(client, settings.counts_table, settings, backoff=no_sleep_backoff)
+    directory = CounterDirectory(client, settings.counts_table, settings)
+    for event in batches:
+        process(event, directory.recording(table.commit), settings)
+
+
+def commit_events(client, settings: Settings, events: list[tuple[str, int]], shards: int = 1) -> None:
+    deliver(client, settings, stream_batches(events, shards))
 
 
 def truth(events, prefix: str, window: Window) -> dict[str, int]:
@@ -274,3 +285,42 @@ def test_the_readme_top_example_runs_against_moto_and_prints_the_brute_force_top
         exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
     brute = ranked(truth(events, "views/", Window.ending(now_ms)))[:3]
     assert capsys.readouterr().out.strip() == f"True {brute}"
+
+
+def rank_levels(client, table_name: str) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int]]:
+    """Every hour item's count and the highest level recorded for it, keyed by (counter, hour, lane)."""
+    counts, recorded = {}, {}
+    for page in client.get_paginator("scan").paginate(TableName=table_name):
+        for item in page["Items"]:
+            pk, sk = item["pk"]["S"], item["sk"]["S"]
+            if pk.startswith(RANK_PREFIX):
+                record = RankRecord.parse(pk, sk)
+                key = (record.counter, record.hour, record.lane)
+                recorded[key] = max(recorded.get(key, -1), record.level)
+            elif sk.startswith("H#") and not pk.startswith("#"):
+                hour_text, _, lane = sk[2:].partition("#")
+                hour = int(datetime.strptime(hour_text, "%Y-%m-%dT%H").replace(tzinfo=UTC).timestamp()) // 3600
+                counts[(pk, hour, int(lane or 0))] = int(item["count"]["N"])
+    return counts, recorded
+
+
+@freeze_time(NOW_TEXT)
+def test_redelivered_and_retried_commits_over_several_shards_keep_the_ranking_invariant_without_double_levels():
+    """Every hour item counting at least the floor has a record of exactly its level, none below it; a
+    redelivered batch (found applied) puts the same records again and changes nothing."""
+    rng = random.Random(3)
+    events = [(f"r/{k}", NOW - rng.randrange(3 * HOUR_MS)) for k in range(6) for _ in range(2 + 13 * k)]
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, PROPERTY_EVENTS, PROPERTY_COUNTS)
+        settings = Settings(counts_table=PROPERTY_COUNTS, events_table=PROPERTY_EVENTS, bucket_lanes=2)
+        batches = stream_batches(events, shards=3)
+        deliver(client, settings, batches)
+        first = rank_levels(client, PROPERTY_COUNTS)
+        deliver(client, settings, batches[::-1])  # every batch delivered again, shards in another order
+        again = rank_levels(client, PROPERTY_COUNTS)
+    counts, recorded = first
+    assert again == first  # no count doubled, no level added
+    assert sum(counts.values()) == len(events)
+    assert {key: level_of(count) for key, count in counts.items() if count >= RANK_FLOOR} == recorded
+    assert any(level >= 1 for level in recorded.values()) and any(c < RANK_FLOOR for c in counts.values())
