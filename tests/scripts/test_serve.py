@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from documents import code_block
 from script_support import SCRIPTS
 
 pytestmark = pytest.mark.server
@@ -109,12 +110,6 @@ def json_documents(text: str) -> list[dict]:
     return documents
 
 
-def readme_block(heading: str, language: str) -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index(heading) :]
-    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
-
-
 def test_it_announces_the_api_and_the_dashboard_on_loopback(serving):
     backend = {"moto": "moto's server", "dynamodb-local": "DynamoDB Local"}[serving.backend]
     assert f"tables: {backend} at {serving.environment['AWS_ENDPOINT_URL']}\n" in serving.lines
@@ -159,7 +154,7 @@ def test_the_live_workload_keeps_counting(serving):
 
 
 def test_the_readme_curl_examples_run_against_it(serving):
-    block = readme_block("### From the command line (curl)", "bash")
+    block = code_block("### From the command line (curl)", "bash")
     script = re.sub(r"^API=\S+$", f"API={serving.api}", block, flags=re.M)
     assert script != block, "the example names the API it calls in an API= line"
 
@@ -176,7 +171,7 @@ def test_the_readme_curl_examples_run_against_it(serving):
 
 def test_the_readme_python_example_signs_and_the_local_adapter_verifies(serving, tmp_path):
     example = tmp_path / "read_counts.py"
-    example.write_text(readme_block("### From Python, signed with your AWS credentials", "python"))
+    example.write_text(code_block("### From Python, signed with your AWS credentials", "python"))
     base = {**os.environ, **serving.environment, "TALLY_API": serving.api}
     base.pop("AWS_ENDPOINT_URL", None)  # the example talks to the API alone
 
