@@ -153,6 +153,19 @@ def test_the_live_workload_keeps_counting(serving):
     assert sum(count["total"] for count in total()) > before
 
 
+def test_the_readme_command_line_example_prints_the_count_as_the_api_answers_it(serving):
+    block = code_block("## Read counts from your code", "bash")
+    assert "scripts/query_window.py page-views" in block
+    run = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**os.environ, **serving.environment},
+    )
+    assert run.returncode == 0, run.stderr
+    (printed,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert printed["counter"] == "page-views" and printed["total"] > 0
+    assert set(printed) >= {"start", "end", "plan", "keys"}
+
+
 def test_the_readme_curl_examples_run_against_it(serving):
     block = code_block("### From the command line (curl)", "bash")
     script = re.sub(r"^API=\S+$", f"API={serving.api}", block, flags=re.M)
