@@ -167,11 +167,12 @@ def test_the_readme_curl_examples_run_against_it(serving):
 
     answers = json_documents(run.stdout)  # curl prints each body as it is, without a newline between them
     assert run.returncode == 0 and len(answers) == block.count("curl ")
-    counts, several, listed, refused = answers
+    counts, several, listed, refused, described = answers
     assert counts["counts"][0]["counter"] == "page-views" and counts["counts"][0]["total"] > 0
     assert [c["counter"] for c in several["counts"]] == ["page-views", "sign-ups"] and several["counts"][0]["plan"] == "range"
     assert [c["counter"] for c in listed["counters"]] == ["sign-ups"]
     assert refused["parameter"] == "window" and "\n" not in json.dumps(refused)
+    assert described["openapi"].startswith("3.") and {"/counts", "/counters"} <= set(described["paths"])
 
 
 def test_the_readme_python_example_signs_and_the_local_adapter_verifies(serving, tmp_path):

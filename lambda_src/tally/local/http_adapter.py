@@ -5,9 +5,9 @@ the read function's ``tally.http_api.handler`` answers it. ``LocalApi`` does
 the same on 127.0.0.1, so `make serve`, the dashboard test and the bench reach
 the very code the stack deploys over real sockets.
 
-Routes are the stack's: ``GET /counts`` and ``GET /counters``; ``/public/…``
-only when public prefixes are set, ``/`` only when the dashboard is on (the
-same ``ApiSettings`` the function reads). Anything else gets API Gateway's own
+Routes are the stack's (``ApiSettings.paths``): ``GET /counts``, ``GET /counters``
+and ``GET /openapi.json``; ``/public/…`` only when public prefixes are set, ``/``
+only when the dashboard is on (the same ``ApiSettings`` the function reads). Anything else gets API Gateway's own
 ``404 {"message":"Not Found"}``.
 
 Signatures: a request that carries a SigV4 ``Authorization`` header is
@@ -40,7 +40,7 @@ from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tally.core.api_access import DASHBOARD_PATH, PUBLIC_PATHS, SIGNED_PATHS, ApiSettings
+from tally.core.api_access import ApiSettings
 from tally.local.aws import LocalContext
 
 logger = logging.getLogger(__name__)
@@ -58,10 +58,7 @@ Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 def route_keys(settings: ApiSettings) -> set[str]:
     """The routes the stack creates for these settings."""
-    paths = list(SIGNED_PATHS)
-    paths += list(PUBLIC_PATHS) if settings.public_read else []
-    paths += [DASHBOARD_PATH] if settings.dashboard else []
-    return {f"GET {path}" for path in paths}
+    return {f"GET {path}" for path in settings.paths}
 
 
 def http_api_event(
