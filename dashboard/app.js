@@ -116,10 +116,16 @@ function showTotals(counts, details) {
   elements.totals.hidden = counts.length === 0;
 }
 
-// The quantiles of the window just answered (its end, explicitly): asked apart from the series, whose every
-// point would carry them too and could exceed what one answer may hold.
-async function quantilesOf(counters, end) {
-  const parameters = new URLSearchParams({ window: elements.window.value, at: end, quantiles: QUANTILES.join(",") });
+// The quantiles of the window just answered (its end explicitly, aligned as it was: an explicit end is never
+// aligned unless asked): asked apart from the series, whose every point would carry them too and could exceed
+// what one answer may hold.
+async function quantilesOf(counters, answered) {
+  const parameters = new URLSearchParams({
+    window: elements.window.value,
+    at: answered.end,
+    align: String(answered.aligned),
+    quantiles: QUANTILES.join(","),
+  });
   for (const counter of counters) parameters.append("counter", counter);
   const answer = await getJson("/counts", parameters);
   return new Map(answer.counts.map((count) => [count.counter, count]));
@@ -164,7 +170,7 @@ async function refresh() {
   for (const counter of counters) parameters.append("counter", counter);
   try {
     const answer = await getJson("/counts", parameters);
-    const details = await quantilesOf(counters, answer.counts[0].end);
+    const details = await quantilesOf(counters, answer.counts[0]);
     if (mine !== generation) return; // a newer choice was made meanwhile
     showTotals(answer.counts, details);
     showChart(answer.counts);
