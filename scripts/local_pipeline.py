@@ -31,7 +31,9 @@ counter the rules name are checked against brute force over the raw items.
 placed, then done or cancelled minutes later (a few reopened and done again),
 some cancelled ones deleted by their owner, and jobs a day old expire by TTL
 (moto has no TTL process: the demo plays it, signing each deletion as DynamoDB
-does). The events table streams NEW_AND_OLD_IMAGES, as the stack gives it for
+does; DynamoDB Local's TTL process streams its deletions without the REMOVE event
+name and the identity DynamoDB signs them with, so there TTL stays off and no
+job expires). The events table streams NEW_AND_OLD_IMAGES, as the stack gives it for
 such rules. Rules count placements, transitions to done (with amounts) and to
 cancelled at their own times, and deletions by owners and by TTL at their
 arrival; brute force replays every job's history.
@@ -68,6 +70,7 @@ from tally.dynamo import create_tables
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,
+    MotoServer,
     local_server,
     client,
     local_handler,
@@ -79,8 +82,8 @@ from tally.local.aws import (
 )
 from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
-from tally.local.cli import ScriptError, entry_point
-from tally.local.dynamodb_local import DynamoDBLocalServer, LoopbackBackend
+from tally.local.cli import entry_point
+from tally.local.dynamodb_local import LoopbackBackend
 from tally.core.plans import PlanKind
 from tally.query import WindowCount
 from tally.reader import Reader
@@ -141,7 +144,13 @@ def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
 
 
 @entry_point
-def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any] = quiet_handler) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    handler_factory: Callable[[str], Any] = quiet_handler,
+    server: LoopbackBackend | None = None,
+) -> int:
+    """``server``: one already running (tests share one), reset and left running; else TALLY_LOCAL_BACKEND's, started."""
     args = parser().parse_args(argv)
     settings = Settings.from_env()  # as the handler reads them, so generator and brute force agree with it
     shape = {**SHAPES, **HISTORY_SHAPES}[args.shape] if args.shape else None
@@ -150,13 +159,8 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
     started = time.monotonic()
     saved_environment = dict(os.environ)
-    server = local_server()
-    if isinstance(shape, HistoryShape) and isinstance(server, DynamoDBLocalServer):
-        raise ScriptError(
-            f"the {args.shape} shape expires items by TTL, and DynamoDB Local never deletes expired items: "
-            "run it on moto's server (unset TALLY_LOCAL_BACKEND)"
-        )
-    server.start()
+    started_here = server is None
+    server = local_server().start() if server is None else server
     try:
         server.reset()
         os.environ.update(server.environment())
@@ -173,8 +177,9 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
         end_ms = now_ms()
         histories: list[list[Change]] = []
         if isinstance(shape, HistoryShape):
-            histories = shape.histories(workload, end_ms)
-            write_and_expire(dynamodb, shape, histories, end_ms)
+            histories = write_and_expire(
+                dynamodb, shape, shape.histories(workload, end_ms), end_ms, ttl=isinstance(server, MotoServer)
+            )
             console.print(f"   counted by {len(shape.rules)} rules:")
             for rule in shape.rules:
                 console.print(f"   {escape(json.dumps(rule))}")
@@ -224,7 +229,8 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
             keep_running(server, reader, shape)
         return 0 if matched else 1
     finally:
-        server.stop()
+        if started_here:
+            server.stop()
         os.environ.clear()
         os.environ.update(saved_environment)
 
@@ -236,26 +242,42 @@ def write(dynamodb: Any, items: list[dict[str, Any]]) -> None:
         write_items(dynamodb, EVENTS_TABLE, items, on_written=lambda n: progress.advance(task, n))
 
 
-def write_and_expire(dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], end_ms: int) -> None:
-    """The producers' changes, each item's in order, then DynamoDB's TTL process as of ``end_ms``, which
-    must delete exactly the items the histories expire."""
-    dynamodb.update_time_to_live(
-        TableName=EVENTS_TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
-    )
+def write_and_expire(
+    dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], end_ms: int, *, ttl: bool
+) -> list[list[Change]]:
+    """The producers' changes, each item's in order, then (``ttl``) DynamoDB's TTL process as of ``end_ms``,
+    which must delete exactly the items the histories expire. Returns the histories as written: without
+    ``ttl``, TTL stays off the events table and the histories' TTL deletions are left out."""
+    if ttl:
+        dynamodb.update_time_to_live(
+            TableName=EVENTS_TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
+        )
+    else:
+        histories = [[change for change in history if not change.by_ttl] for history in histories]
     kinds = Counter((change.kind, change.by_ttl) for history in histories for change in history)
     columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("write", total=sum(kinds.values()) - kinds["REMOVE", True])
         write_histories(dynamodb, EVENTS_TABLE, histories, on_written=lambda n: progress.advance(task, n))
+    written = (
+        f"2. wrote the histories of {len(histories):,} {shape.name} ({kinds['INSERT', False]:,} placed, "
+        f"{kinds['MODIFY', False]:,} updates to done, cancelled or reopened, {kinds['REMOVE', False]:,} deleted "
+        "by their owner)"
+    )
+    if not ttl:
+        console.print(
+            f"{written}; TTL is off: DynamoDB Local streams its TTL deletions without the REMOVE event name and "
+            "the identity DynamoDB signs them with, so no job expires here"
+        )
+        return histories
     expired = expire_items(EVENTS_TABLE, end_ms / 1000, region())
     if len(expired) != kinds["REMOVE", True]:
         raise RuntimeError(f"the TTL process deleted {len(expired)} items, the histories expire {kinds['REMOVE', True]}")
     console.print(
-        f"2. wrote the histories of {len(histories):,} {shape.name} ({kinds['INSERT', False]:,} placed, "
-        f"{kinds['MODIFY', False]:,} updates to done, cancelled or reopened, {kinds['REMOVE', False]:,} deleted "
-        f"by their owner); the TTL process deleted {len(expired):,} whose {shape.ttl_attribute} had passed at "
+        f"{written}; the TTL process deleted {len(expired):,} whose {shape.ttl_attribute} had passed at "
         f"{iso_minute(end_ms)}"
     )
+    return histories
 
 
 def recording_arrivals(
