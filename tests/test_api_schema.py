@@ -91,20 +91,20 @@ def fields_seen(spec: dict[str, Any], schema: dict[str, Any], instance: Any, see
             fields_seen(spec, schema["items"], value, seen)
 
 
-def signed_answer(api: LocalApi, target: str, credentials: Credentials) -> tuple[int, dict]:
+def signed_answer(api: LocalApi, target: str, credentials: Credentials) -> tuple[int, dict[str, str], dict]:
     url = f"{api.url}{target}"
     request = AWSRequest(method="GET", url=url)
     SigV4Auth(credentials, "execute-api", "us-east-1").add_auth(request)
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=dict(request.headers)), timeout=30) as answer:
-            return answer.status, json.loads(answer.read())
+            return answer.status, dict(answer.headers), json.loads(answer.read())
     except urllib.error.HTTPError as refusal:
-        return refusal.code, json.loads(refusal.read())
+        return refusal.code, dict(refusal.headers), json.loads(refusal.read())
 
 
 @pytest.fixture
-def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, str, str]]]:  # noqa: F811
-    """The document, and (path, status, content type, body) of every request above and of the failures and
+def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
+    """The document, and (path, status, headers, body) of every request above and of the failures and
     refusals that need a changed world: a throttled and a broken read, a wrong signature, public read and the
     dashboard turned off (the document, fetched first, describes the routes with both on)."""
     spec = document()
@@ -112,7 +112,7 @@ def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, i
 
     def ask(target: str) -> tuple[int, str]:
         status, headers, body = call(target)
-        collected.append((target.partition("?")[0], status, headers["Content-Type"].partition(";")[0], body))
+        collected.append((target.partition("?")[0], status, headers, body))
         return status, body
 
     with freeze_time(NOW):
@@ -120,9 +120,9 @@ def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, i
             assert ask(target)[0] == status, target
         with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
             for path in ("/counts?counter=views/all", "/counters", "/openapi.json"):
-                status, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))
+                status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))
                 assert status == 403
-                collected.append((path.partition("?")[0], status, JSON, json.dumps(body)))
+                collected.append((path.partition("?")[0], status, headers, json.dumps(body)))
         for failure, status in ((throttled, 503), (broken, 500)):
             with monkeypatch.context() as patched:
                 patched.setattr(Reader, "count_many", failure)
@@ -182,10 +182,10 @@ def test_every_value_a_parameter_lists_is_accepted_and_another_is_refused_naming
 def test_every_answer_matches_its_documented_schema_and_every_documented_field_and_status_occurs(answers):
     spec, answers = answers
     seen: set[tuple[str, str]] = set()
-    for path, status, media, body in answers:
+    for path, status, headers, body in answers:
         documented_media, schema = schema_of(spec, path, status)
-        assert media == documented_media, (path, status)
-        if media == JSON:
+        assert headers["Content-Type"].partition(";")[0] == documented_media, (path, status)
+        if documented_media == JSON:
             instance = json.loads(body)
             errors = [error.message for error in validator(spec, schema).iter_errors(instance)]
             assert errors == [], (path, status, body[:300])
@@ -197,3 +197,21 @@ def test_every_answer_matches_its_documented_schema_and_every_documented_field_a
     }
     assert {(path, status) for path, status, _, _ in answers} == documented_statuses
     assert documented_fields - seen == set()
+
+
+def test_every_answer_carries_the_headers_documented_for_it_and_no_other_of_them(answers):
+    """A documented header is on every answer of its status (X-Tally-Version on each the function gives), and
+    none of the documented headers is on an answer that does not document it (API Gateway's own refusals)."""
+    spec, answers = answers
+    responses = [response for item in spec["paths"].values() for response in item["get"]["responses"].values()]
+    named = {name.lower() for response in responses for name in response.get("headers", {})}
+    assert {"x-tally-version", "cache-control", "retry-after", "content-security-policy"} <= named
+
+    for path, status, headers, _ in answers:
+        documented = spec["paths"][path]["get"]["responses"][str(status)].get("headers", {})
+        carried = {name.lower(): value for name, value in headers.items()}
+        assert {name for name in carried if name in named} == {name.lower() for name in documented}, (path, status)
+        for name, described in documented.items():
+            assert described["required"] and Draft202012Validator(described["schema"]).is_valid(carried[name.lower()])
+        if documented:
+            assert carried["x-tally-version"] == tally.__version__, (path, status)

@@ -112,16 +112,41 @@ PUBLIC_ERRORS = {
 }
 
 
-def problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {JSON: {"model": Problem}}}
+
+
+def header(description: str) -> dict[str, Any]:
+    return {"description": description, "required": True, "schema": {"type": "string"}}
+
+
+# The headers of every answer the function gives; API Gateway's own refusals (403 unsigned) carry none of them.
+FUNCTION_HEADERS = {
+    VERSION_HEADER: header("the release that gave the answer (see CHANGELOG.md)"),
+    "Cache-Control": header("no-store; the public routes' answers: public, max-age (apiPublicCacheSeconds)"),
+}
+RETRY_AFTER = {"Retry-After": header("seconds to wait before retrying")}
+GATEWAY_REFUSALS = {403}  # on a signed route, a 403 is API Gateway's, before the function runs
+
+
+def problem(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "description": description,
+        "headers": FUNCTION_HEADERS if headers is None else headers,
+        "content": {JSON: {"model": Problem}},
+    }
 
 
 def answers(model: type, *errors: int, public: bool = False) -> dict[int, dict[str, Any]]:
-    """The responses of a data route: its answer, and its errors, each with a ``Problem`` body."""
+    """The responses of a data route: its answer, and its errors, each with a ``Problem`` body and the headers it
+    carries."""
     described = PUBLIC_ERRORS if public else ERRORS
-    return {200: {"description": "the answer", "content": {JSON: {"model": model}}}} | {
-        status: problem(described[status]) for status in errors
-    }
+
+    def headers(status: int) -> dict[str, Any]:
+        if status in GATEWAY_REFUSALS and not public:
+            return {}
+        return FUNCTION_HEADERS | (RETRY_AFTER if status == 503 else {})
+
+    answer = {"description": "the answer", "headers": FUNCTION_HEADERS, "content": {JSON: {"model": model}}}
+    return {200: answer} | {status: problem(described[status], headers(status)) for status in errors}
 
 
 class BadRequest(Exception):
@@ -292,7 +317,12 @@ def public_counters(
     summary="The dashboard page",
     description="The page reads its query string in the browser (counter, window, series) and calls the public routes.",
     responses={
-        200: {"description": "the page, with its own scripts only", "content": {HTML: {"schema": {"type": "string"}}}},
+        200: {
+            "description": "the page, with its own scripts only",
+            "headers": FUNCTION_HEADERS
+            | {"Content-Security-Policy": header("only the page's own inline scripts run, calling this API only")},
+            "content": {HTML: {"schema": {"type": "string"}}},
+        },
         404: problem("the dashboard is turned off, or its page was not built"),
     },
 )
@@ -316,8 +346,8 @@ def dashboard() -> Response[str]:
     OPENAPI_PATH,
     summary="This API, described in OpenAPI 3",
     responses={
-        200: {"description": "the document", "content": {JSON: {"schema": {"type": "object"}}}},
-        403: problem("the request is not signed, or not by a principal allowed to invoke the API (API Gateway)"),
+        200: {"description": "the document", "headers": FUNCTION_HEADERS, "content": {JSON: {"schema": {"type": "object"}}}},
+        403: problem("the request is not signed, or not by a principal allowed to invoke the API (API Gateway)", {}),
     },
 )
 def openapi() -> Response[dict[str, Any]]:
