@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 
 import boto3
 import pytest
+from documents import code_block
 from freezegun import freeze_time
 from moto import mock_aws
 
@@ -313,9 +312,7 @@ def test_a_reader_from_a_stacks_outputs(monkeypatch):
 
 
 def readme_example() -> str:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Read counts from your code") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return code_block("## Read counts from your code", "python")
 
 
 @pytest.mark.server

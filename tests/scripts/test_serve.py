@@ -22,6 +22,7 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from documents import code_block
 from script_support import SCRIPTS
 
 pytestmark = pytest.mark.server
@@ -112,12 +113,6 @@ def json_documents(text: str) -> list[dict]:
     return documents
 
 
-def readme_block(heading: str, language: str) -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index(heading) :]
-    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
-
-
 def test_it_announces_the_api_and_the_dashboard_on_loopback(serving):
     backend = {"moto": "moto's server", "dynamodb-local": "DynamoDB Local"}[serving.backend]
     assert f"tables: {backend} at {serving.environment['AWS_ENDPOINT_URL']}\n" in serving.lines
@@ -161,8 +156,21 @@ def test_the_live_workload_keeps_counting(serving):
     assert sum(count["total"] for count in total()) > before
 
 
+def test_the_readme_command_line_example_prints_the_count_as_the_api_answers_it(serving):
+    block = code_block("## Read counts from your code", "bash")
+    assert "scripts/query_window.py page-views" in block
+    run = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**os.environ, **serving.environment},
+    )
+    assert run.returncode == 0, run.stderr
+    (printed,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert printed["counter"] == "page-views" and printed["total"] > 0
+    assert set(printed) >= {"start", "end", "plan", "keys"}
+
+
 def test_the_readme_curl_examples_run_against_it(serving):
-    block = readme_block("### From the command line (curl)", "bash")
+    block = code_block("### From the command line (curl)", "bash")
     script = re.sub(r"^API=\S+$", f"API={serving.api}", block, flags=re.M)
     assert script != block, "the example names the API it calls in an API= line"
 
@@ -180,7 +188,7 @@ def test_the_readme_curl_examples_run_against_it(serving):
 
 def test_the_readme_python_example_signs_and_the_local_adapter_verifies(serving, tmp_path):
     example = tmp_path / "read_counts.py"
-    example.write_text(readme_block("### From Python, signed with your AWS credentials", "python"))
+    example.write_text(code_block("### From Python, signed with your AWS credentials", "python"))
     base = {**os.environ, **serving.environment, "TALLY_API": serving.api}
     base.pop("AWS_ENDPOINT_URL", None)  # the example talks to the API alone
 
@@ -210,7 +218,7 @@ def test_the_readme_javascript_example_signs_with_aws4fetch_and_the_signed_serve
     """Node runs the README's block as written (aws4fetch from package-lock.json) against `serve.py --signed`,
     which refuses unsigned requests as API Gateway does."""
     example = tmp_path / "read_counts.mjs"
-    example.write_text(readme_block("### From JavaScript, with a SigV4 signer", "javascript"))
+    example.write_text(code_block("### From JavaScript, with a SigV4 signer", "javascript"))
     (tmp_path / "node_modules").symlink_to(REPO / "node_modules")  # where Node resolves the example's import
     serve = Serving("--hours", "1", "--rate", "5", "--window-seconds", "2", "--signed")
     try:
