@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-anytime java demo adopt-demo serve bench synth deploy destroy dashboard test-tools
+.PHONY: install install-scripts test test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy deploy-local destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -85,8 +85,17 @@ serve: $(DEMO_STAMP) $(DASHBOARD) $(LOCAL_BACKEND_TOOLS)
 
 # Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;
 # PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.
+# The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link or anchor fails.
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
+
 bench: $(DEMO_STAMP)
 	$(BIN)/python -m bench $(if $(PUBLISH),--publish)
+
+# The scale model (1 to 1,000 shards), about ten minutes on 2 cores: its figures join bench/latest.json
+# (and bench/results.json with PUBLISH=1) beside make bench's.
+bench-scale: $(DEMO_STAMP)
+	$(BIN)/python -m bench scale $(if $(PUBLISH),--publish)
 
 # The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
 node_modules/.package-lock.json: package.json package-lock.json
@@ -109,6 +118,11 @@ synth: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
 
 deploy: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
 	$(CDK) deploy $(CDK_FLAGS)
+
+# `cdk bootstrap` and `cdk deploy` of this app with the pinned CDK CLI into moto's server on a loopback port, then the
+# demo, a second stream runner and the read API on the deployed stack, found through its outputs (scripts/deploy_local.py).
+deploy-local: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
+	$(BIN)/python scripts/deploy_local.py $(DEPLOY_LOCAL_ARGS)
 
 # The events table is retained (README, "Tearing it down"); everything else is deleted.
 destroy: $(DEV_STAMP) node_modules/.package-lock.json

@@ -29,7 +29,8 @@ from bench.workloads import (
     hour_only_events,
 )
 from tally.local.delivery import DeliveryConfig, ShardDelivery
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo import CounterDirectory, CountsTable
+from tally.core.tables import COUNTS_TABLE
 from tally.invocation import process
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
@@ -153,19 +154,75 @@ def verify_against_moto(workload: Workload, settings: Settings, config: Delivery
     moto copies the table for every transaction, so keep the workload small.
     """
     with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, settings.events_table, settings.counts_table)
-        client.create_table(**origin.create_table_request(ORIGIN_TABLE))
-        client.create_table(**origin.create_table_request(DEDUP_TABLE))
-        tally = run_tally(workload, settings, config, forward_to=client)
-        origin_run = run_origin(workload, config.batch_size, forward_to=client)
-        dedup = run_dedup(workload, config.batch_size, forward_to=client)
-        return {
-            "workload": f"{workload.name}: {workload.description}",
-            "tally_matches_moto": _stored(client, settings.counts_table, ("pk", "sk")) == tally.items,
-            "origin_matches_moto": _stored(client, ORIGIN_TABLE, (origin.KEY_ATTRIBUTE,)) == origin_run.items,
-            "dedup_matches_moto": _stored(client, DEDUP_TABLE, (origin.KEY_ATTRIBUTE,)) == dedup.items,
+        checked = verify_stored(workload, settings, config, boto3.client("dynamodb", region_name="us-east-1"))
+    return {
+        "workload": checked["workload"],
+        **{f"{design}_matches_moto": checked[design]["stored_matches_meter"] for design in DESIGNS},
+    }
+
+
+DESIGNS = ("tally", "origin", "dedup")
+
+
+def verify_stored(workload: Workload, settings: Settings, config: DeliveryConfig, client: Any) -> dict[str, Any]:
+    """Every design's writes, metered and forwarded to a real DynamoDB API (moto, DynamoDB Local): per design,
+    whether the items stored are the metered image, the items written and the write units the meter counts,
+    and the write units the server says the writes consumed (ReturnConsumedCapacity).
+
+    The tables go without TTL: the workloads are dated in the past, and a TTL process (DynamoDB Local
+    has one) would delete their buckets while they are checked.
+    """
+    tables = {"tally": settings.counts_table, "origin": ORIGIN_TABLE, "dedup": DEDUP_TABLE}
+    client.create_table(**COUNTS_TABLE.create_table_request(settings.counts_table))
+    client.create_table(**origin.create_table_request(ORIGIN_TABLE))
+    client.create_table(**origin.create_table_request(DEDUP_TABLE))
+    for table in tables.values():
+        client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    consumed = {design: ConsumedWrites(client) for design in DESIGNS}
+    runs = {
+        "tally": run_tally(workload, settings, config, forward_to=consumed["tally"]),
+        "origin": run_origin(workload, config.batch_size, forward_to=consumed["origin"]),
+        "dedup": run_dedup(workload, config.batch_size, forward_to=consumed["dedup"]),
+    }
+    keys = {"tally": ("pk", "sk"), "origin": (origin.KEY_ATTRIBUTE,), "dedup": (origin.KEY_ATTRIBUTE,)}
+    checked: dict[str, Any] = {"workload": f"{workload.name}: {workload.description}"}
+    for design, run in runs.items():
+        stored = _stored(client, tables[design], keys[design])
+        checked[design] = {
+            "stored_matches_meter": stored == run.items,
+            "items_stored": len(stored),
+            "item_writes": run.meter.item_writes,
+            "failed_conditions": run.meter.failed_conditions,
+            "write_units": run.meter.units,
+            "consumed_write_units": consumed[design].units,
         }
+    return checked
+
+
+class ConsumedWrites:
+    """A boto3 client whose writes ask for the capacity they consumed (ReturnConsumedCapacity=TOTAL), summed."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.units = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def update_item(self, **request: Any) -> dict[str, Any]:
+        return self._summed(self.client.update_item(**request, ReturnConsumedCapacity="TOTAL"))
+
+    def batch_write_item(self, **request: Any) -> dict[str, Any]:
+        return self._summed(self.client.batch_write_item(**request, ReturnConsumedCapacity="TOTAL"))
+
+    def transact_write_items(self, **request: Any) -> dict[str, Any]:
+        return self._summed(self.client.transact_write_items(**request, ReturnConsumedCapacity="TOTAL"))
+
+    def _summed(self, response: dict[str, Any]) -> dict[str, Any]:
+        consumed = response.get("ConsumedCapacity") or []
+        for entry in consumed if isinstance(consumed, list) else [consumed]:
+            self.units += entry.get("CapacityUnits", 0)
+        return response
 
 
 def _stored(client: Any, table: str, key_attributes: tuple[str, ...]) -> dict[tuple[str, ...], dict]:
@@ -174,5 +231,3 @@ def _stored(client: Any, table: str, key_attributes: tuple[str, ...]) -> dict[tu
         for item in page["Items"]:
             items[tuple(item[name]["S"] for name in key_attributes)] = item
     return items
-
-

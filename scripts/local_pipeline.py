@@ -31,13 +31,20 @@ counter the rules name are checked against brute force over the raw items.
 placed, then done or cancelled minutes later (a few reopened and done again),
 some cancelled ones deleted by their owner, and jobs a day old expire by TTL
 (moto has no TTL process: the demo plays it, signing each deletion as DynamoDB
-does). The events table streams NEW_AND_OLD_IMAGES, as the stack gives it for
+does; DynamoDB Local's TTL process streams its deletions without the REMOVE event
+name and the identity DynamoDB signs them with, so there TTL stays off and no
+job expires). The events table streams NEW_AND_OLD_IMAGES, as the stack gives it for
 such rules. Rules count placements, transitions to done (with amounts) and to
 cancelled at their own times, and deletions by owners and by TTL at their
 arrival; brute force replays every job's history.
 
 --keep-running leaves the server and a following runner up and prints the
 environment the other scripts need to use them.
+
+--stack NAME runs the same demo on a deployed tally stack's tables instead,
+found through its outputs at AWS_ENDPOINT_URL: a local server, such as the one
+`make deploy-local` deploys the stack into (the handler runs in this process,
+which in AWS would count beside the stack's own function).
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -68,6 +76,8 @@ from tally.dynamo import create_tables
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,
+    MotoServer,
+    Tables,
     local_server,
     client,
     local_handler,
@@ -79,8 +89,9 @@ from tally.local.aws import (
 )
 from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
-from tally.local.cli import ScriptError, entry_point
-from tally.local.dynamodb_local import DynamoDBLocalServer, LoopbackBackend
+from tally.local.cli import DUMMY_CREDENTIALS, ScriptError, entry_point
+from tally.local.dynamodb_local import LoopbackBackend
+from tally.stack_outputs import StackOutputsError, table_names_from_stack
 from tally.core.plans import PlanKind
 from tally.query import WindowCount
 from tally.reader import Reader
@@ -112,6 +123,7 @@ from tally.local.workload import (
 
 EVENTS_TABLE = "tally-events"
 COUNTS_TABLE = "tally-counts"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 REJECTION_REASONS = [reason for reason in Reason if reason.is_rejection]
 
 console = make_console()
@@ -132,6 +144,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation (default 1000)")
     parser.add_argument("--window-seconds", type=int, default=60, help="tumbling window, 1-900 s (default 60)")
     parser.add_argument("--keep-running", action="store_true", help="keep the server and a runner up afterwards")
+    parser.add_argument("--stack", help="use this deployed tally stack's tables on the local server at AWS_ENDPOINT_URL")
     return parser
 
 
@@ -141,7 +154,13 @@ def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
 
 
 @entry_point
-def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any] = quiet_handler) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    handler_factory: Callable[[str], Any] = quiet_handler,
+    server: LoopbackBackend | None = None,
+) -> int:
+    """``server``: one already running (tests share one), reset and left running; else TALLY_LOCAL_BACKEND's, started."""
     args = parser().parse_args(argv)
     settings = Settings.from_env()  # as the handler reads them, so generator and brute force agree with it
     shape = {**SHAPES, **HISTORY_SHAPES}[args.shape] if args.shape else None
@@ -150,38 +169,43 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
     started = time.monotonic()
     saved_environment = dict(os.environ)
-    server = local_server()
-    if isinstance(shape, HistoryShape) and isinstance(server, DynamoDBLocalServer):
-        raise ScriptError(
-            f"the {args.shape} shape expires items by TTL, and DynamoDB Local never deletes expired items: "
-            "run it on moto's server (unset TALLY_LOCAL_BACKEND)"
-        )
-    server.start()
+    started_here = server is None and not args.stack
+    if server is None and not args.stack:
+        server = local_server().start()
     try:
-        server.reset()
-        os.environ.update(server.environment())
+        if server is not None:
+            server.reset()
+            os.environ.update(server.environment())
         if shape:
             os.environ.update({ENV_RULES: shape.rules_json, ENV_TIME_ATTRIBUTE: shape.time_attribute})
-        console.print(f"[bold]tally local pipeline[/] — {server.name} at {server.endpoint_url}")
-        dynamodb = client("dynamodb")
-        events = events_table_for(parse_rules(shape.rules_json) if shape else settings.counter_rules)
-        create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE, events)
-        console.print(
-            f"1. created {EVENTS_TABLE} (stream {events.stream_view}) and {COUNTS_TABLE} (TTL), as the stack does"
-        )
+        if args.stack:
+            tables = deployed_tables(args.stack, shape)
+            dynamodb = client("dynamodb")
+            console.print(f"[bold]tally local pipeline[/] — stack {args.stack} at {os.environ['AWS_ENDPOINT_URL']}")
+            console.print(f"1. found {tables.events} (its stream) and {tables.counts} in the stack's outputs")
+        else:
+            tables = Tables(EVENTS_TABLE, COUNTS_TABLE)
+            dynamodb = client("dynamodb")
+            console.print(f"[bold]tally local pipeline[/] — {server.name} at {server.endpoint_url}")
+            events = events_table_for(parse_rules(shape.rules_json) if shape else settings.counter_rules)
+            create_tables(dynamodb, tables.events, tables.counts, events)
+            console.print(
+                f"1. created {tables.events} (stream {events.stream_view}) and {tables.counts} (TTL), as the stack does"
+            )
 
         end_ms = now_ms()
         histories: list[list[Change]] = []
         if isinstance(shape, HistoryShape):
-            histories = shape.histories(workload, end_ms)
-            write_and_expire(dynamodb, shape, histories, end_ms)
+            histories = write_and_expire(
+                dynamodb, tables, shape, shape.histories(workload, end_ms), end_ms, ttl=isinstance(server, MotoServer)
+            )
             console.print(f"   counted by {len(shape.rules)} rules:")
             for rule in shape.rules:
                 console.print(f"   {escape(json.dumps(rule))}")
         elif shape:
             items = shape.items(workload, end_ms)
             times = [event.ts_ms for event in workload.events(end_ms)]
-            write(dynamodb, items)
+            write(dynamodb, tables, items)
             console.print(
                 f"2. wrote {len(items):,} {shape.name} items ({len(counters)} {shape.name} keys, {workload.hours} h "
                 f"ending {iso_minute(end_ms)}, seed {workload.seed}), counted by {len(shape.rules)} rules:"
@@ -191,7 +215,7 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
         else:
             events = workload.events(end_ms)
             items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, args.seed, settings)
-            write(dynamodb, items)
+            write(dynamodb, tables, items)
             console.print(
                 f"2. wrote {len(items) - args.bad:,} events ({len(workload.counters)} counters, {workload.hours} h "
                 f"ending {iso_minute(end_ms)}, seed {workload.seed}) and {args.bad} bad records"
@@ -200,8 +224,8 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
         arrivals: dict[int, tuple[str, int]] = {}
         reader = StreamReader(
             client("dynamodbstreams"),
-            stream_arn_of(dynamodb, EVENTS_TABLE),
-            recording_arrivals(handler_factory(COUNTS_TABLE), arrivals),
+            tables.stream_arn or stream_arn_of(dynamodb, tables.events),
+            recording_arrivals(handler_factory(tables.counts), arrivals),
             config=config,
             context=LocalContext(),
         )
@@ -214,48 +238,83 @@ def main(argv: list[str] | None = None, *, handler_factory: Callable[[str], Any]
         )
 
         if isinstance(shape, HistoryShape):
-            matched = verify_histories(dynamodb, shape, histories, arrivals_by_item(arrivals))
+            matched = verify_histories(dynamodb, tables, shape, histories, arrivals_by_item(arrivals))
         elif shape:
-            matched = verify_shaped(dynamodb, shape, list(zip(times, items, strict=True)), first_arrivals(arrivals))
+            matched = verify_shaped(dynamodb, tables, shape, list(zip(times, items, strict=True)), first_arrivals(arrivals))
         else:
-            matched = verify(dynamodb, workload.counters, first_arrivals(arrivals), settings, workload.hours)
+            matched = verify(dynamodb, tables, workload.counters, first_arrivals(arrivals), settings, workload.hours)
         console.print(f"finished in {time.monotonic() - started:.1f} s")
         if args.keep_running:
-            keep_running(server, reader, shape)
+            keep_running(tables, reader, shape)
         return 0 if matched else 1
     finally:
-        server.stop()
+        if started_here:
+            server.stop()
         os.environ.clear()
         os.environ.update(saved_environment)
 
 
-def write(dynamodb: Any, items: list[dict[str, Any]]) -> None:
+def deployed_tables(stack: str, shape: Shape | None) -> Tables:
+    """The stack's tables, on a local server only: the demo's handler runs here, and in AWS the stack's own
+    function would count the same records too."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    if urlsplit(endpoint).hostname not in LOOPBACK:
+        raise ScriptError(
+            f"--stack runs the demo's handler in this process: point AWS_ENDPOINT_URL at a local server holding "
+            f"the stack (make deploy-local), not {endpoint or 'AWS'}"
+        )
+    if isinstance(shape, HistoryShape):
+        raise ScriptError(f"--shape {shape.name} needs an events table streaming NEW_AND_OLD_IMAGES; the stack's streams NEW_IMAGE")
+    try:
+        outputs = table_names_from_stack(stack, client("cloudformation"))
+    except StackOutputsError as error:
+        raise ScriptError(str(error)) from None
+    return Tables(outputs["EventsTableName"], outputs["CountsTableName"], outputs["EventsStreamArn"])
+
+
+def write(dynamodb: Any, tables: Tables, items: list[dict[str, Any]]) -> None:
     columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("write", total=len(items))
-        write_items(dynamodb, EVENTS_TABLE, items, on_written=lambda n: progress.advance(task, n))
+        write_items(dynamodb, tables.events, items, on_written=lambda n: progress.advance(task, n))
 
 
-def write_and_expire(dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], end_ms: int) -> None:
-    """The producers' changes, each item's in order, then DynamoDB's TTL process as of ``end_ms``, which
-    must delete exactly the items the histories expire."""
-    dynamodb.update_time_to_live(
-        TableName=EVENTS_TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
-    )
+def write_and_expire(
+    dynamodb: Any, tables: Tables, shape: HistoryShape, histories: list[list[Change]], end_ms: int, *, ttl: bool
+) -> list[list[Change]]:
+    """The producers' changes, each item's in order, then (``ttl``) DynamoDB's TTL process as of ``end_ms``,
+    which must delete exactly the items the histories expire. Returns the histories as written: without
+    ``ttl``, TTL stays off the events table and the histories' TTL deletions are left out."""
+    if ttl:
+        dynamodb.update_time_to_live(
+            TableName=tables.events, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
+        )
+    else:
+        histories = [[change for change in history if not change.by_ttl] for history in histories]
     kinds = Counter((change.kind, change.by_ttl) for history in histories for change in history)
     columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("write", total=sum(kinds.values()) - kinds["REMOVE", True])
-        write_histories(dynamodb, EVENTS_TABLE, histories, on_written=lambda n: progress.advance(task, n))
-    expired = expire_items(EVENTS_TABLE, end_ms / 1000, region())
+        write_histories(dynamodb, tables.events, histories, on_written=lambda n: progress.advance(task, n))
+    written = (
+        f"2. wrote the histories of {len(histories):,} {shape.name} ({kinds['INSERT', False]:,} placed, "
+        f"{kinds['MODIFY', False]:,} updates to done, cancelled or reopened, {kinds['REMOVE', False]:,} deleted "
+        "by their owner)"
+    )
+    if not ttl:
+        console.print(
+            f"{written}; TTL is off: DynamoDB Local streams its TTL deletions without the REMOVE event name and "
+            "the identity DynamoDB signs them with, so no job expires here"
+        )
+        return histories
+    expired = expire_items(tables.events, end_ms / 1000, region())
     if len(expired) != kinds["REMOVE", True]:
         raise RuntimeError(f"the TTL process deleted {len(expired)} items, the histories expire {kinds['REMOVE', True]}")
     console.print(
-        f"2. wrote the histories of {len(histories):,} {shape.name} ({kinds['INSERT', False]:,} placed, "
-        f"{kinds['MODIFY', False]:,} updates to done, cancelled or reopened, {kinds['REMOVE', False]:,} deleted "
-        f"by their owner); the TTL process deleted {len(expired):,} whose {shape.ttl_attribute} had passed at "
+        f"{written}; the TTL process deleted {len(expired):,} whose {shape.ttl_attribute} had passed at "
         f"{iso_minute(end_ms)}"
     )
+    return histories
 
 
 def recording_arrivals(
@@ -287,11 +346,11 @@ def first_arrivals(arrivals: dict[int, tuple[str, int]]) -> dict[str, int]:
     return {item_id: times[0] for item_id, times in arrivals_by_item(arrivals).items()}
 
 
-def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
+def verify(dynamodb: Any, tables: Tables, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
     """Both plans against brute force: the 24 h window ending now, a long hour-aligned one, the rejections."""
-    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
+    table = Reader(tables.counts, client=dynamodb, settings=settings)
     now = now_ms()
-    items = scan_items(dynamodb, EVENTS_TABLE)
+    items = scan_items(dynamodb, tables.events)
     matched = compare_window(table, items, counters, arrivals, now, Window.ending(now), "4. rolling 24 h window")
 
     # Whole hours, longer than the minute retention: read as hour buckets where the minutes have expired.
@@ -301,7 +360,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
     matched &= compare_window(table, items, counters, arrivals, now, long_window, title)
     console.print(
         "   raw: events whose time is in the window (a scan of "
-        f"{EVENTS_TABLE}); late: of those, events whose hour was past the hour retention "
+        f"{tables.events}); late: of those, events whose hour was past the hour retention "
         f"({settings.hour_retention_ms // DAY_MS} d) when their record reached the stream."
     )
 
@@ -371,10 +430,10 @@ def compare_window(
     return matched
 
 
-def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
+def verify_shaped(dynamodb: Any, tables: Tables, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
     """Count, sum and average of every counter the shape's rules name, both plans against brute force."""
     settings = Settings.from_env()
-    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
+    table = Reader(tables.counts, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     truth = shaped_truth(shape, items, window, arrivals, settings)
@@ -396,12 +455,12 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
 
 
 def verify_histories(
-    dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], arrivals: dict[str, list[int]]
+    dynamodb: Any, tables: Tables, shape: HistoryShape, histories: list[list[Change]], arrivals: dict[str, list[int]]
 ) -> bool:
     """Every counter the jobs' rules name, in the 24 h window and in one of 49 whole hours, both plans
     against brute force over the replayed histories; and no record rejected."""
     settings = Settings.from_env()
-    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
+    table = Reader(tables.counts, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     matched = compare_shaped(
@@ -570,9 +629,11 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
     return matched
 
 
-def keep_running(server: LoopbackBackend, reader: StreamReader, shape: Shape | None) -> None:
+def keep_running(tables: Tables, reader: StreamReader, shape: Shape | None) -> None:
     """Print how to reach the server (and the shape's rules the runner counts with), then follow the stream until Ctrl-C."""
-    environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
+    names = (*DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION")
+    server = {name: os.environ[name] for name in names if name in os.environ}
+    environment = {**server, "EVENTS_TABLE": tables.events, "COUNTS_TABLE": tables.counts}
     if shape:
         environment |= {ENV_TIME_ATTRIBUTE: shape.time_attribute, ENV_RULES: shape.rules_json}
     console.print("\nServer and runner keep running. In another shell:")

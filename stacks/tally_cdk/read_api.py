@@ -2,8 +2,8 @@
 
     GET /counts?counter=A&counter=B&window=24h   (IAM, SigV4)
     GET /counters?prefix=views/                  (IAM, SigV4)
-    GET /top?prefix=views/&n=10                  (IAM, SigV4)
-    GET /public/counts, /public/counters, /public/top (anonymous, counters under the public prefixes; only when set)
+    GET /openapi.json                            (IAM, SigV4: this API described, OpenAPI 3)
+    GET /public/counts, /public/counters         (anonymous, counters under the public prefixes; only when set)
     GET /                                        (the dashboard page; only when enabled, reads /public/...)
 
 The read function is the counting function's asset with another handler

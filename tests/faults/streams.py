@@ -187,6 +187,18 @@ class Stream:
         return {Writer.of_shard(STREAM_ARN, shard).tag for shard in self.shards}
 
 
+def after_now(spec: StreamSpec, now_ms: int) -> StreamSpec:
+    """The same stream moved by whole days (hours and days stay aligned) to arrive from two days after ``now_ms``.
+
+    For DynamoDB Local, whose TTL process deletes bucket items whose TTL has
+    passed (moto keeps them): a stream dated in the past would lose its buckets
+    while the check runs. Moved so, every bucket's TTL (never before its
+    event's arrival) lies in the future.
+    """
+    days = (now_ms + 2 * DAY_MS - spec.start_ms) // DAY_MS + 1
+    return dataclasses.replace(spec, start_ms=spec.start_ms + days * DAY_MS)
+
+
 def build_stream(spec: StreamSpec, settings: Settings) -> Stream:
     rng = random.Random(spec.seed)
     names = [f"c{i}" for i in range(spec.counters)]

@@ -66,3 +66,61 @@ def stream_records(table: str) -> list[dict]:
         iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
         records += streams.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
     return [lambda_record(record, arn) for record in records]
+
+
+# moto as it is, in a fresh interpreter (this one has the fixes installed): each gap a patch closes.
+UNPATCHED_MOTO = r'''
+import json, threading, time, boto3
+from moto import mock_aws
+from moto.dynamodb import models
+from moto.dynamodb.models.dynamo_type import DynamoType
+
+found = {}
+with mock_aws():
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+
+    def add(item, amount):
+        return client.update_item(TableName="t", Key={"pk": {"S": item}}, UpdateExpression="ADD n :a",
+                                  ExpressionAttributeValues={":a": {"N": amount}}, ReturnValues="UPDATED_NEW")["Attributes"]["n"]["N"]
+
+    found["sum"] = add("digits", "1234567890123456789012345678.9012345678")
+    try:
+        found["exponent"] = add("exponent", "1E-8")
+    except Exception as error:
+        found["exponent"] = type(error).__name__
+    copies, deepcopy = [], models.copy.deepcopy
+    models.copy.deepcopy = lambda obj, *rest: (copies.append(type(obj).__name__), deepcopy(obj, *rest))[1]
+    client.transact_write_items(TransactItems=[{"Put": {"TableName": "t", "Item": {"pk": {"S": f"x{i}"}}}} for i in range(3)])
+    models.copy.deepcopy = deepcopy
+    found["table_copies"] = copies.count("Table")
+    original_add = DynamoType.__add__
+    DynamoType.__add__ = lambda self, other: (time.sleep(0.3), original_add(self, other))[1]  # widen the race
+    threads = [threading.Thread(target=add, args=("race", "1")) for _ in range(2)]
+    [thread.start() for thread in threads]
+    [thread.join() for thread in threads]
+    DynamoType.__add__ = original_add
+    found["two_adds_of_one"] = client.get_item(TableName="t", Key={"pk": {"S": "race"}})["Item"]["n"]["N"]
+    client.update_time_to_live(TableName="t", TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+    client.put_item(TableName="t", Item={"pk": {"S": "expired"}, "ttl": {"N": "1"}})
+    time.sleep(1)
+    found["expired_kept"] = "Item" in client.get_item(TableName="t", Key={"pk": {"S": "expired"}})
+print(json.dumps(found))
+'''
+
+
+def test_moto_still_needs_each_patch():
+    """If a moto release closes a gap, this fails: drop that patch from moto_fixes (and this line)."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", UNPATCHED_MOTO], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert found["sum"] == "1234567890123456789012345679"  # 28 digits: DynamoDB adds exactly to 38
+    assert found["exponent"] == "ValueError"  # DynamoDB reads 1E-8
+    assert found["table_copies"] == 3  # the whole table, once per item of the transaction
+    assert found["two_adds_of_one"] == "1"  # a lost update: DynamoDB applies writes to an item one at a time
+    assert found["expired_kept"] is True  # no TTL process

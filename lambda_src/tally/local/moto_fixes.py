@@ -1,28 +1,39 @@
-"""Keeps moto's transactions linear in their size and its writes isolated, and plays DynamoDB's TTL process.
+"""What moto still gets wrong that tally's local runs depend on, each patch named by the DynamoDB behaviour it plays.
 
-moto 5.2 backs a table up before a transaction (to roll back on failure) with
-a deep copy of the whole table, once per item of the transaction: a 100-item
-commit against a table of N items copies 100 N items, which makes a day of
-buckets take minutes to write. ``install()`` replaces that backup with one
-that copies the table's index structure and deep-copies only the items the
-transaction touches, once: the rollback restores exactly the same state.
+Each gap is checked against moto as it is by tests/local/test_moto_fixes.py
+(``test_moto_still_needs_each_patch``), which fails once a moto release closes
+it; the patched behaviour is checked against DynamoDB Local by
+tests/local/test_backends.py. Checked with moto 5.2.5:
 
-It also runs moto's writes (transactions and UpdateItem) one at a time.
-DynamoDB applies the writes to one item one after the other, and isolates a
-transaction from every other write to its items; moto's threaded server does
-neither, so two shards adding to the same bucket at once could lose an update
-(or a rollback could undo another thread's commit) in a way DynamoDB never would.
+1. **Writes to an item apply one at a time** (DynamoDB serializes the writes
+   to one item, and isolates a transaction from every other write to its
+   items). moto's threaded server runs requests concurrently without a lock, so
+   two shards adding to the same bucket at once can lose an update, or a
+   rollback undo another thread's commit. ``install()`` runs UpdateItem and
+   TransactWriteItems one at a time.
+2. **Numbers add exactly, to 38 significant digits**, from 1E-130 to
+   9.9999999999999999999999999999999999999E+125, and accept the exponent form
+   ("1E-8"). moto adds in Python's default 28-digit context, rounding a large sum
+   silently, and fails on the exponent form. ``install()`` adds as DynamoDB does
+   and refuses a sum that would need more digits or a larger or smaller
+   magnitude with a ValidationException ("Number overflow" for an inexact sum,
+   as DynamoDB words it).
+3. **A transaction costs the items it touches**: moto backs a table up before
+   a transaction (to roll back on failure) with a deep copy of the whole table,
+   once per item of the transaction, so a 100-item commit against a table of N
+   items copies 100 N items. ``install()`` backs up the table's index structure
+   and deep-copies only the touched items, once: the rollback restores the same
+   state, in time linear in the transaction.
+4. **Expired items are deleted by the TTL process**, their REMOVE records signed
+   by the service (``userIdentity`` type Service, principal
+   dynamodb.amazonaws.com). moto has no TTL process: ``expire_items`` plays it
+   for one table of the in-process moto (its threaded server included), so
+   rules that tell TTL deletions apart can be checked end to end.
 
-And it adds numbers as DynamoDB does: exactly, up to 38 significant digits,
-refusing a result beyond that. moto adds them in Python's default 28-digit
-context, which rounds a large sum silently, and cannot read the exponent form
-("1E-8") DynamoDB accepts.
-
-moto never deletes expired items. ``expire_items`` does what DynamoDB's TTL
-process does for one table of the in-process moto (its threaded server
-included): it deletes the items whose TTL attribute has passed and signs each
-one's REMOVE stream record with the service identity DynamoDB gives TTL
-deletions, so rules that tell them apart can be checked end to end.
+Other moto gaps need no patch, as tally never meets them (tests/local/test_backends.py
+pins each): a MODIFY for an identical re-put and two INSERTs for an UpdateItem
+on a new key, numbers of more than 38 digits stored whole, duplicate keys in one
+BatchWriteItem applied, consumed capacity by other rules than DynamoDB's.
 
 The embedded pipeline and the tests use it; the Lambda function never imports it.
 """
@@ -32,14 +43,18 @@ from __future__ import annotations
 import copy
 import threading
 from collections import defaultdict
-from decimal import Context, Decimal, Inexact, Overflow, Rounded
+from decimal import Context, Decimal, Inexact, Overflow, Subnormal
 from functools import wraps
 from types import SimpleNamespace
 from typing import Any
 
 _active = threading.local()
 _one_write_at_a_time = threading.RLock()  # a transaction's Updates go through update_item
-_DYNAMODB_NUMBERS = Context(prec=38, Emax=125, Emin=-130, traps=[Inexact, Rounded, Overflow])
+# DynamoDB's numbers: 38 significant digits, magnitudes from 1E-130 to 9.9999999999999999999999999999999999999E+125.
+# A result that only drops trailing zeros (99...9 + 1 = 1E+38) is exact: Rounded alone is no error.
+_DYNAMODB_NUMBERS = Context(prec=38, Emax=125, Emin=-130, traps=[Inexact, Overflow, Subnormal])
+NUMBER_OVERFLOW = "Number overflow. Attempting to store a number with magnitude larger than supported range"
+NUMBER_UNDERFLOW = "Number underflow. Attempting to store a number with magnitude smaller than supported range"
 # As the Streams API spells the identity of a TTL deletion (Lambda spells it type / principalId).
 TTL_DELETION_IDENTITY = {"PrincipalId": "dynamodb.amazonaws.com", "Type": "Service"}
 # DynamoDB's TTL process leaves alone items whose expiry lies more than five years in the past.
@@ -149,10 +164,12 @@ def install() -> None:
             return original_add(self, other)
         try:
             total = _DYNAMODB_NUMBERS.add(Decimal(self.value), Decimal(other.value))
-        except (Inexact, Rounded, Overflow):
-            raise MockValidationException(
-                "Number overflow. Attempting to store a number with magnitude larger than supported range"
-            ) from None
+        except Overflow:  # before Inexact: an overflow is inexact too
+            raise MockValidationException(NUMBER_OVERFLOW) from None
+        except Subnormal:
+            raise MockValidationException(NUMBER_UNDERFLOW) from None
+        except Inexact:  # DynamoDB says "overflow" for a sum beyond 38 digits too (DynamoDB Local: "precision")
+            raise MockValidationException(NUMBER_OVERFLOW) from None
         return DynamoType({"N": format(total, "f")})
 
     DynamoType.__add__ = add  # type: ignore[method-assign]
