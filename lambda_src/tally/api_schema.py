@@ -83,7 +83,8 @@ class CountsAnswer(Closed):
 
 
 class CountersAnswer(Closed):
-    counters: list[Count] = Field(description="every counter under the prefix, by name")
+    counters: list[Count] = Field(description="a page of the counters under the prefix, by name")
+    cursor: str | None = Field(description="give it as cursor= for the next page; null after the last page")
     notes: list[str]
 
 
@@ -99,6 +100,7 @@ Counters = Annotated[
     list[str], Query(description="a counter name; repeat the parameter for more (at most 100)", examples=[["page-views"]])
 ]
 Prefix = Annotated[str | Absent, Query(description="list the counters whose names start with this")]
+Cursor = Annotated[str | Absent, Query(description="the cursor of the previous page: the listing goes on after it")]
 Window = Annotated[str | Absent, Query(description="the window's length: 90m, 24h, 7d, 1d12h (default 24h)")]
 At = Annotated[
     str | Absent,

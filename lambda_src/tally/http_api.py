@@ -3,8 +3,8 @@
     GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
         [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
-    GET /counters?prefix=views/&window=24h
-        -> {"counters": [<the same object for each listed counter>], "notes": […]}
+    GET /counters?prefix=views/&window=24h[&cursor=…]
+        -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
     GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
     GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
@@ -60,6 +60,7 @@ from tally.api_schema import (
     Consistent,
     CountersAnswer,
     Counters,
+    Cursor,
     CountsAnswer,
     Plan,
     Prefix,
@@ -271,6 +272,7 @@ def public_counts(
 @reads(COUNTERS_PATH, summary="The counters under a prefix, counted", responses=answers(CountersAnswer, 400, 403, 500, 503))
 def counters(
     prefix: Prefix = None,
+    cursor: Cursor = None,
     window: Window = None,
     at: At = None,
     series: SeriesOption = None,
@@ -284,7 +286,7 @@ def counters(
         window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
         allow_transient=allow_transient,
     )
-    return _counters(prefix, options, public=False)
+    return _counters(prefix, cursor, options, public=False)
 
 
 @reads(
@@ -295,6 +297,7 @@ def counters(
 )
 def public_counters(
     prefix: Prefix = None,
+    cursor: Cursor = None,
     window: Window = None,
     at: At = None,
     series: SeriesOption = None,
@@ -308,7 +311,7 @@ def public_counters(
         window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
         allow_transient=allow_transient,
     )
-    return _counters(prefix, options, public=True)
+    return _counters(prefix, cursor, options, public=True)
 
 
 # Not `reads`: the page's query string (?counter=…&window=…) is for its script, which reads it in the browser.
@@ -416,7 +419,7 @@ def _counts(names: list[str], texts: dict[str, str | None], *, public: bool) -> 
     return _answer("counts", results, public)
 
 
-def _counters(prefix: str | None, texts: dict[str, str | None], *, public: bool) -> Response:
+def _counters(prefix: str | None, cursor: str | None, texts: dict[str, str | None], *, public: bool) -> Response:
     prefix = prefix or ""
     if public:
         _check_public(prefix, "prefix")
@@ -424,10 +427,10 @@ def _counters(prefix: str | None, texts: dict[str, str | None], *, public: bool)
     _check_size(1, options)
     limit = min(MAX_COUNTERS, MAX_ENTRIES // _entries_per_counter(options))  # refused before counting beyond it
     try:
-        results = reader().list_counters(prefix, limit=limit, **options.as_kwargs())
+        results = reader().list_counters(prefix, limit=limit, cursor=cursor, **options.as_kwargs())
     except QueryError as error:
         raise BadRequest(_culprit(error, texts, default="prefix"), str(error)) from None
-    return _answer("counters", results, public)
+    return _answer("counters", results, public, cursor=results.cursor)
 
 
 def _options(given: dict[str, str | None]) -> ReadOptions:
@@ -505,8 +508,8 @@ def _check_size(counters: int, options: ReadOptions) -> None:
         )
 
 
-def _answer(key: str, results: list[WindowCount], public: bool) -> Response:
-    body = {key: [result.as_json() for result in results], "notes": reader().notes(results)}
+def _answer(key: str, results: list[WindowCount], public: bool, **more: object) -> Response:
+    body = {key: [result.as_json() for result in results], **more, "notes": reader().notes(results)}
     cache_control = api_settings().public_cache_control if public else PRIVATE
     return _json(200, body, cache_control)
 
