@@ -5,7 +5,9 @@
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
     GET /counters?prefix=views/&window=24h[&cursor=…]
         -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
-    GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
+    GET /top?prefix=views/&n=10&window=24h[&at=…][&rising=1]
+        -> {"prefix", "start", "end", "exact": true|false, "bound": null|int, "top": [{"rank", "counter", "total"}, …]}
+    GET /public/counts, /public/counters, /public/top: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
     GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
     Every answer carries ``X-Tally-Version: <the release>``.
@@ -44,10 +46,12 @@ from botocore.exceptions import ClientError
 
 from tally.core.api_access import (
     COUNTERS_PATH,
+    TOP_PATH,
     COUNTS_PATH,
     DASHBOARD_PATH,
     OPENAPI_PATH,
     PUBLIC_COUNTERS_PATH,
+    PUBLIC_TOP_PATH,
     PUBLIC_COUNTS_PATH,
     PUBLIC_PREFIX_PATH,
     ApiSettings,
@@ -66,7 +70,10 @@ from tally.api_schema import (
     Prefix,
     Problem,
     Quantiles,
+    Rising,
     SeriesOption,
+    TopList,
+    TopN,
     Window,
 )
 from tally.query import validate_query_counter
@@ -314,6 +321,43 @@ def public_counters(
     return _counters(prefix, cursor, options, public=True)
 
 
+@reads(TOP_PATH, summary="The top n counters of a prefix over a window, certified", responses=answers(TopList, 400, 403, 500, 503))
+def top(
+    prefix: Prefix = None,
+    n: TopN = None,
+    rising: Rising = None,
+    window: Window = None,
+    at: At = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    allow_transient: AllowTransient = None,
+) -> Response[TopList]:
+    options = dict(window=window, at=at, plan=plan, align=align, consistent=consistent, allow_transient=allow_transient)
+    return _top(prefix, n, rising, options, public=False)
+
+
+@reads(
+    PUBLIC_TOP_PATH,
+    signed=False,
+    summary="The top n public counters of a public prefix, anonymously",
+    responses=answers(TopList, 400, 403, 404, 500, 503, public=True),
+)
+def public_top(
+    prefix: Prefix = None,
+    n: TopN = None,
+    rising: Rising = None,
+    window: Window = None,
+    at: At = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    allow_transient: AllowTransient = None,
+) -> Response[TopList]:
+    options = dict(window=window, at=at, plan=plan, align=align, consistent=consistent, allow_transient=allow_transient)
+    return _top(prefix, n, rising, options, public=True)
+
+
 # Not `reads`: the page's query string (?counter=…&window=…) is for its script, which reads it in the browser.
 @app.get(
     DASHBOARD_PATH,
@@ -431,6 +475,22 @@ def _counters(prefix: str | None, cursor: str | None, texts: dict[str, str | Non
     except QueryError as error:
         raise BadRequest(_culprit(error, texts, default="prefix"), str(error)) from None
     return _answer("counters", results, public, cursor=results.cursor)
+
+
+def _top(
+    prefix: str | None, n: str | None, rising: str | None, texts: dict[str, str | None], *, public: bool
+) -> Response:
+    """The certified top N of a prefix (``Reader.top``): one JSON object; anonymous only under a public prefix."""
+    if prefix is None:
+        raise BadRequest("prefix", "prefix is missing: e.g. ?prefix=views/&n=10 ('prefix=' ranks every counter)")
+    if public:
+        _check_public(prefix, "prefix")
+    options = _options(texts)
+    try:
+        answer = reader().top(prefix, n or "10", rising=rising or False, **options.as_kwargs())
+    except QueryError as error:
+        raise BadRequest(_culprit(error, texts), str(error)) from None
+    return _json(200, answer.as_json(), api_settings().public_cache_control if public else PRIVATE)
 
 
 def _options(given: dict[str, str | None]) -> ReadOptions:
