@@ -244,7 +244,8 @@ def test_the_readme_javascript_example_signs_with_aws4fetch_and_the_signed_serve
 
 
 def test_ctrl_c_stops_everything_and_leaves_no_process_behind():
-    serve = Serving("--hours", "1", "--rate", "5", "--window-seconds", "2", "--shape", "blog")
+    # Two hours of history: the page's window ends at the top of this hour, so it holds at least one of them.
+    serve = Serving("--hours", "2", "--rate", "5", "--window-seconds", "2", "--shape", "blog")
     try:
         serve.wait_for("live: ")
         status, body = fetch(f"{serve.api}/counts?counter=views/all&window=2h")
