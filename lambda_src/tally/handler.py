@@ -39,12 +39,17 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 @cache
 def counts_table() -> CountsTable:
     """Created once per execution environment, at the first invocation, which also publishes the settings."""
-    settings = Settings.from_env()
-    config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
-    client = boto3.client("dynamodb", config=config)
-    table = CountsTable(client, settings.counts_table, settings)
+    table = _counts_table()
     _publish_settings(table)
     return table
+
+
+@cache
+def _counts_table() -> CountsTable:
+    """The table alone: the scheduled alert entry reads and judges, it does not count, so it publishes nothing."""
+    settings = Settings.from_env()
+    config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
+    return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings)
 
 
 def _publish_settings(table: CountsTable) -> None:
@@ -94,7 +99,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def scheduled(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Once a minute (an EventBridge schedule): clearing, below alerts and pending events. A retry of the
     same scheduled event carries the same id, so it finishes the crossings it made."""
-    watcher = alert_watcher(counts_table())
+    watcher = alert_watcher(_counts_table())
     summary = watcher.scheduled(f"schedule:{event.get('id') or event.get('time') or ''}")
     logger.info("alerts evaluated", extra=dataclasses.asdict(summary))
     _publish_alerts(summary)
