@@ -182,8 +182,10 @@ def alert_sink(dynamodb, monkeypatch):
     monkeypatch.setenv("TALLY_RULES", ALERT_RULES)
     handler_module.counts_table.cache_clear()
     handler_module.alert_watcher.cache_clear()
+    handler_module.scheduled_table.cache_clear()
     yield AlertSink(boto3.client("events", region_name="us-east-1"), boto3.client("sqs", region_name="us-east-1"))
     handler_module.alert_watcher.cache_clear()
+    handler_module.scheduled_table.cache_clear()
 
 
 def test_a_window_past_an_alerts_threshold_puts_one_event_and_publishes_alert_metrics(lambda_handler, alert_sink, capsys):

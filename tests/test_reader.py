@@ -15,12 +15,15 @@ import pytest
 from freezegun import freeze_time
 from moto import mock_aws
 
+from alert_support import ALERT_RULES, cross
 from backends import BACKENDS
 from factories import counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader, Series, read_options
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.core.windows import parse_instant
+from tally.core.buckets import iso_minute
+from tally.core.rules import parse_rules
+from tally.core.windows import now_ms, parse_instant, utc_of
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 
@@ -395,3 +398,38 @@ def test_a_reader_reads_the_published_settings_at_most_once_a_minute(world, monk
     clock[0] += 1
     reader.settings_differences()
     assert client.calls["get_item"] == 2
+
+
+def test_alerts_answer_each_counters_state_and_the_window_that_set_it():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(ALERT_RULES))
+        at = now_ms() // MINUTE_MS * MINUTE_MS
+        cross(client, settings, at, {"logins/a": 3, "logins/b": 1, "signups/pro": 6})
+        reader = Reader(COUNTS, client=client, settings=settings)
+        found = reader.alerts()
+        assert [(s.alert.name, s.counter, s.state, s.total) for s in found] == [
+            ("burst", "logins/a", "ALARM", 3),
+            ("signup-rush", "signups/pro", "ALARM", 6),
+        ]
+        assert found[0].as_json() == {
+            "alert": "burst",
+            "rule": "logins",
+            "counter": "logins/a",
+            "state": "ALARM",
+            "since": utc_of(at).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "window": "10m",
+            "start": iso_minute(at - 10 * MINUTE_MS),
+            "end": iso_minute(at),
+            "total": 3,
+            "threshold": 2,
+            "transitions": 1,
+        }
+        assert [s.counter for s in reader.alerts("signup-rush")] == ["signups/pro"]
+        assert [s.counter for s in reader.alerts(prefix="logins/")] == ["logins/a"]
+        assert reader.alerts(state="ok") == []
+        with pytest.raises(QueryError, match="no alert 'nope' in the rules .* the alerts are burst, signup-rush"):
+            reader.alerts("nope")
+        with pytest.raises(QueryError, match="state must be one of ALARM, OK, got 'red'"):
+            reader.alerts(state="red")

@@ -39,14 +39,18 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 @cache
 def counts_table() -> CountsTable:
     """Created once per execution environment, at the first invocation, which also publishes the settings."""
-    table = _counts_table()
+    table = _new_counts_table()
     _publish_settings(table)
     return table
 
 
 @cache
-def _counts_table() -> CountsTable:
-    """The table alone: the scheduled alert entry reads and judges, it does not count, so it publishes nothing."""
+def scheduled_table() -> CountsTable:
+    """The scheduled alert entry's table: it reads and judges, it does not count, so it publishes nothing."""
+    return _new_counts_table()
+
+
+def _new_counts_table() -> CountsTable:
     settings = Settings.from_env()
     config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
     return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings)
@@ -99,7 +103,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def scheduled(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Once a minute (an EventBridge schedule): clearing, below alerts and pending events. A retry of the
     same scheduled event carries the same id, so it finishes the crossings it made."""
-    watcher = alert_watcher(_counts_table())
+    watcher = alert_watcher(scheduled_table())
     summary = watcher.scheduled(f"schedule:{event.get('id') or event.get('time') or ''}")
     logger.info("alerts evaluated", extra=dataclasses.asdict(summary))
     _publish_alerts(summary)

@@ -5,6 +5,8 @@
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
     GET /counters?prefix=views/&window=24h
         -> {"counters": [<the same object for each listed counter>], "notes": […]}
+    GET /alerts?alert=burst&state=ALARM&prefix=logins/
+        -> {"alerts": [{alert, rule, counter, state, since, window, start, end, total, threshold, transitions}, …]}
     GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
 
@@ -36,6 +38,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from tally.core.api_access import (
+    ALERTS_PATH,
     COUNTERS_PATH,
     COUNTS_PATH,
     DASHBOARD_PATH,
@@ -51,6 +54,7 @@ from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_opti
 OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles", "allow_transient")
 COUNT_PARAMETERS = ("counter", *OPTIONS)
 LIST_PARAMETERS = ("prefix", *OPTIONS)
+ALERT_PARAMETERS = ("alert", "state", "prefix")
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.
 MAX_COUNTERS = 100
 MAX_ENTRIES = 40_000  # hours of by_hour plus series points (times the quantiles asked), over all counters of one answer
@@ -130,6 +134,18 @@ def counters() -> Response:
 @app.get(PUBLIC_COUNTERS_PATH)
 def public_counters() -> Response:
     return _counters(public=True)
+
+
+@app.get(ALERTS_PATH)
+def alerts() -> Response:
+    """Alert states: signed requests only, like /counts (a counter in alarm says something about it)."""
+    query = _query(ALERT_PARAMETERS, ALERTS_PATH)
+    alert, state, prefix = query.one("alert"), query.one("state"), query.one("prefix") or ""
+    try:
+        found = reader().alerts(alert or None, state=state or None, prefix=prefix)
+    except QueryError as error:
+        raise BadRequest("alert" if str(error).startswith("no alert") else "state", str(error)) from None
+    return _json(200, {"alerts": [status.as_json() for status in found]})
 
 
 @app.get(DASHBOARD_PATH)
@@ -311,7 +327,7 @@ def server_error(error: Exception) -> Response:
 
 @app.not_found
 def not_found(_: Exception) -> Response:
-    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts and GET /counters"})
+    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts, GET /counters and GET /alerts"})
 
 
 def _one_line(text: str) -> str:

@@ -21,7 +21,7 @@ from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
 
 pytestmark = pytest.mark.cdk
 
-SIGNED = {"GET /counts", "GET /counters"}
+SIGNED = {"GET /counts", "GET /counters", "GET /alerts"}
 PUBLIC = {"GET /public/counts", "GET /public/counters", "GET /"}
 READ_ACTIONS = {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query"}
 
