@@ -433,3 +433,20 @@ def test_alerts_answer_each_counters_state_and_the_window_that_set_it():
             reader.alerts("nope")
         with pytest.raises(QueryError, match="state must be one of ALARM, OK, got 'red'"):
             reader.alerts(state="red")
+
+
+def test_the_readme_alerts_example_prints_the_counters_in_alarm(monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Alerts") : readme.index("## Configuration")]
+    rules = re.search(r"```json\n(.*?)```", section, re.S).group(1)
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.setenv("TALLY_RULES", rules)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(rules))
+        at = now_ms() // MINUTE_MS * MINUTE_MS
+        cross(client, settings, at, {"logins/10.0.0.1": 101, "logins/10.0.0.2": 100})
+        exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out.splitlines() == [f"login-burst logins/10.0.0.1 101 {utc_of(at).isoformat()}"]

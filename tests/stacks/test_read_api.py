@@ -149,7 +149,7 @@ def test_only_api_gateway_may_invoke_the_read_function(default):
     ]
 
     assert permissions and {p["Principal"] for p in permissions} == {"apigateway.amazonaws.com"}
-    assert {render(p["SourceArn"]).rsplit("/", 1)[-1] for p in permissions} == {"counts", "counters"}
+    assert {render(p["SourceArn"]).rsplit("/", 1)[-1] for p in permissions} == {"counts", "counters", "alerts"}
 
 
 def test_server_errors_and_latency_raise_alarms_shown_on_the_dashboard(default, public):
