@@ -74,7 +74,7 @@ def counter_directory(table: CountsTable) -> CounterDirectory:
     return CounterDirectory(table.client, table.table_name, table.settings)
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=2)  # the counting entry's table and the scheduled entry's
 def alert_watcher(table: CountsTable) -> Watcher:
     """The rules' alerts, judged after each commit and by the schedule; events on TALLY_ALERT_BUS."""
     bus = EventBus(boto3.client("events"), os.environ.get(ENV_ALERT_BUS) or "default")
