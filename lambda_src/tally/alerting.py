@@ -45,6 +45,7 @@ from tally.core.alerts import (
 )
 from tally.core.commit import CommitResult, Writer
 from tally.core.directory import days_between
+from tally.core.plans import PlanKind
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.settings import DAY_MS
@@ -250,8 +251,12 @@ class Watcher:
         directory: CounterDirectory | None = None,
         clock: Callable[[], int] = now_ms,
         sleep: Callable[[float], None] = time.sleep,
+        plan: PlanKind = PlanKind.BATCH,
     ) -> None:
+        """``plan``: how windows are read. The batch plan reads 100 keys a request (a 10-minute window is 10
+        keys, each a read unit); the range plan one Query per counter, a read unit for a short window."""
         self.table = table
+        self.plan = plan
         self.bus = bus
         self.states = states or AlertStates(table.client, table.table_name, table.backoff)
         self.directory = directory or CounterDirectory(table.client, table.table_name, table.settings, table.backoff)
@@ -342,7 +347,7 @@ class Watcher:
             by_end[end].append(counter)
         for end, counters in sorted(by_end.items()):
             try:
-                results = _count(self.table, counters, alert.window_ms, end, now)
+                results = _count(self.table, counters, alert.window_ms, end, now, self.plan)
             except QueryError as error:
                 logger.warning("alert %s: window ending %d not judged: %s", alert.name, end, error)
                 summary.skipped_windows += len(counters)
@@ -420,10 +425,10 @@ class Watcher:
         return alerts
 
 
-def _count(table: CountsTable, counters: list[str], window_ms: int, end: int, now: int) -> list[Any]:
+def _count(table: CountsTable, counters: list[str], window_ms: int, end: int, now: int, plan: PlanKind) -> list[Any]:
     from tally.query import count_windows  # query reads through dynamo, as this module does
 
-    return count_windows(table, counters, length_ms=window_ms, at_ms=end, consistent=True, now=now)
+    return count_windows(table, counters, length_ms=window_ms, at_ms=end, consistent=True, now=now, plan=plan)
 
 
 def _key(alert: str, counter: str) -> dict[str, dict[str, str]]:
