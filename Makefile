@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-anytime java demo adopt-demo serve bench synth deploy destroy dashboard test-tools
+.PHONY: install install-scripts test test-anytime java demo adopt-demo serve bench bench-scale synth deploy destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -87,6 +87,11 @@ serve: $(DEMO_STAMP) $(DASHBOARD) $(LOCAL_BACKEND_TOOLS)
 # PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.
 bench: $(DEMO_STAMP)
 	$(BIN)/python -m bench $(if $(PUBLISH),--publish)
+
+# The scale model (1 to 1,000 shards), about ten minutes on 2 cores: its figures join bench/latest.json
+# (and bench/results.json with PUBLISH=1) beside make bench's.
+bench-scale: $(DEMO_STAMP)
+	$(BIN)/python -m bench scale $(if $(PUBLISH),--publish)
 
 # The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
 node_modules/.package-lock.json: package.json package-lock.json

@@ -31,10 +31,24 @@ def test_a_plain_run_writes_latest_and_leaves_the_published_figures_alone(output
     assert json.loads((outputs / "results.json").read_text()) == {"published": True}
 
 
-def test_publish_writes_both(outputs):
+def test_publish_writes_both_and_keeps_the_figures_of_parts_run_apart(outputs):
     bench_main.main(["--publish"])
-    assert json.loads((outputs / "results.json").read_text())["figures"] == {"reads": 3}
-    assert (outputs / "latest.json").read_text() == (outputs / "results.json").read_text()
+    published = json.loads((outputs / "results.json").read_text())
+    assert published == {"published": True, "figures": {"reads": 3}, "seconds": published["seconds"]}
+    assert json.loads((outputs / "latest.json").read_text())["figures"] == {"reads": 3}
+
+
+def test_the_targets_of_the_scale_model_are_judged_from_its_own_run_or_marked_missing(capsys):
+    published = json.loads((ROOT / "bench" / "results.json").read_text())
+    without_scale = {key: value for key, value in published.items() if not key.startswith("scale")}
+    missing = [t for t in bench_main.targets(without_scale) if "1,000 shards" in t["target"]]
+    assert missing == [{"target": "1,000 shards, fixed rate (make bench-scale)", "wanted": "run", "figure": None, "met": False}]
+    bench_main.report({**without_scale, "targets": bench_main.targets(without_scale)})
+    printed = capsys.readouterr().out
+    assert "The scale model has not run here: make bench-scale" in printed and "not run" in printed
+    judged = [t for t in bench_main.targets(published) if "1,000 shards" in t["target"]]
+    assert len(judged) == 3 * len([e for e in published["scale_fixed_rate"] if e["shards"] == 1000])
+    assert all(t["figure"] is not None for t in judged)
 
 
 def test_fresh_runs_are_ignored_by_git_and_the_published_figures_are_tracked():
