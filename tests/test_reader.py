@@ -400,14 +400,21 @@ def test_a_reader_reads_the_published_settings_at_most_once_a_minute(world, monk
     assert client.calls["get_item"] == 2
 
 
+def alert_tables(client, counts: str) -> None:
+    """Both tables, unless this module's world (a mock of its own, still active) made them already."""
+    if counts not in client.list_tables()["TableNames"]:
+        create_tables(client, f"{counts}-events", counts)
+
+
 def test_alerts_answer_each_counters_state_and_the_window_that_set_it():
+    counts = f"alert-counts-{uuid.uuid4().hex[:8]}"
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
-        settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(ALERT_RULES))
+        alert_tables(client, counts)
+        settings = Settings(counts_table=counts, events_table=EVENTS, rules=parse_rules(ALERT_RULES))
         at = now_ms() // MINUTE_MS * MINUTE_MS
-        cross(client, settings, at, {"logins/a": 3, "logins/b": 1, "signups/pro": 6})
-        reader = Reader(COUNTS, client=client, settings=settings)
+        cross(client, settings, at, {"logins/a": 3, "logins/b": 1, "signups/pro": 6}, counts)
+        reader = Reader(counts, client=client, settings=settings)
         found = reader.alerts()
         assert [(s.alert.name, s.counter, s.state, s.total) for s in found] == [
             ("burst", "logins/a", "ALARM", 3),
@@ -444,9 +451,9 @@ def test_the_readme_alerts_example_prints_the_counters_in_alarm(monkeypatch, cap
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
-        settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(rules))
+        alert_tables(client, "tally-counts")  # the table the example names
+        settings = Settings(counts_table="tally-counts", events_table=EVENTS, rules=parse_rules(rules))
         at = now_ms() // MINUTE_MS * MINUTE_MS
-        cross(client, settings, at, {"logins/10.0.0.1": 101, "logins/10.0.0.2": 100})
+        cross(client, settings, at, {"logins/10.0.0.1": 101, "logins/10.0.0.2": 100}, "tally-counts")
         exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out.splitlines() == [f"login-burst logins/10.0.0.1 101 {utc_of(at).isoformat()}"]
