@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-anytime java demo adopt-demo serve bench bench-scale synth deploy destroy dashboard test-tools
+.PHONY: install install-scripts test test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -85,6 +85,10 @@ serve: $(DEMO_STAMP) $(DASHBOARD) $(LOCAL_BACKEND_TOOLS)
 
 # Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;
 # PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.
+# The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link or anchor fails.
+docs: $(DEV_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
+
 bench: $(DEMO_STAMP)
 	$(BIN)/python -m bench $(if $(PUBLISH),--publish)
 

@@ -5,6 +5,8 @@
 import uPlot from "uplot";
 
 const REFRESH_MS = 10_000;
+// Asked of every counter; only histogram counters answer them (the API leaves them out for others).
+const QUANTILES = ["0.5", "0.9", "0.99"];
 const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f"];
 
 const config = JSON.parse(document.getElementById("tally-config").textContent || "{}");
@@ -95,7 +97,27 @@ function alarmCell(alerts) {
   return shown;
 }
 
-function showTotals(counts, alarms = new Map()) {
+// Distinct values: exact while the counter's sketches are, an estimate (≈, 1.625 %) beyond.
+function distinctCell(count) {
+  if (count.distinct === undefined) return cell("", "distinct");
+  const shown = cell(`${count.distinct_exact ? "" : "≈ "}${count.distinct.toLocaleString("en-US")}`, "distinct");
+  shown.title = count.distinct_exact ? "exact" : "estimate, within 1.625 % (one standard error)";
+  return shown;
+}
+
+function quantileCells(detail) {
+  return QUANTILES.map((q) => {
+    const value = detail && detail.quantiles ? detail.quantiles[q] : undefined;
+    const shown = decimalCell(value);
+    shown.classList.add("quantile");
+    shown.dataset.quantile = q;
+    return shown;
+  });
+}
+
+// counts: the series answer; details: the same window with quantiles, by counter (histogram counters only);
+// alarms: the alerts each counter is in alarm for.
+function showTotals(counts, details, alarms = new Map()) {
   const body = elements.totals.tBodies[0];
   body.replaceChildren(
     ...counts.map((count) => {
@@ -108,13 +130,33 @@ function showTotals(counts, alarms = new Map()) {
         cell(count.total.toLocaleString("en-US"), "total"),
         decimalCell(count.sum),
         decimalCell(count.average),
-        cell(`${count.start} – ${count.end}`),
+        distinctCell(count),
+        ...quantileCells(details.get(count.counter)),
         alarmCell(alerts),
+        cell(`${count.start} – ${count.end}`),
       );
       return row;
     }),
   );
+  // Columns no chosen counter has stay hidden: a page of plain counters looks as it always did.
+  elements.totals.classList.toggle("no-distinct", !counts.some((count) => count.distinct !== undefined));
+  elements.totals.classList.toggle("no-quantiles", ![...details.values()].some((detail) => detail.quantiles));
   elements.totals.hidden = counts.length === 0;
+}
+
+// The quantiles of the window just answered (its end explicitly, aligned as it was: an explicit end is never
+// aligned unless asked): asked apart from the series, whose every point would carry them too and could exceed
+// what one answer may hold.
+async function quantilesOf(counters, answered) {
+  const parameters = new URLSearchParams({
+    window: elements.window.value,
+    at: answered.end,
+    align: String(answered.aligned),
+    quantiles: QUANTILES.join(","),
+  });
+  for (const counter of counters) parameters.append("counter", counter);
+  const answer = await getJson("/counts", parameters);
+  return new Map(answer.counts.map((count) => [count.counter, count]));
 }
 
 function instantSeconds(text) {
@@ -149,15 +191,16 @@ async function refresh() {
   const mine = ++generation;
   if (!counters.length) {
     showStatus("pick one or more counters");
-    showTotals([]);
+    showTotals([], new Map());
     return;
   }
   const parameters = new URLSearchParams({ window: elements.window.value, series: elements.series.value });
   for (const counter of counters) parameters.append("counter", counter);
   try {
     const [answer, alarms] = await Promise.all([getJson("/counts", parameters), alarmsByCounter()]);
+    const details = await quantilesOf(counters, answer.counts[0]);
     if (mine !== generation) return; // a newer choice was made meanwhile
-    showTotals(answer.counts, alarms);
+    showTotals(answer.counts, details, alarms);
     showChart(answer.counts);
     const notes = (answer.notes || []).join(" ");
     showStatus(`updated ${new Date().toLocaleTimeString()}${notes ? ` — ${notes}` : ""}`);

@@ -26,6 +26,7 @@ sink: moto's EventBridge, with a rule that sends tally's events to an SQS
 queue, which serve drains and prints as they come (`alert: ALARM …`); the
 scheduled evaluation (clearing, below alerts) runs once a minute. DynamoDB
 Local plays no EventBridge: there serve says so and alerts stay pending.
+--signed refuses unsigned requests to the signed routes, as API Gateway does.
 Ctrl-C (or SIGTERM) stops the writer, commits the runner's open windows,
 closes the API and the server and exits 0; a second Ctrl-C stops at once.
 """
@@ -90,6 +91,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--shape", choices=sorted(SHAPES), help="write the origin's jobs or a blog's page views, counted by rules")
     parser.add_argument("--seed", type=int, default=2019, help="workload seed (default 2019)")
     parser.add_argument("--window-seconds", type=int, default=10, help="tumbling window of the runner (default 10)")
+    parser.add_argument("--signed", action="store_true", help="refuse unsigned requests to the signed routes (403), as API Gateway does")
     parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation (default 1000)")
     return parser
 
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     stop_on_signals(stop)
     os.environ[ENV_DASHBOARD] = "true"
-    api = local_api(args.port)  # the port first: a taken one is refused before anything starts
+    api = local_api(args.port, args.signed)  # the port first: a taken one is refused before anything starts
     server = local_server()
     try:
         server.start().reset()
@@ -237,10 +239,10 @@ def history(counters: list[str], hours: int, seed: int, shape: Shape | None, set
     return shape.items(workload, end) if shape else [event.item(settings) for event in workload.events(end)]
 
 
-def local_api(port: int) -> LocalApi:
+def local_api(port: int, signed: bool) -> LocalApi:
     credentials = Credentials(DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"], DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
     try:
-        return LocalApi(credentials=credentials, port=port)
+        return LocalApi(credentials=credentials, port=port, require_signature=signed)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             raise ScriptError(f"port {port} on 127.0.0.1 is in use: choose another with --port (0: any free one)") from None

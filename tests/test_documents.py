@@ -1,12 +1,18 @@
-"""Documents cite what exists: every cited document, every path the docs name, every link and its anchor."""
+"""Documents cite what exists: every cited document, every path the docs name, every link and its anchor; the
+README stays one page, and the documentation site builds strict."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-SKIPPED_DIRS = {".git", ".venv", "node_modules", "cdk.out", "tally.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"}
+SKIPPED_DIRS = {".git", ".venv", "site", "node_modules", "cdk.out", "tally.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"}
 # Where a path the docs name may be rooted: the repository, the scripts, the asset root, the package, the CDK stacks.
 PATH_ROOTS = (ROOT, ROOT / "scripts", ROOT / "lambda_src", ROOT / "lambda_src" / "tally", ROOT / "stacks")
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -83,3 +89,30 @@ def test_every_link_of_the_documents_leads_somewhere():
             if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked)):
                 broken.setdefault(document.name, []).append(target)
     assert broken == {}
+
+
+def test_the_readme_stays_one_short_page_that_leads_into_every_page_of_the_site():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    pages = {f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md")}
+    linked = {target.split("#")[0] for target in LINK.findall(readme)}
+    assert pages - linked == {"docs/index.md", "docs/changelog.md"} and "CHANGELOG.md" in linked
+
+
+def test_every_page_is_in_the_sites_navigation():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    navigated = {page for entry in config["nav"] for page in entry.values()}
+    assert navigated == {path.name for path in (ROOT / "docs").glob("*.md")}
+
+
+def test_the_site_builds_with_no_warning(tmp_path):
+    """What `make docs` runs: strict, so a broken link, anchor, snippet or API reference fails."""
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert built.returncode == 0, built.stderr
+    reference = (tmp_path / "site" / "reference" / "index.html").read_text()
+    assert "count_many" in reference and "StackSettings" in reference  # generated from the docstrings
+    reading = (tmp_path / "site" / "reading" / "index.html").read_text()
+    assert "views/posts/hello-world" in reading  # the README's example, shown by reference

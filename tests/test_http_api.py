@@ -333,6 +333,11 @@ def test_alerts_answer_the_states_reader_alerts_gives_and_refuse_bad_parameters(
     assert status == 200 and headers["Cache-Control"] == "no-store"
     assert body == {"alerts": [status.as_json() for status in expected]}
     assert [(a["alert"], a["counter"]) for a in body["alerts"]] == [("burst", "logins/a"), ("signup-rush", "signups/pro")]
+    from tally.api_schema import AlertsAnswer
+
+    AlertsAnswer.model_validate(body)  # the answer is the one /openapi.json describes (closed objects)
+    described = get("/openapi.json")[2]["paths"]["/alerts"]["get"]
+    assert {parameter["name"] for parameter in described["parameters"]} == {"alert", "state", "prefix"}
     assert [a["counter"] for a in get("/alerts?alert=burst")[2]["alerts"]] == ["logins/a"]
     assert get("/alerts?prefix=signups/")[2]["alerts"][0]["counter"] == "signups/pro"
     status, _, refused = get("/alerts?alert=nope")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 
 import boto3
 import pytest
+from documents import code_block
 from freezegun import freeze_time
 from moto import mock_aws
 
@@ -316,9 +315,7 @@ def test_a_reader_from_a_stacks_outputs(monkeypatch):
 
 
 def readme_example() -> str:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Read counts from your code") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return code_block("## Read counts from your code", "python")
 
 
 @pytest.mark.server
@@ -443,10 +440,8 @@ def test_alerts_answer_each_counters_state_and_the_window_that_set_it():
 
 
 def test_the_readme_alerts_example_prints_the_counters_in_alarm(monkeypatch, capsys):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Alerts") : readme.index("## Configuration")]
-    rules = re.search(r"```json\n(.*?)```", section, re.S).group(1)
-    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    rules = code_block("## Watch counters with alerts", "json")
+    example = code_block("## Watch counters with alerts", "python")
     monkeypatch.setenv("TALLY_RULES", rules)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with mock_aws():

@@ -70,4 +70,4 @@ def test_the_release_is_named_once_and_the_changelog_says_how_to_upgrade_to_it_a
 def test_the_dev_extra_names_this_distribution_not_pypis_other_tally():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     own = [r for r in project["optional-dependencies"]["dev"] if r.split("[")[0] in {"tally", project["name"]}]
-    assert own == [f"{project['name']}[scripts,cdk]"]
+    assert own == [f"{project['name']}[scripts,cdk,docs]"]

@@ -7,14 +7,20 @@
         -> {"counters": [<the same object for each listed counter>], "notes": […]}
     GET /alerts?alert=burst&state=ALARM&prefix=logins/
         -> {"alerts": [{alert, rule, counter, state, since, window, start, end, total, threshold, transitions}, …]}
+    GET /alerts?alert=burst&state=ALARM&prefix=logins/
+        -> {"alerts": [<what query_window.py --alerts --json prints for each>, …]}
     GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
+    GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
+    Every answer carries ``X-Tally-Version: <the release>``.
 
 API Gateway (HTTP API, payload 2.0) calls ``handler``; locally the adapter of
-`tally.local.http_adapter` calls the very same function. Query parameters are
-read from the raw query string (API Gateway joins repeated parameters with
-commas, which counter names may contain) and parsed by ``tally.read_options``,
-the CLI's parser. A bad parameter is a 400 whose one-line JSON body names the
+`tally.local.http_adapter` calls the very same function. A route is a function
+registered with ``@reads(path, ...)``: its keyword arguments are its query
+parameters, typed with `tally.api_schema` (which Powertools documents), read
+from the raw query string (API Gateway joins repeated parameters with commas,
+which counter names may contain) and parsed by ``tally.read_options``, the
+CLI's parser. A bad parameter is a 400 whose one-line JSON body names the
 parameter and the fix; an unknown counter is an empty count; no request can
 produce a traceback in a response.
 """
@@ -22,10 +28,13 @@ produce a traceback in a response.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import inspect
 import json
 import re
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -42,19 +51,34 @@ from tally.core.api_access import (
     COUNTERS_PATH,
     COUNTS_PATH,
     DASHBOARD_PATH,
+    OPENAPI_PATH,
     PUBLIC_COUNTERS_PATH,
     PUBLIC_COUNTS_PATH,
     PUBLIC_PREFIX_PATH,
     ApiSettings,
 )
 from tally import __version__
+from tally.api_schema import (
+    AlertName,
+    AlertsAnswer,
+    AlertState,
+    Align,
+    AllowTransient,
+    At,
+    Consistent,
+    CountersAnswer,
+    Counters,
+    CountsAnswer,
+    Plan,
+    Prefix,
+    Problem,
+    Quantiles,
+    SeriesOption,
+    Window,
+)
 from tally.query import validate_query_counter
 from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_options
 
-OPTIONS = ("window", "at", "series", "plan", "align", "consistent", "quantiles", "allow_transient")
-COUNT_PARAMETERS = ("counter", *OPTIONS)
-LIST_PARAMETERS = ("prefix", *OPTIONS)
-ALERT_PARAMETERS = ("alert", "state", "prefix")
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.
 MAX_COUNTERS = 100
 MAX_ENTRIES = 40_000  # hours of by_hour plus series points (times the quantiles asked), over all counters of one answer
@@ -68,6 +92,70 @@ PLUS_HINT = " (a '+' in a URL stands for a space: write the offset as %2B01:00, 
 logger = Logger(service="tally-api")
 app = APIGatewayHttpResolver()
 
+# --- what /openapi.json says besides the routes' own signatures ---
+JSON = content_types.APPLICATION_JSON
+HTML = "text/html"
+SCHEMA_REFERENCE = "#/components/schemas/"
+API_DESCRIPTION = (
+    "Exact rolling-window counts from tally's counts table. Signed routes take AWS SigV4 (service execute-api); "
+    "the public ones answer anonymously for counters under the deployment's public prefixes. Sums, averages and "
+    "quantiles are decimal strings, so no JSON parser rounds them. Every answer carries an X-Tally-Version header."
+)
+SIGV4 = [{"sigv4": []}]
+SIGV4_SCHEME = {
+    "name": "Authorization",
+    "description": "AWS Signature Version 4 for the service execute-api, by a principal allowed execute-api:Invoke",
+    "openapi_extensions": {"x-amazon-apigateway-authtype": "awsSigv4"},
+}
+ERRORS = {
+    400: "a parameter is wrong or missing: parameter names it, message says the fix",
+    403: "the request is not signed, or not by a principal allowed to invoke the API (API Gateway)",
+    500: "tally could not read its counts table: the message names the request id in the function's log",
+    503: "the counts table throttled the reads after every retry: retry after Retry-After seconds",
+}
+PUBLIC_ERRORS = {
+    **ERRORS,
+    403: "a counter (or the prefix) asked is not public: sign the request and use the signed route",
+    404: "public read is off in this deployment (no public prefixes)",
+}
+
+
+
+
+def header(description: str) -> dict[str, Any]:
+    return {"description": description, "required": True, "schema": {"type": "string"}}
+
+
+# The headers of every answer the function gives; API Gateway's own refusals (403 unsigned) carry none of them.
+FUNCTION_HEADERS = {
+    VERSION_HEADER: header("the release that gave the answer (see CHANGELOG.md)"),
+    "Cache-Control": header("no-store; the public routes' answers: public, max-age (apiPublicCacheSeconds)"),
+}
+RETRY_AFTER = {"Retry-After": header("seconds to wait before retrying")}
+GATEWAY_REFUSALS = {403}  # on a signed route, a 403 is API Gateway's, before the function runs
+
+
+def problem(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "description": description,
+        "headers": FUNCTION_HEADERS if headers is None else headers,
+        "content": {JSON: {"model": Problem}},
+    }
+
+
+def answers(model: type, *errors: int, public: bool = False) -> dict[int, dict[str, Any]]:
+    """The responses of a data route: its answer, and its errors, each with a ``Problem`` body and the headers it
+    carries."""
+    described = PUBLIC_ERRORS if public else ERRORS
+
+    def headers(status: int) -> dict[str, Any]:
+        if status in GATEWAY_REFUSALS and not public:
+            return {}
+        return FUNCTION_HEADERS | (RETRY_AFTER if status == 503 else {})
+
+    answer = {"description": "the answer", "headers": FUNCTION_HEADERS, "content": {JSON: {"model": model}}}
+    return {200: answer} | {status: problem(described[status], headers(status)) for status in errors}
+
 
 class BadRequest(Exception):
     """A request tally cannot answer as sent: 400 (or ``status``), the message saying the fix, in one line."""
@@ -79,13 +167,13 @@ class BadRequest(Exception):
 
 
 @dataclass(frozen=True)
-class Query:
+class QueryString:
     """The parameters of one request, in order, as sent."""
 
     pairs: tuple[tuple[str, str], ...]
 
     @classmethod
-    def parse(cls, raw: str, allowed: Sequence[str], path: str) -> Query:
+    def parse(cls, raw: str, allowed: Sequence[str], path: str) -> QueryString:
         try:
             pairs = tuple(parse_qsl(raw, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS))
         except ValueError:
@@ -105,6 +193,35 @@ class Query:
         return values[0] if values else None
 
 
+RouteFunction = Callable[..., Response]
+
+
+def reads(path: str, *, signed: bool = True, **documentation: Any) -> Callable[[RouteFunction], RouteFunction]:
+    """Registers a GET route whose query parameters are the function's keyword arguments.
+
+    The signature is the route's contract twice: Powertools describes it in
+    /openapi.json, and each request is read by it here, from the raw query
+    string: a parameter it does not name is refused, a ``list`` one may repeat
+    (all its values, ``[]`` when absent), any other comes at most once (``None``
+    when absent). ``documentation``: the resolver's own (summary, responses, ...).
+    """
+
+    def register(function: RouteFunction) -> RouteFunction:
+        names = tuple(inspect.signature(function).parameters)
+        hints = typing.get_type_hints(function, include_extras=True)
+        repeated = {name for name in names if typing.get_origin(typing.get_args(hints[name])[0]) is list}
+
+        @functools.wraps(function)
+        def answer() -> Response:
+            query = QueryString.parse(app.current_event.raw_query_string or "", names, path)
+            return function(**{name: query.all(name) if name in repeated else query.one(name) for name in names})
+
+        app.get(path, security=SIGV4 if signed else None, **documentation)(answer)
+        return function
+
+    return register
+
+
 @cache
 def reader() -> Reader:
     """Created once per execution environment: the counts table and settings from the environment."""
@@ -116,40 +233,122 @@ def api_settings() -> ApiSettings:
     return ApiSettings.from_env()
 
 
-@app.get(COUNTS_PATH)
-def counts() -> Response:
-    return _counts(public=False)
+@reads(COUNTS_PATH, summary="Counts of counters over a window", responses=answers(CountsAnswer, 400, 403, 500, 503))
+def counts(
+    counter: Counters,
+    window: Window = None,
+    at: At = None,
+    series: SeriesOption = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    quantiles: Quantiles = None,
+    allow_transient: AllowTransient = None,
+) -> Response[CountsAnswer]:
+    options = dict(
+        window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
+        allow_transient=allow_transient,
+    )
+    return _counts(counter, options, public=False)
 
 
-@app.get(PUBLIC_COUNTS_PATH)
-def public_counts() -> Response:
-    return _counts(public=True)
+@reads(
+    PUBLIC_COUNTS_PATH,
+    signed=False,
+    summary="Counts of public counters, anonymously",
+    responses=answers(CountsAnswer, 400, 403, 404, 500, 503, public=True),
+)
+def public_counts(
+    counter: Counters,
+    window: Window = None,
+    at: At = None,
+    series: SeriesOption = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    quantiles: Quantiles = None,
+    allow_transient: AllowTransient = None,
+) -> Response[CountsAnswer]:
+    options = dict(
+        window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
+        allow_transient=allow_transient,
+    )
+    return _counts(counter, options, public=True)
 
 
-@app.get(COUNTERS_PATH)
-def counters() -> Response:
-    return _counters(public=False)
+@reads(COUNTERS_PATH, summary="The counters under a prefix, counted", responses=answers(CountersAnswer, 400, 403, 500, 503))
+def counters(
+    prefix: Prefix = None,
+    window: Window = None,
+    at: At = None,
+    series: SeriesOption = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    quantiles: Quantiles = None,
+    allow_transient: AllowTransient = None,
+) -> Response[CountersAnswer]:
+    options = dict(
+        window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
+        allow_transient=allow_transient,
+    )
+    return _counters(prefix, options, public=False)
 
 
-@app.get(PUBLIC_COUNTERS_PATH)
-def public_counters() -> Response:
-    return _counters(public=True)
+@reads(
+    PUBLIC_COUNTERS_PATH,
+    signed=False,
+    summary="The public counters under a prefix, anonymously",
+    responses=answers(CountersAnswer, 400, 403, 404, 500, 503, public=True),
+)
+def public_counters(
+    prefix: Prefix = None,
+    window: Window = None,
+    at: At = None,
+    series: SeriesOption = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    quantiles: Quantiles = None,
+    allow_transient: AllowTransient = None,
+) -> Response[CountersAnswer]:
+    options = dict(
+        window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
+        allow_transient=allow_transient,
+    )
+    return _counters(prefix, options, public=True)
 
 
-@app.get(ALERTS_PATH)
-def alerts() -> Response:
-    """Alert states: signed requests only, like /counts (a counter in alarm says something about it)."""
-    query = _query(ALERT_PARAMETERS, ALERTS_PATH)
-    alert, state, prefix = query.one("alert"), query.one("state"), query.one("prefix") or ""
+@reads(
+    ALERTS_PATH,
+    summary="Where the rules' alerts stand, counter by counter",
+    description="Signed only, like /counts: a counter in alarm says something about it.",
+    responses=answers(AlertsAnswer, 400, 403, 500, 503),
+)
+def alerts(alert: AlertName = None, state: AlertState = None, prefix: Prefix = None) -> Response[AlertsAnswer]:
     try:
-        found = reader().alerts(alert or None, state=state or None, prefix=prefix)
+        found = reader().alerts(alert or None, state=state or None, prefix=prefix or "")
     except QueryError as error:
         raise BadRequest("alert" if str(error).startswith("no alert") else "state", str(error)) from None
     return _json(200, {"alerts": [status.as_json() for status in found]})
 
 
-@app.get(DASHBOARD_PATH)
-def dashboard() -> Response:
+# Not `reads`: the page's query string (?counter=…&window=…) is for its script, which reads it in the browser.
+@app.get(
+    DASHBOARD_PATH,
+    summary="The dashboard page",
+    description="The page reads its query string in the browser (counter, window, series) and calls the public routes.",
+    responses={
+        200: {
+            "description": "the page, with its own scripts only",
+            "headers": FUNCTION_HEADERS
+            | {"Content-Security-Policy": header("only the page's own inline scripts run, calling this API only")},
+            "content": {HTML: {"schema": {"type": "string"}}},
+        },
+        404: problem("the dashboard is turned off, or its page was not built"),
+    },
+)
+def dashboard() -> Response[str]:
     settings = api_settings()
     page = dashboard_page()
     if not settings.dashboard or page is None:
@@ -165,9 +364,62 @@ def dashboard() -> Response:
     )
 
 
-def _counts(*, public: bool) -> Response:
-    query = _query(COUNT_PARAMETERS, PUBLIC_COUNTS_PATH if public else COUNTS_PATH)
-    names = query.all("counter")
+@reads(
+    OPENAPI_PATH,
+    summary="This API, described in OpenAPI 3",
+    responses={
+        200: {"description": "the document", "headers": FUNCTION_HEADERS, "content": {JSON: {"schema": {"type": "object"}}}},
+        403: problem("the request is not signed, or not by a principal allowed to invoke the API (API Gateway)", {}),
+    },
+)
+def openapi() -> Response[dict[str, Any]]:
+    return Response(
+        status_code=200,
+        content_type=JSON,
+        body=openapi_document(api_settings()),
+        headers={"Cache-Control": PRIVATE},
+    )
+
+
+@cache
+def openapi_document(settings: ApiSettings) -> str:
+    """The resolver's description of its routes, keeping those this deployment has (``ApiSettings.paths``)
+    and the schemas they use."""
+    # Imported here: Powertools' OpenAPI models take 0.1 s to import, which no other request should wait for.
+    from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn
+
+    scheme = APIKey(in_=APIKeyIn.header, **SIGV4_SCHEME)
+    document = json.loads(
+        app.get_openapi_json_schema(
+            title="tally read API", version=__version__, description=API_DESCRIPTION, security_schemes={"sigv4": scheme}
+        )
+    )
+    document["paths"] = {path: item for path, item in document["paths"].items() if path in settings.paths}
+    used = _referenced_schemas(document["paths"], document["components"]["schemas"])
+    document["components"]["schemas"] = {name: schema for name, schema in document["components"]["schemas"].items() if name in used}
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
+def _referenced_schemas(part: object, schemas: dict[str, Any], found: set[str] | None = None) -> set[str]:
+    """The component schemas ``part`` refers to, directly or through each other (Powertools adds its validation
+    errors' schemas to every document; tally validates by itself, so they would describe nothing)."""
+    found = set() if found is None else found
+    if isinstance(part, dict):
+        reference = part.get("$ref")
+        if isinstance(reference, str) and reference.startswith(SCHEMA_REFERENCE):
+            name = reference.removeprefix(SCHEMA_REFERENCE)
+            if name not in found:
+                found.add(name)
+                _referenced_schemas(schemas[name], schemas, found)
+        for value in part.values():
+            _referenced_schemas(value, schemas, found)
+    elif isinstance(part, list):
+        for value in part:
+            _referenced_schemas(value, schemas, found)
+    return found
+
+
+def _counts(names: list[str], texts: dict[str, str | None], *, public: bool) -> Response:
     if not names:
         raise BadRequest("counter", "counter is missing: name one or more, e.g. ?counter=page-views&counter=sign-ups")
     names = list(dict.fromkeys(names))
@@ -177,37 +429,32 @@ def _counts(*, public: bool) -> Response:
         _check_counter(name)
         if public:
             _check_public(name, "counter")
-    options = _options(query)
+    options = _options(texts)
     _check_size(len(names), options)
     try:
         results = reader().count_many(names, **options.as_kwargs())
     except QueryError as error:
-        raise BadRequest(_culprit(error, query), str(error)) from None
+        raise BadRequest(_culprit(error, texts), str(error)) from None
     return _answer("counts", results, public)
 
 
-def _counters(*, public: bool) -> Response:
-    query = _query(LIST_PARAMETERS, PUBLIC_COUNTERS_PATH if public else COUNTERS_PATH)
-    prefix = query.one("prefix") or ""
+def _counters(prefix: str | None, texts: dict[str, str | None], *, public: bool) -> Response:
+    prefix = prefix or ""
     if public:
         _check_public(prefix, "prefix")
-    options = _options(query)
+    options = _options(texts)
     _check_size(1, options)
     limit = min(MAX_COUNTERS, MAX_ENTRIES // _entries_per_counter(options))  # refused before counting beyond it
     try:
         results = reader().list_counters(prefix, limit=limit, **options.as_kwargs())
     except QueryError as error:
-        raise BadRequest(_culprit(error, query, default="prefix"), str(error)) from None
+        raise BadRequest(_culprit(error, texts, default="prefix"), str(error)) from None
     return _answer("counters", results, public)
 
 
-def _query(allowed: Sequence[str], path: str) -> Query:
-    return Query.parse(app.current_event.raw_query_string or "", allowed, path)
-
-
-def _options(query: Query) -> ReadOptions:
+def _options(given: dict[str, str | None]) -> ReadOptions:
     """The options as text, parsed by the CLI's own parser; a refusal names its parameter."""
-    texts = {name: value for name in OPTIONS if (value := query.one(name)) is not None}
+    texts = {name: value for name, value in given.items() if value is not None}
     try:
         return read_options(**texts)
     except QueryError as error:
@@ -229,13 +476,13 @@ def _parameter_at_fault(error: QueryError, texts: dict[str, str]) -> str | None:
     return next(iter(texts), None)
 
 
-def _culprit(error: QueryError, query: Query, default: str = "window") -> str:
+def _culprit(error: QueryError, texts: dict[str, str | None], default: str = "window") -> str:
     """A refusal of the read itself: a window past the minute retention is fixed by its end (an explicit
     ``at`` on a whole hour, or align=true), anything else concerns the window."""
     named = getattr(error, "parameter", None)
     if named:
         return named
-    return "at" if query.one("at") is not None and "align" in str(error) else default
+    return "at" if texts.get("at") is not None and "align" in str(error) else default
 
 
 def _check_counter(name: str) -> None:

@@ -2,6 +2,7 @@
 
     GET /counts?counter=A&counter=B&window=24h   (IAM, SigV4)
     GET /counters?prefix=views/                  (IAM, SigV4)
+    GET /openapi.json                            (IAM, SigV4: this API described, OpenAPI 3)
     GET /public/counts, /public/counters         (anonymous, counters under the public prefixes; only when set)
     GET /                                        (the dashboard page; only when enabled, reads /public/...)
 

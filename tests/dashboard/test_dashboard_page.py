@@ -135,7 +135,7 @@ def test_the_page_shows_the_apis_total_and_draws_the_minute_series(served, brows
     wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-chart-points") == "1440")
     row = browser.find_element(By.CSS_SELECTOR, 'tr[data-counter="page-views"]')
     shown_total = int(row.find_element(By.CSS_SELECTOR, "td.total").text.replace(",", ""))
-    start, end = row.find_elements(By.TAG_NAME, "td")[4].text.split(" – ")  # the window column
+    start, end = row.find_elements(By.TAG_NAME, "td")[-1].text.split(" – ")
     browser.save_screenshot(str(tmp_path / "dashboard.png"))
 
     # The same window, asked of the API directly, and counted by hand from the events written.
@@ -147,6 +147,9 @@ def test_the_page_shows_the_apis_total_and_draws_the_minute_series(served, brows
     assert shown_total > 0
     assert browser.execute_script(COLOURED_PIXELS, list(SERIES_COLOUR)) > 200  # the line was drawn
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+    # Plain counters have no distinct count or quantiles: those columns stay hidden.
+    hidden = row.find_elements(By.CSS_SELECTOR, "td.distinct, td.quantile")
+    assert len(hidden) == 4 and not any(cell.is_displayed() for cell in hidden)
 
     # A counter the API refuses shows the API's one-line reason instead of a chart.
     typed = browser.find_element(By.ID, "add-counter")

@@ -128,3 +128,17 @@ def test_a_function_that_raises_is_apis_gateway_500_without_a_traceback(recorded
 
     assert (status, body) == (500, {"message": "Internal Server Error"})
     assert "a bug in the function" in capsys.readouterr().err  # the traceback goes to the log, not the client
+
+
+def test_with_signatures_required_an_unsigned_request_to_a_signed_route_is_refused_as_api_gateway_does():
+    handler = RecordingHandler()
+    settings = ApiSettings(public_prefixes=("views/",))
+    with LocalApi(handler, credentials=CREDENTIALS, settings=settings, require_signature=True) as api:
+        unsigned = [get(f"{api.url}{path}")[::2] for path in ("/counts?counter=a", "/counters", "/openapi.json")]
+        public = get(f"{api.url}/public/counts?counter=views/a")[0]
+        url = f"{api.url}/counts?counter=a"
+        signed = get(url, signed_headers(url))[0]
+
+    assert unsigned == [(403, {"message": "Missing Authentication Token"})] * 3
+    assert (public, signed) == (200, 200)
+    assert [event["rawPath"] for event in handler.events] == ["/public/counts", "/counts"]

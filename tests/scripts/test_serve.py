@@ -19,6 +19,10 @@ import urllib.error
 import urllib.request
 
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from documents import code_block
 from script_support import SCRIPTS
 
 pytestmark = pytest.mark.server
@@ -110,12 +114,6 @@ def json_documents(text: str) -> list[dict]:
     return documents
 
 
-def readme_block(heading: str, language: str) -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index(heading) :]
-    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
-
-
 def test_it_announces_the_api_and_the_dashboard_on_loopback(serving):
     backend = {"moto": "moto's server", "dynamodb-local": "DynamoDB Local"}[serving.backend]
     assert f"tables: {backend} at {serving.environment['AWS_ENDPOINT_URL']}\n" in serving.lines
@@ -159,8 +157,21 @@ def test_the_live_workload_keeps_counting(serving):
     assert sum(count["total"] for count in total()) > before
 
 
+def test_the_readme_command_line_example_prints_the_count_as_the_api_answers_it(serving):
+    block = code_block("## Read counts from your code", "bash")
+    assert "scripts/query_window.py page-views" in block
+    run = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**os.environ, **serving.environment},
+    )
+    assert run.returncode == 0, run.stderr
+    (printed,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert printed["counter"] == "page-views" and printed["total"] > 0
+    assert set(printed) >= {"start", "end", "plan", "keys"}
+
+
 def test_the_readme_curl_examples_run_against_it(serving):
-    block = readme_block("### From the command line (curl)", "bash")
+    block = code_block("### From the command line (curl)", "bash")
     script = re.sub(r"^API=\S+$", f"API={serving.api}", block, flags=re.M)
     assert script != block, "the example names the API it calls in an API= line"
 
@@ -168,16 +179,17 @@ def test_the_readme_curl_examples_run_against_it(serving):
 
     answers = json_documents(run.stdout)  # curl prints each body as it is, without a newline between them
     assert run.returncode == 0 and len(answers) == block.count("curl ")
-    counts, several, listed, refused = answers
+    counts, several, listed, refused, described = answers
     assert counts["counts"][0]["counter"] == "page-views" and counts["counts"][0]["total"] > 0
     assert [c["counter"] for c in several["counts"]] == ["page-views", "sign-ups"] and several["counts"][0]["plan"] == "range"
     assert [c["counter"] for c in listed["counters"]] == ["sign-ups"]
     assert refused["parameter"] == "window" and "\n" not in json.dumps(refused)
+    assert described["openapi"].startswith("3.") and {"/counts", "/counters"} <= set(described["paths"])
 
 
 def test_the_readme_python_example_signs_and_the_local_adapter_verifies(serving, tmp_path):
     example = tmp_path / "read_counts.py"
-    example.write_text(readme_block("### From Python, signed with your AWS credentials", "python"))
+    example.write_text(code_block("### From Python, signed with your AWS credentials", "python"))
     base = {**os.environ, **serving.environment, "TALLY_API": serving.api}
     base.pop("AWS_ENDPOINT_URL", None)  # the example talks to the API alone
 
@@ -194,6 +206,42 @@ def test_the_readme_python_example_signs_and_the_local_adapter_verifies(serving,
     for count in at_hand:  # the live workload may have added a few events between the two reads
         assert 0 < int(printed[count["counter"]]) <= count["total"]
     assert forged.returncode != 0 and "403" in forged.stderr
+
+
+def signed_get(url: str, environment: dict[str, str]) -> tuple[int, dict]:
+    request = AWSRequest(method="GET", url=url)
+    credentials = Credentials(environment["AWS_ACCESS_KEY_ID"], environment["AWS_SECRET_ACCESS_KEY"])
+    SigV4Auth(credentials, "execute-api", environment["AWS_REGION"]).add_auth(request)
+    return fetch(url, dict(request.headers))
+
+
+def test_the_readme_javascript_example_signs_with_aws4fetch_and_the_signed_server_checks_it(tmp_path):
+    """Node runs the README's block as written (aws4fetch from package-lock.json) against `serve.py --signed`,
+    which refuses unsigned requests as API Gateway does."""
+    example = tmp_path / "read_counts.mjs"
+    example.write_text(code_block("### From JavaScript, with a SigV4 signer", "javascript"))
+    (tmp_path / "node_modules").symlink_to(REPO / "node_modules")  # where Node resolves the example's import
+    serve = Serving("--hours", "1", "--rate", "5", "--window-seconds", "2", "--signed")
+    try:
+        serve.wait_for("live: ")
+        environment = {**os.environ, **serve.environment, "TALLY_API": serve.api}
+        environment.pop("AWS_SESSION_TOKEN", None)
+        node = ["node", str(example)]
+        signed = subprocess.run(node, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=60)
+        forged = subprocess.run(
+            node, capture_output=True, text=True, cwd=tmp_path, timeout=60,
+            env={**environment, "AWS_SECRET_ACCESS_KEY": "not-the-secret"},
+        )
+        unsigned, refusal = fetch(f"{serve.api}/counts?counter=page-views")
+        status, at_hand = signed_get(f"{serve.api}/counts?counter=page-views&window=24h", environment)
+    finally:
+        serve.interrupt()
+
+    assert signed.returncode == 0, signed.stderr
+    ((counter, total),) = [line.split() for line in signed.stdout.splitlines()]
+    assert counter == "page-views" and 0 < int(total) <= at_hand["counts"][0]["total"] and status == 200
+    assert forged.returncode != 0 and "signature we calculated does not match" in forged.stderr
+    assert (unsigned, refusal) == (403, {"message": "Missing Authentication Token"})
 
 
 def test_ctrl_c_stops_everything_and_leaves_no_process_behind():

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
+from documents import code_block
 from aws_cdk import aws_dynamodb as dynamodb
 from cdk_nag import AwsSolutionsChecks
-from cdk_synthesis import IMPORTED_STACK_NAME, ORDERS_STREAM_ARN, READ_API_ID, REPO_ROOT, Synthesis, counting_part, synthesize
+from cdk_synthesis import IMPORTED_STACK_NAME, ORDERS_STREAM_ARN, READ_API_ID, Synthesis, counting_part, synthesize
 from test_tally_stack import as_list, only, policy_statements, render, resources
 
 from tally_cdk import StackSettings, Tally, TallyConfigurationError
@@ -136,9 +136,7 @@ def test_new_and_old_images_are_enough(tmp_path):
 
 
 def readme_example() -> str:
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme[readme.index("### Your own CDK app") :]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return code_block("### Your own CDK app", "python")
 
 
 def test_the_readme_example_of_a_users_own_stack_synthesizes_and_passes_the_checks(tmp_path):

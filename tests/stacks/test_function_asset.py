@@ -29,7 +29,8 @@ RUN_FROM_ASSET = r"""
 import importlib.abc, json, sys
 
 RUNTIME = {"boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six",
-           "aws_lambda_powertools", "typing_extensions", "tally"}
+           "aws_lambda_powertools", "typing_extensions", "tally",
+           "pydantic", "pydantic_core", "annotated_types", "typing_inspection"}  # the layer ships Powertools' extras
 
 class OnlyTheRuntime(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -114,12 +115,13 @@ def event(path, query):
                                "stage": "$default", "routeKey": f"GET {path}"}, "isBase64Encoded": False}
 
 answers = [tally.http_api.handler(event(path, query), Context())
-           for path, query in [("/counts", f"counter=page-views&window=24h&at={sys.argv[2]}"), ("/", "")]]
+           for path, query in [("/counts", f"counter=page-views&window=24h&at={sys.argv[2]}"), ("/", ""),
+                               ("/openapi.json", "")]]
 print(json.dumps({"answers": answers, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))
 """
 
 
-def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_dashboard(default_synthesis, tmp_path):
+def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_dashboard_and_its_description(default_synthesis, tmp_path):
     folder = default_synthesis.function_asset_folder()
     counts = f"counts-{uuid.uuid4().hex[:8]}"
     assert (folder / "tally" / "dashboard.html").is_file(), "make dashboard builds the page into the asset"
@@ -139,9 +141,10 @@ def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_das
         )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    counted, page = result["answers"]
+    counted, page, description = result["answers"]
 
     assert counted["statusCode"] == 200, counted
     assert json.loads(counted["body"])["counts"][0]["total"] == 7
     assert page["statusCode"] == 200 and "uPlot" in page["body"]
+    assert description["statusCode"] == 200 and "/counts" in json.loads(description["body"])["paths"]
     assert not {"moto", "rich", "hypothesis", "aws_cdk", "selenium"} & set(result["modules"])

@@ -10,19 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from documents import code_block, section
 from cdk_synthesis import counting_part
 
 pytestmark = pytest.mark.cdk
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-README = (REPO_ROOT / "README.md").read_text()
 EOL_BANNER = "is end-of-life and not supported anymore"
 
 
 def readme_example() -> str:
-    """The Python block of the README's "Your own CDK app", as written there."""
-    section = README.split("### Your own CDK app", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    """The Python block of "Your own CDK app", as written there."""
+    return code_block("### Your own CDK app", "python")
 
 
 def app_folder(root: Path) -> Path:
@@ -75,6 +73,6 @@ def test_the_node_versions_the_readme_asks_for_are_those_jsii_supports(shop):
     if EOL_BANNER not in finished.stderr:
         pytest.skip("this machine's Node is supported by jsii: its banner, which lists the supported ones, is not shown")
     supported = sorted(set(re.findall(r"\^(\d+)\.0\.0", finished.stderr)), key=int)
-    prerequisites = README.split("### Prerequisites", 1)[1].split("###", 1)[0]
+    prerequisites = section("### Prerequisites").split("\n#", 1)[0]
     claimed = re.search(r"Node\.js ([\d, or]+)", prerequisites).group(1)
     assert sorted(re.findall(r"\d+", claimed), key=int) == supported

@@ -30,7 +30,9 @@ PUBLIC_PREFIX_PATH = "/public"
 PUBLIC_COUNTS_PATH = PUBLIC_PREFIX_PATH + COUNTS_PATH
 PUBLIC_COUNTERS_PATH = PUBLIC_PREFIX_PATH + COUNTERS_PATH
 DASHBOARD_PATH = "/"
-SIGNED_PATHS = (COUNTS_PATH, COUNTERS_PATH, ALERTS_PATH)
+# The API's own description (OpenAPI 3), signed like the data it describes.
+OPENAPI_PATH = "/openapi.json"
+SIGNED_PATHS = (COUNTS_PATH, COUNTERS_PATH, ALERTS_PATH, OPENAPI_PATH)
 PUBLIC_PATHS = (PUBLIC_COUNTS_PATH, PUBLIC_COUNTERS_PATH)
 
 ENV_PUBLIC_PREFIXES = "TALLY_API_PUBLIC_PREFIXES"
@@ -74,6 +76,12 @@ class ApiSettings:
     @property
     def public_read(self) -> bool:
         return bool(self.public_prefixes)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The routes the stack creates for these settings (GET each): the signed ones, the public ones when
+        public read is on, the dashboard when it is enabled."""
+        return (*SIGNED_PATHS, *(PUBLIC_PATHS if self.public_read else ()), *((DASHBOARD_PATH,) if self.dashboard else ()))
 
     def is_public(self, counter: str) -> bool:
         """A counter anonymous readers may read."""

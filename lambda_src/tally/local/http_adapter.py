@@ -5,9 +5,9 @@ the read function's ``tally.http_api.handler`` answers it. ``LocalApi`` does
 the same on 127.0.0.1, so `make serve`, the dashboard test and the bench reach
 the very code the stack deploys over real sockets.
 
-Routes are the stack's: ``GET /counts`` and ``GET /counters``; ``/public/…``
-only when public prefixes are set, ``/`` only when the dashboard is on (the
-same ``ApiSettings`` the function reads). Anything else gets API Gateway's own
+Routes are the stack's (``ApiSettings.paths``): ``GET /counts``, ``GET /counters``
+and ``GET /openapi.json``; ``/public/…`` only when public prefixes are set, ``/``
+only when the dashboard is on (the same ``ApiSettings`` the function reads). Anything else gets API Gateway's own
 ``404 {"message":"Not Found"}``.
 
 Signatures: a request that carries a SigV4 ``Authorization`` header is
@@ -15,7 +15,9 @@ verified as API Gateway would, against the credentials this process holds
 (moto's dummy keys under `make serve`), and refused with 403 when it does not
 match, is scoped to another service or is more than 15 minutes off. An
 unsigned request is answered too: on loopback every route is open, which is
-what lets `curl` read locally.
+what lets `curl` read locally; ``require_signature`` refuses it on the signed
+routes as API Gateway does (403 ``Missing Authentication Token``), for a
+client's signing to be checked end to end.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tally.core.api_access import DASHBOARD_PATH, PUBLIC_PATHS, SIGNED_PATHS, ApiSettings
+from tally.core.api_access import SIGNED_PATHS, ApiSettings
 from tally.local.aws import LocalContext
 
 logger = logging.getLogger(__name__)
@@ -58,10 +60,7 @@ Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 def route_keys(settings: ApiSettings) -> set[str]:
     """The routes the stack creates for these settings."""
-    paths = list(SIGNED_PATHS)
-    paths += list(PUBLIC_PATHS) if settings.public_read else []
-    paths += [DASHBOARD_PATH] if settings.dashboard else []
-    return {f"GET {path}" for path in paths}
+    return {f"GET {path}" for path in settings.paths}
 
 
 def http_api_event(
@@ -156,6 +155,7 @@ class LocalApi:
         settings: ApiSettings | None = None,
         port: int = 0,
         host: str = "127.0.0.1",
+        require_signature: bool = False,
     ) -> None:
         if handler is None:
             from tally import http_api
@@ -163,7 +163,9 @@ class LocalApi:
             handler = http_api.handler
         self.handler = handler
         self.credentials = credentials
-        self.routes = route_keys(settings or ApiSettings.from_env())
+        self.settings = settings or ApiSettings.from_env()
+        self.routes = route_keys(self.settings)
+        self.require_signature = require_signature
         self._server = ThreadingHTTPServer((host, port), self._request_handler())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -198,6 +200,8 @@ class LocalApi:
         if route_key not in self.routes:
             return _gateway_error(404, "Not Found")
         lowered = {name.lower(): value for name, value in headers}
+        if self.require_signature and "authorization" not in lowered and path in SIGNED_PATHS:
+            return _gateway_error(403, "Missing Authentication Token")
         refusal = signature_refusal(method, f"http://{lowered.get('host', '127.0.0.1')}{target}", lowered, self.credentials)
         if refusal is not None:
             return _gateway_error(403, refusal)

@@ -1,0 +1,151 @@
+"""What the HTTP read API takes and answers, as types: the routes of `tally.http_api` declare their query
+parameters and answers with these, and Powertools' resolver turns them into the OpenAPI document
+(``GET /openapi.json``).
+
+The answers are the objects the routes build (``WindowCount.as_json``, the error bodies), written out
+field by field: ``extra="forbid"`` makes every object closed, so a field a route adds without adding it
+here fails the test that checks the routes' real answers against the document. A field that is present
+only for some counters (a summing rule's ``sum``) is optional; one that may be ``null`` says so.
+No I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
+
+# A field the answer leaves out rather than setting to null (the schema says: optional, never null).
+Absent = SkipJsonSchema[None]
+Hour = str  # an hour's start, ISO-8601 in UTC: "2026-11-22T13:00Z"
+DecimalText = str  # a decimal number as text, so no JSON parser rounds it: "12.5"
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Bounds(Closed):
+    """The lowest and highest value a histogram counter's window may hold (its bins' edges)."""
+
+    low: DecimalText | None
+    high: DecimalText | None
+
+
+class SeriesPoint(Closed):
+    """One minute or hour of the window."""
+
+    start: str = Field(description="the point's start, ISO-8601 in UTC")
+    count: int
+    sum: DecimalText | Absent = Field(None, description="summing counters: the point's exact sum")
+    average: DecimalText | None = Field(None, description="summing counters: sum / count, null when count is 0")
+    distinct: int | Absent = Field(None, description="distinct counters: distinct values in the point")
+    quantiles: dict[str, DecimalText | None] | Absent = Field(
+        None, description="histogram counters, when quantiles are asked: each quantile as written -> its value"
+    )
+
+
+class Count(Closed):
+    """One counter over one window: what `scripts/query_window.py --json` prints for it."""
+
+    counter: str
+    start: str = Field(description="the window answered: its first minute, ISO-8601 in UTC")
+    end: str = Field(description="the window's end, exclusive")
+    total: int = Field(description="events (or items) counted in the window")
+    sum: DecimalText | Absent = Field(None, description="summing counters: the exact sum in the window")
+    average: DecimalText | None = Field(None, description="summing counters: sum / total, null when total is 0")
+    distinct: int | Absent = Field(None, description="distinct counters: distinct values in the window")
+    distinct_exact: bool | Absent = Field(
+        None, description="distinct counters: true while the count is exact, false when it is an estimate (1.625 %)"
+    )
+    quantiles: dict[str, DecimalText | None] | Absent = Field(
+        None, description="histogram counters, when quantiles are asked: each as written -> its value (null: empty)"
+    )
+    bounds: Bounds | Absent = None
+    aligned: bool = Field(description="the window answered holds the one asked, moved out to whole hours")
+    plan: Literal["batch", "range"]
+    keys: int = Field(description="bucket items the plan reads for this counter")
+    requests: int = Field(description="DynamoDB requests the answer took (shared by the counters of one request)")
+    items_read: int = Field(description="bucket items DynamoDB returned for this counter")
+    by_hour: dict[Hour, int] = Field(description="each hour the window touches -> its count in the window")
+    sum_by_hour: dict[Hour, DecimalText] | Absent = None
+    average_by_hour: dict[Hour, DecimalText | None] | Absent = None
+    distinct_by_hour: dict[Hour, int] | Absent = None
+    quantiles_by_hour: dict[Hour, dict[str, DecimalText | None]] | Absent = None
+    series: list[SeriesPoint] | Absent = Field(None, description="when series is asked: every minute or hour, in order")
+
+
+class CountsAnswer(Closed):
+    counts: list[Count] = Field(description="one per counter asked, in the order asked")
+    notes: list[str] = Field(description="lines to show beside the answer: an aligned window, why a 0 is a 0")
+
+
+class CountersAnswer(Closed):
+    counters: list[Count] = Field(description="every counter under the prefix, by name")
+    notes: list[str]
+
+
+class AlertStatus(Closed):
+    """Where one alert stands on one counter: what `scripts/query_window.py --alerts --json` prints for it."""
+
+    alert: str
+    rule: str
+    counter: str
+    state: Literal["ALARM", "OK"]
+    since: str = Field(description="when it took this state, ISO-8601 in UTC, to the second")
+    window: str = Field(description="the alert's window length, as the rule writes it: 10m")
+    start: str = Field(description="the window that made the change: its first minute, ISO-8601 in UTC")
+    end: str = Field(description="that window's end, exclusive")
+    total: int = Field(description="the count in that window")
+    threshold: int = Field(description="the level crossed: the alert's threshold for ALARM, its clear level for OK")
+    transitions: int = Field(description="how many times the state changed, this one included")
+
+
+class AlertsAnswer(Closed):
+    alerts: list[AlertStatus] = Field(description="every counter that ever crossed an alert asked, by alert and counter")
+
+
+class Problem(Closed):
+    """A request tally does not answer: the message says the fix, in one line."""
+
+    message: str
+    parameter: str | Absent = Field(None, description="the query parameter at fault, when one is")
+
+
+# The query parameters, as the routes declare them. Text, parsed by the CLI's own parser (`tally.read_options`).
+Counters = Annotated[
+    list[str], Query(description="a counter name; repeat the parameter for more (at most 100)", examples=[["page-views"]])
+]
+Prefix = Annotated[str | Absent, Query(description="list the counters whose names start with this")]
+Window = Annotated[str | Absent, Query(description="the window's length: 90m, 24h, 7d, 1d12h (default 24h)")]
+At = Annotated[
+    str | Absent,
+    Query(description="the window's end (exclusive): ISO-8601 with an offset (write + as %2B), or now (the default)"),
+]
+SeriesOption = Annotated[
+    Literal["minute", "hour", "none"] | Absent, Query(description="also answer every minute or hour of the window")
+]
+Plan = Annotated[
+    Literal["batch", "range"] | Absent, Query(description="read exact bucket keys (batch, default) or key ranges")
+]
+Align = Annotated[
+    Literal["true", "false", "auto"] | Absent,
+    Query(description="move the window out to whole hours: auto (default) does when it reaches past minute retention"),
+]
+Consistent = Annotated[Literal["true", "false"] | Absent, Query(description="strongly consistent reads (default false)")]
+Quantiles = Annotated[
+    str | Absent, Query(description="histogram counters: quantiles from 0 to 1, comma-separated", examples=["0.5,0.99"])
+]
+AllowTransient = Annotated[
+    Literal["true", "false"] | Absent,
+    Query(
+        description="the fast path (default false): fewer keys read, but a read while a commit is in flight may "
+        "answer a count the table never held"
+    ),
+]
+AlertName = Annotated[str | Absent, Query(description="one alert of the rules, by name (default: all of them)")]
+AlertState = Annotated[
+    Literal["ALARM", "OK"] | Absent, Query(description="only the counters in this state (default: both)")
+]

@@ -1,0 +1,217 @@
+"""/openapi.json against the routes' real answers.
+
+The document is valid OpenAPI 3 (openapi-spec-validator), describes exactly
+the routes this deployment has and the parameters each one takes, and is true
+of what they answer: every answer of every route, errors included, validates
+against the schema documented for its status; every field the document
+describes appears in some answer; every status it documents is some request's
+answer; every value it lists for a parameter is accepted and others refused.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from freezegun import freeze_time
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+from test_http_api import CREDENTIALS, NOW, blog, broken, call, environment, throttled  # noqa: F401 (fixtures)
+
+import tally
+from tally import http_api
+from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES, ApiSettings
+from tally.local.http_adapter import LocalApi
+from tally.reader import Reader
+
+AT = "2026-11-22T14:00Z"
+JSON = "application/json"
+EVERY_KIND = "counter=views/all&counter=load/posts/about&counter=views/posts/hello-world"
+# (request, status) pairs that together give every documented answer of every route.
+REQUESTS = [
+    (f"/counts?{EVERY_KIND}&window=3h&at={AT}&series=minute&quantiles=0.5,0.99", 200),
+    (f"/counts?{EVERY_KIND}&window=1h&at={AT}&series=hour&quantiles=0.9&plan=range&consistent=true", 200),
+    (f"/counts?{EVERY_KIND}&window=90m&at={AT}&series=minute&allow_transient=true", 200),
+    ("/counts?counter=views/nobody-wrote-this", 200),
+    ("/counts?window=2h", 400),
+    ("/counts?counter=views/all&colour=red", 400),
+    (f"/counters?prefix=load/&window=2h&at={AT}&quantiles=0.5", 200),
+    ("/counters?prefix=views/&window=7", 400),
+    (f"/public/counts?counter=views/all&window=24h&at={AT}&series=hour", 200),
+    ("/public/counts?counter=load/posts/about", 403),
+    ("/public/counts", 400),
+    (f"/public/counters?prefix=views/posts/&at={AT}", 200),
+    ("/public/counters?prefix=load/", 403),
+    ("/public/counters?prefix=views/&plan=fast", 400),
+    ("/", 200),
+    ("/openapi.json", 200),
+]
+
+
+def document() -> dict[str, Any]:
+    status, headers, body = call("/openapi.json")
+    assert status == 200 and headers["Content-Type"] == JSON
+    return json.loads(body)
+
+
+def schema_of(spec: dict[str, Any], path: str, status: int) -> tuple[str, dict[str, Any]]:
+    response = spec["paths"][path]["get"]["responses"][str(status)]
+    ((media, content),) = response["content"].items()
+    return media, content["schema"]
+
+
+def validator(spec: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    """The schema with the document's components beside it, so that its references resolve."""
+    return Draft202012Validator({**schema, "components": spec["components"]})
+
+
+def fields_seen(spec: dict[str, Any], schema: dict[str, Any], instance: Any, seen: set[tuple[str, str]]) -> None:
+    """(schema, field) for every field of every object in ``instance``, following the schema through references."""
+    schemas = spec["components"]["schemas"]
+    if "$ref" in schema:
+        schema = schemas[schema["$ref"].rpartition("/")[2]]
+    for option in schema.get("anyOf", []):
+        if validator(spec, option).is_valid(instance):
+            fields_seen(spec, option, instance, seen)
+    if isinstance(instance, dict) and "properties" in schema:
+        for name, value in instance.items():
+            seen.add((schema["title"], name))
+            fields_seen(spec, schema["properties"][name], value, seen)
+    elif isinstance(instance, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for value in instance.values():
+            fields_seen(spec, schema["additionalProperties"], value, seen)
+    elif isinstance(instance, list) and "items" in schema:
+        for value in instance:
+            fields_seen(spec, schema["items"], value, seen)
+
+
+def signed_answer(api: LocalApi, target: str, credentials: Credentials) -> tuple[int, dict[str, str], dict]:
+    url = f"{api.url}{target}"
+    request = AWSRequest(method="GET", url=url)
+    SigV4Auth(credentials, "execute-api", "us-east-1").add_auth(request)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(request.headers)), timeout=30) as answer:
+            return answer.status, dict(answer.headers), json.loads(answer.read())
+    except urllib.error.HTTPError as refusal:
+        return refusal.code, dict(refusal.headers), json.loads(refusal.read())
+
+
+@pytest.fixture
+def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
+    """The document, and (path, status, headers, body) of every request above and of the failures and
+    refusals that need a changed world: a throttled and a broken read, a wrong signature, public read and the
+    dashboard turned off (the document, fetched first, describes the routes with both on)."""
+    spec = document()
+    collected = []
+
+    def ask(target: str) -> tuple[int, str]:
+        status, headers, body = call(target)
+        collected.append((target.partition("?")[0], status, headers, body))
+        return status, body
+
+    with freeze_time(NOW):
+        for target, status in REQUESTS:
+            assert ask(target)[0] == status, target
+        with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+            for path in ("/counts?counter=views/all", "/counters", "/openapi.json"):
+                status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))
+                assert status == 403
+                collected.append((path.partition("?")[0], status, headers, json.dumps(body)))
+        for failure, status in ((throttled, 503), (broken, 500)):
+            with monkeypatch.context() as patched:
+                patched.setattr(Reader, "count_many", failure)
+                patched.setattr(Reader, "list_counters", failure)
+                for target in ("/counts?counter=views/all", "/counters", "/public/counts?counter=views/all",
+                               "/public/counters?prefix=views/"):
+                    assert ask(target)[0] == status, target
+        monkeypatch.setenv(ENV_DASHBOARD, "false")
+        monkeypatch.delenv(ENV_PUBLIC_PREFIXES)
+        http_api.api_settings.cache_clear()
+        for target in ("/", "/public/counts?counter=views/all", "/public/counters?prefix=views/"):
+            assert ask(target)[0] == 404, target
+    return spec, collected
+
+
+def test_the_document_is_valid_openapi_3_and_describes_the_routes_this_deployment_has(environment, monkeypatch):  # noqa: F811
+    spec = document()
+    monkeypatch.delenv(ENV_PUBLIC_PREFIXES)
+    monkeypatch.setenv(ENV_DASHBOARD, "false")
+    http_api.api_settings.cache_clear()
+    closed = document()
+
+    validate(spec)
+    assert spec["openapi"].startswith("3.") and spec["info"]["version"] == tally.__version__
+    assert sorted(spec["paths"]) == sorted(ApiSettings(public_prefixes=("views/",), dashboard=True).paths)
+    assert sorted(closed["paths"]) == ["/counters", "/counts", "/openapi.json"]
+    assert {path for path, item in spec["paths"].items() if item["get"].get("security")} == {
+        "/counts", "/counters", "/openapi.json"
+    }
+    assert spec["components"]["securitySchemes"]["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
+
+
+@pytest.mark.parametrize("path", ["/counts", "/counters", "/public/counts", "/public/counters"])
+def test_each_route_takes_the_parameters_documented_and_refuses_others(environment, path):  # noqa: F811
+    parameters = document()["paths"][path]["get"]["parameters"]
+    status, _, body = call(f"{path}?colour=red")
+
+    assert status == 400 and json.loads(body)["parameter"] == "colour"
+    assert json.loads(body)["message"].endswith(f"takes {', '.join(p['name'] for p in parameters)}")
+    assert all(p["in"] == "query" and p["description"] for p in parameters)
+    assert [p["name"] for p in parameters if p["required"]] == (["counter"] if "counts" in path else [])
+
+
+def test_every_value_a_parameter_lists_is_accepted_and_another_is_refused_naming_it(environment):  # noqa: F811
+    parameters = document()["paths"]["/counts"]["get"]["parameters"]
+    listed = {p["name"]: p["schema"]["enum"] for p in parameters if "enum" in p["schema"]}
+
+    assert set(listed) == {"series", "plan", "align", "consistent", "allow_transient"}
+    with freeze_time(NOW):
+        for name, values in listed.items():
+            for value in values:
+                assert call(f"/counts?counter=views/all&window=1h&at={AT}&{name}={value}")[0] == 200, (name, value)
+            status, _, body = call(f"/counts?counter=views/all&{name}=sometimes")
+            assert status == 400 and json.loads(body)["parameter"] == name
+
+
+def test_every_answer_matches_its_documented_schema_and_every_documented_field_and_status_occurs(answers):
+    spec, answers = answers
+    seen: set[tuple[str, str]] = set()
+    for path, status, headers, body in answers:
+        documented_media, schema = schema_of(spec, path, status)
+        assert headers["Content-Type"].partition(";")[0] == documented_media, (path, status)
+        if documented_media == JSON:
+            instance = json.loads(body)
+            errors = [error.message for error in validator(spec, schema).iter_errors(instance)]
+            assert errors == [], (path, status, body[:300])
+            fields_seen(spec, schema, instance, seen)
+
+    documented_statuses = {(path, int(status)) for path, item in spec["paths"].items() for status in item["get"]["responses"]}
+    documented_fields = {
+        (schema["title"], name) for schema in spec["components"]["schemas"].values() for name in schema.get("properties", {})
+    }
+    assert {(path, status) for path, status, _, _ in answers} == documented_statuses
+    assert documented_fields - seen == set()
+
+
+def test_every_answer_carries_the_headers_documented_for_it_and_no_other_of_them(answers):
+    """A documented header is on every answer of its status (X-Tally-Version on each the function gives), and
+    none of the documented headers is on an answer that does not document it (API Gateway's own refusals)."""
+    spec, answers = answers
+    responses = [response for item in spec["paths"].values() for response in item["get"]["responses"].values()]
+    named = {name.lower() for response in responses for name in response.get("headers", {})}
+    assert {"x-tally-version", "cache-control", "retry-after", "content-security-policy"} <= named
+
+    for path, status, headers, _ in answers:
+        documented = spec["paths"][path]["get"]["responses"][str(status)].get("headers", {})
+        carried = {name.lower(): value for name, value in headers.items()}
+        assert {name for name in carried if name in named} == {name.lower() for name in documented}, (path, status)
+        for name, described in documented.items():
+            assert described["required"] and Draft202012Validator(described["schema"]).is_valid(carried[name.lower()])
+        if documented:
+            assert carried["x-tally-version"] == tally.__version__, (path, status)
