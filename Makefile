@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy destroy dashboard test-tools
+.PHONY: install install-scripts test test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy deploy-local destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -118,6 +118,11 @@ synth: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
 
 deploy: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
 	$(CDK) deploy $(CDK_FLAGS)
+
+# `cdk bootstrap` and `cdk deploy` of this app with the pinned CDK CLI into moto's server on a loopback port, then the
+# demo, a second stream runner and the read API on the deployed stack, found through its outputs (scripts/deploy_local.py).
+deploy-local: $(DEV_STAMP) node_modules/.package-lock.json $(DASHBOARD)
+	$(BIN)/python scripts/deploy_local.py $(DEPLOY_LOCAL_ARGS)
 
 # The events table is retained (README, "Tearing it down"); everything else is deleted.
 destroy: $(DEV_STAMP) node_modules/.package-lock.json

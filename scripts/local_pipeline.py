@@ -51,6 +51,11 @@ brute force over every 10-minute window says which addresses crossed.
 
 --keep-running leaves the server and a following runner up and prints the
 environment the other scripts need to use them.
+
+--stack NAME runs the same demo on a deployed tally stack's tables instead,
+found through its outputs at AWS_ENDPOINT_URL: a local server, such as the one
+`make deploy-local` deploys the stack into (the handler runs in this process,
+which in AWS would count beside the stack's own function).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -82,6 +88,7 @@ from tally.local.aws import (
     ArgumentParser,
     LocalContext,
     MotoServer,
+    Tables,
     local_server,
     client,
     local_handler,
@@ -93,8 +100,9 @@ from tally.local.aws import (
 )
 from tally.local.moto_fixes import expire_items
 from tally.local.cli import console as make_console
-from tally.local.cli import ScriptError, entry_point
+from tally.local.cli import DUMMY_CREDENTIALS, ScriptError, entry_point
 from tally.local.dynamodb_local import LoopbackBackend
+from tally.stack_outputs import StackOutputsError, table_names_from_stack
 from tally.core.plans import PlanKind
 from tally.query import WindowCount
 from tally.reader import Reader
@@ -128,6 +136,7 @@ from tally.local.workload import (
 
 EVENTS_TABLE = "tally-events"
 COUNTS_TABLE = "tally-counts"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 REJECTION_REASONS = [reason for reason in Reason if reason.is_rejection]
 
 console = make_console()
@@ -149,6 +158,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation (default 1000)")
     parser.add_argument("--window-seconds", type=int, default=60, help="tumbling window, 1-900 s (default 60)")
     parser.add_argument("--keep-running", action="store_true", help="keep the server and a runner up afterwards")
+    parser.add_argument("--stack", help="use this deployed tally stack's tables on the local server at AWS_ENDPOINT_URL")
     return parser
 
 
@@ -173,35 +183,46 @@ def main(
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
     started = time.monotonic()
     saved_environment = dict(os.environ)
-    started_here = server is None
-    server = local_server().start() if server is None else server
+    started_here = server is None and not args.stack
+    if server is None and not args.stack:
+        server = local_server().start()
     try:
+        if isinstance(shape, LoginsShape) and args.stack:
+            raise ScriptError("--shape logins runs on the demo's own moto server, whose EventBridge it reads: drop --stack")
         if isinstance(shape, LoginsShape) and not isinstance(server, MotoServer):
             raise ScriptError(
                 "--shape logins delivers alerts through moto's EventBridge, which DynamoDB Local does not play: "
                 "run it on moto (unset TALLY_LOCAL_BACKEND)"
             )
-        server.reset()
-        os.environ.update(server.environment())
+        if server is not None:
+            server.reset()
+            os.environ.update(server.environment())
         if shape:
             os.environ.update({ENV_RULES: shape.rules_json, ENV_TIME_ATTRIBUTE: shape.time_attribute})
-        console.print(f"[bold]tally local pipeline[/] — {server.name} at {server.endpoint_url}")
-        dynamodb = client("dynamodb")
-        events = events_table_for(parse_rules(shape.rules_json) if shape else settings.counter_rules)
-        create_tables(dynamodb, EVENTS_TABLE, COUNTS_TABLE, events)
-        console.print(
-            f"1. created {EVENTS_TABLE} (stream {events.stream_view}) and {COUNTS_TABLE} (TTL), as the stack does"
-        )
+        if args.stack:
+            tables = deployed_tables(args.stack, shape)
+            dynamodb = client("dynamodb")
+            console.print(f"[bold]tally local pipeline[/] — stack {args.stack} at {os.environ['AWS_ENDPOINT_URL']}")
+            console.print(f"1. found {tables.events} (its stream) and {tables.counts} in the stack's outputs")
+        else:
+            tables = Tables(EVENTS_TABLE, COUNTS_TABLE)
+            dynamodb = client("dynamodb")
+            console.print(f"[bold]tally local pipeline[/] — {server.name} at {server.endpoint_url}")
+            events = events_table_for(parse_rules(shape.rules_json) if shape else settings.counter_rules)
+            create_tables(dynamodb, tables.events, tables.counts, events)
+            console.print(
+                f"1. created {tables.events} (stream {events.stream_view}) and {tables.counts} (TTL), as the stack does"
+            )
 
         end_ms = now_ms()
         histories: list[list[Change]] = []
         if isinstance(shape, LoginsShape):
-            matched = run_logins(dynamodb, shape, end_ms, args.seed, handler_factory, config)
+            matched = run_logins(dynamodb, tables, shape, end_ms, args.seed, handler_factory, config)
             console.print(f"finished in {time.monotonic() - started:.1f} s")
             return 0 if matched else 1
         if isinstance(shape, HistoryShape):
             histories = write_and_expire(
-                dynamodb, shape, shape.histories(workload, end_ms), end_ms, ttl=isinstance(server, MotoServer)
+                dynamodb, tables, shape, shape.histories(workload, end_ms), end_ms, ttl=isinstance(server, MotoServer)
             )
             console.print(f"   counted by {len(shape.rules)} rules:")
             for rule in shape.rules:
@@ -209,7 +230,7 @@ def main(
         elif shape:
             items = shape.items(workload, end_ms)
             times = [event.ts_ms for event in workload.events(end_ms)]
-            write(dynamodb, items)
+            write(dynamodb, tables, items)
             console.print(
                 f"2. wrote {len(items):,} {shape.name} items ({len(counters)} {shape.name} keys, {workload.hours} h "
                 f"ending {iso_minute(end_ms)}, seed {workload.seed}), counted by {len(shape.rules)} rules:"
@@ -219,7 +240,7 @@ def main(
         else:
             events = workload.events(end_ms)
             items = [event.item(settings) for event in events] + bad_items(args.bad, end_ms, args.seed, settings)
-            write(dynamodb, items)
+            write(dynamodb, tables, items)
             console.print(
                 f"2. wrote {len(items) - args.bad:,} events ({len(workload.counters)} counters, {workload.hours} h "
                 f"ending {iso_minute(end_ms)}, seed {workload.seed}) and {args.bad} bad records"
@@ -228,8 +249,8 @@ def main(
         arrivals: dict[int, tuple[str, int]] = {}
         reader = StreamReader(
             client("dynamodbstreams"),
-            stream_arn_of(dynamodb, EVENTS_TABLE),
-            recording_arrivals(handler_factory(COUNTS_TABLE), arrivals),
+            tables.stream_arn or stream_arn_of(dynamodb, tables.events),
+            recording_arrivals(handler_factory(tables.counts), arrivals),
             config=config,
             context=LocalContext(),
         )
@@ -242,14 +263,14 @@ def main(
         )
 
         if isinstance(shape, HistoryShape):
-            matched = verify_histories(dynamodb, shape, histories, arrivals_by_item(arrivals))
+            matched = verify_histories(dynamodb, tables, shape, histories, arrivals_by_item(arrivals))
         elif shape:
-            matched = verify_shaped(dynamodb, shape, list(zip(times, items, strict=True)), first_arrivals(arrivals))
+            matched = verify_shaped(dynamodb, tables, shape, list(zip(times, items, strict=True)), first_arrivals(arrivals))
         else:
-            matched = verify(dynamodb, workload.counters, first_arrivals(arrivals), settings, workload.hours)
+            matched = verify(dynamodb, tables, workload.counters, first_arrivals(arrivals), settings, workload.hours)
         console.print(f"finished in {time.monotonic() - started:.1f} s")
         if args.keep_running:
-            keep_running(server, reader, shape)
+            keep_running(tables, reader, shape)
         return 0 if matched else 1
     finally:
         if started_here:
@@ -259,7 +280,13 @@ def main(
 
 
 def run_logins(
-    dynamodb: Any, shape: LoginsShape, end_ms: int, seed: int, handler_factory: Callable[[str], Any], config: DeliveryConfig
+    dynamodb: Any,
+    tables: Tables,
+    shape: LoginsShape,
+    end_ms: int,
+    seed: int,
+    handler_factory: Callable[[str], Any],
+    config: DeliveryConfig,
 ) -> bool:
     """The logins demo: three phases through the stream, alert events as they come, then brute force."""
     from tally import handler as handler_module
@@ -269,14 +296,14 @@ def run_logins(
     sink = AlertSink(client("events"), client("sqs"))
     console.print(f"2. alerts go to moto's EventBridge (default bus), a rule sends '{EVENT_DETAIL_TYPE}' events to an SQS queue")
     console.print(f"   counted by 1 rule: {escape(json.dumps(shape.rules[0]))}")
-    handler = handler_factory(COUNTS_TABLE)
+    handler = handler_factory(tables.counts)
     reader = StreamReader(
-        client("dynamodbstreams"), stream_arn_of(dynamodb, EVENTS_TABLE), handler, config=config, context=LocalContext()
+        client("dynamodbstreams"), stream_arn_of(dynamodb, tables.events), handler, config=config, context=LocalContext()
     )
     phases = shape.phases(end_ms, seed)
     delivered: list[dict[str, Any]] = []
     for number, (name, items) in enumerate(zip(("before the burst", "the burst", "after the burst"), phases), start=3):
-        write(dynamodb, items)
+        write(dynamodb, tables, items)
         reader.run(until_idle=True, idle_polls=2, poll_interval=0.2)
         console.print(f"{number}. {name}: {len(items):,} logins written and counted")
         delivered += show_alerts(sink.drain())
@@ -342,22 +369,40 @@ def parse_minute(text: str) -> int:
     return parse_instant(text)
 
 
-def write(dynamodb: Any, items: list[dict[str, Any]]) -> None:
+def deployed_tables(stack: str, shape: Shape | None) -> Tables:
+    """The stack's tables, on a local server only: the demo's handler runs here, and in AWS the stack's own
+    function would count the same records too."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    if urlsplit(endpoint).hostname not in LOOPBACK:
+        raise ScriptError(
+            f"--stack runs the demo's handler in this process: point AWS_ENDPOINT_URL at a local server holding "
+            f"the stack (make deploy-local), not {endpoint or 'AWS'}"
+        )
+    if isinstance(shape, HistoryShape):
+        raise ScriptError(f"--shape {shape.name} needs an events table streaming NEW_AND_OLD_IMAGES; the stack's streams NEW_IMAGE")
+    try:
+        outputs = table_names_from_stack(stack, client("cloudformation"))
+    except StackOutputsError as error:
+        raise ScriptError(str(error)) from None
+    return Tables(outputs["EventsTableName"], outputs["CountsTableName"], outputs["EventsStreamArn"])
+
+
+def write(dynamodb: Any, tables: Tables, items: list[dict[str, Any]]) -> None:
     columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("write", total=len(items))
-        write_items(dynamodb, EVENTS_TABLE, items, on_written=lambda n: progress.advance(task, n))
+        write_items(dynamodb, tables.events, items, on_written=lambda n: progress.advance(task, n))
 
 
 def write_and_expire(
-    dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], end_ms: int, *, ttl: bool
+    dynamodb: Any, tables: Tables, shape: HistoryShape, histories: list[list[Change]], end_ms: int, *, ttl: bool
 ) -> list[list[Change]]:
     """The producers' changes, each item's in order, then (``ttl``) DynamoDB's TTL process as of ``end_ms``,
     which must delete exactly the items the histories expire. Returns the histories as written: without
     ``ttl``, TTL stays off the events table and the histories' TTL deletions are left out."""
     if ttl:
         dynamodb.update_time_to_live(
-            TableName=EVENTS_TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
+            TableName=tables.events, TimeToLiveSpecification={"Enabled": True, "AttributeName": shape.ttl_attribute}
         )
     else:
         histories = [[change for change in history if not change.by_ttl] for history in histories]
@@ -365,7 +410,7 @@ def write_and_expire(
     columns = (TextColumn("   writing"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("write", total=sum(kinds.values()) - kinds["REMOVE", True])
-        write_histories(dynamodb, EVENTS_TABLE, histories, on_written=lambda n: progress.advance(task, n))
+        write_histories(dynamodb, tables.events, histories, on_written=lambda n: progress.advance(task, n))
     written = (
         f"2. wrote the histories of {len(histories):,} {shape.name} ({kinds['INSERT', False]:,} placed, "
         f"{kinds['MODIFY', False]:,} updates to done, cancelled or reopened, {kinds['REMOVE', False]:,} deleted "
@@ -377,7 +422,7 @@ def write_and_expire(
             "the identity DynamoDB signs them with, so no job expires here"
         )
         return histories
-    expired = expire_items(EVENTS_TABLE, end_ms / 1000, region())
+    expired = expire_items(tables.events, end_ms / 1000, region())
     if len(expired) != kinds["REMOVE", True]:
         raise RuntimeError(f"the TTL process deleted {len(expired)} items, the histories expire {kinds['REMOVE', True]}")
     console.print(
@@ -416,11 +461,11 @@ def first_arrivals(arrivals: dict[int, tuple[str, int]]) -> dict[str, int]:
     return {item_id: times[0] for item_id, times in arrivals_by_item(arrivals).items()}
 
 
-def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
+def verify(dynamodb: Any, tables: Tables, counters: list[str], arrivals: dict[str, int], settings: Settings, hours: int) -> bool:
     """Both plans against brute force: the 24 h window ending now, a long hour-aligned one, the rejections."""
-    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
+    table = Reader(tables.counts, client=dynamodb, settings=settings)
     now = now_ms()
-    items = scan_items(dynamodb, EVENTS_TABLE)
+    items = scan_items(dynamodb, tables.events)
     matched = compare_window(table, items, counters, arrivals, now, Window.ending(now), "4. rolling 24 h window")
 
     # Whole hours, longer than the minute retention: read as hour buckets where the minutes have expired.
@@ -430,7 +475,7 @@ def verify(dynamodb: Any, counters: list[str], arrivals: dict[str, int], setting
     matched &= compare_window(table, items, counters, arrivals, now, long_window, title)
     console.print(
         "   raw: events whose time is in the window (a scan of "
-        f"{EVENTS_TABLE}); late: of those, events whose hour was past the hour retention "
+        f"{tables.events}); late: of those, events whose hour was past the hour retention "
         f"({settings.hour_retention_ms // DAY_MS} d) when their record reached the stream."
     )
 
@@ -500,10 +545,10 @@ def compare_window(
     return matched
 
 
-def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
+def verify_shaped(dynamodb: Any, tables: Tables, shape: Shape, items: list[tuple[int, dict[str, Any]]], arrivals: dict[str, int]) -> bool:
     """Count, sum and average of every counter the shape's rules name, both plans against brute force."""
     settings = Settings.from_env()
-    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
+    table = Reader(tables.counts, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     truth = shaped_truth(shape, items, window, arrivals, settings)
@@ -525,12 +570,12 @@ def verify_shaped(dynamodb: Any, shape: Shape, items: list[tuple[int, dict[str, 
 
 
 def verify_histories(
-    dynamodb: Any, shape: HistoryShape, histories: list[list[Change]], arrivals: dict[str, list[int]]
+    dynamodb: Any, tables: Tables, shape: HistoryShape, histories: list[list[Change]], arrivals: dict[str, list[int]]
 ) -> bool:
     """Every counter the jobs' rules name, in the 24 h window and in one of 49 whole hours, both plans
     against brute force over the replayed histories; and no record rejected."""
     settings = Settings.from_env()
-    table = Reader(COUNTS_TABLE, client=dynamodb, settings=settings)
+    table = Reader(tables.counts, client=dynamodb, settings=settings)
     now = now_ms()
     window = Window.ending(now)
     matched = compare_shaped(
@@ -699,9 +744,11 @@ def verify_quantiles(truth: ShapedTruth, plans: dict[PlanKind, dict[str, WindowC
     return matched
 
 
-def keep_running(server: LoopbackBackend, reader: StreamReader, shape: Shape | None) -> None:
+def keep_running(tables: Tables, reader: StreamReader, shape: Shape | None) -> None:
     """Print how to reach the server (and the shape's rules the runner counts with), then follow the stream until Ctrl-C."""
-    environment = {**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE}
+    names = (*DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION")
+    server = {name: os.environ[name] for name in names if name in os.environ}
+    environment = {**server, "EVENTS_TABLE": tables.events, "COUNTS_TABLE": tables.counts}
     if shape:
         environment |= {ENV_TIME_ATTRIBUTE: shape.time_attribute, ENV_RULES: shape.rules_json}
     console.print("\nServer and runner keep running. In another shell:")

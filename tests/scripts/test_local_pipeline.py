@@ -150,6 +150,28 @@ def test_the_jobs_demo_sees_a_lost_update(capsys):
     assert "VERDICT: MISMATCH" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("endpoint", "shape", "said"),
+    [
+        (None, [], "point AWS_ENDPOINT_URL at a local server holding the stack (make deploy-local), not AWS"),
+        ("https://dynamodb.eu-west-1.amazonaws.com", [], "not https://dynamodb.eu-west-1.amazonaws.com"),
+        ("http://127.0.0.1:9", ["--shape", "jobs"], "--shape jobs needs an events table streaming NEW_AND_OLD_IMAGES"),
+    ],
+    ids=["aws", "remote", "jobs"],
+)
+def test_the_demo_on_a_stack_runs_only_against_a_local_server_and_says_why_in_one_line(
+    endpoint, shape, said, monkeypatch, capsys
+):
+    """--stack runs the demo's handler in this process: against AWS it would count beside the stack's own function."""
+    if endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    else:
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    assert local_pipeline.main(["--stack", "Tally", *shape]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and said in error
+
+
 def test_the_logins_demo_fires_on_the_burst_and_clears_after_it(capsys):
     assert local_pipeline.main(["--shape", "logins"]) == 0
     out = capsys.readouterr().out
