@@ -324,3 +324,39 @@ def test_distinct_values_in_json_by_both_plans_exact_while_few_per_hour_and_in_t
     assert capsys.readouterr().out.count("distinct") == 2
     assert query_window.distinct_text(Sketch(range(100))) == "100"
     assert query_window.distinct_text(Sketch(range(1000))).startswith("≈")
+
+
+@pytest.mark.server
+def test_alerts_lists_alert_states_as_json_lines_or_a_table(tables, monkeypatch, capsys):
+    from alert_support import ALERT_RULES, cross
+    from tally.core.rules import parse_rules
+
+    monkeypatch.setenv("TALLY_RULES", ALERT_RULES)
+    settings = Settings(counts_table=tables.counts, events_table=tables.events, rules=parse_rules(ALERT_RULES))
+    at = now_ms() // MINUTE_MS * MINUTE_MS
+    cross(client("dynamodb"), settings, at, {"logins/a": 3, "signups/pro": 9}, tables.counts)
+    assert query_window.main(["--alerts", "--json", "--state", "ALARM"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["alert"], line["counter"], line["state"], line["total"]) for line in lines] == [
+        ("burst", "logins/a", "ALARM", 3),
+        ("signup-rush", "signups/pro", "ALARM", 9),
+    ]
+    assert query_window.main(["--alerts", "--alert", "burst"]) == 0
+    out = capsys.readouterr().out
+    assert "logins/a" in out and "ALARM" in out and "signups/pro" not in out
+    assert query_window.main(["--alerts", "--state", "OK"]) == 0
+    assert "no counter has crossed an alert into OK" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--alerts", "alpha"], "--alerts lists alert states: name no counters"),
+        (["alpha", "--state", "ALARM"], "--alert and --state go with --alerts"),
+    ],
+)
+def test_alert_arguments_that_do_not_fit_are_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
