@@ -37,6 +37,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sns as sns
@@ -240,12 +241,24 @@ class Tally(Construct):
 
         if self.alerts:
             role.add_to_policy(self._put_alert_events())
+        return self._python_function(
+            "CountingFunction",
+            "Counts events from the events table stream into minute and hour buckets",
+            HANDLER,
+            role,
+            log_group,
+        )
+
+    def _python_function(
+        self, name: str, description: str, handler: str, role: iam.Role, log_group: logs.LogGroup
+    ) -> lambda_.Function:
+        """One of tally's functions: the package's code, the pinned runtime and Powertools layer, the settings."""
         function = lambda_.Function(
             self,
-            "CountingFunction",
-            description="Counts events from the events table stream into minute and hour buckets",
+            name,
+            description=description,
             code=self.code,
-            handler=HANDLER,
+            handler=handler,
             runtime=RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             memory_size=MEMORY_MB,
@@ -292,27 +305,12 @@ class Tally(Construct):
             )
         )
         role.add_to_policy(self._put_alert_events())
-        function = lambda_.Function(
-            self,
+        function = self._python_function(
             "AlertFunction",
-            description="Judges tally's alerts once a minute: clearing, below alerts, pending events",
-            code=self.code,
-            handler=ALERT_HANDLER,
-            runtime=RUNTIME,
-            architecture=lambda_.Architecture.ARM_64,
-            memory_size=MEMORY_MB,
-            timeout=TIMEOUT,
-            role=role,
-            log_group=log_group,
-            layers=[self.powertools_layer],
-            environment=self._settings_environment(),
-        )
-        Validations.of(function).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions::AwsSolutions-L1",
-                reason="The runtime is pinned to python3.13 with the matching Powertools layer, as for the "
-                "counting function.",
-            )
+            "Judges tally's alerts once a minute: clearing, below alerts, pending events",
+            ALERT_HANDLER,
+            role,
+            log_group,
         )
         events.Rule(
             self,
