@@ -215,6 +215,7 @@ def signed_get(url: str, environment: dict[str, str]) -> tuple[int, dict]:
     return fetch(url, dict(request.headers))
 
 
+@pytest.mark.node_clock
 def test_the_readme_javascript_example_signs_with_aws4fetch_and_the_signed_server_checks_it(tmp_path):
     """Node runs the README's block as written (aws4fetch from package-lock.json) against `serve.py --signed`,
     which refuses unsigned requests as API Gateway does."""
