@@ -59,13 +59,18 @@ return found;
 """
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """moto's server with a day of counted events, and the read API (dashboard on) on a loopback port."""
+def require_browser_and_page() -> None:
+    """Fail in one line naming the make target when Chromium, its driver or the built dashboard page is missing."""
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.fail("Debian's chromium and chromium-driver are missing: `make test-tools` installs them (make test does)")
     if http_api.dashboard_page() is None:
         pytest.fail("the dashboard page is not built: `make dashboard` builds it (make test does)")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """moto's server with a day of counted events, and the read API (dashboard on) on a loopback port."""
+    require_browser_and_page()
     with handler_state_restored(), MotoServer() as server:
         try:
             os.environ.update({**server.environment(), "COUNTS_TABLE": "dashboard-counts", "TALLY_RULES": RULES})
