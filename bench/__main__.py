@@ -15,7 +15,8 @@ judges are reported from the figures there, marked missing until it has run.
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
 distinct rule beside the same counts without it (about a minute), and
-``python -m bench reads`` the read cost of every plan (about two minutes); each
+``python -m bench reads`` the read cost of every plan (about two minutes), and
+``python -m bench alerts`` what alerts add to the write path (seconds); each
 replaces only its own figures in the file(s) it writes, and the targets.
 """
 
@@ -34,7 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import aggregates, latency, read_api, reads, scale, speed, workloads, writes
+from bench import aggregates, alerts, latency, read_api, reads, scale, speed, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -169,6 +170,7 @@ def run() -> dict[str, Any]:
     results.update(timed("histogram rule", lambda: histogram_results(settings, config)))
     results.update(timed("distinct rule", distinct_results))
     results.update(timed("reads", read_results))
+    results.update(timed("alerts", alert_results))
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
@@ -226,6 +228,10 @@ def distinct_results() -> dict[str, Any]:
     }
 
 
+def alert_results() -> dict[str, Any]:
+    return {"alerts": alerts.costs()}
+
+
 def scale_results() -> dict[str, Any]:
     return {"scale_model": scale.model_description(), **scale.results(), **scale.distinct_results()}
 
@@ -239,7 +245,8 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "reads": (read_results, lambda out, results: report_reads(out, results)),
          "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
          "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),
-         "distinct": (distinct_results, lambda out, results: report_distinct(out, results))}
+         "distinct": (distinct_results, lambda out, results: report_distinct(out, results)),
+         "alerts": (alert_results, lambda out, results: report_alerts(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -285,6 +292,7 @@ def report(results: dict[str, Any]) -> None:
     report_distinct(out, results)
 
     report_reads(out, results)
+    report_alerts(out, results)
 
     table = Table(title="Speed")
     for column in ("measure", "tally", "origin", "origin/tally"):
@@ -438,6 +446,25 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       f"{entry['dedup_write_units_per_1000_events']:,}", f"{entry['origin_over_tally']}x",
                       f"{entry['dedup_over_tally']}x", f"{entry['largest_item_bytes']:,}",
                       str(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
+    out.print(table)
+
+
+def report_alerts(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("alerts")
+    if not figures:
+        return
+    table = Table(title=f"What above alerts add after each commit, per 1,000 events ({figures['window']} window, "
+                        "strongly consistent reads)")
+    for column in ("alerted counters", "events in the segment", "plan", "crossings", "read requests", "RCU",
+                   "write requests", "WCU", "PutEvents"):
+        table.add_column(column, justify="right")
+    for row in (*figures["steady"], figures["steady_range_plan"], figures["all_crossing"]):
+        table.add_row(
+            f"{row['alerted_counters']:,}", f"{row['events']:,}", row["plan"], f"{row['crossings']:,}",
+            f"{row['read_requests_per_1000_events']:,}", f"{row['read_units_per_1000_events']:,}",
+            f"{row['write_requests_per_1000_events']:,}", f"{row['write_units_per_1000_events']:,}",
+            f"{row['put_events_requests_per_1000_events']:,}",
+        )
     out.print(table)
 
 

@@ -41,7 +41,7 @@ def number_size(value: Decimal | int | str) -> int:
 
 
 def value_size(attribute_value: Mapping[str, Any]) -> int:
-    """Size of one value in DynamoDB JSON ({"S": ...}, {"N": ...} or {"B": ...})."""
+    """Size of one value in DynamoDB JSON ({"S": ...}, {"N": ...}, {"B": ...}; a boolean is 1 byte)."""
     [(kind, value)] = attribute_value.items()
     if kind == "S":
         return len(value.encode("utf-8"))
@@ -49,7 +49,9 @@ def value_size(attribute_value: Mapping[str, Any]) -> int:
         return number_size(value)
     if kind == "B":
         return len(value)
-    raise ValueError(f"the cost model only sizes strings, numbers and binary values, not {kind}")
+    if kind == "BOOL":
+        return 1
+    raise ValueError(f"the cost model only sizes strings, numbers, binary and boolean values, not {kind}")
 
 
 def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:

@@ -1,6 +1,7 @@
 // The tally dashboard: totals and a per-minute or per-hour chart of the chosen counters, refreshed while live.
 // It reads the HTTP read API of the page's own origin: /counts and /counters, or /public/... where the
 // page is served to anonymous visitors (the config the function writes into the page says which).
+// Signed pages also read /alerts and mark the counters in alarm (alert states are never public).
 import uPlot from "uplot";
 
 const REFRESH_MS = 10_000;
@@ -73,6 +74,29 @@ function decimalCell(text) {
   return shown;
 }
 
+// Counter -> the alerts it is in alarm for; empty where alert states cannot be read (public pages, no alerts).
+async function alarmsByCounter() {
+  const alarms = new Map();
+  if (readBase) return alarms;
+  try {
+    const answer = await getJson("/alerts", { state: "ALARM" });
+    for (const alert of answer.alerts) {
+      if (!alarms.has(alert.counter)) alarms.set(alert.counter, []);
+      alarms.get(alert.counter).push(alert);
+    }
+  } catch (error) {
+    // Counts still show: an alert listing that fails only leaves the marks out.
+  }
+  return alarms;
+}
+
+function alarmCell(alerts) {
+  const text = alerts.map((alert) => `${alert.alert}: ${alert.total.toLocaleString("en-US")} in ${alert.window}`);
+  const shown = cell(text.join(", "), alerts.length ? "alarm" : "");
+  if (alerts.length) shown.title = alerts.map((alert) => `threshold ${alert.threshold}, since ${alert.since}`).join("; ");
+  return shown;
+}
+
 // Distinct values: exact while the counter's sketches are, an estimate (≈, 1.625 %) beyond.
 function distinctCell(count) {
   if (count.distinct === undefined) return cell("", "distinct");
@@ -91,13 +115,16 @@ function quantileCells(detail) {
   });
 }
 
-// counts: the series answer; details: the same window with quantiles, by counter (histogram counters only).
-function showTotals(counts, details) {
+// counts: the series answer; details: the same window with quantiles, by counter (histogram counters only);
+// alarms: the alerts each counter is in alarm for.
+function showTotals(counts, details, alarms = new Map()) {
   const body = elements.totals.tBodies[0];
   body.replaceChildren(
     ...counts.map((count) => {
       const row = document.createElement("tr");
+      const alerts = alarms.get(count.counter) || [];
       row.dataset.counter = count.counter;
+      row.classList.toggle("in-alarm", alerts.length > 0);
       row.append(
         cell(count.counter),
         cell(count.total.toLocaleString("en-US"), "total"),
@@ -105,6 +132,7 @@ function showTotals(counts, details) {
         decimalCell(count.average),
         distinctCell(count),
         ...quantileCells(details.get(count.counter)),
+        alarmCell(alerts),
         cell(`${count.start} – ${count.end}`),
       );
       return row;
@@ -169,10 +197,10 @@ async function refresh() {
   const parameters = new URLSearchParams({ window: elements.window.value, series: elements.series.value });
   for (const counter of counters) parameters.append("counter", counter);
   try {
-    const answer = await getJson("/counts", parameters);
+    const [answer, alarms] = await Promise.all([getJson("/counts", parameters), alarmsByCounter()]);
     const details = await quantilesOf(counters, answer.counts[0]);
     if (mine !== generation) return; // a newer choice was made meanwhile
-    showTotals(answer.counts, details);
+    showTotals(answer.counts, details, alarms);
     showChart(answer.counts);
     const notes = (answer.notes || []).join(" ");
     showStatus(`updated ${new Date().toLocaleTimeString()}${notes ? ` — ${notes}` : ""}`);

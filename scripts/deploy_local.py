@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/deploy_local.py                  # deploy, check, stop
     .venv/bin/python scripts/deploy_local.py --keep-running   # deploy, check, keep the server up until Ctrl-C
+    .venv/bin/python scripts/deploy_local.py --port 4566      # on this loopback port (default: a free one)
 
 moto's server on a loopback port plays AWS (`tally.local.moto_deploy` fills
 what its CloudFormation lacks, each gap named with the AWS behaviour it
@@ -66,6 +67,7 @@ console = make_console()
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep-running", action="store_true", help="keep moto's server (and the stack) up until Ctrl-C")
+    parser.add_argument("--port", type=loopback_port, default=0, help="moto's server's loopback port (default: a free one)")
     return parser
 
 
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     stack = json.loads((REPO / "cdk.json").read_text())["context"].get("stackName", "Tally")
     started = time.monotonic()
     moto_deploy.install()
-    server = MotoServer().start()
+    server = MotoServer(args.port).start()
     saved_environment = dict(os.environ)
     try:
         os.environ.update(server.environment())
@@ -113,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         os.environ.clear()
         os.environ.update(saved_environment)
+
+
+def loopback_port(text: str) -> int:
+    port = int(text) if text.isdigit() else -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 1 to 65535, not {text!r}")
+    return port
 
 
 def step(title: str, command: list[str], environment: dict[str, str]) -> None:

@@ -38,6 +38,17 @@ such rules. Rules count placements, transitions to done (with amounts) and to
 cancelled at their own times, and deletions by owners and by TTL at their
 arrival; brute force replays every job's history.
 
+--shape logins shows an alert: failed logins per IP address ({id, ip, at,
+outcome}), counted by a rule whose alert fires above 20 failed logins in 10
+minutes and clears at 5. A few addresses fail steadily (never 20 in 10
+minutes); one fails 45 times within 4 minutes, half an hour ago. The items are
+written and streamed in three phases (before, during and after the burst);
+the commit of the burst raises the alarm and the scheduled evaluation that
+follows (the once-a-minute function) clears it, over the 10 minutes ending
+now. moto's EventBridge sends the events to an SQS queue the demo drains and
+prints; each one's total is checked against brute force over its window, and
+brute force over every 10-minute window says which addresses crossed.
+
 --keep-running leaves the server and a following runner up and prints the
 environment the other scripts need to use them.
 
@@ -107,8 +118,10 @@ from tally.local.workload import (
     DEFAULT_HOURS,
     DEFAULT_RATE,
     HISTORY_SHAPES,
+    LOGINS,
     SHAPES,
     Change,
+    LoginsShape,
     HistoryShape,
     Shape,
     ShapedTruth,
@@ -135,8 +148,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--counters", nargs="+", help="counter names (with --shape: providers or pages)")
     parser.add_argument(
         "--shape",
-        choices=sorted({**SHAPES, **HISTORY_SHAPES}),
-        help="count the origin's jobs or a blog's page views by rules, or jobs that change (transitions, deletions)",
+        choices=sorted({**SHAPES, **HISTORY_SHAPES, LOGINS.name: LOGINS}),
+        help="count the origin's jobs or a blog's page views by rules, jobs that change (transitions, deletions), "
+        "or failed logins watched by an alert",
     )
     parser.add_argument("--hours", type=int, default=DEFAULT_HOURS, help=f"hours of events (default {DEFAULT_HOURS})")
     parser.add_argument("--rate", nargs=2, type=int, default=list(DEFAULT_RATE), metavar=("LOW", "HIGH"))
@@ -163,7 +177,7 @@ def main(
     """``server``: one already running (tests share one), reset and left running; else TALLY_LOCAL_BACKEND's, started."""
     args = parser().parse_args(argv)
     settings = Settings.from_env()  # as the handler reads them, so generator and brute force agree with it
-    shape = {**SHAPES, **HISTORY_SHAPES}[args.shape] if args.shape else None
+    shape = {**SHAPES, **HISTORY_SHAPES, LOGINS.name: LOGINS}[args.shape] if args.shape else None
     counters = args.counters or list(shape.keys if shape else DEFAULT_COUNTERS)
     workload = Workload(counters=counters, hours=args.hours, rate=tuple(args.rate), seed=args.seed)
     config = DeliveryConfig(batch_size=args.batch_size, window_seconds=args.window_seconds)
@@ -173,6 +187,13 @@ def main(
     if server is None and not args.stack:
         server = local_server().start()
     try:
+        if isinstance(shape, LoginsShape) and args.stack:
+            raise ScriptError("--shape logins runs on the demo's own moto server, whose EventBridge it reads: drop --stack")
+        if isinstance(shape, LoginsShape) and not isinstance(server, MotoServer):
+            raise ScriptError(
+                "--shape logins delivers alerts through moto's EventBridge, which DynamoDB Local does not play: "
+                "run it on moto (unset TALLY_LOCAL_BACKEND)"
+            )
         if server is not None:
             server.reset()
             os.environ.update(server.environment())
@@ -195,6 +216,10 @@ def main(
 
         end_ms = now_ms()
         histories: list[list[Change]] = []
+        if isinstance(shape, LoginsShape):
+            matched = run_logins(dynamodb, tables, shape, end_ms, args.seed, handler_factory, config)
+            console.print(f"finished in {time.monotonic() - started:.1f} s")
+            return 0 if matched else 1
         if isinstance(shape, HistoryShape):
             histories = write_and_expire(
                 dynamodb, tables, shape, shape.histories(workload, end_ms), end_ms, ttl=isinstance(server, MotoServer)
@@ -252,6 +277,96 @@ def main(
             server.stop()
         os.environ.clear()
         os.environ.update(saved_environment)
+
+
+def run_logins(
+    dynamodb: Any,
+    tables: Tables,
+    shape: LoginsShape,
+    end_ms: int,
+    seed: int,
+    handler_factory: Callable[[str], Any],
+    config: DeliveryConfig,
+) -> bool:
+    """The logins demo: three phases through the stream, alert events as they come, then brute force."""
+    from tally import handler as handler_module
+    from tally.alerting import EVENT_DETAIL_TYPE
+    from tally.local.alert_sink import AlertSink
+
+    sink = AlertSink(client("events"), client("sqs"))
+    console.print(f"2. alerts go to moto's EventBridge (default bus), a rule sends '{EVENT_DETAIL_TYPE}' events to an SQS queue")
+    console.print(f"   counted by 1 rule: {escape(json.dumps(shape.rules[0]))}")
+    handler = handler_factory(tables.counts)
+    reader = StreamReader(
+        client("dynamodbstreams"), stream_arn_of(dynamodb, tables.events), handler, config=config, context=LocalContext()
+    )
+    phases = shape.phases(end_ms, seed)
+    delivered: list[dict[str, Any]] = []
+    for number, (name, items) in enumerate(zip(("before the burst", "the burst", "after the burst"), phases), start=3):
+        write(dynamodb, tables, items)
+        reader.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+        console.print(f"{number}. {name}: {len(items):,} logins written and counted")
+        delivered += show_alerts(sink.drain())
+    handler_module.scheduled_table.cache_clear()
+    summary = handler_module.scheduled({"id": f"demo-{end_ms}"}, LocalContext())
+    console.print(f"6. scheduled evaluation (the once-a-minute function): {summary['crossings']} crossing(s)")
+    delivered += show_alerts(sink.drain())
+    return verify_logins(shape, [item for phase in phases for item in phase], delivered, end_ms)
+
+
+def show_alerts(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for detail in details:
+        colour = "red" if detail["state"] == "ALARM" else "green"
+        console.print(
+            f"   [bold {colour}]{detail['state']}[/] {escape(detail['alert'])} {escape(detail['counter'])}: "
+            f"{detail['total']} in [{detail['start']}, {detail['end']}) (threshold {detail['threshold']})"
+        )
+    return details
+
+
+def verify_logins(shape: LoginsShape, items: list[dict[str, Any]], delivered: list[dict[str, Any]], end_ms: int) -> bool:
+    """Each event's total is brute force over its window, on the right side of its level; the addresses
+    alerted are those brute force finds crossing in some 10-minute window, alarmed then cleared."""
+    window_ms = shape.window_minutes * 60_000
+    table = Table(title="7. alert events against brute force over their windows")
+    for column in ("state", "counter", "window", "tally", "raw", "threshold", "verdict"):
+        table.add_column(column)
+    matched = True
+    for detail in delivered:
+        start, end = parse_minute(detail["start"]), parse_minute(detail["end"])
+        raw = shape.failed_in(items, detail["counter"], start, end)
+        side = raw > shape.threshold if detail["state"] == "ALARM" else raw <= shape.clear
+        ok = raw == detail["total"] and side and end - start == window_ms
+        matched &= ok
+        table.add_row(
+            detail["state"], escape(detail["counter"]), f"[{detail['start']}, {detail['end']})", str(detail["total"]),
+            str(raw), str(detail["threshold"]), "[green]ok[/]" if ok else "[red]MISMATCH[/]",
+        )
+    console.print(table)
+    last = end_ms // 60_000 * 60_000 + 60_000
+    crossed = sorted(
+        f"logins/{ip}"
+        for ip in {item["ip"] for item in items}
+        if any(
+            shape.failed_in(items, f"logins/{ip}", end - window_ms, end) > shape.threshold
+            for end in range(last - shape.minutes * 60_000, last + 1, 60_000)
+        )
+    )
+    sequence = [(detail["counter"], detail["state"]) for detail in delivered]
+    expected = [(counter, state) for counter in crossed for state in ("ALARM", "OK")]
+    verdict = sorted(sequence) == sorted(expected) and len({detail["id"] for detail in delivered}) == len(delivered)
+    console.print(
+        f"   brute force: {', '.join(crossed) or 'no address'} crossed {shape.threshold} failed logins in "
+        f"{shape.window_minutes} minutes; events: {len(delivered)} "
+        + ("[green]one ALARM and one OK each[/]" if verdict else "[red]not one ALARM and one OK per crossing[/]")
+    )
+    return matched and verdict
+
+
+def parse_minute(text: str) -> int:
+    from tally.core.windows import parse_instant
+
+    return parse_instant(text)
 
 
 def deployed_tables(stack: str, shape: Shape | None) -> Tables:

@@ -7,6 +7,7 @@
     .venv/bin/python scripts/query_window.py load/home --quantiles 0.5,0.9,0.99  # a histogram rule's counter
     .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --json     # the 10 largest totals of a prefix
     .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --rising   # the 10 largest increases
+    .venv/bin/python scripts/query_window.py --alerts --state ALARM             # counters in alarm (rules' alerts)
 
 A window of length L ending at --at (default now) covers whole minutes: its
 last minute is the one containing at - 1 ms. An end exactly on a minute
@@ -103,6 +104,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rising", action="store_true", help="with --top: rank by the increase over the previous window"
     )
+    parser.add_argument(
+        "--alerts",
+        action="store_true",
+        help="instead of counts: the state of every counter that crossed an alert of the rules (--prefix narrows it)",
+    )
+    parser.add_argument("--alert", metavar="NAME", help="with --alerts: this alert only")
+    parser.add_argument("--state", choices=["ALARM", "OK"], help="with --alerts: counters in this state only")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
     parser.add_argument("--table", dest="counts_table", help="counts table name")
     parser.add_argument("--stack", help="read the counts table's name from this deployed tally stack")
@@ -112,6 +120,12 @@ def parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.alerts:
+        if args.top is not None or args.rising:
+            parser().error("--alerts lists alert states: it takes no --top or --rising")
+        return show_alerts(args)
+    if args.alert or args.state:
+        parser().error("--alert and --state go with --alerts")
     if bool(args.counters) == (args.prefix is not None):
         parser().error("name the counters, or list them with --prefix, not both")
     if args.top is None and args.rising:
@@ -191,6 +205,43 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
         if is_missing_table(error):
             raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
         raise
+
+
+def show_alerts(args: argparse.Namespace) -> int:
+    """Alert states (``Reader.alerts``): a table, or one JSON object per line as GET /alerts lists them."""
+    if args.counters:
+        parser().error("--alerts lists alert states: name no counters (narrow with --prefix, --alert, --state)")
+    tables = resolve_tables(args)
+    reader = Reader(tables.counts, client=client("dynamodb"), settings=Settings.from_env())
+    try:
+        found = reader.alerts(args.alert, state=args.state, prefix=args.prefix or "")
+    except ClientError as error:
+        if is_missing_table(error):
+            raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
+        raise
+    if args.json:
+        for status in found:
+            print(json.dumps(status.as_json()))
+        return 0
+    if not found:
+        print("note: no counter has crossed an alert" + (f" into {args.state}" if args.state else ""), file=sys.stderr)
+        return 0
+    states = Table(title="alerts")
+    for column in ("alert", "counter", "state", "since", "window", "total", "threshold"):
+        states.add_column(column, justify="right" if column in ("total", "threshold") else "left")
+    for status in found:
+        shown = status.as_json()
+        states.add_row(
+            escape(status.alert.name),
+            escape(status.counter),
+            f"[bold red]{status.state}[/]" if status.state == "ALARM" else status.state,
+            str(shown["since"]),
+            f"{status.alert.window} [{shown['start']}, {shown['end']})",
+            f"{status.total:,}",
+            f"{status.alert.direction} {shown['threshold']:,}",
+        )
+    console().print(states)
+    return 0
 
 
 def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[str] = ()) -> None:

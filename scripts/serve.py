@@ -21,6 +21,11 @@ the same tables. Settings come from the environment as for `make demo`
 (TALLY_RULES, retentions, lanes, ...); --shape counts a blog's page views or
 the origin's jobs by counter rules instead. Locally the API answers unsigned
 requests; a SigV4-signed one is verified against the printed credentials.
+Alerts of the rules (TALLY_RULES with "alerts") are delivered to a local
+sink: moto's EventBridge, with a rule that sends tally's events to an SQS
+queue, which serve drains and prints as they come (`alert: ALARM …`); the
+scheduled evaluation (clearing, below alerts) runs once a minute. DynamoDB
+Local plays no EventBridge: there serve says so and alerts stay pending.
 --signed refuses unsigned requests to the signed routes, as API Gateway does.
 Ctrl-C (or SIGTERM) stops the writer, commits the runner's open windows,
 closes the API and the server and exits 0; a second Ctrl-C stops at once.
@@ -36,6 +41,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 from urllib.parse import urlencode
@@ -47,10 +53,12 @@ from tally.core.rules import ENV_RULES
 from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
+from tally.local.alert_sink import AlertSink
 from tally.local.aws import (
     DUMMY_CREDENTIALS,
     ArgumentParser,
     LocalContext,
+    MotoServer,
     local_server,
     client,
     local_handler,
@@ -69,6 +77,8 @@ COUNTS_TABLE = "tally-counts"
 DEFAULT_PORT = 8321
 DEFAULT_HOURS = 24
 DEFAULT_LIVE_RATE = 2.0  # events per second, over all counters
+ALERT_POLL_SECONDS = 1.0
+SCHEDULE_SECONDS = 60.0  # the scheduled alert evaluation's period, as the stack's schedule
 SHAPE_TOTALS = {"blog": "views/all", "origin": "jobs/all"}  # the counter a shape's rules write for every item
 
 
@@ -118,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"API: {api.url}")
         say(f"Dashboard: {api.url}/?{dashboard_query(counters, shape)}")
         say("export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in exported(server, shape).items()))
-        return run(args, config, settings, counters, shape, dynamodb, stop)
+        alerts = alert_printer(server, settings, stop)
+        try:
+            return run(args, config, settings, counters, shape, dynamodb, stop)
+        finally:
+            if alerts is not None:
+                alerts.join(timeout=10)
     finally:
         api.stop()
         server.stop()
@@ -157,6 +172,37 @@ def run(
     writer_thread.join(timeout=10)
     say(f"stopped: {writer.written:,} live events written, {runner.stats.records:,} stream records counted in all")
     return 0
+
+
+def alert_printer(server: LoopbackBackend, settings: Settings, stop: threading.Event) -> threading.Thread | None:
+    """When the rules have alerts: a sink on moto's EventBridge, drained and printed, and the scheduled
+    evaluation once a minute, in a thread that ends with ``stop``."""
+    if not any(rule.alerts for rule in settings.counter_rules.rules):
+        return None
+    if not isinstance(server, MotoServer):
+        say("alerts: DynamoDB Local plays no EventBridge, so alert events are not delivered here (use moto)")
+        return None
+    sink = AlertSink(client("events"), client("sqs"))
+    say("alerts: delivered to moto's EventBridge and printed here as they come")
+    thread = threading.Thread(target=print_alerts, args=(sink, stop), name="tally-alerts", daemon=True)
+    thread.start()
+    return thread
+
+
+def print_alerts(sink: AlertSink, stop: threading.Event) -> None:
+    from tally import handler as handler_module
+
+    handler_module.scheduled_table.cache_clear()
+    next_schedule = time.monotonic() + SCHEDULE_SECONDS
+    while not stop.wait(ALERT_POLL_SECONDS):
+        if time.monotonic() >= next_schedule:
+            handler_module.scheduled({"id": f"serve-{now_ms() // 60_000}"}, LocalContext())
+            next_schedule += SCHEDULE_SECONDS
+        for detail in sink.drain():
+            say(
+                f"alert: {detail['state']} {detail['alert']} {detail['counter']}: {detail['total']} in "
+                f"[{detail['start']}, {detail['end']}) (threshold {detail['threshold']})"
+            )
 
 
 class LiveWriter:

@@ -16,10 +16,12 @@ def handler_state_restored() -> Iterator[None]:
     environment, level = dict(os.environ), handler.logger.log_level
     stream = handler.logger.registered_handler.stream
     handler.counts_table.cache_clear()
+    handler.scheduled_table.cache_clear()
     try:
         yield
     finally:
         handler.counts_table.cache_clear()
+        handler.scheduled_table.cache_clear()
         handler.logger.setLevel(level)
         handler.logger.registered_handler.setStream(stream)
         os.environ.clear()

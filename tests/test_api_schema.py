@@ -22,10 +22,15 @@ from botocore.credentials import Credentials
 from freezegun import freeze_time
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
-from test_http_api import CREDENTIALS, NOW, blog, broken, call, environment, throttled  # noqa: F401 (fixtures)
+from alert_support import ALERT_RULES, cross
+from test_http_api import BLOG, CREDENTIALS, NOW, blog, broken, call, environment, throttled  # noqa: F401 (fixtures)
 
 import tally
+from moto_tables import COUNTS, EVENTS
 from tally import http_api
+from tally.core.rules import ENV_RULES, parse_rules
+from tally.core.settings import Settings
+from tally.core.windows import parse_instant
 from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES, ApiSettings
 from tally.local.http_adapter import LocalApi
 from tally.reader import Reader
@@ -55,6 +60,8 @@ REQUESTS = [
     (f"/public/top?prefix=views/&n=2&at={AT}", 200),
     ("/public/top?prefix=load/", 403),
     ("/public/top?prefix=views/&n=ten", 400),
+    ("/alerts", 200),
+    ("/alerts?state=red", 400),
     ("/", 200),
     ("/openapi.json", 200),
 ]
@@ -109,10 +116,16 @@ def signed_answer(api: LocalApi, target: str, credentials: Credentials) -> tuple
 
 
 @pytest.fixture
-def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
+def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
     """The document, and (path, status, headers, body) of every request above and of the failures and
     refusals that need a changed world: a throttled and a broken read, a wrong signature, public read and the
-    dashboard turned off (the document, fetched first, describes the routes with both on)."""
+    dashboard turned off (the document, fetched first, describes the routes with both on). The blog's rules
+    count beside two with alerts, one of them crossed, so that /alerts answers a state."""
+    rules = json.dumps(json.loads(BLOG.rules_json) + json.loads(ALERT_RULES))
+    monkeypatch.setenv(ENV_RULES, rules)
+    http_api.reader.cache_clear()
+    settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(rules))
+    cross(blog[0], settings, parse_instant(NOW), {"logins/a": 3})
     spec = document()
     collected = []
 
@@ -125,7 +138,7 @@ def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, i
         for target, status in REQUESTS:
             assert ask(target)[0] == status, target
         with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
-            for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/openapi.json"):
+            for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/alerts", "/openapi.json"):
                 status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))
                 assert status == 403
                 collected.append((path.partition("?")[0], status, headers, json.dumps(body)))
@@ -134,7 +147,8 @@ def answers(environment, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, i
                 patched.setattr(Reader, "count_many", failure)
                 patched.setattr(Reader, "list_counters", failure)
                 patched.setattr(Reader, "top", failure)
-                for target in ("/counts?counter=views/all", "/counters", "/public/counts?counter=views/all",
+                patched.setattr(Reader, "alerts", failure)
+                for target in ("/counts?counter=views/all", "/counters", "/alerts", "/public/counts?counter=views/all",
                                "/public/counters?prefix=views/", "/top?prefix=views/", "/public/top?prefix=views/"):
                     assert ask(target)[0] == status, target
         monkeypatch.setenv(ENV_DASHBOARD, "false")
@@ -155,9 +169,9 @@ def test_the_document_is_valid_openapi_3_and_describes_the_routes_this_deploymen
     validate(spec)
     assert spec["openapi"].startswith("3.") and spec["info"]["version"] == tally.__version__
     assert sorted(spec["paths"]) == sorted(ApiSettings(public_prefixes=("views/",), dashboard=True).paths)
-    assert sorted(closed["paths"]) == ["/counters", "/counts", "/openapi.json", "/top"]
+    assert sorted(closed["paths"]) == ["/alerts", "/counters", "/counts", "/openapi.json", "/top"]
     assert {path for path, item in spec["paths"].items() if item["get"].get("security")} == {
-        "/counts", "/counters", "/top", "/openapi.json"
+        "/counts", "/counters", "/top", "/alerts", "/openapi.json"
     }
     assert spec["components"]["securitySchemes"]["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
 

@@ -169,3 +169,60 @@ def test_the_handler_lists_what_it_counted_in_the_counter_directory_once_per_war
         (T0 // 86_400_000, "a"),
         (T0 // 86_400_000, "b"),
     }
+
+
+ALERT_RULES = json.dumps(
+    [{"name": "logins", "counter": "logins/{ip}", "alerts": [{"name": "burst", "window": "10m", "above": 2}]}]
+)
+
+
+@pytest.fixture
+def alert_sink(dynamodb, monkeypatch):
+    import boto3
+
+    from tally.local.alert_sink import AlertSink
+
+    monkeypatch.setenv("TALLY_RULES", ALERT_RULES)
+    handler_module.counts_table.cache_clear()
+    handler_module.alert_watcher.cache_clear()
+    handler_module.scheduled_table.cache_clear()
+    yield AlertSink(boto3.client("events", region_name="us-east-1"), boto3.client("sqs", region_name="us-east-1"))
+    handler_module.alert_watcher.cache_clear()
+    handler_module.scheduled_table.cache_clear()
+
+
+def test_a_window_past_an_alerts_threshold_puts_one_event_and_publishes_alert_metrics(lambda_handler, alert_sink, capsys):
+    from tally.core.windows import now_ms
+
+    now = now_ms()
+    records = [stream_record(image(id=str(n), ts=now, ip="1.2.3.4"), arrival_s=now / 1000) for n in range(3)]
+    event = window_event(records, final=True)
+    lambda_handler(event, LambdaContext())
+    lambda_handler(event, LambdaContext())  # Lambda's retry of the same window: no second event
+    [alarm] = alert_sink.drain()
+    assert (alarm["alert"], alarm["counter"], alarm["state"], alarm["total"]) == ("burst", "logins/1.2.3.4", "ALARM", 3)
+    crossings = [blob["AlertCrossings"] for blob in emitted(capsys) if "AlertCrossings" in blob]
+    assert crossings == [[1.0], [0.0]]
+
+
+def test_the_scheduled_entry_clears_alarms_and_says_what_it_did(alert_sink, monkeypatch, dynamodb):
+    from freezegun import freeze_time
+    from tally.core.windows import now_ms
+
+    monkeypatch.setenv("COUNTS_TABLE", COUNTS)
+    now = now_ms()
+    records = [stream_record(image(id=str(n), ts=now, ip="a"), arrival_s=now / 1000) for n in range(3)]
+    handler_module.handler(window_event(records, final=True), LambdaContext())
+    assert [e["state"] for e in alert_sink.drain()] == ["ALARM"]
+    with freeze_time(datetime_of(now + 11 * 60_000)):
+        done = handler_module.scheduled({"id": "tick-1", "source": "aws.events"}, LambdaContext())
+    assert done["crossings"] == 1 and done["delivered"] == 1
+    [cleared] = alert_sink.drain()
+    assert (cleared["state"], cleared["total"]) == ("OK", 0)
+    handler_module.counts_table.cache_clear()
+
+
+def datetime_of(ms):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC)

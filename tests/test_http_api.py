@@ -359,3 +359,31 @@ def test_public_top_answers_under_a_public_prefix_only(environment):
 
     assert status == 200 and headers["Cache-Control"] == "public, max-age=60" and len(body["top"]) == 2
     assert hidden == 403 and refusal["parameter"] == "prefix"
+
+
+def test_alerts_answer_the_states_reader_alerts_gives_and_refuse_bad_parameters(environment, blog, monkeypatch):
+    from alert_support import ALERT_RULES, cross
+    from tally.core.windows import now_ms
+
+    client, _ = blog
+    monkeypatch.setenv(ENV_RULES, ALERT_RULES)
+    http_api.reader.cache_clear()
+    settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(ALERT_RULES))
+    cross(client, settings, now_ms() // 60_000 * 60_000, {"logins/a": 3, "signups/pro": 9})
+
+    status, headers, body = get("/alerts?state=ALARM")
+    expected = Reader(COUNTS, client=client, settings=settings).alerts(state="ALARM")
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert body == {"alerts": [status.as_json() for status in expected]}
+    assert [(a["alert"], a["counter"]) for a in body["alerts"]] == [("burst", "logins/a"), ("signup-rush", "signups/pro")]
+    from tally.api_schema import AlertsAnswer
+
+    AlertsAnswer.model_validate(body)  # the answer is the one /openapi.json describes (closed objects)
+    described = get("/openapi.json")[2]["paths"]["/alerts"]["get"]
+    assert {parameter["name"] for parameter in described["parameters"]} == {"alert", "state", "prefix"}
+    assert [a["counter"] for a in get("/alerts?alert=burst")[2]["alerts"]] == ["logins/a"]
+    assert get("/alerts?prefix=signups/")[2]["alerts"][0]["counter"] == "signups/pro"
+    status, _, refused = get("/alerts?alert=nope")
+    assert status == 400 and refused["parameter"] == "alert"
+    assert get("/alerts?state=red")[2] == {"message": "state must be one of ALARM, OK, got 'red'", "parameter": "state"}
+    assert get("/alerts?color=red")[2]["parameter"] == "color"

@@ -15,12 +15,15 @@ from tally.core.directory import DIRECTORY_PARTITIONS
 from freezegun import freeze_time
 from moto import mock_aws
 
+from alert_support import ALERT_RULES, cross
 from backends import BACKENDS
 from factories import counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader, Series, read_options
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
-from tally.core.windows import parse_instant
+from tally.core.buckets import iso_minute
+from tally.core.rules import parse_rules
+from tally.core.windows import now_ms, parse_instant, utc_of
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 
@@ -398,3 +401,60 @@ def test_a_reader_reads_the_published_settings_at_most_once_a_minute(world, monk
     clock[0] += 1
     reader.settings_differences()
     assert client.calls["get_item"] == 2
+
+
+def alert_tables(client, counts: str) -> None:
+    """Both tables, unless this module's world (a mock of its own, still active) made them already."""
+    if counts not in client.list_tables()["TableNames"]:
+        create_tables(client, f"{counts}-events", counts)
+
+
+def test_alerts_answer_each_counters_state_and_the_window_that_set_it():
+    counts = f"alert-counts-{uuid.uuid4().hex[:8]}"
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        alert_tables(client, counts)
+        settings = Settings(counts_table=counts, events_table=EVENTS, rules=parse_rules(ALERT_RULES))
+        at = now_ms() // MINUTE_MS * MINUTE_MS
+        cross(client, settings, at, {"logins/a": 3, "logins/b": 1, "signups/pro": 6}, counts)
+        reader = Reader(counts, client=client, settings=settings)
+        found = reader.alerts()
+        assert [(s.alert.name, s.counter, s.state, s.total) for s in found] == [
+            ("burst", "logins/a", "ALARM", 3),
+            ("signup-rush", "signups/pro", "ALARM", 6),
+        ]
+        assert found[0].as_json() == {
+            "alert": "burst",
+            "rule": "logins",
+            "counter": "logins/a",
+            "state": "ALARM",
+            "since": utc_of(at).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "window": "10m",
+            "start": iso_minute(at - 10 * MINUTE_MS),
+            "end": iso_minute(at),
+            "total": 3,
+            "threshold": 2,
+            "transitions": 1,
+        }
+        assert [s.counter for s in reader.alerts("signup-rush")] == ["signups/pro"]
+        assert [s.counter for s in reader.alerts(prefix="logins/")] == ["logins/a"]
+        assert reader.alerts(state="ok") == []
+        with pytest.raises(QueryError, match="no alert 'nope' in the rules .* the alerts are burst, signup-rush"):
+            reader.alerts("nope")
+        with pytest.raises(QueryError, match="state must be one of ALARM, OK, got 'red'"):
+            reader.alerts(state="red")
+
+
+def test_the_readme_alerts_example_prints_the_counters_in_alarm(monkeypatch, capsys):
+    rules = code_block("## Watch counters with alerts", "json")
+    example = code_block("## Watch counters with alerts", "python")
+    monkeypatch.setenv("TALLY_RULES", rules)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        alert_tables(client, "tally-counts")  # the table the example names
+        settings = Settings(counts_table="tally-counts", events_table=EVENTS, rules=parse_rules(rules))
+        at = now_ms() // MINUTE_MS * MINUTE_MS
+        cross(client, settings, at, {"logins/10.0.0.1": 101, "logins/10.0.0.2": 100}, "tally-counts")
+        exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out.splitlines() == [f"login-burst logins/10.0.0.1 101 {utc_of(at).isoformat()}"]

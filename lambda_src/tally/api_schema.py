@@ -105,6 +105,24 @@ class TopList(Closed):
     rising: bool | Absent = None
     previous_start: str | Absent = Field(None, description="rising: the start of the window compared with")
     top: list[TopEntry] = Field(description="ranked by total (rising: increase), descending, ties by name")
+class AlertStatus(Closed):
+    """Where one alert stands on one counter: what `scripts/query_window.py --alerts --json` prints for it."""
+
+    alert: str
+    rule: str
+    counter: str
+    state: Literal["ALARM", "OK"]
+    since: str = Field(description="when it took this state, ISO-8601 in UTC, to the second")
+    window: str = Field(description="the alert's window length, as the rule writes it: 10m")
+    start: str = Field(description="the window that made the change: its first minute, ISO-8601 in UTC")
+    end: str = Field(description="that window's end, exclusive")
+    total: int = Field(description="the count in that window")
+    threshold: int = Field(description="the level crossed: the alert's threshold for ALARM, its clear level for OK")
+    transitions: int = Field(description="how many times the state changed, this one included")
+
+
+class AlertsAnswer(Closed):
+    alerts: list[AlertStatus] = Field(description="every counter that ever crossed an alert asked, by alert and counter")
 
 
 class Problem(Closed):
@@ -147,4 +165,8 @@ AllowTransient = Annotated[
         description="the fast path (default false): fewer keys read, but a read while a commit is in flight may "
         "answer a count the table never held"
     ),
+]
+AlertName = Annotated[str | Absent, Query(description="one alert of the rules, by name (default: all of them)")]
+AlertState = Annotated[
+    Literal["ALARM", "OK"] | Absent, Query(description="only the counters in this state (default: both)")
 ]

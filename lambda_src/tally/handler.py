@@ -1,12 +1,14 @@
 """The Lambda entry point: wires boto3, Powertools logs and metrics to ``invocation.process``.
 
 Environment: COUNTS_TABLE and the TALLY_* settings (see core/settings.py);
+TALLY_ALERT_BUS, the EventBridge bus alert events go to (default: the default bus);
 POWERTOOLS_SERVICE_NAME and POWERTOOLS_METRICS_NAMESPACE name the logs and
 metrics (defaults: ``tally`` and ``Tally``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -20,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.alerting import ENV_ALERT_BUS, AlertSummary, EventBus, Watcher
 from tally.dynamo import COMMIT_WORKERS, CounterDirectory, CountsTable
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
@@ -36,12 +39,21 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 @cache
 def counts_table() -> CountsTable:
     """Created once per execution environment, at the first invocation, which also publishes the settings."""
-    settings = Settings.from_env()
-    config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
-    client = boto3.client("dynamodb", config=config)
-    table = CountsTable(client, settings.counts_table, settings)
+    table = _new_counts_table()
     _publish_settings(table)
     return table
+
+
+@cache
+def scheduled_table() -> CountsTable:
+    """The scheduled alert entry's table: it reads and judges, it does not count, so it publishes nothing."""
+    return _new_counts_table()
+
+
+def _new_counts_table() -> CountsTable:
+    settings = Settings.from_env()
+    config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
+    return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings)
 
 
 def _publish_settings(table: CountsTable) -> None:
@@ -62,14 +74,40 @@ def counter_directory(table: CountsTable) -> CounterDirectory:
     return CounterDirectory(table.client, table.table_name, table.settings)
 
 
+@lru_cache(maxsize=2)  # the counting entry's table and the scheduled entry's
+def alert_watcher(table: CountsTable) -> Watcher:
+    """The rules' alerts, judged after each commit and by the schedule; events on TALLY_ALERT_BUS."""
+    bus = EventBus(boto3.client("events"), os.environ.get(ENV_ALERT_BUS) or "default")
+    return Watcher(table, bus, directory=counter_directory(table))
+
+
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     table = counts_table()
-    response, summary = process(event, counter_directory(table).recording(table.commit), table.settings)
+    commit = counter_directory(table).recording(table.commit)
+    watcher = alert_watcher(table)
+    if watcher.alerts:  # no alerts, no cost
+        watcher.summary = AlertSummary()
+        commit = watcher.watching(commit)
+    response, summary = process(event, commit, table.settings)
     _log(summary, event)
     _publish(summary)
+    if watcher.alerts:
+        _publish_alerts(watcher.summary)
     return response
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def scheduled(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Once a minute (an EventBridge schedule): clearing, below alerts and pending events. A retry of the
+    same scheduled event carries the same id, so it finishes the crossings it made."""
+    watcher = alert_watcher(scheduled_table())
+    summary = watcher.scheduled(f"schedule:{event.get('id') or event.get('time') or ''}")
+    logger.info("alerts evaluated", extra=dataclasses.asdict(summary))
+    _publish_alerts(summary)
+    return dataclasses.asdict(summary)
 
 
 def _log(summary: Summary, event: dict[str, Any]) -> None:
@@ -121,3 +159,9 @@ def _publish(summary: Summary) -> None:
         by_rule.add_dimension(name="rule", value=rule)
         by_rule.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=count)
         by_rule.flush_metrics()
+
+
+def _publish_alerts(summary: AlertSummary) -> None:
+    metrics.add_metric(name="AlertCrossings", unit=MetricUnit.Count, value=summary.crossings)
+    metrics.add_metric(name="AlertEventsPut", unit=MetricUnit.Count, value=summary.delivered)
+    metrics.add_metric(name="AlertEventsPending", unit=MetricUnit.Count, value=summary.delivery_failures)

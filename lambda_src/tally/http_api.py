@@ -7,6 +7,8 @@
         -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
     GET /top?prefix=views/&n=10&window=24h[&at=…][&rising=1]
         -> {"prefix", "start", "end", "exact": true|false, "bound": null|int, "top": [{"rank", "counter", "total"}, …]}
+    GET /alerts?alert=burst&state=ALARM&prefix=logins/
+        -> {"alerts": [<what query_window.py --alerts --json prints for each>, …]}
     GET /public/counts, /public/counters, /public/top: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
     GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
@@ -45,6 +47,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from tally.core.api_access import (
+    ALERTS_PATH,
     COUNTERS_PATH,
     TOP_PATH,
     COUNTS_PATH,
@@ -58,6 +61,9 @@ from tally.core.api_access import (
 )
 from tally import __version__
 from tally.api_schema import (
+    AlertName,
+    AlertsAnswer,
+    AlertState,
     Align,
     AllowTransient,
     At,
@@ -358,6 +364,20 @@ def public_top(
     return _top(prefix, n, rising, options, public=True)
 
 
+@reads(
+    ALERTS_PATH,
+    summary="Where the rules' alerts stand, counter by counter",
+    description="Signed only, like /counts: a counter in alarm says something about it.",
+    responses=answers(AlertsAnswer, 400, 403, 500, 503),
+)
+def alerts(alert: AlertName = None, state: AlertState = None, prefix: Prefix = None) -> Response[AlertsAnswer]:
+    try:
+        found = reader().alerts(alert or None, state=state or None, prefix=prefix or "")
+    except QueryError as error:
+        raise BadRequest("alert" if str(error).startswith("no alert") else "state", str(error)) from None
+    return _json(200, {"alerts": [status.as_json() for status in found]})
+
+
 # Not `reads`: the page's query string (?counter=…&window=…) is for its script, which reads it in the browser.
 @app.get(
     DASHBOARD_PATH,
@@ -615,7 +635,7 @@ def server_error(error: Exception) -> Response:
 
 @app.not_found
 def not_found(_: Exception) -> Response:
-    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts and GET /counters"})
+    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts, GET /counters and GET /alerts"})
 
 
 def _one_line(text: str) -> str:

@@ -7,6 +7,7 @@
     views = reader.count("page-views", window="24h")
     views.total, views.start, views.end           # the count, and the window answered (aware UTC datetimes)
     reader.count_many(["a", "b"], window=timedelta(days=7), series="hour")
+    reader.alerts(state="ALARM")                  # the counters in alarm, of every alert of the rules
 
 Every option may be given as its Python value or as text, and ``read_options``
 is the one parser of both: the command line and the HTTP API hand it their
@@ -24,6 +25,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.alerting import AlertStates
+from tally.core.alerts import STATES, Alert, alerts_of
+from tally.core.buckets import iso_minute
 from tally.core.histograms import InvalidQuantile, parse_quantile
 from tally.core.plans import PlanKind, Series
 from tally.core.rules import ENV_RULES
@@ -45,7 +49,6 @@ from tally.core.windows import (
     utc_of,
 )
 from tally.core.directory import RESERVED_PREFIX, after_cursor, cursor_of, days_between
-from tally.core.buckets import iso_minute
 from tally.core.plans import align_to_retention, make_plan
 from tally.core.ranking import (
     MAX_TOP,
@@ -199,6 +202,33 @@ class CounterListing(list[WindowCount]):
     def __init__(self, counters: Sequence[WindowCount], cursor: str | None) -> None:
         super().__init__(counters)
         self.cursor = cursor
+@dataclass(frozen=True)
+class AlertStatus:
+    """Where one alert stands on one counter: its state since ``since``, and the window that put it there."""
+
+    alert: Alert
+    counter: str
+    state: str
+    transitions: int
+    since: datetime
+    start: datetime
+    end: datetime
+    total: int
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "alert": self.alert.name,
+            "rule": self.alert.rule,
+            "counter": self.counter,
+            "state": self.state,
+            "since": _iso_second(self.since),
+            "window": self.alert.window,
+            "start": iso_minute(_ms(self.start)),
+            "end": iso_minute(_ms(self.end)),
+            "total": self.total,
+            "threshold": self.alert.level(self.state),
+            "transitions": self.transitions,
+        }
 
 
 class Reader:
@@ -385,6 +415,42 @@ class Reader:
         length = window.end_ms - window.start_ms
         return self._count(names, replace(chosen, window=timedelta(milliseconds=length), at=utc_of(window.end_ms), align=False), now)
 
+    def alerts(self, alert: str | None = None, *, state: str | None = None, prefix: str = "") -> list[AlertStatus]:
+        """The state of every counter that ever crossed an alert of the rules (or of the one named), by alert
+        and counter; ``state`` "ALARM" or "OK" keeps those in it, ``prefix`` the counters starting with it.
+
+        One strongly consistent Query per alert (all pages). A counter that never crossed has no state: OK.
+        """
+        known = alerts_of(self.settings.counter_rules.rules)
+        if alert is not None and alert not in {a.name for a in known}:
+            names = ", ".join(a.name for a in known) or "none: no rule has 'alerts'"
+            raise QueryError(f"no alert {alert!r} in the rules (TALLY_RULES); the alerts are {names}")
+        if state is not None and str(state).upper() not in STATES:
+            raise QueryError(f"state must be one of {', '.join(STATES)}, got {state!r}")
+        if not isinstance(prefix, str):
+            raise QueryError(f"prefix must be text, got {prefix!r}")
+        wanted = None if state is None else str(state).upper()
+        states = AlertStates(self.table.client, self.table_name, self.table.backoff)
+        found = []
+        for each in known:
+            if alert is not None and each.name != alert:
+                continue
+            for counter, stored in states.listing(each.name).items():
+                if (wanted is None or stored.state == wanted) and counter.startswith(prefix):
+                    found.append(
+                        AlertStatus(
+                            each,
+                            counter,
+                            stored.state,
+                            stored.transitions,
+                            utc_of(stored.changed_ms),
+                            utc_of(stored.start_ms),
+                            utc_of(stored.end_ms),
+                            stored.total,
+                        )
+                    )
+        return found
+
     def _count(self, names: list[str], chosen: ReadOptions, now: int) -> list[WindowCount]:
         return count_windows(
             self.table,
@@ -462,6 +528,14 @@ class Reader:
                 self._published = None  # a reader allowed to read buckets but not this item: no check
             self._published_read_at = now
         return self._published
+
+
+def _ms(moment: datetime) -> int:
+    return (moment - utc_of(0)) // timedelta(milliseconds=1)
+
+
+def _iso_second(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _length_ms(chosen: ReadOptions) -> int:

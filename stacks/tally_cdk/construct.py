@@ -34,7 +34,10 @@ from aws_cdk import (
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_sns as sns
@@ -46,12 +49,20 @@ from tally_cdk.context import StackSettings
 from tally_cdk.read_api import ReadApi
 from tally_cdk.roles import role_with_own_logs
 from tally.core import settings as tally_settings
+from tally.alerting import ALERTS_PREFIX, ENV_ALERT_BUS
+from tally.core.alerts import alerts_of
 from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.ranking import RANK_PREFIX
 from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
 HANDLER = "tally.handler.handler"
+ALERT_HANDLER = "tally.handler.scheduled"
+# Below alerts and clearing are judged once a minute; a scheduled invocation that fails is tried
+# twice more (the same event id: it finishes its own crossings) while its minute is still current.
+ALERT_SCHEDULE = Duration.minutes(1)
+ALERT_RETRIES = 2
+ALERT_EVENT_AGE = Duration.minutes(2)
 # The function ships the runtime only: the local toolkit and build leftovers stay behind.
 LEFT_OUT_OF_THE_ASSET = ("local", "__pycache__", "*.pyc")
 RUNTIME = lambda_.Runtime.PYTHON_3_13
@@ -176,7 +187,9 @@ class Tally(Construct):
             f"arn:{Aws.PARTITION}:lambda:{Aws.REGION}:{POWERTOOLS_ACCOUNT}:layer:"
             f"{POWERTOOLS_LAYER_NAME}:{self.settings.powertools_layer_version}",
         )
+        self.alerts = alerts_of(self.settings.handler_settings.counter_rules.rules)
         self.function = self._counting_function()
+        self.alert_function = self._alert_function() if self.alerts else None
         self._connect_stream()
         self.node.add_validation(_StreamContract(self))
         self.read_api = self._read_api()
@@ -230,12 +243,26 @@ class Tally(Construct):
             )
         )
 
+        if self.alerts:
+            role.add_to_policy(self._put_alert_events())
+        return self._python_function(
+            "CountingFunction",
+            "Counts events from the events table stream into minute and hour buckets",
+            HANDLER,
+            role,
+            log_group,
+        )
+
+    def _python_function(
+        self, name: str, description: str, handler: str, role: iam.Role, log_group: logs.LogGroup
+    ) -> lambda_.Function:
+        """One of tally's functions: the package's code, the pinned runtime and Powertools layer, the settings."""
         function = lambda_.Function(
             self,
-            "CountingFunction",
-            description="Counts events from the events table stream into minute and hour buckets",
+            name,
+            description=description,
             code=self.code,
-            handler=HANDLER,
+            handler=handler,
             runtime=RUNTIME,
             architecture=lambda_.Architecture.ARM_64,
             memory_size=MEMORY_MB,
@@ -255,6 +282,53 @@ class Tally(Construct):
         )
         return function
 
+    @property
+    def alert_bus_arn(self) -> str:
+        """The bus alert events go to: ``alertBus`` (a name or an ARN), else the account's default bus."""
+        bus = self.settings.alert_bus
+        if bus.startswith("arn:"):
+            return bus
+        return f"arn:{Aws.PARTITION}:events:{Aws.REGION}:{Aws.ACCOUNT_ID}:event-bus/{bus or 'default'}"
+
+    def _put_alert_events(self) -> iam.PolicyStatement:
+        """Alert events go to one bus: PutEvents there and nowhere else."""
+        return iam.PolicyStatement(actions=["events:PutEvents"], resources=[self.alert_bus_arn])
+
+    def _alert_function(self) -> lambda_.Function:
+        """The once-a-minute evaluation (``tally.handler.scheduled``): clears alarms, judges below alerts,
+        puts events whose makers died. It reads the counts table and writes alert states only."""
+        role, log_group = role_with_own_logs(
+            self, "AlertFunction", "tally alert evaluation: read counts, write alert states, put alert events"
+        )
+        self.counts_table.grant(role, "dynamodb:Query", "dynamodb:BatchGetItem")
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem"],
+                resources=[self.counts_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [ALERTS_PREFIX + "*"]}},
+            )
+        )
+        role.add_to_policy(self._put_alert_events())
+        function = self._python_function(
+            "AlertFunction",
+            "Judges tally's alerts once a minute: clearing, below alerts, pending events",
+            ALERT_HANDLER,
+            role,
+            log_group,
+        )
+        events.Rule(
+            self,
+            "AlertSchedule",
+            description="Runs tally's alert evaluation once a minute",
+            schedule=events.Schedule.rate(ALERT_SCHEDULE),
+            targets=[
+                events_targets.LambdaFunction(
+                    function, retry_attempts=ALERT_RETRIES, max_event_age=ALERT_EVENT_AGE
+                )
+            ],
+        )
+        return function
+
     def _settings_environment(self) -> dict[str, str]:
         """The settings both functions read at cold start (`Settings.from_env`)."""
         handler_settings = self.settings.handler_settings
@@ -271,6 +345,7 @@ class Tally(Construct):
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
+            **({ENV_ALERT_BUS: self.settings.alert_bus} if self.settings.alert_bus else {}),
         }
 
     def _read_api(self) -> ReadApi | None:

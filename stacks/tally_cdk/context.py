@@ -36,6 +36,7 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "countsTableRemovalPolicy": "destroy",
     "powertoolsLayerVersion": 27,
     "alarmTopicArn": "",
+    "alertBus": "",
     "rules": [],
     "eventsTableName": "",
     "eventsStreamArn": "",
@@ -76,6 +77,7 @@ HANDLER_SETTING_KEYS = {
 REMOVAL_POLICIES = ("retain", "destroy")
 STACK_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+EVENT_BUS_PATTERN = re.compile(r"[A-Za-z0-9._/-]{1,256}|arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/[A-Za-z0-9._/-]{1,256}")
 STREAM_ARN_PATTERN = re.compile(r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:\d{12}:table/(?P<table>[A-Za-z0-9_.-]{3,255})/stream/\S+")
 
 # Lambda's limits for a DynamoDB Streams event source mapping.
@@ -109,6 +111,7 @@ class StackSettings:
     events_table_name: str = ""
     events_stream_arn: str = ""
     read_api: ReadApiSettings = ReadApiSettings()
+    alert_bus: str = ""  # the EventBridge bus alert events go to (name or ARN); empty: the default bus
 
     @classmethod
     def from_context(cls, lookup: Callable[[str], Any]) -> StackSettings:
@@ -152,6 +155,7 @@ class StackSettings:
             events_table_name=events_table_name,
             events_stream_arn=events_stream_arn,
             read_api=reader.read_api(),
+            alert_bus=reader.event_bus("alertBus"),
         )
 
     @property
@@ -306,6 +310,14 @@ class _ContextReader:
                 f"context eventsStreamArn belongs to table {match.group('table')!r}, not eventsTableName {name!r}"
             )
         return name, arn
+
+    def event_bus(self, key: str) -> str:
+        """An EventBridge bus's name or ARN; empty for the account's default bus."""
+        raw = self._raw(key)
+        value = raw.strip() if isinstance(raw, str) else None
+        if value is None or (value and not EVENT_BUS_PATTERN.fullmatch(value)):
+            raise ContextError(f"context {key} must be empty, an event bus name or an event bus ARN, got {raw!r}")
+        return value
 
     def optional_arn(self, key: str, *, service: str) -> str:
         raw = self._raw(key)

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import pytest
 from botocore.credentials import Credentials
-from test_dashboard_page import CHROMEDRIVER, CHROMIUM, WAIT_SECONDS, browser  # noqa: F401 (a fixture)
+from test_dashboard_page import WAIT_SECONDS, browser, require_browser_and_page  # noqa: F401 (a fixture)
 
 from handler_state import handler_state_restored
 from tally import http_api
@@ -39,10 +39,7 @@ HISTOGRAM, DISTINCT = "load/posts/about", "views/posts/hello-world"
 @pytest.fixture(scope="module")
 def served_blog():
     """moto's server with a day of a blog's events counted by its rules, and the read API on a loopback port."""
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.fail("Debian's chromium and chromium-driver are missing: `make test-tools` installs them (make test does)")
-    if http_api.dashboard_page() is None:
-        pytest.fail("the dashboard page is not built: `make dashboard` builds it (make test does)")
+    require_browser_and_page()
     with handler_state_restored(), MotoServer() as server:
         try:
             os.environ.update({

@@ -33,6 +33,18 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SERIES_COLOUR = (0x25, 0x63, 0xEB)  # the first series' stroke in app.js
 WAIT_SECONDS = 30
+# Both counters by name, as the classic rule counts them; page-views has an alert that a day of events crosses.
+RULES = json.dumps(
+    [
+        {
+            "name": "views",
+            "counter": "page-views",
+            "when": {"counter": {"equals": "page-views"}},
+            "alerts": [{"name": "busy", "window": "24h", "above": 1}],
+        },
+        {"name": "signups", "counter": "sign-ups", "when": {"counter": {"equals": "sign-ups"}}},
+    ]
+)
 
 # Pixels of the first series' colour on the chart's canvas.
 COLOURED_PIXELS = """
@@ -47,16 +59,21 @@ return found;
 """
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """moto's server with a day of counted events, and the read API (dashboard on) on a loopback port."""
+def require_browser_and_page() -> None:
+    """Fail in one line naming the make target when Chromium, its driver or the built dashboard page is missing."""
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.fail("Debian's chromium and chromium-driver are missing: `make test-tools` installs them (make test does)")
     if http_api.dashboard_page() is None:
         pytest.fail("the dashboard page is not built: `make dashboard` builds it (make test does)")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """moto's server with a day of counted events, and the read API (dashboard on) on a loopback port."""
+    require_browser_and_page()
     with handler_state_restored(), MotoServer() as server:
         try:
-            os.environ.update({**server.environment(), "COUNTS_TABLE": "dashboard-counts"})
+            os.environ.update({**server.environment(), "COUNTS_TABLE": "dashboard-counts", "TALLY_RULES": RULES})
             dynamodb = client("dynamodb")
             create_tables(dynamodb, "dashboard-events", "dashboard-counts")
             settings = Settings.from_env()
@@ -144,3 +161,26 @@ def test_the_page_shows_the_apis_total_and_draws_the_minute_series(served, brows
     typed.send_keys("#secret", Keys.ENTER)
     wait.until(lambda driver: "error" in driver.find_element(By.ID, "status").get_attribute("class"))
     assert "#secret" in browser.find_element(By.ID, "status").text
+
+
+def test_counters_in_alarm_are_marked_with_their_alerts(served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as shown
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    api, _ = served
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    browser.get(f"{api.url}/")
+    wait.until(shown.presence_of_element_located((By.CSS_SELECTOR, '#counters option[value="sign-ups"]')))
+    chosen = Select(browser.find_element(By.ID, "counters"))
+    chosen.select_by_value("page-views")
+    chosen.select_by_value("sign-ups")
+    wait.until(lambda driver: len(driver.find_elements(By.CSS_SELECTOR, "#totals tbody tr")) == 2)
+    with urllib.request.urlopen(f"{api.url}/alerts?state=ALARM", timeout=10) as response:
+        alarms = json.loads(response.read())["alerts"]
+    assert [(a["alert"], a["counter"]) for a in alarms] == [("busy", "page-views")]
+    views = browser.find_element(By.CSS_SELECTOR, 'tr[data-counter="page-views"]')
+    signups = browser.find_element(By.CSS_SELECTOR, 'tr[data-counter="sign-ups"]')
+    assert "in-alarm" in views.get_attribute("class") and "in-alarm" not in (signups.get_attribute("class") or "")
+    assert views.find_element(By.CSS_SELECTOR, "td.alarm").text.startswith("busy: ")
+    assert signups.find_elements(By.CSS_SELECTOR, "td.alarm") == []

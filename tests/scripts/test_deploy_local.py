@@ -4,13 +4,37 @@ and the demo, a second stream runner and the read API hold on the deployed stack
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 
 import pytest
-from script_support import SCRIPTS
+from script_support import SCRIPTS, load_script
 
-pytestmark = [pytest.mark.cdk, pytest.mark.server]
+from tally.local.aws import MotoServer
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "http", "-1"])
+def test_a_port_that_is_none_is_one_line_and_status_2(port, capsys):
+    with pytest.raises(SystemExit) as exited:
+        load_script("deploy_local").parser().parse_args(["--port", port])
+
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"expected a port number from 1 to 65535, not '{port}'" in error
+
+
+@pytest.mark.server
+def test_the_server_listens_on_the_port_given():
+    with socket.socket() as probe:  # a port free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert load_script("deploy_local").parser().parse_args(["--port", str(port)]).port == port
+
+    with MotoServer(port) as server:
+        assert server.endpoint_url == f"http://127.0.0.1:{port}"
+        # moto keeps its tables per process, so other tests' tables may be listed: that it answers is the point.
+        assert isinstance(server.client("dynamodb").list_tables()["TableNames"], list)
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +44,8 @@ def deployed() -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.cdk
+@pytest.mark.server
 def test_the_cdk_cli_bootstraps_and_deploys_the_app_into_the_local_server(deployed):
     assert deployed.returncode == 0, deployed.stdout[-4000:] + deployed.stderr[-4000:]
     assert re.search(r"^1/5 cdk bootstrap: done", deployed.stdout, re.M)
@@ -29,6 +55,8 @@ def test_the_cdk_cli_bootstraps_and_deploys_the_app_into_the_local_server(deploy
     assert outputs["EventsTableName"].startswith("Tally-EventsTable") and ":table/Tally-EventsTable" in outputs["EventsStreamArn"]
 
 
+@pytest.mark.cdk
+@pytest.mark.server
 def test_the_demos_verdict_holds_on_the_deployed_stack(deployed):
     demo = deployed.stdout.split("3/5 the demo", 1)[1].split("4/5", 1)[0]
 
@@ -36,6 +64,8 @@ def test_the_demos_verdict_holds_on_the_deployed_stack(deployed):
     assert "VERDICT: MATCH" in demo and "MISMATCH" not in demo
 
 
+@pytest.mark.cdk
+@pytest.mark.server
 def test_a_second_runner_counts_nothing_twice_and_the_read_api_answers_as_the_cli(deployed):
     assert "read the stream again from its start" in deployed.stdout and "unchanged, nothing counted twice" in deployed.stdout
     assert "GET /counts equals query_window.py --stack" in deployed.stdout

@@ -170,3 +170,37 @@ def test_the_demo_on_a_stack_runs_only_against_a_local_server_and_says_why_in_on
     assert local_pipeline.main(["--stack", "Tally", *shape]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and said in error
+
+
+def test_the_logins_demo_fires_on_the_burst_and_clears_after_it(capsys):
+    assert local_pipeline.main(["--shape", "logins"]) == 0
+    out = capsys.readouterr().out
+    burst = out.index("the burst:")
+    fired = out.index("ALARM login-burst logins/203.0.113.66: 45 in")
+    cleared = out.index("OK login-burst logins/203.0.113.66: 0 in")
+    assert burst < fired < out.index("after the burst") < out.index("scheduled evaluation") < cleared
+    assert out.count("ALARM login-burst") == 1 and "MISMATCH" not in out
+    assert "logins/203.0.113.66 crossed 20 failed logins in 10 minutes; events: 2 one ALARM and one OK each" in out
+
+
+def test_the_logins_demo_sees_an_alert_event_put_twice(capsys):
+    """A bus that puts every event twice: the check finds two ALARMs for one crossing."""
+    from tally.alerting import EventBus
+
+    put = EventBus.put
+
+    def twice(self, crossings):
+        put(self, crossings)
+        return put(self, crossings)
+
+    EventBus.put = twice
+    try:
+        assert local_pipeline.main(["--shape", "logins"]) == 1
+    finally:
+        EventBus.put = put
+    assert "not one ALARM and one OK per crossing" in capsys.readouterr().out
+
+
+def test_the_logins_demo_is_refused_in_one_line_on_dynamodb_local(dynamodb_local, capsys):
+    assert local_pipeline.main(["--shape", "logins"], server=dynamodb_local) == 2
+    assert "--shape logins delivers alerts through moto's EventBridge" in capsys.readouterr().err

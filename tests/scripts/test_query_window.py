@@ -343,6 +343,27 @@ def test_top_prints_one_json_object_ranked_by_the_exact_totals(counted, capsys):
     assert "rising" in capsys.readouterr().out
 
 
+def test_alerts_lists_alert_states_as_json_lines_or_a_table(tables, monkeypatch, capsys):
+    from alert_support import ALERT_RULES, cross
+    from tally.core.rules import parse_rules
+
+    monkeypatch.setenv("TALLY_RULES", ALERT_RULES)
+    settings = Settings(counts_table=tables.counts, events_table=tables.events, rules=parse_rules(ALERT_RULES))
+    at = now_ms() // MINUTE_MS * MINUTE_MS
+    cross(client("dynamodb"), settings, at, {"logins/a": 3, "signups/pro": 9}, tables.counts)
+    assert query_window.main(["--alerts", "--json", "--state", "ALARM"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["alert"], line["counter"], line["state"], line["total"]) for line in lines] == [
+        ("burst", "logins/a", "ALARM", 3),
+        ("signup-rush", "signups/pro", "ALARM", 9),
+    ]
+    assert query_window.main(["--alerts", "--alert", "burst"]) == 0
+    out = capsys.readouterr().out
+    assert "logins/a" in out and "ALARM" in out and "signups/pro" not in out
+    assert query_window.main(["--alerts", "--state", "OK"]) == 0
+    assert "no counter has crossed an alert into OK" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -363,3 +384,18 @@ def test_rising_without_top_and_top_with_a_series_are_argument_errors(argv, caps
     with pytest.raises(SystemExit) as exited:
         query_window.main(argv)
     assert exited.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--alerts", "alpha"], "--alerts lists alert states: name no counters"),
+        (["alpha", "--state", "ALARM"], "--alert and --state go with --alerts"),
+        (["--alerts", "--top", "5"], "--alerts lists alert states: it takes no --top or --rising"),
+    ],
+)
+def test_alert_arguments_that_do_not_fit_are_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err

@@ -34,9 +34,10 @@ START_SECONDS = 120
 class Serving:
     """A running scripts/serve.py: its process, the lines it printed, the URLs and environment it announced."""
 
-    def __init__(self, *args: str, backend: str = "moto") -> None:
+    def __init__(self, *args: str, backend: str = "moto", environment: dict[str, str] | None = None) -> None:
         env = {name: value for name, value in os.environ.items() if not name.startswith(("AWS_ENDPOINT", "COUNTS_", "EVENTS_"))}
         env["TALLY_LOCAL_BACKEND"] = self.backend = backend
+        env.update(environment or {})
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPTS / "serve.py"), "--port", "0", *args],
             stdout=subprocess.PIPE,
@@ -214,6 +215,7 @@ def signed_get(url: str, environment: dict[str, str]) -> tuple[int, dict]:
     return fetch(url, dict(request.headers))
 
 
+@pytest.mark.node_clock
 def test_the_readme_javascript_example_signs_with_aws4fetch_and_the_signed_server_checks_it(tmp_path):
     """Node runs the README's block as written (aws4fetch from package-lock.json) against `serve.py --signed`,
     which refuses unsigned requests as API Gateway does."""
@@ -244,7 +246,8 @@ def test_the_readme_javascript_example_signs_with_aws4fetch_and_the_signed_serve
 
 
 def test_ctrl_c_stops_everything_and_leaves_no_process_behind():
-    serve = Serving("--hours", "1", "--rate", "5", "--window-seconds", "2", "--shape", "blog")
+    # Two hours of history: the page's window ends at the top of this hour, so it holds at least one of them.
+    serve = Serving("--hours", "2", "--rate", "5", "--window-seconds", "2", "--shape", "blog")
     try:
         serve.wait_for("live: ")
         status, body = fetch(f"{serve.api}/counts?counter=views/all&window=2h")
@@ -278,3 +281,15 @@ def test_a_port_in_use_is_one_line_and_exit_2():
         )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [f"serve.py: error: port {port} on 127.0.0.1 is in use: choose another with --port (0: any free one)"]
+
+
+def test_serve_prints_alert_events_as_they_come_from_its_local_sink():
+    rules = '[{"name": "all", "counter": "{counter}", "alerts": [{"name": "any-event", "window": "5m", "above": 0}]}]'
+    serve = Serving("--hours", "0", "--rate", "5", "--window-seconds", "2", "--counters", "alpha", environment={"TALLY_RULES": rules})
+    try:
+        serve.wait_for("alerts: delivered to moto's EventBridge")
+        line = serve.wait_for("alert: ALARM any-event alpha: ")
+        assert re.fullmatch(r"alert: ALARM any-event alpha: \d+ in \[\S+Z, \S+Z\) \(threshold 0\)\n", line)
+    finally:
+        assert serve.interrupt() == 0
+    assert sum(line.startswith("alert: ALARM any-event alpha") for line in serve.lines) == 1

@@ -25,6 +25,8 @@ from an attribute of its own or from the record's arrival (``time``):
 
     {"name": "done", "counter": "done/{providerId}", "becomes": {"status": {"equals": "done"}}, "time": "doneAt"}
     {"name": "expired", "counter": "sessions/expired", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"}
+
+A rule may watch the counters it writes with threshold alerts (``alerts``, see alerts.py).
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ RESERVED_PREFIX = "#"
 MAX_RULES = 25
 MAX_RULE_NAME_LENGTH = 64
 MAX_ONE_OF_VALUES = 100
-_RULE_FIELDS = frozenset({"name", "counter", "when", "sum", "histogram", "distinct", "becomes", "on", "time", "deletedBy"})
+_RULE_FIELDS = frozenset(
+    {"name", "counter", "when", "sum", "histogram", "distinct", "becomes", "on", "time", "deletedBy", "alerts"}
+)
 # Aggregates a rule may add beside the count: each an attribute name; rules writing one counter template must agree.
 _AGGREGATES = {
     "sum": "sum, or neither, or its average would mix them",
@@ -279,6 +283,7 @@ class Rule:
     deleted_by: str = "any"
     histogram: str | None = None
     distinct: str | None = None
+    alerts: tuple[Any, ...] = ()  # alerts.Alert: threshold alerts on the counters it writes
     conditions: tuple[Condition, ...] = field(init=False, compare=False, repr=False)  # when, then becomes
 
     def __post_init__(self) -> None:
@@ -453,6 +458,15 @@ def parse_rules(text: str) -> Rules:
         if rule.name in seen:
             raise RulesError(f"rule {index} ({rule.name!r}): field 'name': same name as rule {seen[rule.name]}")
         seen[rule.name] = index
+    alert_rules: dict[str, int] = {}
+    for index, rule in enumerate(rules, start=1):
+        for alert in rule.alerts:
+            if alert.name in alert_rules:
+                raise RulesError(
+                    f"rule {index} ({rule.name!r}): field 'alerts': alert {alert.name!r} is also an alert of "
+                    f"rule {alert_rules[alert.name]}: alert names are unique across rules"
+                )
+            alert_rules[alert.name] = index
     by_template: dict[str, Rule] = {}
     for index, rule in enumerate(rules, start=1):
         other = by_template.setdefault(rule.counter.text, rule)
@@ -527,7 +541,20 @@ def _rule(index: int, entry: Any) -> Rule:
         deleted_by=_deleted_by(where, entry, on),
         histogram=entry.get("histogram"),
         distinct=entry.get("distinct"),
+        alerts=_alerts(where, entry, name),
     )
+
+
+def _alerts(where: str, entry: dict[str, Any], rule: str) -> tuple[Any, ...]:
+    """``alerts``: threshold alerts on the rule's counters (alerts.py)."""
+    if "alerts" not in entry:
+        return ()
+    from tally.core.alerts import AlertsError, parse_alerts  # alerts reads windows, which read settings, which read rules
+
+    try:
+        return parse_alerts(entry["alerts"], rule)
+    except AlertsError as error:
+        raise RulesError(f"{where}: field 'alerts': {error}") from None
 
 
 def _becomes(where: str, entry: dict[str, Any]) -> tuple[Condition, ...]:

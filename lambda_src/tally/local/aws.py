@@ -218,16 +218,16 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
 
 
 class MotoServer(LoopbackBackend):
-    """moto's DynamoDB and DynamoDB Streams on a free loopback port, in a background thread."""
+    """moto's DynamoDB and DynamoDB Streams on a loopback port (0: a free one), in a background thread."""
 
     name = "moto's server"
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         from moto.server import ThreadedMotoServer
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
         moto_fixes.install()
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         self.endpoint_url = ""
 
     def start(self) -> MotoServer:

@@ -530,3 +530,82 @@ def history_truth(
             for counter, event_ms, amount in shape.truth(change, arrival):
                 truth.add(counter, event_ms, amount, arrival, window, settings)
     return truth
+
+
+@dataclass(frozen=True)
+class LoginsShape:
+    """Failed logins per IP address, watched by an alert: a steady trickle from a few addresses, and one
+    burst from another, written in three phases (before, during and after the burst) so that the alert
+    fires on the burst's commit and clears at the next scheduled evaluation."""
+
+    name: str = "logins"
+    time_attribute: str = "at"
+    threshold: int = 20  # failed logins in 10 minutes
+    clear: int = 5
+    window_minutes: int = 10
+    burst_ip: str = "203.0.113.66"
+    burst_logins: int = 45
+    burst_minutes: int = 4
+    burst_ago_minutes: int = 30  # the burst starts this long before the demo's end
+    steady_ips: tuple[str, ...] = ("198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4")
+    minutes: int = 60  # of steady traffic, ending at the demo's end
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (*self.steady_ips, self.burst_ip)
+
+    @property
+    def alert_name(self) -> str:
+        return "login-burst"
+
+    @property
+    def rules(self) -> tuple[dict[str, Any], ...]:
+        alert = {"name": self.alert_name, "window": f"{self.window_minutes}m", "above": self.threshold, "clear": self.clear}
+        return ({"name": "failed-logins", "counter": "logins/{ip}", "when": {"outcome": {"equals": "failed"}}, "alerts": [alert]},)
+
+    @property
+    def rules_json(self) -> str:
+        return json.dumps(list(self.rules))
+
+    def phases(self, end_ms: int, seed: int) -> list[list[dict[str, Any]]]:
+        """Items before the burst, during it, and after it (each phase's items in time order).
+
+        Steady addresses fail at most once a minute (and succeed as often), so no 10 minutes of theirs
+        reach the threshold; the burst's address fails ``burst_logins`` times within ``burst_minutes``.
+        """
+        rng = random.Random(f"logins-{seed}")
+        last_minute = end_ms // 60_000
+        burst_first = last_minute - self.burst_ago_minutes
+        items = []
+        for minute in range(last_minute - self.minutes + 1, last_minute + 1):
+            for ip in self.steady_ips:
+                for outcome in ("failed", "ok"):
+                    if rng.random() < 0.5:
+                        items.append(self._item(rng, ip, minute * 60_000 + rng.randrange(60_000), outcome, end_ms))
+        for _ in range(self.burst_logins):
+            at = burst_first * 60_000 + rng.randrange(self.burst_minutes * 60_000)
+            items.append(self._item(rng, self.burst_ip, at, "failed", end_ms))
+        items.sort(key=lambda item: item["at"])
+        burst_start, burst_end = burst_first * 60_000, (burst_first + self.burst_minutes) * 60_000
+        return [
+            [item for item in items if item["at"] < burst_start],
+            [item for item in items if burst_start <= item["at"] < burst_end],
+            [item for item in items if item["at"] >= burst_end],
+        ]
+
+    @staticmethod
+    def _item(rng: random.Random, ip: str, at: int, outcome: str, end_ms: int) -> dict[str, Any]:
+        return {"id": _event_id(rng), "ip": ip, "at": min(at, end_ms - 1), "outcome": outcome}
+
+    @staticmethod
+    def failed_in(items: Sequence[Mapping[str, Any]], counter: str, start_ms: int, end_ms: int) -> int:
+        """Brute force: the failed logins of ``counter``'s address whose minute lies in [start_ms, end_ms)."""
+        ip = counter.removeprefix("logins/")
+        return sum(
+            1
+            for item in items
+            if item["ip"] == ip and item["outcome"] == "failed" and start_ms <= item["at"] // 60_000 * 60_000 < end_ms
+        )
+
+
+LOGINS = LoginsShape()

@@ -1,0 +1,253 @@
+"""Alerts against moto: state items, events through EventBridge to a queue, and the evaluations that drive them."""
+
+import json
+import threading
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from moto_tables import COUNTS, EVENTS, no_sleep_backoff
+from tally.alerting import AlertStates, EventBus, Watcher, state_partition
+from tally.core.alerts import ALARM, DELIVERY_LEASE_MS, OK, SETTLE_MS
+from tally.core.buckets import Bucket
+from tally.core.commit import Writer
+from tally.core.rules import parse_rules
+from tally.core.segments import Segment
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.windows import now_ms
+from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.local.alert_sink import AlertSink
+
+# The minute now, minus an hour: windows in the past the clock of the test run has reached.
+START = now_ms() // MINUTE_MS * MINUTE_MS - HOUR_MS
+RULES = [
+    {
+        "name": "logins",
+        "counter": "logins/{ip}",
+        "alerts": [
+            {"name": "burst", "window": "10m", "above": 5, "clear": 2},
+            {"name": "silence", "window": "5m", "below": 1},
+        ],
+    },
+    {"name": "views", "counter": "views/{page}"},
+]
+SHARD = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
+OTHER_SHARD = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-2")
+
+
+class Clock:
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self):
+        return self.at
+
+
+class Counting:
+    """A boto3 client that counts its calls by operation."""
+
+    def __init__(self, client):
+        self.client = client
+        self.calls = {}
+
+    def __getattr__(self, name):
+        real = getattr(self.client, name)
+        if not callable(real) or name.startswith("_") or name in ("exceptions", "meta"):
+            return real
+
+        def call(**kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return real(**kwargs)
+
+        return call
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(dynamodb, EVENTS, COUNTS)
+        events = boto3.client("events", region_name="us-east-1")
+        sink = AlertSink(events, boto3.client("sqs", region_name="us-east-1"))
+        yield Counting(dynamodb), events, sink
+
+
+def watcher(aws, clock, **kwargs):
+    dynamodb, events, _sink = aws
+    settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(json.dumps(RULES)))
+    table = CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+    return table, Watcher(table, EventBus(events, backoff=no_sleep_backoff), clock=clock, sleep=lambda _s: None, **kwargs)
+
+
+def segment(first, counts):
+    """A segment adding ``counts`` {(counter, minute offset from START): n} to minutes and their hours."""
+    deltas = {}
+    for (counter, minute), n in counts.items():
+        at = START + minute * MINUTE_MS
+        for bucket in (Bucket.of_minute(at // MINUTE_MS), Bucket.of_hour(at // HOUR_MS)):
+            deltas[(counter, bucket)] = deltas.get((counter, bucket), 0) + n
+    return Segment(str(first), START, str(first), sum(counts.values()), deltas)
+
+
+def test_a_commit_past_the_threshold_puts_one_alarm_and_later_commits_none(aws):
+    clock = Clock(START + 3 * MINUTE_MS)
+    table, watch = watcher(aws, clock)
+    commit = CounterDirectory(table.client, COUNTS, table.settings).recording(watch.watching(table.commit))
+    commit(segment(100, {("logins/1.2.3.4", 0): 4, ("logins/5.6.7.8", 0): 1}), SHARD)
+    assert aws[2].drain() == []
+    commit(segment(200, {("logins/1.2.3.4", 2): 2}), SHARD)
+    commit(segment(200, {("logins/1.2.3.4", 2): 2}), SHARD)  # a retry: already applied, judged again
+    commit(segment(300, {("logins/1.2.3.4", 2): 3}), OTHER_SHARD)
+    [event] = aws[2].drain()
+    assert event == {
+        "id": event["id"],
+        "alert": "burst",
+        "rule": "logins",
+        "counter": "logins/1.2.3.4",
+        "state": ALARM,
+        "window": "10m",
+        "start": _iso(START - 7 * MINUTE_MS),
+        "end": _iso(START + 3 * MINUTE_MS),
+        "total": 6,
+        "threshold": 5,
+    }
+    states = AlertStates(table.client, COUNTS).listing("burst")
+    assert list(states) == ["logins/1.2.3.4"] and states["logins/1.2.3.4"].state == ALARM
+    assert not states["logins/1.2.3.4"].pending
+
+
+def test_counters_without_alerts_cost_no_reads(aws):
+    table, watch = watcher(aws, Clock(START + MINUTE_MS))
+    before = dict(aws[0].calls)
+    summary = watch.after_commit(segment(1, {("views/home", 0): 50}), SHARD)
+    assert aws[0].calls == before
+    assert (summary.reads, summary.writes, summary.evaluated) == (0, 0, 0)
+
+
+def test_the_schedule_clears_an_alarm_once_the_window_ending_now_falls_back(aws):
+    clock = Clock(START + MINUTE_MS)
+    table, watch = watcher(aws, clock)
+    commit = watch.watching(table.commit)
+    commit(segment(1, {("logins/a", 0): 6}), SHARD)
+    clock.at = START + 9 * MINUTE_MS  # the burst still in the 10 minutes ending now: kept
+    watch.scheduled("schedule:9")
+    assert [e["state"] for e in aws[2].drain()] == [ALARM]
+    commit(segment(2, {("logins/a", 9): 2}), SHARD)
+    clock.at = START + 10 * MINUTE_MS + 1  # the burst's minute left the window: 2 left, at clear
+    watch.scheduled("schedule:10")
+    [cleared] = aws[2].drain()
+    assert (cleared["state"], cleared["total"], cleared["threshold"]) == (OK, 2, 2)
+    assert (cleared["start"], cleared["end"]) == (_iso(START + MINUTE_MS), _iso(START + 11 * MINUTE_MS))
+    commit(segment(3, {("logins/a", 10): 4}), SHARD)  # 6 again: a new crossing, a new id
+    [again] = aws[2].drain()
+    assert again["state"] == ALARM and again["id"] not in (cleared["id"],)
+
+
+def test_below_alerts_fire_for_listed_counters_that_fell_silent_and_clear_when_they_count(aws):
+    clock = Clock(START + MINUTE_MS)
+    table, watch = watcher(aws, clock)
+    commit = CounterDirectory(table.client, COUNTS, table.settings).recording(watch.watching(table.commit))
+    commit(segment(1, {("logins/a", 0): 1, ("views/home", 0): 3}), SHARD)
+    clock.at = START + 3 * MINUTE_MS + SETTLE_MS  # window [START-2m, START+3m) holds the event
+    watch.scheduled("s1")
+    assert aws[2].drain() == []
+    clock.at = START + 6 * MINUTE_MS + SETTLE_MS  # [START+1m, START+6m): silent
+    watch.scheduled("s2")
+    [silent] = aws[2].drain()
+    assert (silent["alert"], silent["counter"], silent["state"], silent["total"]) == ("silence", "logins/a", ALARM, 0)
+    assert silent["end"] == _iso(START + 6 * MINUTE_MS)
+    commit(segment(2, {("logins/a", 6): 1}), SHARD)
+    clock.at = START + 7 * MINUTE_MS + SETTLE_MS
+    watch.scheduled("s3")
+    [back] = aws[2].drain()
+    assert (back["state"], back["total"]) == (OK, 1)
+
+
+def test_a_lost_answer_to_the_state_change_still_puts_exactly_one_event(aws):
+    dynamodb = aws[0]
+    table, watch = watcher(aws, Clock(START + MINUTE_MS))
+    real = dynamodb.client.update_item
+    lost = []
+
+    def update_then_lose(**kwargs):
+        answer = real(**kwargs)
+        if kwargs["Key"]["pk"]["S"].startswith("#alerts#") and not lost:
+            lost.append(kwargs)
+            return real(**kwargs)  # the SDK's retry of a lost answer: the same request again
+        return answer
+
+    dynamodb.client.update_item = update_then_lose
+    try:
+        table.commit(segment(1, {("logins/a", 0): 6}), SHARD)
+        summary = watch.after_commit(segment(1, {("logins/a", 0): 6}), SHARD)
+    finally:
+        dynamodb.client.update_item = real
+    assert lost and summary.crossings == 1
+    assert [e["state"] for e in aws[2].drain()] == [ALARM]
+
+
+class FailingBus(EventBus):
+    def put(self, crossings):
+        return list(crossings)
+
+
+def test_a_crossing_whose_put_failed_is_put_by_its_retry_at_once_or_by_anyone_after_the_lease(aws):
+    dynamodb, events, sink = aws
+    clock = Clock(START + MINUTE_MS)
+    table, watch = watcher(aws, clock)
+    failing = Watcher(table, FailingBus(events), clock=clock, sleep=lambda _s: None)
+    table.commit(segment(1, {("logins/a", 0): 6}), SHARD)
+    assert failing.after_commit(segment(1, {("logins/a", 0): 6}), SHARD).delivery_failures == 1
+    assert sink.drain() == []
+    assert AlertStates(dynamodb, COUNTS).listing("burst")["logins/a"].pending
+    watch.after_commit(segment(9, {("logins/a", 0): 0}), OTHER_SHARD)  # another shard, within the lease: not its own
+    watch.scheduled("s1")
+    assert sink.drain() == []
+    watch.after_commit(segment(1, {("logins/a", 0): 6}), SHARD)  # the retry: its own crossing, put now
+    [first] = sink.drain()
+
+    failing.after_commit(segment(1, {("logins/a", 0): 6}), SHARD)  # a crashed deliverer after the lease:
+    table.commit(segment(2, {("logins/b", 0): 6}), SHARD)
+    failing.after_commit(segment(2, {("logins/b", 0): 6}), SHARD)
+    clock.at += DELIVERY_LEASE_MS
+    watch.scheduled("s2")
+    [late] = sink.drain()
+    assert (first["counter"], late["counter"]) == ("logins/a", "logins/b")
+    watch.scheduled("s3")
+    assert sink.drain() == []
+
+
+def test_racing_shards_make_one_crossing(aws):
+    clock = Clock(START + MINUTE_MS)
+    table, _ = watcher(aws, clock)
+    table.commit(segment(1, {("logins/a", 0): 3}), SHARD)
+    table.commit(segment(2, {("logins/a", 0): 3}), OTHER_SHARD)
+    watchers = [watcher(aws, clock)[1] for _ in range(6)]
+    barrier = threading.Barrier(len(watchers))
+
+    def judge(index, watch):
+        barrier.wait()
+        watch.after_commit(segment(index, {("logins/a", 0): 3}), Writer.of_shard("s", f"shard-{index}"))
+
+    threads = [threading.Thread(target=judge, args=(i, w)) for i, w in enumerate(watchers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [e["state"] for e in aws[2].drain()] == [ALARM]
+    assert sum(w.summary.crossings for w in watchers) == 1
+
+
+def test_state_items_sit_under_a_reserved_partition(aws):
+    table, watch = watcher(aws, Clock(START + MINUTE_MS))
+    table.commit(segment(1, {("logins/a", 0): 6}), SHARD)
+    watch.after_commit(segment(1, {("logins/a", 0): 6}), SHARD)
+    item = aws[0].get_item(TableName=COUNTS, Key={"pk": {"S": state_partition("burst")}, "sk": {"S": "logins/a"}})
+    assert item["Item"]["state"] == {"S": ALARM} and item["Item"]["transitions"] == {"N": "1"}
+
+
+def _iso(ms):
+    from tally.core.buckets import iso_minute
+
+    return iso_minute(ms)
