@@ -15,9 +15,10 @@ from moto import mock_aws
 from backends import BACKENDS
 from documents import code_block
 from factories import SHARD_ID, counter_record, window_event
+from faults.checks import rank_levels
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader
-from tally.core.ranking import RANK_FLOOR, RANK_PREFIX, RankRecord, TopBudget, level_of
+from tally.core.ranking import RANK_FLOOR, TopBudget, level_of
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
@@ -285,23 +286,6 @@ def test_the_documented_top_example_runs_against_either_server_and_prints_the_br
     exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
     brute = ranked(truth(events, "views/", Window.ending(now_ms)))[:3]
     assert capsys.readouterr().out.strip() == f"True {brute}"
-
-
-def rank_levels(client, table_name: str) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int]]:
-    """Every hour item's count and the highest level recorded for it, keyed by (counter, hour, lane)."""
-    counts, recorded = {}, {}
-    for page in client.get_paginator("scan").paginate(TableName=table_name):
-        for item in page["Items"]:
-            pk, sk = item["pk"]["S"], item["sk"]["S"]
-            if pk.startswith(RANK_PREFIX):
-                record = RankRecord.parse(pk, sk)
-                key = (record.counter, record.hour, record.lane)
-                recorded[key] = max(recorded.get(key, -1), record.level)
-            elif sk.startswith("H#") and not pk.startswith("#"):
-                hour_text, _, lane = sk[2:].partition("#")
-                hour = int(datetime.strptime(hour_text, "%Y-%m-%dT%H").replace(tzinfo=UTC).timestamp()) // 3600
-                counts[(pk, hour, int(lane or 0))] = int(item["count"]["N"])
-    return counts, recorded
 
 
 @freeze_time(NOW_TEXT)

@@ -162,10 +162,9 @@ def check_directory(client: Any, table_name: str, expected: Expected, context: s
     assert entries == truth, f"directory: extra {sorted(entries - truth)[:5]}, missing {sorted(truth - entries)[:5]}; {context}"
 
 
-def check_ranks(client: Any, table_name: str, context: str) -> None:
-    """The ranking index's invariant: every hour item (lane) counting at least the floor has a record of
-    exactly its level, and no record names an item that is not there or a level above its count's. Levels
-    are read from counts, so a retried, redelivered or raced update can neither add a level nor lose one."""
+def rank_levels(client: Any, table_name: str) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int]]:
+    """Every hour item's count and the highest level recorded for it in the ranking index, keyed by
+    (counter, hour since the epoch, lane)."""
     counts: dict[tuple[str, int, int], int] = {}
     recorded: dict[tuple[str, int, int], int] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
@@ -179,6 +178,14 @@ def check_ranks(client: Any, table_name: str, context: str) -> None:
                 _, _, lane = sk.partition("#")[2].partition("#")
                 hour = Bucket.from_sort_key(bucket_sort_key(sk)).index
                 counts[(pk, hour, int(lane or 0))] = int(item[COUNT_ATTRIBUTE]["N"])
+    return counts, recorded
+
+
+def check_ranks(client: Any, table_name: str, context: str) -> None:
+    """The ranking index's invariant: every hour item (lane) counting at least the floor has a record of
+    exactly its level, and no record names an item that is not there or a level above its count's. Levels
+    are read from counts, so a retried, redelivered or raced update can neither add a level nor lose one."""
+    counts, recorded = rank_levels(client, table_name)
     truth = {key: level_of(count) for key, count in counts.items() if level_of(count) is not None}
     wrong = {key: (recorded.get(key), truth.get(key)) for key in truth.keys() | recorded.keys() if recorded.get(key) != truth.get(key)}
     STATS.add("rank_records_compared", len(truth.keys() | recorded.keys()))
