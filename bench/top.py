@@ -1,4 +1,5 @@
-"""What a top N costs to read: the real ``Reader.top`` over a modeled table of 10^4 to 10^6 counters.
+"""What a top N costs: the real ``Reader.top`` over a modeled table of 10^4 to 10^6 counters, and the writes
+it adds (``write_costs``: the fan-out with a per-page rule through the real write path).
 
 A million counters' buckets cannot be written into moto in a bench's
 minutes, so the table is a model: ``TrafficModel`` says how many events each
@@ -33,6 +34,8 @@ from functools import cached_property
 from typing import Any
 
 from bench.cost import batch_get_read_units, item_size, query_read_units
+from bench.workloads import Workload, fan_out_pages, floor_writes
+from bench.writes import run_tally
 from tally.core.buckets import Bucket
 from tally.core.commit import Writer, order_preserving
 from tally.core.directory import DIRECTORY_PREFIX, entry_item, partition_of
@@ -40,6 +43,7 @@ from tally.core.ranking import RANK_PREFIX, level_floor, level_of, rank_item
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
 from tally.core.windows import now_ms
+from tally.local.delivery import DeliveryConfig
 
 COUNTERS = (10_000, 100_000, 1_000_000)
 DISTRIBUTIONS = ("zipf", "flat")
@@ -157,8 +161,9 @@ class TrafficModel:
         """The events of a whole hour (before ``now``, the hour's minutes so far hold part of it)."""
         if hour < self.start_hour or hour * 60 > self.last_minute:
             return 0
-        jitter = 1 + self.jitter * (2 * _unit(rank, hour, 1) - 1)
-        return math.floor(self.rate(rank) * jitter + _unit(rank, hour, 2))
+        back = self.now_ms // HOUR_MS - hour  # drawn by hours before now: every run models the same day
+        jitter = 1 + self.jitter * (2 * _unit(rank, back, 1) - 1)
+        return math.floor(self.rate(rank) * jitter + _unit(rank, back, 2))
 
     def minute_count(self, rank: int, minute: int) -> int:
         if minute > self.last_minute:
@@ -464,5 +469,36 @@ def costs(settings: Settings) -> dict[str, Any]:
     """A 24 h top-10 over 10^4, 10^5 and 10^6 counters, Zipf and flat, at EVENTS_PER_SECOND in all."""
     return {
         "events_per_second": EVENTS_PER_SECOND,
+        "model": "per-minute counts of a Zipf (s = 1) or flat popularity, each hour jittered by up to 20%, "
+        "committed once a minute by one writer; the real Reader.top reads it, metered by DynamoDB's rules",
         "rows": [measure(counters, distribution, settings) for distribution in DISTRIBUTIONS for counters in COUNTERS],
+    }
+
+
+def write_costs(settings: Settings, config: DeliveryConfig, workload: Workload | None = None) -> dict[str, Any]:
+    """What a top N adds to the writes, in one run of the fan-out with a per-page rule (or ``workload``) through
+    tally's real write path: its rank records and the directory's entries beside its bucket updates and the floor."""
+    workload = fan_out_pages() if workload is None else workload
+    meter = run_tally(workload, settings, config).meter
+    floor = floor_writes(workload.counted_arrivals(), config.window_seconds, settings)
+    counting = meter.units - meter.batch_units
+    directory = meter.batch_units - meter.rank_units
+    return {
+        "workload": workload.name,
+        "description": workload.description,
+        "events": workload.total,
+        "floor_write_units": floor,
+        "bucket_write_units": counting,
+        "directory_writes": meter.batch_item_writes - meter.rank_item_writes,
+        "directory_write_units": directory,
+        "rank_writes": meter.rank_item_writes,
+        "rank_requests": meter.rank_requests,
+        "rank_write_units": meter.rank_units,
+        "ratios": {
+            "buckets_over_floor": round(counting / floor, 3),
+            "directory_over_floor": round(directory / floor, 3),
+            "ranks_over_floor": round(meter.rank_units / floor, 3),
+            "ranks_and_directory_over_floor": round(meter.batch_units / floor, 3),
+            "total_over_floor": round(meter.units / floor, 3),
+        },
     }
