@@ -188,13 +188,13 @@ class MeteredClient:
             self.meter.failed_conditions += 1
             error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}}
             raise ClientError({**error, "Item": dict(self.items[identity])}, "UpdateItem")
-        after = self._updated(request)
-        self._write(request["Key"], after, transactional=False)
+        updated = self._updated(request)
+        self._write(request["Key"], updated, transactional=False)
         if self.forward_to is not None:
             return self.forward_to.update_item(**request)
-        if request.get("ReturnValues") == "UPDATED_NEW":  # tally's count after its update: new items, rank levels
-            named = request["ExpressionAttributeNames"].values()
-            return {"Attributes": {name: value for name, value in after.items() if name in named}}
+        if request.get("ReturnValues") == "UPDATED_NEW":  # what tally's commit reads: whether it made the item
+            named = set(request.get("ExpressionAttributeNames", {}).values())
+            return {"Attributes": {name: value for name, value in updated.items() if name in named}}
         return {}
 
     def batch_get_item(self, RequestItems: dict[str, dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803

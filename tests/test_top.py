@@ -12,16 +12,16 @@ from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from moto import mock_aws
 
+from backends import BACKENDS
 from documents import code_block
 from factories import SHARD_ID, counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader
 from tally.core.ranking import RANK_FLOOR, RANK_PREFIX, RankRecord, TopBudget, level_of
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
-from tally.local.aws import MotoServer
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"
 NOW = parse_instant(NOW_TEXT)
@@ -263,24 +263,26 @@ def test_certification_holds_against_brute_force(table, seed, counters, n, lanes
 
 
 @pytest.mark.server
-def test_the_documented_top_example_runs_against_moto_and_prints_the_brute_force_top(monkeypatch, capsys):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_documented_top_example_runs_against_either_server_and_prints_the_brute_force_top(
+    backend, local_server, monkeypatch, capsys
+):
     example = code_block("## Top counters", "python")
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     rng = random.Random(9)
     events = [(f"views/p{k}", now_ms - rng.randrange(20 * HOUR_MS)) for k in range(8) for _ in range(3 * k * k)]
     events += [("jobs/big", now_ms - HOUR_MS)] * 500  # another prefix: never listed
-    with MotoServer() as server:
-        for name, value in server.environment().items():
-            monkeypatch.setenv(name, value)
-        counts = f"readme-top-{uuid.uuid4().hex[:8]}"  # moto keeps tables per process, not per server
-        monkeypatch.setenv("COUNTS_TABLE", counts)
-        client = boto3.client("dynamodb")
-        create_tables(client, f"readme-top-events-{counts[-8:]}", counts)
-        settings = Settings()
-        table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
-        records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
-        process(window_event(records, final=True), directory.recording(table.commit), settings)
-        exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    for name, value in local_server.environment().items():
+        monkeypatch.setenv(name, value)
+    counts = f"readme-top-{uuid.uuid4().hex[:8]}"  # the server outlives the test
+    monkeypatch.setenv("COUNTS_TABLE", counts)
+    client = boto3.client("dynamodb")
+    create_tables(client, f"readme-top-events-{counts[-8:]}", counts)
+    settings = Settings()
+    table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
+    records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
+    process(window_event(records, final=True), directory.recording(table.commit), settings)
+    exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
     brute = ranked(truth(events, "views/", Window.ending(now_ms)))[:3]
     assert capsys.readouterr().out.strip() == f"True {brute}"
 
