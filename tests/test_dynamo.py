@@ -634,3 +634,17 @@ def test_reads_union_the_sketch_lanes_of_a_bucket(dynamodb, settings):
     assert fetched.counts[("v", HOUR.sort_key)] == 24
     ranged = table.query("v", MINUTE.sort_key, MINUTE.sort_key, consistent=True, distinct=True)
     assert ranged.sketches[("v", MINUTE.sort_key)].count() == 13
+
+
+def test_one_query_tells_a_prefix_with_more_names_in_one_partition_than_a_limit(dynamodb, settings):
+    day = T0 // 86_400_000
+    first = day_partitions(day)[0]
+    names = [f"v/{index:03d}" for index in range(400)]
+    crowded = [name for name in names if partition_of(day, name) == first]
+    CounterDirectory(dynamodb, COUNTS, settings).record([(name, Bucket.of_hour(T0 // HOUR_MS)) for name in names])
+    client = Faulty(dynamodb)
+    directory = CounterDirectory(client, COUNTS, settings)
+    assert directory.exceeds("v/", [day - 1, day], len(crowded) - 1) == (True, 1)
+    assert directory.exceeds("v/", [day], len(crowded)) == (False, 1)  # the other partitions may hold more
+    assert directory.exceeds("w/", [day], 0) == (False, 1)
+    assert client.calls["query"] == 3

@@ -617,6 +617,24 @@ class CounterDirectory:
         return DirectoryPage(names[:limit] if more else names, requests[0], more)
 
 
+    def exceeds(self, prefix: str, days: Iterable[int], limit: int, consistent: bool = False) -> tuple[bool, int]:
+        """Whether one partition alone holds more than ``limit`` names starting with ``prefix`` on ``days`` (so a
+        listing of them all would too), and the Queries made: one, of at most ``limit + 1`` names, where a
+        listing reads every partition of every day. False says nothing about the other partitions."""
+        partition = day_partitions(max(days))[0]
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
+            "ProjectionExpression": "#sk",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
+            "ExpressionAttributeValues": {":pk": {"S": partition}, **({":prefix": {"S": prefix}} if prefix else {})},
+            "ConsistentRead": consistent,
+            "Limit": limit + 1,
+        }
+        response = _throttled(self.backoff, self.client.query, **request)
+        return len(response.get("Items", [])) > limit, 1
+
+
 # A listing page's first Query per partition reads this many names; the next ones four times more.
 _FIRST_PAGE = 8
 _LARGEST_PAGE = 1_000

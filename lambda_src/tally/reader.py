@@ -58,6 +58,7 @@ from tally.core.ranking import (
     TopBudget,
     TopResult,
     top_steps,
+    whole_hours,
     window_hours,
 )
 from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings, RankIndex
@@ -334,6 +335,12 @@ class Reader:
         largest increases over the previous window of the same length), certified: exact, or with the bound no
         counter left out exceeds. Each total is counted like ``count`` counts it, with the same options.
 
+        A window ending now (or asked ``align``) is answered over whole hours,
+        as many as it spans, ending with the hour it ends in (``whole_hours``:
+        the current hour so far; the answer's start and end say which): 24 keys
+        a counter for 24 h, where its minutes would be up to 83. An explicit
+        ``at`` without ``align`` is answered as asked.
+
         Reads the rank records of the window's days from the highest level
         down, counts the counters that may be in the top exactly, and stops
         when nothing unread can reach the n-th total; a prefix with at most a
@@ -354,6 +361,8 @@ class Reader:
             raise QueryError("a top list ranks totals: it takes no series and no quantiles")
         now = now_ms()
         asked, window = answered_window(_length_ms(chosen), _at_ms(chosen), now, chosen.aligns(), self.settings)
+        if chosen.aligns():  # whole hours: one key a counter an hour, bounded from both sides by its rank records
+            window = whole_hours(window)
         make_plan(window, now, self.settings, chosen.plan, allow_transient=chosen.allow_transient)  # refused here
         previous = None
         if rising:  # the window before, of the same length; aligned as the window is where its minutes expired
@@ -386,12 +395,16 @@ class Reader:
                         before = self._count_at(step.counters, chosen, previous, now)
                         requests += before[0].requests if before else 0
                         reply = {result.counter: (totals[result.counter], result.total) for result in before}
-                else:
-                    page = self.directory.page(
-                        prefix, days_between(window.start_ms, window.end_ms), limit=step.limit, consistent=chosen.consistent
-                    )
-                    requests += page.requests
-                    reply = (page.names, page.more)
+                else:  # one Query tells a crowded prefix, before a listing reads every partition of every day
+                    days = days_between(window.start_ms, window.end_ms)
+                    crowded, made = self.directory.exceeds(prefix, days, step.limit, chosen.consistent)
+                    requests += made
+                    if crowded:
+                        reply = ([], True)
+                    else:
+                        page = self.directory.page(prefix, days, limit=step.limit, consistent=chosen.consistent)
+                        requests += page.requests
+                        reply = (page.names, page.more)
         except StopIteration as done:
             result: TopResult = done.value
         return TopAnswer(

@@ -259,23 +259,23 @@ def test_an_update_naming_the_most_bins_a_segment_allows_fits_in_dynamodbs_expre
 
 
 def test_hour_items_carried_into_a_higher_level_get_their_rank_record_before_the_minutes_are_sent():
-    def answer(step):  # a: 76 added to 0 (level 2); b: 5 added to 20 -> 25 (level 0 -> 1); minutes never ranked
-        counts = {("a", HOUR): 76, ("b", HOUR): 25, ("a", MINUTE): 76}
+    def answer(step):  # a: 76 added to 0 (level 5); b: 5 added to 23 -> 28 (level 2 -> 3); minutes never ranked
+        counts = {("a", HOUR): 76, ("b", HOUR): 28, ("a", MINUTE): 76}
         return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
 
     result, log = run(steps_of(segment()), answer)
     kinds = [type(step).__name__ for step in log]
     assert kinds == ["Send", "Put", "Send"]  # hours, their rank records, minutes
-    assert [item["sk"]["S"] for item in log[1].items] == [f"02#{HOD}#00#a", f"01#{HOD}#00#b"]
+    assert [item["sk"]["S"] for item in log[1].items] == [f"005#{HOD}#00#a", f"003#{HOD}#00#b"]
     assert result.ranked == 2
 
 
 def test_an_update_within_its_level_puts_no_record_and_one_found_applied_puts_its_items_level_again():
-    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED, 80 + u.added) for u in step.updates])
-    assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 80 -> 156 and 85: level 2 still
+    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED, 460 + u.added) for u in step.updates])
+    assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 460 -> 536 and 465: level 10 still
     result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 300) for _ in step.updates])
     [put] = [step for step in log if isinstance(step, Put)]
-    assert [item["sk"]["S"] for item in put.items] == [f"03#{HOD}#00#a", f"03#{HOD}#00#b"]  # its lost try may have
+    assert [item["sk"]["S"] for item in put.items] == [f"008#{HOD}#00#a", f"008#{HOD}#00#b"]  # its lost try may have
 
 
 def test_reserved_counters_are_never_ranked():

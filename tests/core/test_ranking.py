@@ -33,18 +33,19 @@ DAY = MIDNIGHT // DAY_MS
 H0 = MIDNIGHT // HOUR_MS
 
 
-def test_levels_grow_threefold_from_the_floor_and_cover_every_count_once():
+def test_levels_grow_by_half_from_the_floor_and_cover_every_count_once():
     assert level_of(RANK_FLOOR - 1) is None and level_of(0) is None
-    assert [level_of(c) for c in (8, 23, 24, 71, 72)] == [0, 0, 1, 1, 2]
-    for level in range(30):
+    assert [level_of(c) for c in (8, 11, 12, 17, 18, 26, 27)] == [0, 0, 1, 1, 2, 2, 3]
+    for level in range(200):
         assert level_of(level_floor(level)) == level == level_of(level_cap(level))
-        assert level_cap(level) + 1 == level_floor(level + 1) == 3 * level_floor(level)
-    assert level_of(10**38) is not None
+        assert level_cap(level) + 1 == level_floor(level + 1) == level_floor(level) * 3 // 2
+        assert 2 * level_cap(level) < 3 * level_floor(level)  # a record bounds its count within a factor of 1.5
+    assert level_of(10**38 - 1) < 1000  # three digits in the sort key hold every level of a DynamoDB number
 
 
 @pytest.mark.parametrize(
     ("after", "added", "level"),
-    [(7, 7, None), (8, 8, 0), (8, 1, 0), (9, 1, None), (30, 10, 1), (100, 90, 2), (100, 5, None), (216, 1, 3)],
+    [(7, 7, None), (8, 8, 0), (8, 1, 0), (9, 1, None), (30, 10, 3), (100, 90, 6), (100, 5, None), (202, 1, 8), (203, 1, None)],
 )
 def test_an_update_records_the_level_it_carried_its_item_into_once(after, added, level):
     assert crossed_level(after, added) == level
@@ -56,7 +57,7 @@ def test_a_rank_record_names_its_day_level_hour_lane_and_counter_and_lives_as_lo
     item = rank_item("views/p#1", hour, 3, 4, settings)
     assert item == {
         "pk": {"S": "#ranks#2026-11-23"},
-        "sk": {"S": "04#13#03#views/p#1"},
+        "sk": {"S": "004#13#03#views/p#1"},
         "ttl": {"N": str(hour.ttl_seconds(settings))},
     }
     assert rank_partition(DAY) == "#ranks#2026-11-23"
@@ -95,6 +96,7 @@ class World:
                         total += count if hour in full else rng.randint(0, count)
             self.total[name] = total
             self.previous[name] = int(rng.expovariate(1 / (weight * 30)))
+        self.listings = 0  # ListNames steps driven
         self.records: list[RankRecord] = []
         for (name, hour, lane), count in self.items.items():
             level = level_of(count)
@@ -123,6 +125,7 @@ class World:
                     reply = {c: (self.total[c], self.previous[c]) if rising else self.total[c] for c in step.counters}
                 else:
                     assert isinstance(step, ListNames)
+                    self.listings += 1
                     names = sorted({name for (name, _, _) in self.items if name.startswith(prefix)})
                     reply = (names[: step.limit], len(names) > step.limit)
         except StopIteration as done:
@@ -163,16 +166,21 @@ def check(world: World, prefix: str, n: int, rising: bool, budget: TopBudget = T
     skew=st.sampled_from([0.6, 1.0, 2.0, 8.0]),
     prefix=st.sampled_from(["", "views/", "views/x", "jobs/", "nothing/"]),
     rising=st.booleans(),
-    small_budget=st.booleans(),
+    budget=st.sampled_from(
+        [
+            TopBudget(),
+            TopBudget(rank_pages=1, first_page=4, counted=3, directory_names=5),
+            TopBudget(rank_records=10, first_page=3, counted=0, directory_names=0),
+        ]
+    ),
 )
 def test_an_exact_top_is_brute_force_and_an_inexact_one_keeps_every_counter_above_its_bound(
-    seed, counters, n, lanes, start_hour, hours, partial, skew, prefix, rising, small_budget
+    seed, counters, n, lanes, start_hour, hours, partial, skew, prefix, rising, budget
 ):
     rng = random.Random(seed)
     window = list(range(H0 + start_hour, H0 + start_hour + hours))
     full = set(window[1:-1] if partial else window)
     world = World(rng, counters, window, full, lanes, skew)
-    budget = TopBudget(rank_pages=1, first_page=4, counted=3, directory_names=5) if small_budget else TopBudget()
     check(world, prefix, n, rising, budget)
 
 
@@ -194,6 +202,21 @@ def test_a_flat_prefix_of_many_counters_below_the_floor_is_inexact_with_the_floo
     world.total = {c: sum(1 for (name, _, _) in world.items if name == c) for c in world.total}
     result = check(world, "", 5, False, TopBudget(directory_names=100))
     assert not result.exact and result.bound == 4 * (RANK_FLOOR - 1)
+
+
+def test_a_flat_prefix_reads_its_records_budget_counts_only_the_n_it_lists_and_lists_no_directory():
+    rng = random.Random(11)
+    hours = list(range(H0, H0 + 6))
+    world = World(rng, 600, hours, set(hours), 1, 50.0)
+    for key in world.items:
+        world.items[key] = 100 + rng.randrange(30)  # every item on level 6 (90 to 134)
+    world.records = [RankRecord(name, hour, lane, level_of(count)) for (name, hour, lane), count in world.items.items()]
+    world.total = {c: sum(v for (name, _, _), v in world.items.items() if name == c) for c in world.total}
+    budget = TopBudget(rank_records=700, directory_names=250)
+    result = check(world, "", 10, False, budget)
+    # More contenders than the room left to count: only the 10 listed are counted; more names than a
+    # prefix counted whole has were seen in the records, so no directory listing either.
+    assert not result.exact and result.rank_records == 700 and result.counted == 10 and world.listings == 0
 
 
 def test_a_prefix_with_few_counters_is_counted_whole_and_exact_even_below_the_floor():

@@ -1,20 +1,25 @@
 """The ranking index, and the certified top N of a prefix over a window read from it. No I/O.
 
 **What is written.** An hour item's count, once it reaches ``RANK_FLOOR``,
-has a *level*: level k holds the counts from ``floor(k) = 8 * 3**k`` to
-``cap(k) = floor(k + 1) - 1``. Whenever a commit's update carries an hour
+has a *level*: level k holds the counts from ``floor(k)`` to
+``cap(k) = floor(k + 1) - 1``, where ``floor(0) = 8`` and each floor is half as
+much again as the last, rounded down (8, 12, 18, 27, 40, 60, ...): a level
+spans at most 1.5 times its floor, so a record bounds its item's count
+within a factor of 1.5. Whenever a commit's update carries an hour
 item (one lane of an hour bucket) into a higher level, the writer puts a rank
 record of that level, learned from the count the update returns:
 
-    pk = "#ranks#2026-11-23"    sk = "<level>#<hour of day>#<lane>#<counter>"    ttl = the hour item's
+    pk = "#ranks#2026-11-23"    sk = "<level, 3 digits>#<hour of day>#<lane>#<counter>"    ttl = the hour item's
 
 Records are only ever added, and a put of the same record changes nothing: an
 item's highest record is its level, so a retry, a redelivery or a racing shard
 can neither lose a level nor count one twice (levels are read from counts, not
 added up). A retry cannot tell whether its lost first try crossed a level, so
-an item found already applied puts the record of its level again. Levels grow
-threefold, so an hour item gets a handful of records in its hour, whatever the
-number of writers: the update that crosses a level is one update.
+an item found already applied puts the record of its level again. An hour
+item gets at most one record per update, and no more than its levels: a
+commit a minute brings the hottest about a dozen in its hour (its count grows
+60-fold from its first minute, log1.5(60) = 10 levels), whatever the number of
+writers: the update that crosses a level is one update.
 
 **Invariant** (once the segments in flight are applied): every hour item with a
 count of at least ``RANK_FLOOR`` has a record of exactly its level; every
@@ -45,13 +50,25 @@ from tally.core.buckets import Bucket
 from tally.core.directory import RESERVED_PREFIX
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
+from tally.core.windows import Window
 
 RANK_PREFIX = "#ranks#"
 # The smallest count an hour item is ranked from: items below it are never written, and bound as < RANK_FLOOR.
 RANK_FLOOR = 8
-# Each level spans three times the last: an item gets at most log3(count / 8) + 1 records in its hour.
-RANK_GROWTH = 3
-_FLOORS = [RANK_FLOOR * RANK_GROWTH**k for k in range(80)]  # past any count DynamoDB can hold (10^38)
+# Each level's floor is 3/2 of the last (rounded down): a record bounds its count within a factor of 1.5, so a
+# top N counts few candidates besides its N, and an item gets at most log1.5(count / 8) + 1 records in its hour.
+RANK_GROWTH = (3, 2)
+
+
+def _floors() -> list[int]:
+    """Every level's floor, up to past any count DynamoDB can hold (38 digits): 8, 12, 18, 27, 40, ..."""
+    floors = [RANK_FLOOR]
+    while floors[-1] < 10**39:
+        floors.append(floors[-1] * RANK_GROWTH[0] // RANK_GROWTH[1])
+    return floors
+
+
+_FLOORS = _floors()  # over 200 levels: three digits in a record's sort key keep them in order
 MAX_TOP = 1_000
 
 
@@ -94,7 +111,7 @@ def rank_item(counter: str, hour: Bucket, lane: int, level: int, settings: Setti
     hour_of_day = hour.index % 24
     return {
         COUNTS_TABLE.partition_key: {"S": rank_partition(hour.start_ms // DAY_MS)},
-        COUNTS_TABLE.sort_key: {"S": f"{level:02d}#{hour_of_day:02d}#{lane:02d}#{counter}"},
+        COUNTS_TABLE.sort_key: {"S": f"{level:03d}#{hour_of_day:02d}#{lane:02d}#{counter}"},
         TTL_ATTRIBUTE: {"N": str(hour.ttl_seconds(settings))},
     }
 
@@ -107,6 +124,19 @@ def window_hours(first_minute: int, last_minute: int, now_ms: int, settings: Set
     hours = list(range(first_minute // 60, last + 1)) if last_minute >= first_minute else []
     full = {hour for hour in hours if first_minute <= hour * 60 and hour * 60 + 59 <= last_minute}
     return hours, full
+
+
+def whole_hours(window: Window) -> Window:
+    """The window a top list answers: whole hours, as many as ``window`` spans (rounded up), ending with the hour
+    of its last minute (the current hour, counted so far, for a window ending now).
+
+    A whole hour is one key a counter and a record of its level bounds it from
+    both sides; a partly covered hour is up to 59 minute keys, and bounds it
+    from above only. So a 24 h top counts 24 keys a counter instead of up to 83.
+    """
+    hours = -(-window.minutes // 60)
+    last = window.last_minute - window.last_minute % 60 + 59
+    return Window(last + 1 - 60 * hours, last)
 
 
 def is_ranked(counter: str) -> bool:
@@ -189,12 +219,19 @@ class TopResult:
 
 @dataclass(frozen=True)
 class TopBudget:
-    """How far a top N may read before it answers with a bound instead."""
+    """How far a top N may read before it answers with a bound instead.
 
-    rank_pages: int = 16
+    A skewed prefix certifies its top 10 within the first two pages of each
+    day and a dozen counters counted (``bench/top.py``); a flat one never
+    certifies, so what it may read is kept near that: about 8,000 records
+    (half a megabyte) and the N counters it lists.
+    """
+
+    rank_pages: int = 16  # pages of one day's records
+    rank_records: int = 8_192  # records of every day together
     first_page: int = 256
     largest_page: int = 4_096
-    counted: int = 200  # counters counted exactly, besides the directory's
+    counted: int = 40  # counters counted exactly, besides the directory's
     directory_names: int = 250  # a prefix with at most this many names on the window's days is counted whole
 
     def counting(self, n: int) -> int:
@@ -302,10 +339,10 @@ def top_steps(
         # Read until no unseen counter can reach the n-th lower bound, or there is nothing left to read.
         while not settled(threshold()):
             readable = [p for p in partitions.values() if not p.exhausted and p.pages < budget.rank_pages]
-            if not readable or sum(p.pages for p in partitions.values()) >= budget.rank_pages * len(partitions):
+            if not readable or records >= budget.rank_records:
                 break
             partition = max(readable, key=lambda p: (p.frontier is None, p.frontier or 0))
-            size = min(budget.largest_page, budget.first_page * 4**partition.pages)
+            size = min(budget.largest_page, budget.first_page * 4**partition.pages, budget.rank_records - records)
             page = yield ReadRanks(partition.name, partition.start_key, size)
             found, next_key = page  # type: ignore[misc]
             partition.pages += 1
@@ -319,10 +356,13 @@ def top_steps(
                 candidate.levels[key] = max(candidate.levels.get(key, -1), record.level)
             partition.start_key = next_key
             partition.exhausted = next_key is None
-        # Count the likeliest n (the n largest lower bounds), then whoever could still beat or tie the n-th.
+        # Count the likeliest n (the n largest lower bounds), then whoever could still beat or tie the n-th:
+        # all of them, or, when they outnumber the room left, none (a flat prefix: the answer stays uncertified
+        # rather than spend the budget on a part of them).
         likeliest = sorted(candidates, key=lambda name: (-lower(candidates[name]), name))[:n]
         first = [name for name in likeliest if candidates[name].exact is None]
         yield from count(first[: max(0, limit_counted - counted)])
+        crowded = False
         while True:
             tau = threshold()
             contenders = sorted(
@@ -331,16 +371,19 @@ def top_steps(
                 if candidate.exact is None and ((bound := upper(candidate)) is None or bound >= max(tau, 1))
             )
             room = limit_counted - counted
-            if not contenders or room <= 0:
+            crowded = len(contenders) > room
+            if not contenders or crowded:
                 break
-            yield from count(contenders[:room])
-        more_to_read = any(not p.exhausted and p.pages < budget.rank_pages for p in partitions.values())
-        if settled(threshold()) or not more_to_read or counted >= limit_counted:
-            break
+            yield from count(contenders)
+        more_to_read = records < budget.rank_records and any(
+            not p.exhausted and p.pages < budget.rank_pages for p in partitions.values()
+        )
+        if settled(threshold()) or not more_to_read:
+            break  # else read on: lower levels bring the contenders' bounds down
 
     result = _answer(candidates, n, unseen_bound(), upper, records, counted)
-    if result.exact or budget.directory_names <= 0:
-        return result
+    if result.exact or budget.directory_names <= 0 or len(candidates) > budget.directory_names:
+        return result  # the records alone name more counters than a prefix counted whole may have
     # A prefix with few names on the window's days: count all of them, and the answer is exact.
     names = yield ListNames(budget.directory_names)
     listed, more = names  # type: ignore[misc]
