@@ -10,7 +10,8 @@ The scale model (1 to 1,000 shards, minutes of simulated traffic, about ten
 minutes) is not part of a plain run: ``python -m bench scale`` (``make
 bench-scale``) runs it, and its figures join the same file(s); the targets it
 judges are reported from the figures there, marked missing until it has run.
-``python -m bench scale`` runs the scale model alone,
+``python -m bench scale`` runs the scale model alone (``python -m bench
+day-boundary`` only its windows across a UTC midnight, about five minutes),
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
@@ -485,13 +486,15 @@ def report_day_boundary(out: Console, results: dict[str, Any]) -> None:
         return
     table = Table(title="Scale: two windows before a UTC midnight and two after, the counter directory written "
                         "(5 events/s per shard; puts per window)")
-    for column in ("counters", "shards", "directory", "lanes", "counters after midnight", "directory puts",
-                   "throttled puts", "directory WCU/day", "p99 s before", "p99 s after", "failed invocations"):
+    for column in ("counters", "shards", "directory", "lanes", "counters after midnight",
+                   "previous release's puts then", "directory puts", "throttled puts", "directory WCU/day",
+                   "p99 s before", "p99 s after", "failed invocations"):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
             f"{row['counters']:,}", f"{row['shards']:,}", row["directory"], str(row["bucket_lanes"]),
             f"{row['counters_in_first_window_after_midnight']:,}",
+            f"{row['previous_release_puts_first_window_after_midnight']:,}",
             " / ".join(f"{n:,}" for n in row["directory_puts_by_window"]), f"{row['directory_puts_throttled']:,}",
             f"{row['directory_write_units_per_day']:,}", str(row["p99_commit_seconds_before_midnight"]),
             str(row["p99_commit_seconds_after_midnight"]), f"{row['failed_invocations']:,}",

@@ -32,6 +32,21 @@ and merges again; a write beyond an item's or a partition's write units is
 throttled. A sketch write costs one unit per started KB (plain, not
 transactional), a failed condition too.
 
+With a counter directory, each segment's commit is followed by the
+directory entries it calls for (``DirectoryWrites``, as
+``CounterDirectory.record``): BatchWriteItem puts of 25, a put beyond its
+partition's write units left unprocessed and sent again with the plain
+backoff, a function remembering what it put. ``day_boundary_results`` runs
+windows on both sides of a UTC midnight, this release's directory beside the
+previous release's.
+
+With an above alert, each commit is followed by its evaluation
+(``alert_steps``, as ``Watcher.after_commit``): the states and the windows of
+the alerted counters the segment wrote, read one request of 100 keys after
+the other, then one conditional state change per crossing and its
+PutEvents. ``alert_latency_results`` times each alert from the arrival of
+the event that crossed its threshold.
+
 An event queue (heapq) orders every step; no wall-clock time passes, so a
 thousand shards take seconds. Every run checks exactness: the bucket counts
 the model stored equal the events it generated, and every bucket's sketch
