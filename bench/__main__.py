@@ -11,7 +11,8 @@ minutes) is not part of a plain run: ``python -m bench scale`` (``make
 bench-scale``) runs it, and its figures join the same file(s); the targets it
 judges are reported from the figures there, marked missing until it has run.
 ``python -m bench scale`` runs the scale model alone (``python -m bench
-day-boundary`` only its windows across a UTC midnight, about five minutes),
+day-boundary`` only its windows across a UTC midnight, ``python -m bench
+alert-latency`` only its alert timing),
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
@@ -264,6 +265,10 @@ def day_boundary_results() -> dict[str, Any]:
     return scale.day_boundary_results()
 
 
+def alert_latency_results() -> dict[str, Any]:
+    return scale.alert_latency_results()
+
+
 def read_api_results() -> dict[str, Any]:
     return {"read_api_loopback": read_api.measure()}
 
@@ -271,6 +276,7 @@ def read_api_results() -> dict[str, Any]:
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
          "day-boundary": (day_boundary_results, lambda out, results: report_day_boundary(out, results)),
+         "alert-latency": (alert_latency_results, lambda out, results: report_alert_latency(out, results)),
          "reads": (read_results, lambda out, results: report_reads(out, results)),
          "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
          "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),

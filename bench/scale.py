@@ -1254,12 +1254,12 @@ def day_boundary_results(legacy_shards: Sequence[int] = (100,)) -> dict[str, Any
     """This release's directory at every shard count and both counts of counters; the previous release's
     beside it at ``legacy_shards`` (at 1,000 shards its invocations fail and retry for minutes, each retry
     sending its whole window again: too long to simulate; its rows say what it would put)."""
-    rows = [
-        day_boundary_row(shards, mix, design)
-        for mix in DAY_BOUNDARY_MIXES
-        for shards in DAY_BOUNDARY_SHARDS
-        for design in (SPREAD_DIRECTORY, *((LEGACY_DIRECTORY,) if shards in legacy_shards else ()))
-    ]
+    rows = []
+    for mix in DAY_BOUNDARY_MIXES:
+        for shards in DAY_BOUNDARY_SHARDS:
+            for design in (SPREAD_DIRECTORY, *((LEGACY_DIRECTORY,) if shards in legacy_shards else ())):
+                rows.append(day_boundary_row(shards, mix, design))
+            folded.cache_clear()  # a million counters' windows at 1,000 shards weigh gigabytes: one at a time
     return {"scale_day_boundary": rows}
 
 
