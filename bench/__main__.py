@@ -10,7 +10,9 @@ The scale model (1 to 1,000 shards, minutes of simulated traffic, about ten
 minutes) is not part of a plain run: ``python -m bench scale`` (``make
 bench-scale``) runs it, and its figures join the same file(s); the targets it
 judges are reported from the figures there, marked missing until it has run.
-``python -m bench scale`` runs the scale model alone,
+``python -m bench scale`` runs the scale model alone (``python -m bench
+day-boundary`` only its windows across a UTC midnight, ``python -m bench
+alert-latency`` only its alert timing),
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
@@ -170,11 +172,28 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             for entry in fixed_1000
         ),
     ]
+    midnight_1000 = [
+        entry for entry in results.get("scale_day_boundary", [])
+        if entry["shards"] == 1000 and entry["directory"] == scale.SPREAD_DIRECTORY
+    ]
+    rows += [
+        row
+        for entry in midnight_1000
+        for row in (
+            (f"1,000 shards across midnight, {entry['counters']:,} counters: failed invocations", "0",
+             entry["failed_invocations"], lambda v: v == 0),
+            (f"1,000 shards across midnight, {entry['counters']:,} counters: p99 window end to committed (s)",
+             "<= 10", entry["p99_commit_seconds"], lambda v: v <= 10),
+        )
+    ]
     judged = [{"target": name, "wanted": wanted, "figure": figure, "met": bool(check(figure))} for name, wanted, figure, check in rows]
     if not fixed_1000:
         judged.append({"target": "1,000 shards, fixed rate (make bench-scale)", "wanted": "run", "figure": None, "met": False})
     if not top_zipf or not top_writes:
         judged.append({"target": "top N (python -m bench top)", "wanted": "run", "figure": None, "met": False})
+    if not midnight_1000:
+        judged.append({"target": "1,000 shards across midnight (make bench-scale)", "wanted": "run", "figure": None,
+                       "met": False})
     return judged
 
 
@@ -273,7 +292,21 @@ def top_results() -> dict[str, Any]:
 
 
 def scale_results() -> dict[str, Any]:
-    return {"scale_model": scale.model_description(), **scale.results(), **scale.distinct_results()}
+    return {
+        "scale_model": scale.model_description(),
+        **scale.results(),
+        **scale.distinct_results(),
+        **scale.day_boundary_results(),
+        **scale.alert_latency_results(),
+    }
+
+
+def day_boundary_results() -> dict[str, Any]:
+    return scale.day_boundary_results()
+
+
+def alert_latency_results() -> dict[str, Any]:
+    return scale.alert_latency_results()
 
 
 def read_api_results() -> dict[str, Any]:
@@ -282,6 +315,8 @@ def read_api_results() -> dict[str, Any]:
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
+         "day-boundary": (day_boundary_results, lambda out, results: report_day_boundary(out, results)),
+         "alert-latency": (alert_latency_results, lambda out, results: report_alert_latency(out, results)),
          "reads": (read_results, lambda out, results: report_reads(out, results)),
          "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
          "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),
@@ -491,6 +526,43 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       f"{entry['dedup_over_tally']}x", f"{entry['largest_item_bytes']:,}",
                       str(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
     out.print(table)
+    report_day_boundary(out, results)
+    report_alert_latency(out, results)
+
+
+def report_day_boundary(out: Console, results: dict[str, Any]) -> None:
+    rows = results.get("scale_day_boundary")
+    if not rows:
+        return
+    table = Table(title="Scale: two windows before a UTC midnight and two after, the counter directory written "
+                        "(5 events/s per shard; puts per window)")
+    for column in ("counters", "shards", "directory", "lanes", "counters after midnight",
+                   "previous release's puts then", "directory puts", "throttled puts", "directory WCU/day",
+                   "p99 s before", "p99 s after", "failed invocations"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            f"{row['counters']:,}", f"{row['shards']:,}", row["directory"], str(row["bucket_lanes"]),
+            f"{row['counters_in_first_window_after_midnight']:,}",
+            f"{row['previous_release_puts_first_window_after_midnight']:,}",
+            " / ".join(f"{n:,}" for n in row["directory_puts_by_window"]), f"{row['directory_puts_throttled']:,}",
+            f"{row['directory_write_units_per_day']:,}", str(row["p99_commit_seconds_before_midnight"]),
+            str(row["p99_commit_seconds_after_midnight"]), f"{row['failed_invocations']:,}",
+        )
+    out.print(table)
+
+
+def report_alert_latency(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("scale_alert_latency")
+    if not figures:
+        return
+    out.print(
+        f"Scale: an above alert ({figures['alert_window']} window, above {figures['alert_above']:,}) on "
+        f"{figures['alerted_counters']} counters at {figures['shards']:,} shards: {figures['alerts_put']} alerts, "
+        f"event arrival to alert put p50 {figures['p50_arrival_to_alert_seconds']} s, "
+        f"p99 {figures['p99_arrival_to_alert_seconds']} s (window end to committed p99 {figures['p99_commit_seconds']} s, "
+        f"{figures['failed_invocations']} failed invocations)"
+    )
 
 
 def report_alerts(out: Console, results: dict[str, Any]) -> None:
