@@ -92,7 +92,8 @@ docs: $(DEV_STAMP)
 bench: $(DEMO_STAMP)
 	$(BIN)/python -m bench $(if $(PUBLISH),--publish)
 
-# The scale model (1 to 1,000 shards), about ten minutes on 2 cores: its figures join bench/latest.json
+# The scale model (1 to 1,000 shards, and windows across a UTC midnight with up to a million counters; about a
+# quarter of an hour of CPU, several GB of memory): its figures join bench/latest.json
 # (and bench/results.json with PUBLISH=1) beside make bench's.
 bench-scale: $(DEMO_STAMP)
 	$(BIN)/python -m bench scale $(if $(PUBLISH),--publish)

@@ -10,13 +10,17 @@ The scale model (1 to 1,000 shards, minutes of simulated traffic, about ten
 minutes) is not part of a plain run: ``python -m bench scale`` (``make
 bench-scale``) runs it, and its figures join the same file(s); the targets it
 judges are reported from the figures there, marked missing until it has run.
-``python -m bench scale`` runs the scale model alone,
+``python -m bench scale`` runs the scale model alone (``python -m bench
+day-boundary`` only its windows across a UTC midnight, ``python -m bench
+alert-latency`` only its alert timing),
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
 distinct rule beside the same counts without it (about a minute), and
 ``python -m bench reads`` the read cost of every plan (about two minutes), and
-``python -m bench alerts`` what alerts add to the write path (seconds); each
+``python -m bench alerts`` what alerts add to the write path (seconds), and
+``python -m bench top`` what a top N costs to read over 10^4 to 10^6 modeled
+counters and what its rank records add to the writes (about a minute); each
 replaces only its own figures in the file(s) it writes, and the targets.
 """
 
@@ -35,7 +39,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import aggregates, alerts, latency, read_api, reads, scale, speed, workloads, writes
+from bench import aggregates, alerts, latency, read_api, reads, scale, speed, top, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
@@ -100,7 +104,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     keys = results["reads"]["batch_keys_ending_now"]
     cpu = results["cpu"]["parse_and_fold_records_per_second"]
     fixed_1000 = [entry for entry in results.get("scale_fixed_rate", []) if entry["shards"] == 1000]
-    over_floor = [(w["workload"], w["ratios"]["tally_units_over_floor_units"]) for w in results["writes"] if w is not mock]
+    # The counting itself and its directory; rank records (a top N's) are judged on their own below.
+    over_floor = [
+        (w["workload"], w["ratios"].get("tally_units_without_ranks_over_floor_units", w["ratios"]["tally_units_over_floor_units"]))
+        for w in results["writes"]
+        if w is not mock
+    ]
+    top_rows = {(row["counters"], row["distribution"]): row for row in results.get("top", {}).get("rows", [])}
+    top_zipf = top_rows.get((1_000_000, "zipf"))
+    top_writes = results.get("top_writes")
     rows = [
         ("steady: origin WCU / tally WCU", ">= 25", steady["ratios"]["origin_units_over_tally_units"], lambda v: v >= 25),
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
@@ -114,8 +126,29 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         ("hot: busiest item writes per window", "<= 1", hot["tally"]["busiest_item_writes_per_window"], lambda v: v <= 1),
         *(
-            (f"{name}: tally WCU / floor WCU", "<= 1.15", ratio, lambda v: v <= 1.15)
+            (f"{name}: tally WCU without rank records / floor WCU", "<= 1.15", ratio, lambda v: v <= 1.15)
             for name, ratio in over_floor
+        ),
+        *(
+            (
+                ("24 h top-10 of 10^6 Zipf counters: read units (eventual)", "<= 200", top_zipf["read_units"], lambda v: v <= 200),
+                ("24 h top-10 of 10^6 Zipf counters: requests", "<= 10", top_zipf["requests"], lambda v: v <= 10),
+                ("24 h top-10 of 10^6 Zipf counters: exact (1 = yes)", "1", int(top_zipf["exact"]), lambda v: v == 1),
+            )
+            if top_zipf
+            else ()
+        ),
+        *(
+            (
+                (
+                    "fan-out + per-page rule: rank records and directory WCU / floor WCU",
+                    "<= 0.25",
+                    top_writes["ratios"]["ranks_and_directory_over_floor"],
+                    lambda v: v <= 0.25,
+                ),
+            )
+            if top_writes
+            else ()
         ),
         ("origin's mock: origin WCU / tally WCU", ">= 1.1", mock["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1.1),
         *(
@@ -139,9 +172,28 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             for entry in fixed_1000
         ),
     ]
+    midnight_1000 = [
+        entry for entry in results.get("scale_day_boundary", [])
+        if entry["shards"] == 1000 and entry["directory"] == scale.SPREAD_DIRECTORY
+    ]
+    rows += [
+        row
+        for entry in midnight_1000
+        for row in (
+            (f"1,000 shards across midnight, {entry['counters']:,} counters: failed invocations", "0",
+             entry["failed_invocations"], lambda v: v == 0),
+            (f"1,000 shards across midnight, {entry['counters']:,} counters: p99 window end to committed (s)",
+             "<= 10", entry["p99_commit_seconds"], lambda v: v <= 10),
+        )
+    ]
     judged = [{"target": name, "wanted": wanted, "figure": figure, "met": bool(check(figure))} for name, wanted, figure, check in rows]
     if not fixed_1000:
         judged.append({"target": "1,000 shards, fixed rate (make bench-scale)", "wanted": "run", "figure": None, "met": False})
+    if not top_zipf or not top_writes:
+        judged.append({"target": "top N (python -m bench top)", "wanted": "run", "figure": None, "met": False})
+    if not midnight_1000:
+        judged.append({"target": "1,000 shards across midnight (make bench-scale)", "wanted": "run", "figure": None,
+                       "met": False})
     return judged
 
 
@@ -171,6 +223,7 @@ def run() -> dict[str, Any]:
     results.update(timed("distinct rule", distinct_results))
     results.update(timed("reads", read_results))
     results.update(timed("alerts", alert_results))
+    results.update(timed("top N", top_results))
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
@@ -232,8 +285,28 @@ def alert_results() -> dict[str, Any]:
     return {"alerts": alerts.costs()}
 
 
+def top_results() -> dict[str, Any]:
+    """A 24 h top-10's reads over 10^4 to 10^6 modeled counters, and the writes its rank records add."""
+    settings, config, _ = deployment()
+    return {"top": top.costs(settings), "top_writes": top.write_costs(settings, config)}
+
+
 def scale_results() -> dict[str, Any]:
-    return {"scale_model": scale.model_description(), **scale.results(), **scale.distinct_results()}
+    return {
+        "scale_model": scale.model_description(),
+        **scale.results(),
+        **scale.distinct_results(),
+        **scale.day_boundary_results(),
+        **scale.alert_latency_results(),
+    }
+
+
+def day_boundary_results() -> dict[str, Any]:
+    return scale.day_boundary_results()
+
+
+def alert_latency_results() -> dict[str, Any]:
+    return scale.alert_latency_results()
 
 
 def read_api_results() -> dict[str, Any]:
@@ -242,11 +315,14 @@ def read_api_results() -> dict[str, Any]:
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
+         "day-boundary": (day_boundary_results, lambda out, results: report_day_boundary(out, results)),
+         "alert-latency": (alert_latency_results, lambda out, results: report_alert_latency(out, results)),
          "reads": (read_results, lambda out, results: report_reads(out, results)),
          "read-api": (read_api_results, lambda out, results: report_read_api(out, results)),
          "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),
          "distinct": (distinct_results, lambda out, results: report_distinct(out, results)),
-         "alerts": (alert_results, lambda out, results: report_alerts(out, results))}
+         "alerts": (alert_results, lambda out, results: report_alerts(out, results)),
+         "top": (top_results, lambda out, results: report_top(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -260,7 +336,8 @@ def report(results: dict[str, Any]) -> None:
 
     table = Table(title="Write cost per 1,000 events (WCU)")
     for column in ("workload", "events", "origin", "dedup", "tally", "floor", "tally/floor", "origin/tally",
-                   "dedup/tally", "directory WCU (share of tally)", "busiest item writes/s: origin -> tally"):
+                   "dedup/tally", "directory WCU (share of tally)", "rank records WCU (share of floor)",
+                   "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
@@ -270,6 +347,7 @@ def report(results: dict[str, Any]) -> None:
             f"{w['ratios']['tally_units_over_floor_units']}x", f"{w['ratios']['origin_units_over_tally_units']:,}x",
             f"{w['ratios']['dedup_units_over_tally_units']:,}x",
             f"{w['tally']['directory_write_units']:,} (+{w['ratios']['directory_units_over_counting_units']:.1%})",
+            f"{w['tally'].get('rank_write_units', 0):,} (+{w['ratios'].get('rank_units_over_floor_units', 0):.1%})",
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
@@ -293,6 +371,7 @@ def report(results: dict[str, Any]) -> None:
 
     report_reads(out, results)
     report_alerts(out, results)
+    report_top(out, results)
 
     table = Table(title="Speed")
     for column in ("measure", "tally", "origin", "origin/tally"):
@@ -447,6 +526,43 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       f"{entry['dedup_over_tally']}x", f"{entry['largest_item_bytes']:,}",
                       str(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
     out.print(table)
+    report_day_boundary(out, results)
+    report_alert_latency(out, results)
+
+
+def report_day_boundary(out: Console, results: dict[str, Any]) -> None:
+    rows = results.get("scale_day_boundary")
+    if not rows:
+        return
+    table = Table(title="Scale: two windows before a UTC midnight and two after, the counter directory written "
+                        "(5 events/s per shard; puts per window)")
+    for column in ("counters", "shards", "directory", "lanes", "counters after midnight",
+                   "previous release's puts then", "directory puts", "throttled puts", "directory WCU/day",
+                   "p99 s before", "p99 s after", "failed invocations"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            f"{row['counters']:,}", f"{row['shards']:,}", row["directory"], str(row["bucket_lanes"]),
+            f"{row['counters_in_first_window_after_midnight']:,}",
+            f"{row['previous_release_puts_first_window_after_midnight']:,}",
+            " / ".join(f"{n:,}" for n in row["directory_puts_by_window"]), f"{row['directory_puts_throttled']:,}",
+            f"{row['directory_write_units_per_day']:,}", str(row["p99_commit_seconds_before_midnight"]),
+            str(row["p99_commit_seconds_after_midnight"]), f"{row['failed_invocations']:,}",
+        )
+    out.print(table)
+
+
+def report_alert_latency(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("scale_alert_latency")
+    if not figures:
+        return
+    out.print(
+        f"Scale: an above alert ({figures['alert_window']} window, above {figures['alert_above']:,}) on "
+        f"{figures['alerted_counters']} counters at {figures['shards']:,} shards: {figures['alerts_put']} alerts, "
+        f"event arrival to alert put p50 {figures['p50_arrival_to_alert_seconds']} s, "
+        f"p99 {figures['p99_arrival_to_alert_seconds']} s (window end to committed p99 {figures['p99_commit_seconds']} s, "
+        f"{figures['failed_invocations']} failed invocations)"
+    )
 
 
 def report_alerts(out: Console, results: dict[str, Any]) -> None:
@@ -466,6 +582,33 @@ def report_alerts(out: Console, results: dict[str, Any]) -> None:
             f"{row['put_events_requests_per_1000_events']:,}",
         )
     out.print(table)
+
+
+def report_top(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("top")
+    if not figures:
+        return
+    table = Table(title=f"A 24 h top-10 over modeled counters ({figures['events_per_second']:,} events/s in all), "
+                        "the real Reader.top, eventually consistent")
+    for column in ("counters", "distribution", "hours answered", "read units", "requests", "exact", "bound",
+                   "rank records read", "counted", "10th total"):
+        table.add_column(column, justify="right")
+    for row in figures["rows"]:
+        table.add_row(
+            f"{row['counters']:,}", row["distribution"], f"{row['answered_hours']:g}", f"{row['read_units']:g}",
+            str(row["requests"]), "yes" if row["exact"] else "no", "" if row["bound"] is None else f"{row['bound']:,}",
+            f"{row['rank_records']:,}", str(row["counted"]), "" if row["nth_total"] is None else f"{row['nth_total']:,}",
+        )
+    out.print(table)
+    writes = results.get("top_writes")
+    if writes:
+        ratios = writes["ratios"]
+        out.print(
+            f"{writes['workload']} ({writes['description']}): floor {writes['floor_write_units']:,} WCU; buckets "
+            f"{ratios['buckets_over_floor']}x, directory +{ratios['directory_over_floor']}, rank records "
+            f"+{ratios['ranks_over_floor']} ({writes['rank_writes']:,} puts in {writes['rank_requests']:,} requests); "
+            f"in all {ratios['total_over_floor']}x the floor"
+        )
 
 
 def report_read_api(out: Console, results: dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.core.ranking import RANK_PREFIX
+
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
 # DynamoDB's ceiling for one partition, hence for one item: 1,000 write units per second.
@@ -84,9 +86,12 @@ class WriteMeter:
     item_writes: int = 0  # items written (a transaction writes several)
     units: int = 0
     failed_conditions: int = 0  # conditional writes refused (charged, not written)
-    batch_requests: int = 0  # BatchWriteItem calls: the counter directory's puts
+    batch_requests: int = 0  # BatchWriteItem calls: the counter directory's and the rank records' puts
     batch_item_writes: int = 0  # items they put (also in item_writes)
     batch_units: int = 0  # their write units (also in units)
+    rank_requests: int = 0  # of those, the calls putting rank records (a commit's; the rest are the directory's)
+    rank_item_writes: int = 0
+    rank_units: int = 0
     sketch_writes: int = 0  # conditional writes of merged sketches (also in requests and item_writes)
     sketch_units: int = 0  # their write units (also in units)
     read_requests: int = 0  # BatchGetItem calls: the sketches a merge starts from
@@ -149,8 +154,14 @@ class MeteredClient:
         return {}
 
     def batch_write_item(self, RequestItems: dict[str, list[dict[str, Any]]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
-        """Plain puts (the counter directory's entries), each charged as a write of its own."""
+        """Plain puts (the counter directory's entries, rank records), each charged as a write of its own."""
         self.meter.batch_requests += 1
+        ranks = any(
+            request.get("PutRequest", {}).get("Item", {}).get(self.key_attributes[0], {}).get("S", "").startswith(RANK_PREFIX)
+            for requests in RequestItems.values()
+            for request in requests
+        )
+        self.meter.rank_requests += ranks
         for requests in RequestItems.values():
             for request in requests:
                 [(kind, body)] = request.items()
@@ -160,6 +171,9 @@ class MeteredClient:
                 self._write(body["Item"], dict(body["Item"]), transactional=False)
                 self.meter.batch_item_writes += 1
                 self.meter.batch_units += self.meter.units - units
+                if body["Item"][self.key_attributes[0]]["S"].startswith(RANK_PREFIX):
+                    self.meter.rank_item_writes += 1
+                    self.meter.rank_units += self.meter.units - units
         if self.forward_to is not None:
             return self.forward_to.batch_write_item(RequestItems=RequestItems, **kwargs)
         return {}
@@ -174,9 +188,13 @@ class MeteredClient:
             self.meter.failed_conditions += 1
             error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}}
             raise ClientError({**error, "Item": dict(self.items[identity])}, "UpdateItem")
-        self._write(request["Key"], self._updated(request), transactional=False)
+        updated = self._updated(request)
+        self._write(request["Key"], updated, transactional=False)
         if self.forward_to is not None:
             return self.forward_to.update_item(**request)
+        if request.get("ReturnValues") == "UPDATED_NEW":  # what tally's commit reads: whether it made the item
+            named = set(request.get("ExpressionAttributeNames", {}).values())
+            return {"Attributes": {name: value for name, value in updated.items() if name in named}}
         return {}
 
     def batch_get_item(self, RequestItems: dict[str, dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803

@@ -32,6 +32,21 @@ and merges again; a write beyond an item's or a partition's write units is
 throttled. A sketch write costs one unit per started KB (plain, not
 transactional), a failed condition too.
 
+With a counter directory, each segment's commit is followed by the
+directory entries it calls for (``DirectoryWrites``, as
+``CounterDirectory.record``): BatchWriteItem puts of 25, a put beyond its
+partition's write units left unprocessed and sent again with the plain
+backoff, a function remembering what it put. ``day_boundary_results`` runs
+windows on both sides of a UTC midnight, this release's directory beside the
+previous release's.
+
+With an above alert, each commit is followed by its evaluation
+(``alert_steps``, as ``Watcher.after_commit``): the states and the windows of
+the alerted counters the segment wrote, read one request of 100 keys after
+the other, then one conditional state change per crossing and its
+PutEvents. ``alert_latency_results`` times each alert from the arrival of
+the event that crossed its threshold.
+
 An event queue (heapq) orders every step; no wall-clock time passes, so a
 thousand shards take seconds. Every run checks exactness: the bucket counts
 the model stored equal the events it generated, and every bucket's sketch
@@ -52,12 +67,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.cost import item_size, number_size, write_units
-from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets
+from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets, lane_sort_key
 from tally.core.commit import (
+    Answer,
+    put_steps,
     CommitResult,
     CommitStep,
     Outcome,
     Pause,
+    Put,
     RetriesExhausted,
     Send,
     Update,
@@ -72,12 +90,15 @@ from tally.core.sketch_writes import (
     WriteSketches,
     sketch_steps,
 )
+from tally.core.alerts import ABOVE, ALARM, Alert, AlertState, Crossing, commit_end_ms, crossing_of
+from tally.core.directory import DIRECTORY_PREFIX, Entry, entries_of, entry_item, legacy_partition
 from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
 from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.segments import Segment, SegmentFolder
-from tally.core.settings import MAX_BUCKET_LANES, MINUTE_MS, Settings
-from tally.dynamo import COMMIT_WORKERS
+from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, MINUTE_MS, Settings
+from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
+from tally.dynamo import COMMIT_WORKERS, DIRECTORY_MEMORY
 
 TABLE = "tally-counts"
 # Lanes bound the watermarks an item collects: one per shard that writes it.
@@ -141,6 +162,9 @@ class TableStats:
     sketch_conflicts: int = 0  # ... that found the item changed since it was read
     sketch_throttled: int = 0  # ... refused for an item's or a partition's write limit
     sketch_write_units: int = 0  # write units of sketch writes, failed conditions included
+    puts: dict[str, int] = field(default_factory=dict)  # BatchWriteItem puts written, by kind (directory, ranks)
+    put_throttled: dict[str, int] = field(default_factory=dict)  # ... left unprocessed for a partition's limit
+    put_write_units: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,9 +202,10 @@ class SimulatedTable:
         self.counting = True  # whether write units count now (set by the simulation, window by window)
         self._parsed: dict[int, tuple[Update, _Parsed]] = {}
         self.sketches: dict[Key, bytes] = {}  # sketch items' stored bytes
+        self.stored: dict[Key, dict[str, Any]] = {}  # items put: directory entries, rank records
 
-    def update(self, now: float, update: Update) -> tuple[float, Outcome]:
-        """Send one UpdateItem at ``now``: when its answer arrives, and what it is."""
+    def update(self, now: float, update: Update) -> tuple[float, Answer]:
+        """Send one UpdateItem at ``now``: when its answer arrives, and what it is (with the count it returns)."""
         stats = self.stats
         stats.updates += 1
         answer_at = now + self.latency.seconds(self.rng)
@@ -203,7 +228,7 @@ class SimulatedTable:
         item_bucket, partition_bucket = self._item_bucket(key), self._partition_bucket(key[0])
         if item_bucket.available(now) < cost or partition_bucket.available(now) < cost:
             stats.throttled += 1
-            return answer_at, Outcome.RETRY
+            return answer_at, Answer(Outcome.RETRY)
         item_bucket.take(now, cost)
         partition_bucket.take(now, cost)
         stats.write_units += cost
@@ -211,14 +236,14 @@ class SimulatedTable:
             stats.counted_write_units += cost
         if outcome is Outcome.ALREADY_APPLIED:
             stats.already_applied += 1
-            return answer_at, outcome
+            return answer_at, Answer(outcome, self.counts[key])
         self.counts[key] = self.counts.get(key, 0) + parsed.delta
         self.sizes[key] = after
         self.watermarks.setdefault(key, {})[parsed.tag] = parsed.position
         stats.applied += 1
         stats.largest_item_bytes = max(stats.largest_item_bytes, after)
         self._parsed.pop(id(update), None)
-        return answer_at, outcome
+        return answer_at, Answer(outcome, self.counts[key])
 
     def read_sketches(self, now: float, keys: Sequence[Key]) -> tuple[float, dict[Key, bytes | None]]:
         """A strongly consistent BatchGetItem of sketch items: when it answers, and what they hold now."""
@@ -261,8 +286,39 @@ class SimulatedTable:
             answer_at = max(answer_at, now + self.latency.seconds(self.rng))
         return answer_at, answers
 
+    def put(self, now: float, items: Sequence[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+        """BatchWriteItem requests of 25, one after the other: when the last answers, and the items left
+        unprocessed (a put beyond its partition's write units is, and consumes nothing)."""
+        answer_at, left = now, []
+        for start in range(0, len(items), 25):
+            for item in items[start : start + 25]:
+                key = (item["pk"]["S"], item["sk"]["S"])
+                kind = put_kind(key[0])
+                cost = write_units(item_size(item))
+                if self._partition_bucket(key[0]).available(answer_at) < cost:
+                    self.stats.put_throttled[kind] = self.stats.put_throttled.get(kind, 0) + 1
+                    left.append(item)
+                    continue
+                self._partition_bucket(key[0]).take(answer_at, cost)
+                self.stats.puts[kind] = self.stats.puts.get(kind, 0) + 1
+                self.stats.put_write_units[kind] = self.stats.put_write_units.get(kind, 0) + cost
+                self.stats.write_units += cost
+                if self.counting:
+                    self.stats.counted_write_units += cost
+                self.stored[key] = item
+            answer_at += self.latency.seconds(self.rng)
+        return answer_at, left
+
     def count(self, key: Key) -> int:
         return self.counts.get(key, 0)
+
+    def seed(self, key: Key, count: int) -> None:
+        """An item that exists before the run: its count, and its size without watermarks."""
+        if key not in self.counts:
+            self.counts[key] = count
+            self.sizes[key] = item_size(
+                {"pk": {"S": key[0]}, "sk": {"S": key[1]}, "count": {"N": str(count)}, TTL_ATTRIBUTE: {"N": "1795600000"}}
+            )
 
     def _parse(self, update: Update) -> _Parsed:
         """Read once per update, however often it is sent again (kept until applied)."""
@@ -293,6 +349,11 @@ class SimulatedTable:
         return bucket
 
 
+def put_kind(partition: str) -> str:
+    """What a put is, by its partition: a directory entry or a rank record."""
+    return "directory" if partition.startswith(DIRECTORY_PREFIX) else "ranks"
+
+
 def _sketch_item_size(key: Key, sketch: bytes) -> int:
     return item_size({"pk": {"S": key[0]}, "sk": {"S": key[1]}, "hll": {"B": sketch}, "ttl": {"N": "1795600000"}})
 
@@ -313,19 +374,25 @@ class CounterMix:
     zipf_exponent: float = 1.1
 
     def chooser(self) -> Callable[[random.Random, int], list[str]]:
-        names = [HOT_COUNTER] + [f"counter-{rank:05d}" for rank in range(1, self.tail + 1)]
-        tail_weights = [rank ** -self.zipf_exponent for rank in range(1, self.tail + 1)]
-        scale = (1 - self.hot_share) / sum(tail_weights)
-        cumulative = list(itertools.accumulate([self.hot_share] + [w * scale for w in tail_weights]))
+        cumulative = list(itertools.accumulate(self.shares()))
+        width = max(5, len(str(self.tail)))
 
         def choose(rng: random.Random, n: int) -> list[str]:
-            return rng.choices(names, cum_weights=cumulative, k=n)
+            ranks = rng.choices(range(self.tail + 1), cum_weights=cumulative, k=n)
+            return [f"counter-{rank:0{width}d}" if rank else HOT_COUNTER for rank in ranks]
 
         return choose
+
+    def shares(self) -> list[float]:
+        """Each counter's share of the events: the hot counter's, then the tail's by rank."""
+        tail_weights = [rank ** -self.zipf_exponent for rank in range(1, self.tail + 1)]
+        scale = (1 - self.hot_share) / sum(tail_weights)
+        return [self.hot_share] + [w * scale for w in tail_weights]
 
 
 DEFAULT_MIX = CounterMix("one hot counter (30 %) + Zipf tail of 10,000", hot_share=0.3, tail=10_000)
 TAIL_ONLY_MIX = CounterMix("Zipf tail of 10,000, no hot counter", hot_share=0.0, tail=10_000)
+MILLION_MIX = CounterMix("one hot counter (30 %) + Zipf tail of 1,000,000", hot_share=0.3, tail=1_000_000)
 
 
 @dataclass(frozen=True)
@@ -337,6 +404,13 @@ class Scenario:
     lateness_mean_ms: float = 500.0  # events reach the stream this long after their time, on average
     seed: int = 14
     distinct: bool = False  # a distinct rule counts the visitors of the hot counter (one of VISITORS each event)
+    start_ms: int = START_MS  # the first window's start
+    # The run starts amid a day's traffic: the first hour's hour items exist (made earlier in the hour) and every
+    # function remembers the first day's directory entries of the counters it writes.
+    warm: bool = False
+    # An above alert (``ALERT_WINDOW``) past this total on the hot counter and the tail's busiest counters
+    # (``ALERTED_TAIL``): judged after every commit that writes one of them (0: no alert).
+    alert_above: int = 0
 
 
 VISITORS = 1_000_000
@@ -352,7 +426,7 @@ def shard_windows(scenario: Scenario) -> Iterator[tuple[int, int, list[CounterEv
     per_shard_window = scenario.events_per_second * WINDOW_SECONDS / scenario.shards
     window_ms = WINDOW_SECONDS * 1000
     for window in range(scenario.windows):
-        start = START_MS + window * window_ms
+        start = scenario.start_ms + window * window_ms
         for shard in range(scenario.shards):
             n = _poisson(rng, per_shard_window)
             arrivals = sorted(start + int(rng.random() * window_ms) for _ in range(n))
@@ -395,6 +469,7 @@ class Folded:
     events_per_window: Counter[int]
     expected: Counter[Key]  # events per (counter, minute sort key)
     expected_sketches: dict[Key, Sketch]  # the distinct values of each (counter, bucket sort key)
+    arrivals: dict[str, list[int]] = field(default_factory=dict)  # the alerted counters' events' arrivals (ms)
 
 
 @functools.lru_cache(maxsize=2)
@@ -402,9 +477,12 @@ def folded(scenario: Scenario) -> Folded:
     """Every shard's windows through tally's fold, and the count each minute bucket must end with."""
     result = Folded([], Counter(), Counter(), {})
     minute_keys: dict[int, str] = {}
+    alerted = alerted_counters(scenario)
     for shard, window, events in shard_windows(scenario):
         result.events_per_window[window] += len(events)
         for event in events:
+            if event.counter in alerted:
+                result.arrivals.setdefault(event.counter, []).append(event.arrival_ms)
             minute = event.event_ms // MINUTE_MS
             key = minute_keys.get(minute)
             if key is None:
@@ -417,6 +495,87 @@ def folded(scenario: Scenario) -> Folded:
         if segments:
             result.windows.append((shard, window, segments))
     return result
+
+
+# --- alerts -------------------------------------------------------------------------------------
+
+ALERT_WINDOW = "10m"
+ALERTED_TAIL = 99  # the tail's busiest counters with the alert, beside the hot counter
+ALERT_NAME = "burst"
+# PutEvents answers after a lognormal time, median 20 ms (EventBridge's, slower than a DynamoDB write).
+PUT_EVENTS_LATENCY = Latency(update_median_seconds=0.02)
+
+
+def alerted_counters(scenario: Scenario) -> frozenset[str]:
+    if not scenario.alert_above:
+        return frozenset()
+    width = max(5, len(str(scenario.mix.tail)))
+    return frozenset([HOT_COUNTER, *(f"counter-{rank:0{width}d}" for rank in range(1, ALERTED_TAIL + 1))])
+
+
+def scenario_alert(scenario: Scenario) -> Alert:
+    return Alert(ALERT_NAME, "rule", ALERT_WINDOW, 10 * MINUTE_MS, ABOVE, scenario.alert_above, scenario.alert_above)
+
+
+@dataclass(frozen=True)
+class ReadAlertStates:
+    """A strongly consistent BatchGetItem of the alert's state items, 100 a request, one after the other;
+    the model answers {counter: AlertState}."""
+
+    counters: list[str]
+
+
+@dataclass(frozen=True)
+class ReadWindowTotals:
+    """The batch plan's read of each counter's window ending at its end (every minute, every lane: 100 keys a
+    request, one after the other); the model answers {counter: total} as the table holds them."""
+
+    ends: dict[str, int]
+    keys: int
+
+
+@dataclass(frozen=True)
+class ChangeAlertState:
+    """The conditional write of one crossing over the state read; the model answers None (made) or the
+    state as it now is."""
+
+    crossing: Crossing
+    read: AlertState
+
+
+@dataclass(frozen=True)
+class PutAlertEvents:
+    """PutEvents of the crossings made, then the write that clears each one's ``pending``."""
+
+    crossings: list[Crossing]
+
+
+AlertStep = ReadAlertStates | ReadWindowTotals | ChangeAlertState | PutAlertEvents
+
+
+def alert_steps(segment: Segment, alert: Alert, alerted: frozenset[str], lanes: int) -> Generator[AlertStep, Any, int]:
+    """``Watcher.after_commit`` for one above alert, as steps: the states of the counters the segment wrote,
+    their windows ending at the newest minute it wrote of each, and for each window past the threshold the
+    crossing's conditional write (again over what another evaluator wrote, until nothing is left to cross),
+    then its event. The number of crossings made."""
+    ends = commit_end_ms(segment.deltas, {counter for counter, _bucket in segment.deltas if counter in alerted})
+    if not ends:
+        return 0
+    states = yield ReadAlertStates(sorted(ends))
+    totals = yield ReadWindowTotals(ends, len(ends) * (alert.window_ms // MINUTE_MS) * lanes)
+    made = []
+    for counter in sorted(ends):
+        read = states[counter]
+        end = ends[counter]
+        while (crossing := crossing_of(alert, counter, read, totals[counter], end - alert.window_ms, end, True)) is not None:
+            now_held = yield ChangeAlertState(crossing, read)
+            if now_held is None:
+                made.append(crossing)
+                break
+            read = now_held
+    if made:
+        yield PutAlertEvents(made)
+    return len(made)
 
 
 def fold(events: list[CounterEvent]) -> list[Segment]:
@@ -435,7 +594,50 @@ def lanes_for(shards: int) -> int:
     return min(MAX_BUCKET_LANES, math.ceil(shards / SHARDS_PER_LANE))
 
 
-Step = CommitStep | SketchStep
+Step = CommitStep | SketchStep | AlertStep
+
+# The counter directory's designs: this release's (an entry when a commit creates an hour item, in
+# DIRECTORY_PARTITIONS partitions a day) and the previous release's (an entry per counter every function
+# writes that day, all in one partition a day).
+SPREAD_DIRECTORY = "spread"
+LEGACY_DIRECTORY = "one partition a day"
+
+
+@dataclass
+class DirectoryWrites:
+    """A warm function's directory writes after each commit (``dynamo.CounterDirectory.record``): the entries
+    it has not put yet, in BatchWriteItem requests of 25, each request's unprocessed items sent again with the
+    plain backoff (``dynamo.batch_write``), remembered once all are in."""
+
+    design: str
+    settings: Settings
+    backoff: Callable[[], Backoff] = Backoff
+    written: set[Entry] = field(default_factory=set)
+
+    def entries(self, segment: Segment, result: CommitResult) -> list[Entry]:
+        if self.design == SPREAD_DIRECTORY:
+            entries = entries_of(result.born)
+        else:
+            entries = entries_of(segment.deltas)
+        return sorted(entries - self.written)
+
+    def item(self, entry: Entry) -> dict[str, Any]:
+        if self.design == SPREAD_DIRECTORY:
+            return entry_item(entry, self.settings)
+        day, counter = entry
+        return {**entry_item(entry, self.settings), COUNTS_TABLE.partition_key: {"S": legacy_partition(day)}}
+
+    def steps(self, segment: Segment, result: CommitResult) -> Generator[Step, Any, int]:
+        new = self.entries(segment, result)
+        if not new:
+            return 0
+        items = [self.item(entry) for entry in new]
+        for start in range(0, len(items), 25):
+            yield from put_steps(items[start : start + 25], self.backoff, "directory entries")
+        if len(self.written) + len(new) > DIRECTORY_MEMORY:
+            self.written.clear()
+        self.written.update(new)
+        return len(new)
 
 
 def window_commit(
@@ -444,9 +646,11 @@ def window_commit(
     settings: Settings,
     backoff: Callable[[], Backoff],
     merge_backoff: Callable[[], Backoff] = sketch_backoff,
+    directory: DirectoryWrites | None = None,
+    alert: tuple[Alert, frozenset[str]] | None = None,
 ) -> Generator[Step, Any, CommitResult]:
-    """What the final invocation of a window does: commit its segments in order, each segment's counts and then
-    its sketches in the writer's lane (CountsTable.commit, step by step)."""
+    """What the final invocation of a window does: commit its segments in order, each segment's counts, then
+    its sketches in the writer's lane (CountsTable.commit, step by step), then its directory entries."""
     applied = already = retries = 0
     lane = writer.lane(settings.bucket_lanes)
     for segment in segments:
@@ -455,6 +659,10 @@ def window_commit(
         already += result.already_applied
         retries += result.retries
         yield from sketch_steps(segment, lane, TABLE, settings, merge_backoff)
+        if directory is not None:
+            yield from directory.steps(segment, result)
+        if alert is not None:
+            yield from alert_steps(segment, *alert, settings.bucket_lanes)
     return CommitResult(applied, already, retries)
 
 
@@ -475,7 +683,7 @@ class Batch:
 
     invocation: Invocation
     updates: list[Update]
-    outcomes: list[Outcome | None]
+    answers: list[Answer | None]
     next: int = 0
     answered: int = 0
 
@@ -485,6 +693,7 @@ class ShardState:
     writer: Writer
     backoff: Callable[[], Backoff]
     merge_backoff: Callable[[], Backoff]
+    directory: DirectoryWrites | None = None
     pending: list[tuple[int, list[Segment]]] = field(default_factory=list)
     busy: bool = False
 
@@ -497,6 +706,11 @@ class RunStats:
     failed_retries_exhausted: int = 0
     failed_timeout: int = 0
     commit_seconds: list[float] = field(default_factory=list)  # per shard and window, from the window's end
+    commit_seconds_by_window: dict[int, list[float]] = field(default_factory=dict)
+    directory_puts_by_window: Counter[int] = field(default_factory=Counter)  # entries written, by the window putting them
+    # Per alerted counter whose window crossed: from the arrival of the event that took it past the threshold to
+    # the put of its ALARM event.
+    alert_seconds: list[float] = field(default_factory=list)
     all_shards_seconds: list[float] = field(default_factory=list)  # per window: its last shard
 
 
@@ -517,9 +731,15 @@ class Simulation:
         workers: int = COMMIT_WORKERS,
         invoke_delay_mean_seconds: float = 0.2,
         counted_from_window: int = 0,
+        directory: str | None = None,
     ) -> None:
         self.scenario, self.table, self.workers = scenario, table, workers
         self.settings = Settings(counts_table=TABLE, bucket_lanes=lanes)
+        self.alert = (scenario_alert(scenario), alerted_counters(scenario)) if scenario.alert_above else None
+        self.alert_states: dict[str, AlertState] = {}
+        self.alert_put_at: dict[str, float] = {}  # when each counter's ALARM event was put (simulated seconds)
+        self.alert_writes = 0  # state changes written (and the writes clearing their ``pending``)
+        self.alert_read_requests = 0
         self.rng = random.Random(scenario.seed + 1)
         self.invoke_delay_mean_seconds = invoke_delay_mean_seconds
         self.counted_from_window = counted_from_window
@@ -534,6 +754,7 @@ class Simulation:
                 Writer.of_shard(STREAM_ARN, f"shardId-{shard:08d}"),
                 _seeded(schedule, scenario.seed, shard),
                 _seeded(sketch_backoff, scenario.seed + 1, shard),
+                None if directory is None else DirectoryWrites(directory, self.settings, _seeded(Backoff, scenario.seed + 3, shard)),
             )
             for shard in range(scenario.shards)
         ]
@@ -556,6 +777,8 @@ class Simulation:
             self.stats.events += events
             if window >= self.counted_from_window:
                 self.stats.counted_events += events
+        if self.scenario.warm:
+            self._warm(prepared.windows)
         for shard, window, segments in prepared.windows:
             window_end = (window + 1) * WINDOW_SECONDS
             self._at(window_end + self.rng.expovariate(1 / self.invoke_delay_mean_seconds), self._arrive, shard, window, segments)
@@ -565,11 +788,29 @@ class Simulation:
                 raise RuntimeError(f"records still uncommitted after {now:,.0f} s: the stream would have dropped them")
             action(now, *arguments)
         self._check_exact()
+        if self.alert is not None:
+            self.stats.alert_seconds = self._alert_seconds(prepared.arrivals)
         for window in range(self.scenario.windows):
             ends = [t for (_, w), t in self.done_at.items() if w == window]
             if ends:
                 self.stats.all_shards_seconds.append(max(ends))
         return self.stats
+
+    def _warm(self, windows: list[tuple[int, int, list[Segment]]]) -> None:
+        """The state of a run that starts amid a day's traffic: the first hour's hour items that the run writes
+        exist already (with a count, no watermark of the run's writers), and every function remembers the first
+        day's directory entries of the counters it writes."""
+        first_hour, first_day = self.scenario.start_ms // HOUR_MS, self.scenario.start_ms // DAY_MS
+        lanes = self.settings.bucket_lanes
+        for shard, _window, segments in windows:
+            state = self.shards[shard]
+            lane = state.writer.lane(lanes)
+            for segment in segments:
+                for counter, bucket in segment.deltas:
+                    if bucket.start_ms // DAY_MS == first_day and state.directory is not None:
+                        state.directory.written.add((first_day, counter))
+                    if bucket.kind == "H" and bucket.start_ms // HOUR_MS == first_hour:
+                        self.table.seed((counter, lane_sort_key(bucket.sort_key, lane)), count=1)
 
     def _at(self, when: float, action: Callable[..., None], *arguments: Any) -> None:
         heapq.heappush(self.queue, (when, next(self.order), action, arguments))
@@ -585,7 +826,9 @@ class Simulation:
         state = self.shards[shard]
         window, segments = state.pending[0]
         state.busy = True
-        steps = window_commit(segments, state.writer, self.settings, state.backoff, state.merge_backoff)
+        steps = window_commit(
+            segments, state.writer, self.settings, state.backoff, state.merge_backoff, state.directory, self.alert
+        )
         self._step(now, Invocation(shard, window, now, steps), None)
 
     def _step(self, now: float, invocation: Invocation, reply: Any) -> None:
@@ -613,26 +856,94 @@ class Simulation:
             self.table.counting = invocation.window >= self.counted_from_window
             answer_at, answers = self.table.write_sketches(now, step.writes)
             self._at(answer_at, self._step, invocation, answers)
+        elif isinstance(step, Put):
+            self.table.counting = invocation.window >= self.counted_from_window
+            answer_at, left = self.table.put(now, step.items)
+            written = len(step.items) - len(left)
+            if written and put_kind(step.items[0][COUNTS_TABLE.partition_key]["S"]) == "directory":
+                self.stats.directory_puts_by_window[invocation.window] += written
+            self._at(answer_at, self._step, invocation, left)
         elif isinstance(step, Pause):
             self._at(now + step.seconds, self._step, invocation, None)
+        elif isinstance(step, ReadAlertStates | ReadWindowTotals | ChangeAlertState | PutAlertEvents):
+            self._alert_step(now, invocation, step)
         else:
             raise AssertionError(f"the model's segments never predate this release: {step!r}")
+
+    def _alert_step(self, now: float, invocation: Invocation, step: AlertStep) -> None:
+        """The alert's reads and writes: state items in their own partition, reads that never throttle."""
+        if isinstance(step, ReadAlertStates):
+            requests = math.ceil(len(step.counters) / 100)
+            reply: Any = {counter: self.alert_states.get(counter, AlertState()) for counter in step.counters}
+            answer_at = now + sum(self.table.latency.seconds(self.table.rng) for _ in range(requests))
+        elif isinstance(step, ReadWindowTotals):
+            requests = math.ceil(step.keys / 100)
+            reply = {counter: self._window_total(counter, end) for counter, end in step.ends.items()}
+            answer_at = now + sum(self.table.latency.seconds(self.table.rng) for _ in range(requests))
+        elif isinstance(step, ChangeAlertState):
+            requests = 0
+            held = self.alert_states.get(step.crossing.counter, AlertState())
+            if held.transitions == step.read.transitions and not held.pending:
+                self.alert_writes += 1
+                self.alert_states[step.crossing.counter] = AlertState(
+                    step.crossing.state, step.crossing.transitions, pending=True
+                )
+                reply = None
+            else:
+                reply = held
+            answer_at = now + self.table.latency.seconds(self.table.rng)
+        else:
+            requests = 0
+            put_at = now + PUT_EVENTS_LATENCY.seconds(self.table.rng)
+            for crossing in step.crossings:
+                self.alert_put_at.setdefault(crossing.counter, put_at)
+                self.alert_states[crossing.counter] = replace(self.alert_states[crossing.counter], pending=False)
+                self.alert_writes += 1
+            reply = None
+            answer_at = put_at + self.table.latency.seconds(self.table.rng)
+        self.alert_read_requests += requests
+        self._at(answer_at, self._step, invocation, reply)
+
+    def _alert_seconds(self, arrivals: dict[str, list[int]]) -> list[float]:
+        """For each alerted counter with more events than the threshold: the time from the arrival of the one
+        that took it past (every event of the run is in every window the commits judge: the run is shorter than
+        the alert's window) to its event's put. An alert missed, or put before its crossing arrived, is a fault."""
+        assert self.alert is not None
+        threshold = self.alert[0].threshold
+        crossed = {counter: sorted(times)[threshold] for counter, times in arrivals.items() if len(times) > threshold}
+        if crossed.keys() != self.alert_put_at.keys():
+            raise AssertionError(f"alerts put for {sorted(self.alert_put_at)}, crossings of {sorted(crossed)}")
+        seconds = [self.alert_put_at[c] - (at - self.scenario.start_ms) / 1000 for c, at in crossed.items()]
+        if min(seconds, default=0.0) < 0:
+            raise AssertionError("an alert was put before the event that crossed its threshold arrived")
+        return seconds
+
+    def _window_total(self, counter: str, end_ms: int) -> int:
+        """What the batch plan reads of a counter's window ending at ``end_ms``: every minute, every lane."""
+        assert self.alert is not None
+        first = (end_ms - self.alert[0].window_ms) // MINUTE_MS
+        lanes = self.settings.bucket_lanes
+        return sum(
+            self.table.counts.get((counter, lane_sort_key(Bucket("M", minute).sort_key, lane)), 0)
+            for minute in range(first, end_ms // MINUTE_MS)
+            for lane in range(lanes)
+        )
 
     def _send_next(self, now: float, batch: Batch) -> None:
         index = batch.next
         batch.next += 1
         self.table.counting = batch.invocation.window >= self.counted_from_window
-        answer_at, outcome = self.table.update(now, batch.updates[index])
-        self._at(answer_at, self._answered, batch, index, outcome)
+        answer_at, answer = self.table.update(now, batch.updates[index])
+        self._at(answer_at, self._answered, batch, index, answer)
 
-    def _answered(self, now: float, batch: Batch, index: int, outcome: Outcome) -> None:
-        batch.outcomes[index] = outcome
+    def _answered(self, now: float, batch: Batch, index: int, answer: Answer) -> None:
+        batch.answers[index] = answer
         batch.answered += 1
-        self.stats.retries += outcome is Outcome.RETRY
+        self.stats.retries += answer.outcome is Outcome.RETRY
         if batch.next < len(batch.updates):
             self._send_next(now, batch)
         elif batch.answered == len(batch.updates):
-            self._step(now, batch.invocation, batch.outcomes)  # type: ignore[arg-type]
+            self._step(now, batch.invocation, batch.answers)  # type: ignore[arg-type]
 
     def _retry(self, failed_at: float, invocation: Invocation) -> None:
         """Lambda retries the failed invocation with the same records; what was applied is found by its watermarks.
@@ -645,6 +956,7 @@ class Simulation:
         state = self.shards[invocation.shard]
         window_end = (invocation.window + 1) * WINDOW_SECONDS
         self.stats.commit_seconds.append(now - window_end)
+        self.stats.commit_seconds_by_window.setdefault(invocation.window, []).append(now - window_end)
         self.done_at[(invocation.shard, invocation.window)] = now - window_end
         state.pending.pop(0)
         state.busy = False
@@ -695,10 +1007,11 @@ def measure(
     latency: Latency = Latency(),
     limits: Limits = Limits(),
     counted_from_window: int = 0,
+    directory: str | None = None,
 ) -> dict[str, Any]:
-    """The figures of one run (cached: the tables share runs)."""
+    """The figures of one run (cached: the tables share runs); with a ``directory`` design, its writes too."""
     table = SimulatedTable(latency, limits, random.Random(scenario.seed + 2))
-    stats = Simulation(scenario, table, lanes, counted_from_window=counted_from_window).run()
+    stats = Simulation(scenario, table, lanes, counted_from_window=counted_from_window, directory=directory).run()
     t = table.stats
     return {
         "shards": scenario.shards,
@@ -730,6 +1043,33 @@ def measure(
                 "sketch_write_units": t.sketch_write_units,
             }
             if scenario.distinct
+            else {}
+        ),
+        **(
+            {
+                "directory": directory,
+                "directory_puts": t.puts.get("directory", 0),
+                "directory_puts_throttled": t.put_throttled.get("directory", 0),
+                "directory_write_units": t.put_write_units.get("directory", 0),
+                "directory_puts_by_window": [stats.directory_puts_by_window[w] for w in range(scenario.windows)],
+                "p99_commit_seconds_by_window": [
+                    round(percentile(stats.commit_seconds_by_window.get(w, []), 0.99), 2) for w in range(scenario.windows)
+                ],
+            }
+            if directory is not None
+            else {}
+        ),
+        **(
+            {
+                "alerted_counters": len(alerted_counters(scenario)),
+                "alert_window": ALERT_WINDOW,
+                "alert_above": scenario.alert_above,
+                "alerts_put": len(stats.alert_seconds),
+                "p50_arrival_to_alert_seconds": round(percentile(stats.alert_seconds, 0.50), 2),
+                "p99_arrival_to_alert_seconds": round(percentile(stats.alert_seconds, 0.99), 2),
+                "max_arrival_to_alert_seconds": round(max(stats.alert_seconds, default=0.0), 2),
+            }
+            if scenario.alert_above
             else {}
         ),
     }
@@ -828,3 +1168,116 @@ def model_description() -> dict[str, Any]:
         "item_and_partition_write_units_per_second": [limits.item_write_units_per_second, limits.partition_write_units_per_second],
         "function_timeout_seconds": FUNCTION_TIMEOUT_SECONDS,
     }
+
+
+# --- the day boundary ---------------------------------------------------------------------------
+
+DAY_BOUNDARY_SHARDS = (1, 100, 1000)
+DAY_BOUNDARY_MIXES = (DEFAULT_MIX, MILLION_MIX)
+WINDOWS_BEFORE_MIDNIGHT = WINDOWS_AFTER_MIDNIGHT = 2
+
+
+def day_boundary_scenario(shards: int, mix: CounterMix) -> Scenario:
+    """Windows on both sides of the UTC midnight after START_MS, amid a day's traffic (``warm``)."""
+    midnight = (START_MS // DAY_MS + 1) * DAY_MS
+    return Scenario(
+        shards=shards,
+        events_per_second=EVENTS_PER_SHARD_SECOND * shards,
+        windows=WINDOWS_BEFORE_MIDNIGHT + WINDOWS_AFTER_MIDNIGHT,
+        mix=mix,
+        start_ms=midnight - WINDOWS_BEFORE_MIDNIGHT * WINDOW_SECONDS * 1000,
+        warm=True,
+    )
+
+
+def directory_puts_per_day(mix: CounterMix, shards: int, events_per_second: float, lanes: int, design: str) -> float:
+    """Directory puts a day of this traffic makes, in expectation, from each counter's rate.
+
+    The previous release: every function puts each counter it sees that day
+    once. This release: an hour item is created in an hour when any shard of
+    its lane has an event of its counter, by one of them (whichever commits
+    first), which puts the entry unless it put it earlier that day. Both count
+    warm functions that never forget (no cold starts, no DIRECTORY_MEMORY
+    overflow): a floor.
+    """
+    per_lane = shards / lanes
+    total = 0.0
+    for share in mix.shares():
+        rate = events_per_second * share
+        if design == LEGACY_DIRECTORY:
+            total += shards * -math.expm1(-rate * 86_400 / shards)
+        else:
+            created = -math.expm1(-rate * 3_600 / lanes)  # one lane's hour item, in one hour
+            total += shards * -math.expm1(24 * math.log1p(-created / per_lane)) if created < per_lane else shards
+    return total
+
+
+def day_boundary_row(shards: int, mix: CounterMix, design: str) -> dict[str, Any]:
+    scenario = day_boundary_scenario(shards, mix)
+    lanes = lanes_for(shards)
+    run = measure(scenario, lanes, directory=design)
+    split = WINDOWS_BEFORE_MIDNIGHT
+    entry_units = write_units(item_size(entry_item((0, f"counter-{mix.tail:07d}"), Settings())))
+    per_function = [
+        {counter for segment in segments for counter, _bucket in segment.deltas}
+        for _shard, window, segments in folded(scenario).windows
+        if window == split
+    ]
+    first_after = set().union(*per_function)
+    return {
+        "shards": shards,
+        "counters": mix.tail,
+        "mix": mix.name,
+        "directory": design,
+        "bucket_lanes": lanes,
+        "events_per_second": scenario.events_per_second,
+        "events": run["events"],
+        "failed_invocations": run["failed_invocations"],
+        "p99_commit_seconds": run["p99_commit_seconds"],
+        "p99_commit_seconds_before_midnight": max(run["p99_commit_seconds_by_window"][:split]),
+        "p99_commit_seconds_after_midnight": max(run["p99_commit_seconds_by_window"][split:]),
+        "all_shards_committed_seconds": run["all_shards_committed_seconds"],
+        "counters_in_first_window_after_midnight": len(first_after),
+        # What the previous release would put into its one partition then: every function, every counter it saw.
+        "previous_release_puts_first_window_after_midnight": sum(map(len, per_function)),
+        "directory_puts_by_window": run["directory_puts_by_window"],
+        "directory_puts_throttled": run["directory_puts_throttled"],
+        "directory_write_units_per_day": round(
+            directory_puts_per_day(mix, shards, scenario.events_per_second, lanes, design) * entry_units
+        ),
+        "throttled": run["throttled"],
+        "exact": run["exact"],
+    }
+
+
+def day_boundary_results(legacy_shards: Sequence[int] = (100,)) -> dict[str, Any]:
+    """This release's directory at every shard count and both counts of counters; the previous release's
+    beside it at ``legacy_shards`` (at 1,000 shards its invocations fail and retry for minutes, each retry
+    sending its whole window again: too long to simulate; its rows say what it would put)."""
+    rows = []
+    for mix in DAY_BOUNDARY_MIXES:
+        for shards in DAY_BOUNDARY_SHARDS:
+            for design in (SPREAD_DIRECTORY, *((LEGACY_DIRECTORY,) if shards in legacy_shards else ())):
+                rows.append(day_boundary_row(shards, mix, design))
+            folded.cache_clear()  # a million counters' windows at 1,000 shards weigh gigabytes: one at a time
+    return {"scale_day_boundary": rows}
+
+
+# --- alerts at 1,000 shards ---------------------------------------------------------------------
+
+ALERT_SHARDS = 1000
+ALERT_ABOVE = 1000
+ALERT_RUN_WINDOWS = 3
+
+
+def alert_latency_results() -> dict[str, Any]:
+    """The time from an event's arrival to the alert it raises, at 1,000 shards committing at once."""
+    scenario = Scenario(
+        shards=ALERT_SHARDS, events_per_second=EVENTS_PER_SHARD_SECOND * ALERT_SHARDS, windows=ALERT_RUN_WINDOWS,
+        alert_above=ALERT_ABOVE,
+    )
+    run = measure(scenario, lanes_for(ALERT_SHARDS), counted_from_window=1)
+    names = ("shards", "bucket_lanes", "events_per_second", "windows", "alerted_counters", "alert_window",
+             "alert_above", "alerts_put", "p50_arrival_to_alert_seconds", "p99_arrival_to_alert_seconds",
+             "max_arrival_to_alert_seconds", "p99_commit_seconds", "failed_invocations")
+    return {"scale_alert_latency": {name: run[name] for name in names}}

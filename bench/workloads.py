@@ -10,7 +10,9 @@ hot counter never sit in memory at once.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -196,6 +198,46 @@ def fan_out(
         time_attribute="insertUtcTime",
         image=job_image,
         counters=job_counters,
+    )
+
+
+PAGES = 10_000  # the pages a per-page rule names its counters after
+
+
+@functools.cache
+def _page_weights(pages: int) -> list[float]:
+    """Cumulative Zipf (s = 1) weights of ``pages`` pages, for drawing one by a uniform number."""
+    return list(itertools.accumulate(1 / rank for rank in range(1, pages + 1)))
+
+
+def page_of(sequence: int, pages: int = PAGES) -> str:
+    """The page a job's visit came from: Zipf over ``pages``, drawn from its sequence (scrambled, reproducible)."""
+    weights = _page_weights(pages)
+    draw = (sequence * 2_654_435_761 % 2**32 + 0.5) / 2**32 * weights[-1]
+    return f"p{bisect.bisect_left(weights, draw):05d}"
+
+
+def page_job_image(provider: str, event_ms: int, item_id: str, sequence: int) -> dict[str, Any]:
+    """A job as ``job_image`` makes it, with the page it was booked from."""
+    return {**job_image(provider, event_ms, item_id, sequence), "page": {"S": page_of(sequence)}}
+
+
+def page_job_counters(image: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    return [*job_counters(image), (f"views/{image['page']['S']}", None)]
+
+
+def fan_out_pages(providers: int = 100, per_second: int = 200, seconds: int = 600, seed: int = 7) -> Workload:
+    """The fan-out with a per-page rule besides its three: ``views/{page}``, 10,000 pages read Zipf-like, the
+    counters a top N ranks."""
+    base = fan_out(providers, per_second, seconds, seed)
+    rules = json.loads(fan_out_rules()) + [{"name": "views", "counter": "views/{page}"}]
+    return dataclasses.replace(
+        base,
+        name="fan-out + per-page rule",
+        description=f"{base.description}; a 4th rule counts views/{{page}}, {PAGES:,} pages (Zipf)",
+        rules=json.dumps(rules),
+        image=page_job_image,
+        counters=page_job_counters,
     )
 
 

@@ -2,6 +2,7 @@
 // It reads the HTTP read API of the page's own origin: /counts and /counters, or /public/... where the
 // page is served to anonymous visitors (the config the function writes into the page says which).
 // Signed pages also read /alerts and mark the counters in alarm (alert states are never public).
+// Above them, the certified top N of a prefix (/top): a click on a counter of the list charts it.
 import uPlot from "uplot";
 
 const REFRESH_MS = 10_000;
@@ -20,6 +21,11 @@ const elements = {
   status: document.getElementById("status"),
   totals: document.getElementById("totals"),
   chart: document.getElementById("chart"),
+  topPrefix: document.getElementById("top-prefix"),
+  topN: document.getElementById("top-n"),
+  topRising: document.getElementById("top-rising"),
+  topStatus: document.getElementById("top-status"),
+  top: document.getElementById("top"),
 };
 let chart = null;
 let timer = null;
@@ -54,9 +60,9 @@ async function loadCounterNames() {
   }
 }
 
-function showStatus(text, isError) {
-  elements.status.textContent = text;
-  elements.status.classList.toggle("error", Boolean(isError));
+function showStatus(text, isError, where = elements.status) {
+  where.textContent = text;
+  where.classList.toggle("error", Boolean(isError));
 }
 
 function cell(text, className) {
@@ -186,9 +192,62 @@ function showChart(counts) {
   document.body.dataset.chartPoints = String(times.length * counts.length);
 }
 
+// The top list says what it is: certified exact, or the bound no counter left out of it exceeds.
+function topSummary(answer) {
+  const what = `${answer.rising ? "rising " : ""}top ${elements.topN.value} of "${answer.prefix}", ${answer.start} – ${answer.end}`;
+  if (!answer.top.length) return `${what}: no counter counted in the window`;
+  if (answer.exact) return `${what}: exact (certified)`;
+  return `${what}: not certified; every counter left out has at most ${answer.bound.toLocaleString("en-US")}`;
+}
+
+function showTop(answer) {
+  const body = elements.top.tBodies[0];
+  body.replaceChildren(
+    ...answer.top.map((entry) => {
+      const row = document.createElement("tr");
+      row.dataset.counter = entry.counter;
+      const name = cell(entry.counter, "counter");
+      name.title = "chart this counter";
+      name.addEventListener("click", () => {
+        addCounterOption(entry.counter, true);
+        onChange();
+      });
+      row.append(
+        cell(String(entry.rank)),
+        name,
+        cell(entry.total.toLocaleString("en-US"), "total"),
+        cell(entry.previous === undefined ? "" : entry.previous.toLocaleString("en-US"), "rising"),
+        cell(entry.increase === undefined ? "" : entry.increase.toLocaleString("en-US"), "rising"),
+      );
+      return row;
+    }),
+  );
+  elements.top.classList.toggle("rising", Boolean(answer.rising));
+  Object.assign(elements.top.dataset, { exact: String(answer.exact), start: answer.start, end: answer.end });
+  elements.top.hidden = answer.top.length === 0;
+  showStatus(topSummary(answer), false, elements.topStatus);
+}
+
+// mine: the refresh this belongs to; an answer that arrives after a newer choice is dropped.
+async function refreshTop(mine) {
+  const parameters = { prefix: elements.topPrefix.value, n: elements.topN.value, window: elements.window.value };
+  if (elements.topRising.checked) parameters.rising = "1";
+  try {
+    const answer = await getJson("/top", parameters);
+    if (mine !== generation) return;
+    showTop(answer);
+    document.body.dataset.topUpdates = String(Number(document.body.dataset.topUpdates || 0) + 1);
+  } catch (error) {
+    if (mine !== generation) return;
+    elements.top.hidden = true;
+    showStatus(error.message, true, elements.topStatus);
+  }
+}
+
 async function refresh() {
   const counters = chosenCounters();
   const mine = ++generation;
+  refreshTop(mine);
   if (!counters.length) {
     showStatus("pick one or more counters");
     showTotals([], new Map());
@@ -217,6 +276,9 @@ function schedule() {
 
 function remember() {
   const state = new URLSearchParams({ window: elements.window.value, series: elements.series.value });
+  state.set("top", elements.topPrefix.value);
+  state.set("n", elements.topN.value);
+  if (elements.topRising.checked) state.set("rising", "1");
   for (const counter of chosenCounters()) state.append("counter", counter);
   history.replaceState(null, "", `?${state}`);
 }
@@ -230,6 +292,10 @@ async function start() {
   const state = new URLSearchParams(location.search);
   if (state.get("window")) elements.window.value = state.get("window");
   if (state.get("series")) elements.series.value = state.get("series");
+  // The top list ranks a public prefix on a public page (where no other is answered), else what the URL says.
+  elements.topPrefix.value = state.get("top") ?? (config.prefixes && config.prefixes[0]) ?? "";
+  if (state.get("n")) elements.topN.value = state.get("n");
+  elements.topRising.checked = state.get("rising") === "1";
   try {
     await loadCounterNames();
   } catch (error) {
@@ -240,6 +306,14 @@ async function start() {
   elements.window.addEventListener("change", onChange);
   elements.series.addEventListener("change", onChange);
   elements.live.addEventListener("change", schedule);
+  elements.topN.addEventListener("change", onChange);
+  elements.topRising.addEventListener("change", onChange);
+  elements.topPrefix.addEventListener("keydown", (event) => {
+    if (event.key !== "Enter") return;
+    event.preventDefault();
+    onChange();
+  });
+  document.getElementById("top-controls").addEventListener("submit", (event) => event.preventDefault());
   elements.add.addEventListener("keydown", (event) => {
     if (event.key !== "Enter") return;
     event.preventDefault();

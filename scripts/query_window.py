@@ -5,6 +5,8 @@
     .venv/bin/python scripts/query_window.py page-views --series minute          # every minute of the last 24 h
     .venv/bin/python scripts/query_window.py --prefix jobs/ --window 7d          # counters that counted in a week
     .venv/bin/python scripts/query_window.py load/home --quantiles 0.5,0.9,0.99  # a histogram rule's counter
+    .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --json     # the 10 largest totals of a prefix
+    .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --rising   # the 10 largest increases
     .venv/bin/python scripts/query_window.py --alerts --state ALARM             # counters in alarm (rules' alerts)
 
 A window of length L ending at --at (default now) covers whole minutes: its
@@ -27,6 +29,11 @@ else COUNTS_TABLE, else a stack's outputs (--stack), else tally-counts. Bad
 input exits with status 2 and one line on stderr. A count of 0 says why on
 stderr when it can: a window that has not begun, or a counter without a
 single bucket.
+
+--top N --prefix P lists the N counters of P with the largest totals over the
+window, ties by name, each total exact; --rising ranks by the increase over
+the previous window of the same length. The answer says whether it is the
+certified top N ("exact"), or else the bound no counter left out exceeds.
 """
 
 from __future__ import annotations
@@ -92,6 +99,12 @@ def parser() -> argparse.ArgumentParser:
         "--quantiles", metavar="Q,Q,...", help="quantiles of histogram counters, e.g. 0.5,0.9,0.99 (each from 0 to 1)"
     )
     parser.add_argument(
+        "--top", metavar="N", help="with --prefix: the N counters (1 to 1000) with the largest totals in the window"
+    )
+    parser.add_argument(
+        "--rising", action="store_true", help="with --top: rank by the increase over the previous window"
+    )
+    parser.add_argument(
         "--alerts",
         action="store_true",
         help="instead of counts: the state of every counter that crossed an alert of the rules (--prefix narrows it)",
@@ -108,11 +121,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.alerts:
+        if args.top is not None or args.rising:
+            parser().error("--alerts lists alert states: it takes no --top or --rising")
         return show_alerts(args)
     if args.alert or args.state:
         parser().error("--alert and --state go with --alerts")
     if bool(args.counters) == (args.prefix is not None):
         parser().error("name the counters, or list them with --prefix, not both")
+    if args.top is None and args.rising:
+        parser().error("--rising ranks a top list: give --top N too")
+    if args.top is not None:
+        return top(args)
     options = read_options(
         window=args.window,
         at=args.at,
@@ -138,6 +157,39 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result.as_json()))
     elif results:
         show(results, charts=args.prefix is None or args.series is not None, quantiles=options.quantiles)
+    return 0
+
+
+def top(args: argparse.Namespace) -> int:
+    """The top N of a prefix: one JSON object on one line with --json, else a table."""
+    if args.series is not None or args.quantiles is not None:
+        parser().error("--top ranks totals: it takes no --series and no --quantiles")
+    tables = resolve_tables(args)
+    reader = Reader(tables.counts, client=client("dynamodb"), settings=Settings.from_env())
+    options = {"window": args.window, "at": args.at, "plan": args.plan, "align": args.align}
+    options |= {"consistent": args.consistent, "allow_transient": args.allow_transient}
+    try:
+        answer = reader.top(args.prefix, args.top, rising=args.rising, **options)
+    except ClientError as error:
+        if is_missing_table(error):
+            raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
+        raise
+    if args.json:
+        print(json.dumps(answer.as_json()))
+        return 0
+    span = f"{iso_minute(answer.window.start_ms)} to {iso_minute(answer.window.end_ms)}"
+    table = Table(title=escape(f"top {answer.n} of {args.prefix!r}{' rising' if answer.rising else ''}, {span}"))
+    for column in ["rank", "counter", "total", *(["previous", "increase"] if answer.rising else [])]:
+        table.add_column(column, justify="left" if column == "counter" else "right")
+    for rank, entry in enumerate(answer.entries, start=1):
+        increase = [f"{entry.previous:,}", f"{entry.value:,}"] if answer.rising else []
+        table.add_row(str(rank), escape(entry.counter), f"{entry.total:,}", *increase)
+    out = console()
+    out.print(table)
+    if answer.exact:
+        out.print(f"exact: the certified top {answer.n}")
+    else:
+        out.print(f"not certified: no counter left out has more than {answer.bound:,}")
     return 0
 
 

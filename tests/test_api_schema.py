@@ -54,6 +54,12 @@ REQUESTS = [
     (f"/public/counters?prefix=views/posts/&at={AT}", 200),
     ("/public/counters?prefix=load/", 403),
     ("/public/counters?prefix=views/&plan=fast", 400),
+    (f"/top?prefix=views/&n=3&window=24h&at={AT}", 200),
+    (f"/top?prefix=views/posts/&n=2&window=3h&at={AT}&rising=1", 200),
+    ("/top?prefix=views/&n=0", 400),
+    (f"/public/top?prefix=views/&n=2&at={AT}", 200),
+    ("/public/top?prefix=load/", 403),
+    ("/public/top?prefix=views/&n=ten", 400),
     ("/alerts", 200),
     ("/alerts?state=red", 400),
     ("/", 200),
@@ -132,7 +138,7 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
         for target, status in REQUESTS:
             assert ask(target)[0] == status, target
         with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
-            for path in ("/counts?counter=views/all", "/counters", "/alerts", "/openapi.json"):
+            for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/alerts", "/openapi.json"):
                 status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))
                 assert status == 403
                 collected.append((path.partition("?")[0], status, headers, json.dumps(body)))
@@ -140,14 +146,15 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
             with monkeypatch.context() as patched:
                 patched.setattr(Reader, "count_many", failure)
                 patched.setattr(Reader, "list_counters", failure)
+                patched.setattr(Reader, "top", failure)
                 patched.setattr(Reader, "alerts", failure)
                 for target in ("/counts?counter=views/all", "/counters", "/alerts", "/public/counts?counter=views/all",
-                               "/public/counters?prefix=views/"):
+                               "/public/counters?prefix=views/", "/top?prefix=views/", "/public/top?prefix=views/"):
                     assert ask(target)[0] == status, target
         monkeypatch.setenv(ENV_DASHBOARD, "false")
         monkeypatch.delenv(ENV_PUBLIC_PREFIXES)
         http_api.api_settings.cache_clear()
-        for target in ("/", "/public/counts?counter=views/all", "/public/counters?prefix=views/"):
+        for target in ("/", "/public/counts?counter=views/all", "/public/counters?prefix=views/", "/public/top?prefix=views/"):
             assert ask(target)[0] == 404, target
     return spec, collected
 
@@ -162,9 +169,9 @@ def test_the_document_is_valid_openapi_3_and_describes_the_routes_this_deploymen
     validate(spec)
     assert spec["openapi"].startswith("3.") and spec["info"]["version"] == tally.__version__
     assert sorted(spec["paths"]) == sorted(ApiSettings(public_prefixes=("views/",), dashboard=True).paths)
-    assert sorted(closed["paths"]) == ["/alerts", "/counters", "/counts", "/openapi.json"]
+    assert sorted(closed["paths"]) == ["/alerts", "/counters", "/counts", "/openapi.json", "/top"]
     assert {path for path, item in spec["paths"].items() if item["get"].get("security")} == {
-        "/counts", "/counters", "/alerts", "/openapi.json"
+        "/counts", "/counters", "/top", "/alerts", "/openapi.json"
     }
     assert spec["components"]["securitySchemes"]["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
 

@@ -136,17 +136,17 @@ def test_listing_answers_the_counters_under_a_prefix(environment):
     assert {item["counter"] for item in body["counters"]} == {f"load/posts/{key}" for key in BLOG.keys}
 
 
-def test_a_listing_beyond_what_one_answer_holds_is_refused_before_counting(environment, monkeypatch):
-    monkeypatch.setattr(http_api, "MAX_COUNTERS", 2)  # views/all and three posts are four candidates
-    counted = []
-    monkeypatch.setattr(Reader, "_count", lambda *args, **kwargs: counted.append(args) or [])
-
-    status, _, body = get("/counters?prefix=views/")
-    assert status == 400 and body["parameter"] == "prefix"
-    assert "narrow the prefix" in body["message"] and counted == []
-
-    assert get("/counters?prefix=views/posts/a")[0] == 200
-    assert len(counted) == 1  # one candidate (views/posts/about) is within the limit, and is counted
+def test_a_listing_beyond_what_one_answer_holds_pages_with_a_cursor(environment, monkeypatch):
+    monkeypatch.setattr(http_api, "MAX_COUNTERS", 3)  # views/all and three posts are four candidates
+    everything = [(result.counter, result.total) for result in Reader(COUNTS).list_counters("views/", window="24h")]
+    status, _, first = get("/counters?prefix=views/")
+    assert status == 200 and len(first["counters"]) == 3 and first["cursor"]
+    status, _, rest = get(f"/counters?prefix=views/&cursor={first['cursor']}")
+    assert status == 200 and rest["cursor"] is None
+    paged = [(counted["counter"], counted["total"]) for counted in first["counters"] + rest["counters"]]
+    assert paged == everything and len(everything) == 4
+    status, _, refused = get("/counters?prefix=views/&cursor=not-one")
+    assert status == 400 and refused["parameter"] == "cursor" and "not one a listing handed out" in refused["message"]
 
 
 @pytest.mark.parametrize(
@@ -316,6 +316,49 @@ def test_quantiles_travel_over_a_real_socket_as_the_cli_prints_them_within_one_p
     for q, text in load["quantiles"].items():
         exact = truth.quantile("load/posts/about", Decimal(q))
         assert abs(Decimal(text) - exact) <= exact / 100, q
+
+
+def test_top_ranks_a_prefix_as_its_listing_counts_it_and_as_the_cli_prints_it(environment, capsys):
+    at = "2026-11-22T14:00Z"
+    status, headers, body = get(f"/top?prefix=views/posts/&n=3&window=24h&at={at}")
+    listed = Reader(COUNTS).list_counters("views/posts/", window="24h", at=at)
+    brute = sorted(((r.counter, r.total) for r in listed if r.total > 0), key=lambda e: (-e[1], e[0]))
+    cli = load_script("query_window")
+    assert cli.main(["--top", "3", "--prefix", "views/posts/", "--window", "24h", "--at", at, "--json"]) == 0
+
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert body == json.loads(capsys.readouterr().out)
+    assert body["exact"] is True and body["bound"] is None
+    assert [(e["counter"], e["total"]) for e in body["top"]] == brute[:3]
+    rising, _, trend = get(f"/top?prefix=views/posts/&n=2&window=3h&at={at}&rising=1")
+    assert rising == 200 and all(e["increase"] == e["total"] - e["previous"] for e in trend["top"])
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "fix"),
+    [
+        ("prefix=views/&n=0", "n", "n must be a whole number from 1 to 1000"),
+        ("prefix=views/&n=1001", "n", "from 1 to 1000"),
+        ("prefix=%23segment%23&n=5", "prefix", "not starting with '#'"),
+        ("n=5", "prefix", "prefix is missing"),
+        ("prefix=views/&rising=maybe", "rising", "rising must be one of"),
+        ("prefix=views/&window=30d&at=2026-11-22T10:30Z", "at", "align"),
+        ("prefix=views/&series=hour", "series", "unknown parameter 'series'"),
+    ],
+)
+def test_a_bad_top_is_a_400_naming_its_parameter(environment, query, parameter, fix):
+    status, _, raw = call(f"/top?{query}")
+    body = json.loads(raw)
+    assert status == 400 and "\n" not in raw
+    assert body["parameter"] == parameter and fix in body["message"]
+
+
+def test_public_top_answers_under_a_public_prefix_only(environment):
+    status, headers, body = get("/public/top?prefix=views/posts/&n=2")
+    hidden, _, refusal = get("/public/top?prefix=load/&n=2")
+
+    assert status == 200 and headers["Cache-Control"] == "public, max-age=60" and len(body["top"]) == 2
+    assert hidden == 403 and refusal["parameter"] == "prefix"
 
 
 def test_alerts_answer_the_states_reader_alerts_gives_and_refuse_bad_parameters(environment, blog, monkeypatch):

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import boto3
 import pytest
 from documents import code_block
+from tally.core.directory import DIRECTORY_PARTITIONS
 from freezegun import freeze_time
 from moto import mock_aws
 
@@ -215,20 +216,25 @@ def test_listing_finds_the_counters_of_a_prefix_that_counted_in_the_window(reade
 
 
 @freeze_time(NOW_TEXT)
-def test_a_listing_over_its_limit_is_refused_before_anything_is_counted(reader, world):
+def test_a_listing_pages_by_its_limit_and_hands_out_the_cursor_of_the_next_page(reader, world):
     # The limit bounds the candidates, counted or not: jobs/old has buckets yesterday, none in the last 24 h.
-    assert [r.counter for r in reader.list_counters("jobs/", limit=3)] == ["jobs/acme", "jobs/zeta"]
-    with pytest.raises(QueryError, match=r"3 counters starting with 'jobs/' .* more than the limit of 2: narrow"):
-        reader.list_counters("jobs/", limit=2)
+    whole = reader.list_counters("jobs/", limit=3)
+    assert [r.counter for r in whole] == ["jobs/acme", "jobs/zeta"] and whole.cursor is None
+    first = reader.list_counters("jobs/", limit=2)
+    assert [r.counter for r in first] == ["jobs/acme"] and first.cursor is not None  # jobs/old: nothing in the window
+    rest = reader.list_counters("jobs/", limit=2, cursor=first.cursor)
+    assert [r.counter for r in rest] == ["jobs/zeta"] and rest.cursor is None
     with pytest.raises(QueryError, match="limit must be"):
         reader.list_counters("jobs/", limit=0)
+    with pytest.raises(QueryError, match="cursor 'nonsense!' is not one a listing handed out"):
+        reader.list_counters("jobs/", cursor="nonsense!")
 
 
 @freeze_time(NOW_TEXT)
-def test_listing_costs_one_directory_query_per_day_on_top_of_the_counts(reader):
+def test_listing_costs_the_directory_queries_of_each_day_on_top_of_the_counts(reader):
     [alone] = reader.count_many(["page-views"])
     [listed] = reader.list_counters("page")
-    assert listed.requests == alone.requests + 2  # the window touches two UTC days
+    assert listed.requests == alone.requests + 2 * (DIRECTORY_PARTITIONS + 1)  # the window touches two UTC days
 
 
 @freeze_time(NOW_TEXT)

@@ -23,7 +23,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -31,7 +31,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.alerts import (
     ABOVE,
     ALARM,
-    BELOW,
     Alert,
     AlertState,
     Crossing,

@@ -83,10 +83,28 @@ class CountsAnswer(Closed):
 
 
 class CountersAnswer(Closed):
-    counters: list[Count] = Field(description="every counter under the prefix, by name")
+    counters: list[Count] = Field(description="a page of the counters under the prefix, by name")
+    cursor: str | None = Field(description="give it as cursor= for the next page; null after the last page")
     notes: list[str]
 
 
+class TopEntry(Closed):
+    rank: int
+    counter: str
+    total: int = Field(description="the counter's exact count over the window (what /counts answers)")
+    previous: int | Absent = Field(None, description="rising: its count over the previous window")
+    increase: int | Absent = Field(None, description="rising: total minus previous, what the list ranks by")
+
+
+class TopList(Closed):
+    prefix: str
+    start: str = Field(description="the window answered, ISO-8601 in UTC")
+    end: str = Field(description="its end, exclusive")
+    exact: bool = Field(description="true: the list is the true top n")
+    bound: int | None = Field(description="inexact: the largest total any counter left out can have; null when exact")
+    rising: bool | Absent = None
+    previous_start: str | Absent = Field(None, description="rising: the start of the window compared with")
+    top: list[TopEntry] = Field(description="ranked by total (rising: increase), descending, ties by name")
 class AlertStatus(Closed):
     """Where one alert stands on one counter: what `scripts/query_window.py --alerts --json` prints for it."""
 
@@ -119,6 +137,9 @@ Counters = Annotated[
     list[str], Query(description="a counter name; repeat the parameter for more (at most 100)", examples=[["page-views"]])
 ]
 Prefix = Annotated[str | Absent, Query(description="list the counters whose names start with this")]
+TopN = Annotated[str | Absent, Query(description="how many counters to rank: 1 to 1000 (default 10)")]
+Rising = Annotated[str | Absent, Query(description="true or 1: rank by the increase over the previous window")]
+Cursor = Annotated[str | Absent, Query(description="the cursor of the previous page: the listing goes on after it")]
 Window = Annotated[str | Absent, Query(description="the window's length: 90m, 24h, 7d, 1d12h (default 24h)")]
 At = Annotated[
     str | Absent,

@@ -9,9 +9,11 @@ silently low count.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Generator, Iterable
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,9 +22,11 @@ from botocore.exceptions import ClientError
 
 from tally import __version__
 from tally.core.commit import (
+    Answer,
     CommitResult,
     Outcome,
     Pause,
+    Put,
     ReadMarkers,
     RetriesExhausted,
     Send,
@@ -30,6 +34,7 @@ from tally.core.commit import (
     Writer,
     commit_steps,
     condition_failed,
+    count_of,
 )
 from tally.core.sketch_writes import (
     ReadSketches,
@@ -39,8 +44,9 @@ from tally.core.sketch_writes import (
     sketch_steps,
 )
 from tally.core.buckets import Bucket, bucket_sort_key, last_lane_bound, lane_sort_keys, sketch_sort_keys
-from tally.core.directory import Entry, day_partition, entries_of, entry_item
+from tally.core.directory import Entry, day_partitions, entries_of, entry_item
 from tally.core.amounts import stored_units
+from tally.core.ranking import RankRecord
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
 from tally.core.retry import Backoff, commit_backoff, sketch_backoff
@@ -220,6 +226,8 @@ class CountsTable:
                     reply = self._read_sketches(step.keys)
                 elif isinstance(step, WriteSketches):
                     reply = [self._write_sketch(write) for write in step.writes]
+                elif isinstance(step, Put):
+                    reply = self._put(step.items)
                 else:
                     reply = self._send(step)
         except StopIteration as done:
@@ -269,42 +277,61 @@ class CountsTable:
             raise CommitFailed(f"sketch write of {write.key}: {_describe(error)}") from error
         return SketchOutcome.WRITTEN, None
 
-    def _send(self, step: Send) -> list[Outcome]:
+    def _put(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """BatchWriteItem puts, 25 a request: the items left unprocessed, a throttled request's all of them."""
+        left: list[dict[str, Any]] = []
+        for start in range(0, len(items), BATCH_WRITE_LIMIT):
+            chunk = items[start : start + BATCH_WRITE_LIMIT]
+            request = {self.table_name: [{"PutRequest": {"Item": item}} for item in chunk]}
+            try:
+                response = self.client.batch_write_item(RequestItems=request)
+            except ClientError as error:
+                if _code(error) not in _RETRYABLE_CODES:
+                    raise
+                logger.warning("puts throttled, sent again after a pause: %s", _describe(error))
+                left.extend(chunk)
+                continue
+            left.extend(r["PutRequest"]["Item"] for r in response.get("UnprocessedItems", {}).get(self.table_name, []))
+        return left
+
+    def _send(self, step: Send) -> list[Answer]:
         """Every update of the step, ``workers`` at a time; the first failure stops the rest and is raised."""
         updates = step.updates
         if self.workers <= 1 or len(updates) <= 1:
-            outcomes = [self._update(update) for update in updates]
+            answers = [self._update(update) for update in updates]
         else:
             with ThreadPoolExecutor(min(self.workers, len(updates)), thread_name_prefix="tally-commit") as pool:
-                futures: list[Future[Outcome]] = [pool.submit(self._update, update) for update in updates]
+                futures: list[Future[Answer]] = [pool.submit(self._update, update) for update in updates]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = next((f for f in futures if f in done and f.exception() is not None), None)
                 if failed is not None:
                     for future in futures:
                         future.cancel()  # those not started yet; the running ones finish as the pool closes
                     raise failed.exception()  # type: ignore[misc]
-                outcomes = [future.result() for future in futures]
-        retried = outcomes.count(Outcome.RETRY)
+                answers = [future.result() for future in futures]
+        retried = sum(answer.outcome is Outcome.RETRY for answer in answers)
         if retried:
             logger.warning("%d of %d bucket updates throttled, sent again after a pause", retried, len(updates))
-        return outcomes
+        return answers
 
-    def _update(self, update: Update) -> Outcome:
-        """One UpdateItem: applied, already applied, worth another try, or CommitFailed."""
+    def _update(self, update: Update) -> Answer:
+        """One UpdateItem: applied, already applied (with the count it returned), worth another try, or
+        CommitFailed."""
         try:
-            self.client.update_item(**update.request)
+            response = self.client.update_item(**update.request)
         except ClientError as error:
             code = _code(error)
             if code == "ConditionalCheckFailedException":
-                if condition_failed(error.response.get("Item"), update.tag, update.position) is Outcome.FAIL:
+                found = error.response.get("Item")
+                if condition_failed(found, update.tag, update.position) is Outcome.FAIL:
                     raise CommitFailed(
                         f"update of {update.name} refused by a condition its watermark does not explain"
                     ) from error
-                return Outcome.ALREADY_APPLIED
+                return Answer(Outcome.ALREADY_APPLIED, count_of(found))
             if code in _RETRYABLE_CODES:
-                return Outcome.RETRY
+                return Answer(Outcome.RETRY)
             raise CommitFailed(f"update of {update.name}: {_describe(error)}") from error
-        return Outcome.APPLIED
+        return Answer(Outcome.APPLIED, count_of(response.get("Attributes")))
 
     def _markers_exist(self, keys: list[dict[str, str]]) -> list[bool]:
         """Which of the previous release's marker items exist, read strongly consistent."""
@@ -489,12 +516,21 @@ class CountsTable:
         return _throttled(self.backoff, operation, **kwargs)
 
 
+@dataclass(frozen=True)
+class DirectoryPage:
+    """Counter names of a listing in name order, the Queries they took, and whether names after them may exist."""
+
+    names: list[str]
+    requests: int
+    more: bool
+
+
 class CounterDirectory:
     """The counter directory (``core/directory.py``) in the counts table: written beside commits, read by listings.
 
     An instance remembers the entries it has written, so a warm function puts
-    each (day, counter) entry once, however many windows it commits; a new
-    container, or another shard's, puts it again, which changes nothing.
+    each (day, counter) entry once, however many of the counter's hour items
+    it creates that day; another container puts it again, which changes nothing.
     """
 
     def __init__(
@@ -507,12 +543,12 @@ class CounterDirectory:
         self.written: set[Entry] = set()
 
     def recording(self, commit: Callable[[Segment, Writer], CommitResult]) -> Callable[[Segment, Writer], CommitResult]:
-        """``commit``, then the directory entries of what it committed (also after a duplicate, which a
-        retry that failed between the two finds)."""
+        """``commit``, then the directory entries of the hour items it created (or found applied, which a retry
+        whose first try created them and failed before its entries finds)."""
 
         def commit_and_record(segment: Segment, writer: Writer) -> CommitResult:
             result = commit(segment, writer)
-            self.record(segment.deltas)
+            self.record(result.born)
             return result
 
         return commit_and_record
@@ -529,28 +565,116 @@ class CounterDirectory:
 
     def counters(self, prefix: str, days: Iterable[int], consistent: bool = False) -> tuple[list[str], int]:
         """Names starting with ``prefix`` that have an entry on any of ``days`` (sorted), and the Queries made."""
-        names: set[str] = set()
-        requests = 0
-        for day in days:
+        page = self.page(prefix, days, consistent=consistent)
+        return page.names, page.requests
+
+    def page(
+        self,
+        prefix: str,
+        days: Iterable[int],
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        consistent: bool = False,
+    ) -> DirectoryPage:
+        """The first ``limit`` names (all without one) after ``after`` that start with ``prefix`` and have an
+        entry on any of ``days``, in name order: every partition of every day read in pages, merged.
+
+        Each partition is read lazily, in pages that grow, so a page of a
+        listing reads about its share of each partition, and a day that only
+        the previous release wrote is read as far as the page needs.
+        """
+        requests = [0]
+
+        def names_in(partition: str) -> Iterator[str]:
             request: dict[str, Any] = {
                 "TableName": self.table_name,
                 "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
                 "ProjectionExpression": "#sk",
                 "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
-                "ExpressionAttributeValues": {
-                    ":pk": {"S": day_partition(day)},
-                    **({":prefix": {"S": prefix}} if prefix else {}),
-                },
+                "ExpressionAttributeValues": {":pk": {"S": partition}, **({":prefix": {"S": prefix}} if prefix else {})},
                 "ConsistentRead": consistent,
             }
+            if after is not None:
+                request["ExclusiveStartKey"] = _key(partition, after)
+            page_size = _FIRST_PAGE
             while True:
+                if limit is not None:
+                    request["Limit"] = page_size
+                    page_size = min(4 * page_size, _LARGEST_PAGE)
                 response = _throttled(self.backoff, self.client.query, **request)
-                requests += 1
-                names.update(item[COUNTS_TABLE.sort_key]["S"] for item in response.get("Items", []))
+                requests[0] += 1
+                for item in response.get("Items", []):
+                    yield item[COUNTS_TABLE.sort_key]["S"]
                 if "LastEvaluatedKey" not in response:
-                    break
+                    return
                 request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-        return sorted(names), requests
+
+        partitions = [partition for day in days for partition in day_partitions(day)]
+        merged = (name for name, _ in itertools.groupby(heapq.merge(*(names_in(p) for p in partitions))))
+        names = list(itertools.islice(merged, None if limit is None else limit + 1))
+        more = limit is not None and len(names) > limit
+        return DirectoryPage(names[:limit] if more else names, requests[0], more)
+
+
+    def exceeds(self, prefix: str, days: Iterable[int], limit: int, consistent: bool = False) -> tuple[bool, int]:
+        """Whether one partition alone holds more than ``limit`` names starting with ``prefix`` on ``days`` (so a
+        listing of them all would too), and the Queries made: one, of at most ``limit + 1`` names, where a
+        listing reads every partition of every day. False says nothing about the other partitions."""
+        partition = day_partitions(max(days))[0]
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
+            "ProjectionExpression": "#sk",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
+            "ExpressionAttributeValues": {":pk": {"S": partition}, **({":prefix": {"S": prefix}} if prefix else {})},
+            "ConsistentRead": consistent,
+            "Limit": limit + 1,
+        }
+        response = _throttled(self.backoff, self.client.query, **request)
+        return len(response.get("Items", [])) > limit, 1
+
+
+# A listing page's first Query per partition reads this many names; the next ones four times more.
+_FIRST_PAGE = 8
+_LARGEST_PAGE = 1_000
+
+
+class RankIndex:
+    """The rank records (``core/ranking.py``) in the counts table: written by commits, read by top-N answers."""
+
+    def __init__(self, client: Any, table_name: str, backoff: Callable[[], Backoff] | None = None) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.backoff = backoff or Backoff
+
+    def page(
+        self, partition: str, start_key: str | None, limit: int, consistent: bool = False
+    ) -> tuple[list[RankRecord], str | None, int]:
+        """Up to ``limit`` records of a day, highest level first, after ``start_key``: the records, the key to go
+        on from (None at the partition's end) and the Queries made. A page is empty only at the end."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk",
+            "ProjectionExpression": "#sk",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
+            "ExpressionAttributeValues": {":pk": {"S": partition}},
+            "ScanIndexForward": False,
+            "Limit": limit,
+            "ConsistentRead": consistent,
+        }
+        if start_key is not None:
+            request["ExclusiveStartKey"] = _key(partition, start_key)
+        requests = 0
+        while True:
+            response = _throttled(self.backoff, self.client.query, **request)
+            requests += 1
+            records = [RankRecord.parse(partition, item[COUNTS_TABLE.sort_key]["S"]) for item in response.get("Items", [])]
+            last = response.get("LastEvaluatedKey")
+            next_key = None if last is None else last[COUNTS_TABLE.sort_key]["S"]
+            if records or next_key is None:
+                return records, next_key, requests
+            request["ExclusiveStartKey"] = last
 
 
 def _throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

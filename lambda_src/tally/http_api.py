@@ -3,13 +3,13 @@
     GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
         [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
-    GET /counters?prefix=views/&window=24h
-        -> {"counters": [<the same object for each listed counter>], "notes": […]}
-    GET /alerts?alert=burst&state=ALARM&prefix=logins/
-        -> {"alerts": [{alert, rule, counter, state, since, window, start, end, total, threshold, transitions}, …]}
+    GET /counters?prefix=views/&window=24h[&cursor=…]
+        -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
+    GET /top?prefix=views/&n=10&window=24h[&at=…][&rising=1]
+        -> {"prefix", "start", "end", "exact": true|false, "bound": null|int, "top": [{"rank", "counter", "total"}, …]}
     GET /alerts?alert=burst&state=ALARM&prefix=logins/
         -> {"alerts": [<what query_window.py --alerts --json prints for each>, …]}
-    GET /public/counts, GET /public/counters: the same, anonymous, for public counters only
+    GET /public/counts, /public/counters, /public/top: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
     GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
     Every answer carries ``X-Tally-Version: <the release>``.
@@ -49,10 +49,12 @@ from botocore.exceptions import ClientError
 from tally.core.api_access import (
     ALERTS_PATH,
     COUNTERS_PATH,
+    TOP_PATH,
     COUNTS_PATH,
     DASHBOARD_PATH,
     OPENAPI_PATH,
     PUBLIC_COUNTERS_PATH,
+    PUBLIC_TOP_PATH,
     PUBLIC_COUNTS_PATH,
     PUBLIC_PREFIX_PATH,
     ApiSettings,
@@ -68,12 +70,16 @@ from tally.api_schema import (
     Consistent,
     CountersAnswer,
     Counters,
+    Cursor,
     CountsAnswer,
     Plan,
     Prefix,
     Problem,
     Quantiles,
+    Rising,
     SeriesOption,
+    TopList,
+    TopN,
     Window,
 )
 from tally.query import validate_query_counter
@@ -279,6 +285,7 @@ def public_counts(
 @reads(COUNTERS_PATH, summary="The counters under a prefix, counted", responses=answers(CountersAnswer, 400, 403, 500, 503))
 def counters(
     prefix: Prefix = None,
+    cursor: Cursor = None,
     window: Window = None,
     at: At = None,
     series: SeriesOption = None,
@@ -292,7 +299,7 @@ def counters(
         window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
         allow_transient=allow_transient,
     )
-    return _counters(prefix, options, public=False)
+    return _counters(prefix, cursor, options, public=False)
 
 
 @reads(
@@ -303,6 +310,7 @@ def counters(
 )
 def public_counters(
     prefix: Prefix = None,
+    cursor: Cursor = None,
     window: Window = None,
     at: At = None,
     series: SeriesOption = None,
@@ -316,7 +324,44 @@ def public_counters(
         window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
         allow_transient=allow_transient,
     )
-    return _counters(prefix, options, public=True)
+    return _counters(prefix, cursor, options, public=True)
+
+
+@reads(TOP_PATH, summary="The top n counters of a prefix over a window, certified", responses=answers(TopList, 400, 403, 500, 503))
+def top(
+    prefix: Prefix = None,
+    n: TopN = None,
+    rising: Rising = None,
+    window: Window = None,
+    at: At = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    allow_transient: AllowTransient = None,
+) -> Response[TopList]:
+    options = dict(window=window, at=at, plan=plan, align=align, consistent=consistent, allow_transient=allow_transient)
+    return _top(prefix, n, rising, options, public=False)
+
+
+@reads(
+    PUBLIC_TOP_PATH,
+    signed=False,
+    summary="The top n public counters of a public prefix, anonymously",
+    responses=answers(TopList, 400, 403, 404, 500, 503, public=True),
+)
+def public_top(
+    prefix: Prefix = None,
+    n: TopN = None,
+    rising: Rising = None,
+    window: Window = None,
+    at: At = None,
+    plan: Plan = None,
+    align: Align = None,
+    consistent: Consistent = None,
+    allow_transient: AllowTransient = None,
+) -> Response[TopList]:
+    options = dict(window=window, at=at, plan=plan, align=align, consistent=consistent, allow_transient=allow_transient)
+    return _top(prefix, n, rising, options, public=True)
 
 
 @reads(
@@ -438,7 +483,7 @@ def _counts(names: list[str], texts: dict[str, str | None], *, public: bool) -> 
     return _answer("counts", results, public)
 
 
-def _counters(prefix: str | None, texts: dict[str, str | None], *, public: bool) -> Response:
+def _counters(prefix: str | None, cursor: str | None, texts: dict[str, str | None], *, public: bool) -> Response:
     prefix = prefix or ""
     if public:
         _check_public(prefix, "prefix")
@@ -446,10 +491,26 @@ def _counters(prefix: str | None, texts: dict[str, str | None], *, public: bool)
     _check_size(1, options)
     limit = min(MAX_COUNTERS, MAX_ENTRIES // _entries_per_counter(options))  # refused before counting beyond it
     try:
-        results = reader().list_counters(prefix, limit=limit, **options.as_kwargs())
+        results = reader().list_counters(prefix, limit=limit, cursor=cursor, **options.as_kwargs())
     except QueryError as error:
         raise BadRequest(_culprit(error, texts, default="prefix"), str(error)) from None
-    return _answer("counters", results, public)
+    return _answer("counters", results, public, cursor=results.cursor)
+
+
+def _top(
+    prefix: str | None, n: str | None, rising: str | None, texts: dict[str, str | None], *, public: bool
+) -> Response:
+    """The certified top N of a prefix (``Reader.top``): one JSON object; anonymous only under a public prefix."""
+    if prefix is None:
+        raise BadRequest("prefix", "prefix is missing: e.g. ?prefix=views/&n=10 ('prefix=' ranks every counter)")
+    if public:
+        _check_public(prefix, "prefix")
+    options = _options(texts)
+    try:
+        answer = reader().top(prefix, n or "10", rising=rising or False, **options.as_kwargs())
+    except QueryError as error:
+        raise BadRequest(_culprit(error, texts), str(error)) from None
+    return _json(200, answer.as_json(), api_settings().public_cache_control if public else PRIVATE)
 
 
 def _options(given: dict[str, str | None]) -> ReadOptions:
@@ -527,8 +588,8 @@ def _check_size(counters: int, options: ReadOptions) -> None:
         )
 
 
-def _answer(key: str, results: list[WindowCount], public: bool) -> Response:
-    body = {key: [result.as_json() for result in results], "notes": reader().notes(results)}
+def _answer(key: str, results: list[WindowCount], public: bool, **more: object) -> Response:
+    body = {key: [result.as_json() for result in results], **more, "notes": reader().notes(results)}
     cache_control = api_settings().public_cache_control if public else PRIVATE
     return _json(200, body, cache_control)
 

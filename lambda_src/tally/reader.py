@@ -41,14 +41,27 @@ from tally.core.settings import (
 from tally.core.windows import (
     DEFAULT_LENGTH_MS,
     QueryError,
+    Window,
     end_ms_of,
     instant_of,
     length_ms_of,
     now_ms,
     utc_of,
 )
-from tally.core.directory import RESERVED_PREFIX, days_between
-from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings
+from tally.core.directory import RESERVED_PREFIX, after_cursor, cursor_of, days_between
+from tally.core.plans import align_to_retention, make_plan
+from tally.core.ranking import (
+    MAX_TOP,
+    CountExactly,
+    Ranked,
+    ReadRanks,
+    TopBudget,
+    TopResult,
+    top_steps,
+    whole_hours,
+    window_hours,
+)
+from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings, RankIndex
 from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
 from tally.stack_outputs import table_names_from_stack
 
@@ -122,6 +135,74 @@ def read_options(
     )
 
 
+class InvalidTop(QueryError):
+    """A top N asked wrongly: its N, or its prefix."""
+
+    def __init__(self, message: str, parameter: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+@dataclass(frozen=True)
+class TopAnswer:
+    """The top N counters of a prefix over a window, certified (``core/ranking.py``).
+
+    ``top`` ranks by total (or, ``rising``, by the increase over the previous
+    window of the same length), descending, ties by name; every total is the
+    exact count ``count`` answers. ``exact``: the list is the true top N.
+    Otherwise ``bound`` is the largest value any counter left out can have,
+    and the list holds every counter whose value exceeds it.
+    """
+
+    prefix: str
+    n: int
+    window: Window
+    entries: tuple[Ranked, ...]
+    exact: bool
+    bound: int | None
+    rising: bool = False
+    previous: Window | None = None  # the window the increases are measured from, when rising
+    aligned: bool = False
+    asked: Window | None = None
+    requests: int = 0  # every request the answer made: rank records, directory, counts
+    rank_records: int = 0
+    counted: int = 0  # counters counted exactly
+
+    @property
+    def start(self) -> datetime:
+        return utc_of(self.window.start_ms)
+
+    @property
+    def end(self) -> datetime:
+        return utc_of(self.window.end_ms)
+
+    def as_json(self) -> dict[str, object]:
+        """One object: what the CLI prints on one line with --json and GET /top answers."""
+        answer: dict[str, object] = {
+            "prefix": self.prefix,
+            "start": iso_minute(self.window.start_ms),
+            "end": iso_minute(self.window.end_ms),
+            "exact": self.exact,
+            "bound": self.bound,
+        }
+        if self.rising:
+            assert self.previous is not None
+            answer["rising"] = True
+            answer["previous_start"] = iso_minute(self.previous.start_ms)
+        answer["top"] = [
+            {"rank": rank, "counter": entry.counter, "total": entry.total}
+            | ({"previous": entry.previous, "increase": entry.value} if self.rising else {})
+            for rank, entry in enumerate(self.entries, start=1)
+        ]
+        return answer
+
+
+class CounterListing(list[WindowCount]):
+    """A listing's counters (a list), and ``cursor``: where its next page starts, None after the last page."""
+
+    def __init__(self, counters: Sequence[WindowCount], cursor: str | None) -> None:
+        super().__init__(counters)
+        self.cursor = cursor
 @dataclass(frozen=True)
 class AlertStatus:
     """Where one alert stands on one counter: its state since ``since``, and the window that put it there."""
@@ -169,6 +250,8 @@ class Reader:
             client = boto3.client("dynamodb")
         self.table = CountsTable(client, self.table_name, self.settings)
         self.directory = CounterDirectory(client, self.table_name, self.settings)
+        self.ranks = RankIndex(client, self.table_name)
+        self.top_budget = TopBudget()  # how far a top N reads before it answers with a bound
         self._published: PublishedSettings | None = None
         self._published_read_at: float | None = None
 
@@ -204,15 +287,21 @@ class Reader:
         names = [validate_query_counter(name) for name in counters]
         return self._count(names, read_options(**options), now_ms())
 
-    def list_counters(self, prefix: str = "", *, limit: int | None = None, **options: Any) -> list[WindowCount]:
+    def list_counters(
+        self, prefix: str = "", *, limit: int | None = None, cursor: str | None = None, **options: Any
+    ) -> CounterListing:
         """The counters whose names start with ``prefix`` that counted anything in the window, by name.
 
-        Reads the counter directory (one Query per UTC day of the window) and
-        counts the counters found there, keeping those with a total above 0.
-        ``limit`` bounds the work: more candidates than that in the directory
-        raise QueryError before anything is counted. The directory knows
-        counters from their first commit by a release that writes it. tally's
-        own ``#rejected#<reason>`` counters are not listed.
+        Reads the counter directory (every partition of every UTC day of the
+        window, merged in name order) and counts the counters found there,
+        keeping those with a total above 0. ``limit`` pages the listing: it
+        takes the next ``limit`` names of the directory (after ``cursor``,
+        the ``cursor`` of the previous page), counts them, and says in the
+        result's ``cursor`` where the next page starts (None after the last
+        page; a page may list fewer counters than ``limit``, or none, when
+        some counted nothing in the window). The directory knows counters from
+        their first commit by a release that writes it. tally's own
+        ``#rejected#<reason>`` counters are not listed.
         """
         if not isinstance(prefix, str):
             raise QueryError(f"prefix must be text, got {prefix!r}")
@@ -223,21 +312,121 @@ class Reader:
                 f"names starting with '#' are tally's own and never listed, got prefix {prefix!r}: "
                 "read rejections by name, #rejected#<reason>"
             )
+        after = None if cursor is None or cursor == "" else after_cursor(cursor)
         chosen = read_options(**options)
         now = now_ms()
         _asked, window = answered_window(
             _length_ms(chosen), _at_ms(chosen), now, chosen.aligns(), self.settings
         )
-        names, requests = self.directory.counters(prefix, days_between(window.start_ms, window.end_ms), chosen.consistent)
-        if not names:
-            return []
-        if limit is not None and len(names) > limit:
-            raise QueryError(
-                f"{len(names)} counters starting with {prefix!r} have buckets on the days of the window {window}, "
-                f"more than the limit of {limit}: narrow the prefix or the window"
+        page = self.directory.page(
+            prefix, days_between(window.start_ms, window.end_ms), after=after, limit=limit, consistent=chosen.consistent
+        )
+        next_cursor = cursor_of(page.names[-1]) if page.more else None
+        if not page.names:
+            return CounterListing([], next_cursor)
+        counted = self._count(page.names, chosen, now)
+        return CounterListing(
+            [replace(result, requests=result.requests + page.requests) for result in counted if result.total > 0],
+            next_cursor,
+        )
+
+    def top(self, prefix: str = "", n: int | str = 10, *, rising: bool | str = False, **options: Any) -> TopAnswer:
+        """The ``n`` counters starting with ``prefix`` with the largest totals over the window (``rising``: the
+        largest increases over the previous window of the same length), certified: exact, or with the bound no
+        counter left out exceeds. Each total is counted like ``count`` counts it, with the same options.
+
+        A window ending now (or asked ``align``) is answered over whole hours,
+        as many as it spans, ending with the hour it ends in (``whole_hours``:
+        the current hour so far; the answer's start and end say which): 24 keys
+        a counter for 24 h, where its minutes would be up to 83. An explicit
+        ``at`` without ``align`` is answered as asked.
+
+        Reads the rank records of the window's days from the highest level
+        down, counts the counters that may be in the top exactly, and stops
+        when nothing unread can reach the n-th total; a prefix with at most a
+        few hundred counters on the window's days is counted whole (exact).
+        """
+        top_n = _top_n(n)
+        if not isinstance(prefix, str) or prefix.startswith(RESERVED_PREFIX):
+            raise InvalidTop(
+                f"prefix must be text not starting with '#' (tally's own counters are never ranked), got {prefix!r}",
+                "prefix",
             )
-        counted = self._count(names, chosen, now)
-        return [replace(result, requests=result.requests + requests) for result in counted if result.total > 0]
+        try:
+            rising = False if rising is None or rising == "" else _flag(rising, "rising")
+        except QueryError as error:
+            raise InvalidTop(str(error), "rising") from None
+        chosen = read_options(**options)
+        if chosen.series is not None or chosen.quantiles:
+            raise QueryError("a top list ranks totals: it takes no series and no quantiles")
+        now = now_ms()
+        asked, window = answered_window(_length_ms(chosen), _at_ms(chosen), now, chosen.aligns(), self.settings)
+        if chosen.aligns():  # whole hours: one key a counter an hour, bounded from both sides by its rank records
+            window = whole_hours(window)
+        make_plan(window, now, self.settings, chosen.plan, allow_transient=chosen.allow_transient)  # refused here
+        previous = None
+        if rising:  # the window before, of the same length; aligned as the window is where its minutes expired
+            previous = Window.ending(window.start_ms, window.end_ms - window.start_ms)
+            previous = align_to_retention(previous, now, self.settings) if chosen.aligns() else previous
+            try:
+                make_plan(previous, now, self.settings, chosen.plan, allow_transient=chosen.allow_transient)
+            except QueryError as error:
+                raise type(error)(f"the previous window {previous}, which a rising top compares with: {error}") from None
+        hours, full = window_hours(window.first_minute, window.last_minute, now, self.settings)
+        steps = top_steps(
+            prefix, top_n, hours=hours, full_hours=full, lanes=self.settings.bucket_lanes, rising=rising, budget=self.top_budget
+        )
+        requests = 0
+        reply: Any = None
+        try:
+            while True:
+                step = steps.send(reply)
+                if isinstance(step, ReadRanks):
+                    records, next_key, made = self.ranks.page(step.partition, step.start_key, step.limit, chosen.consistent)
+                    requests += made
+                    reply = (records, next_key)
+                elif isinstance(step, CountExactly):
+                    counted = self._count_at(step.counters, chosen, window, now)
+                    requests += counted[0].requests if counted else 0
+                    totals = {result.counter: result.total for result in counted}
+                    if previous is None:
+                        reply = totals
+                    else:
+                        before = self._count_at(step.counters, chosen, previous, now)
+                        requests += before[0].requests if before else 0
+                        reply = {result.counter: (totals[result.counter], result.total) for result in before}
+                else:  # one Query tells a crowded prefix, before a listing reads every partition of every day
+                    days = days_between(window.start_ms, window.end_ms)
+                    crowded, made = self.directory.exceeds(prefix, days, step.limit, chosen.consistent)
+                    requests += made
+                    if crowded:
+                        reply = ([], True)
+                    else:
+                        page = self.directory.page(prefix, days, limit=step.limit, consistent=chosen.consistent)
+                        requests += page.requests
+                        reply = (page.names, page.more)
+        except StopIteration as done:
+            result: TopResult = done.value
+        return TopAnswer(
+            prefix=prefix,
+            n=top_n,
+            window=window,
+            entries=tuple(result.entries),
+            exact=result.exact,
+            bound=result.bound,
+            rising=rising,
+            previous=previous,
+            aligned=window != asked,
+            asked=asked if window != asked else None,
+            requests=requests,
+            rank_records=result.rank_records,
+            counted=result.counted,
+        )
+
+    def _count_at(self, names: list[str], chosen: ReadOptions, window: Window, now: int) -> list[WindowCount]:
+        """Count over exactly ``window`` (already aligned as the answer's), with the reader's plan and consistency."""
+        length = window.end_ms - window.start_ms
+        return self._count(names, replace(chosen, window=timedelta(milliseconds=length), at=utc_of(window.end_ms), align=False), now)
 
     def alerts(self, alert: str | None = None, *, state: str | None = None, prefix: str = "") -> list[AlertStatus]:
         """The state of every counter that ever crossed an alert of the rules (or of the one named), by alert
@@ -368,6 +557,15 @@ def _length_ms(chosen: ReadOptions) -> int:
 
 def _at_ms(chosen: ReadOptions) -> int | None:
     return None if chosen.at is None else end_ms_of(chosen.at)
+
+
+def _top_n(value: object) -> int:
+    """N of a top N: a whole number from 1 to MAX_TOP, as a number or as text."""
+    text = value.strip() if isinstance(value, str) else None
+    number = int(text) if text is not None and text.isdigit() else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_TOP:
+        raise InvalidTop(f"n must be a whole number from 1 to {MAX_TOP}, got {value!r}", "n")
+    return number
 
 
 def _quantiles(value: object) -> tuple[str, ...]:

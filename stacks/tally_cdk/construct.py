@@ -52,6 +52,7 @@ from tally.core import settings as tally_settings
 from tally.alerting import ALERTS_PREFIX, ENV_ALERT_BUS
 from tally.core.alerts import alerts_of
 from tally.core.directory import DIRECTORY_PREFIX
+from tally.core.ranking import RANK_PREFIX
 from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
@@ -222,12 +223,15 @@ class Tally(Construct):
         # previous release left, to take over segments it committed in part; PutItem
         # publishes the counting settings.
         self.counts_table.grant(role, "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem")
-        # The counter directory's entries go in BatchWriteItem puts, to its own partitions only.
+        # The counter directory's entries and the rank records go in BatchWriteItem puts, to their own
+        # partitions only.
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["dynamodb:BatchWriteItem"],
                 resources=[self.counts_table.table_arn],
-                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [DIRECTORY_PREFIX + "*"]}},
+                conditions={
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [DIRECTORY_PREFIX + "*", RANK_PREFIX + "*"]}
+                },
             )
         )
         Validations.of(role).acknowledge(

@@ -182,3 +182,39 @@ def test_a_sketch_write_that_loses_its_condition_is_charged_and_answers_what_the
     assert lost.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
     assert lost.value.response["Item"]["hll"] == {"B": b"\x01" + b"a" * 8}
     assert (client.meter.sketch_writes, client.meter.units, client.meter.sketch_units) == (1, 2, 2)
+
+
+def test_a_tally_update_answers_the_count_after_it_so_the_meter_sees_new_items_and_rank_levels():
+    client = MeteredClient(("pk", "sk"))
+    [first, second] = tally_updates("100000000000000000100")
+    answer = client.update_item(**first.request)
+    assert answer["Attributes"]["count"] == {"N": "1"} and set(answer["Attributes"]) >= {"count", "ttl"}
+    assert "Attributes" not in client.update_item(**{k: v for k, v in second.request.items() if k != "ReturnValues"})
+
+
+def test_the_per_page_fan_out_puts_rank_records_as_moto_stores_them_each_hour_item_with_its_own_level():
+    import boto3
+    from moto import mock_aws
+
+    from bench import top, workloads, writes
+    from tally.core.ranking import RANK_PREFIX, level_of, rank_item
+    from tally.local.delivery import DeliveryConfig
+
+    settings, config = Settings(), DeliveryConfig(batch_size=100, window_seconds=60)
+    workload = workloads.fan_out_pages(providers=3, per_second=4, seconds=240)
+    with mock_aws():
+        checked = writes.verify_stored(workload, settings, config, boto3.client("dynamodb", region_name="us-east-1"))
+    assert checked["tally"]["stored_matches_meter"]
+    items = writes.run_tally(workload, settings, config).items
+    ranks = {key for key in items if key[0].startswith(RANK_PREFIX)}
+    hours = {key: int(item["count"]["N"]) for key, item in items.items() if key[1].startswith("H#")}
+    own = set()
+    for (counter, sort_key), count in hours.items():
+        if level_of(count) is not None:  # the invariant: every hour item of 8 or more has its own level's record
+            record = rank_item(counter, Bucket.from_sort_key(sort_key), 0, level_of(count), settings)
+            own.add((record["pk"]["S"], record["sk"]["S"]))
+    assert own and own <= ranks
+    assert {key[1].split("#", 3)[3] for key in ranks} <= {counter for counter, _ in hours}
+    figures = top.write_costs(settings, config, workload)
+    assert figures["rank_writes"] == figures["rank_write_units"] == len(ranks)  # each put once, far under 1 KB
+    assert figures["ratios"]["ranks_over_floor"] == round(len(ranks) / figures["floor_write_units"], 3)

@@ -42,12 +42,17 @@ def test_the_targets_of_the_scale_model_are_judged_from_its_own_run_or_marked_mi
     published = json.loads((ROOT / "bench" / "results.json").read_text())
     without_scale = {key: value for key, value in published.items() if not key.startswith("scale")}
     missing = [t for t in bench_main.targets(without_scale) if "1,000 shards" in t["target"]]
-    assert missing == [{"target": "1,000 shards, fixed rate (make bench-scale)", "wanted": "run", "figure": None, "met": False}]
+    assert missing == [
+        {"target": "1,000 shards, fixed rate (make bench-scale)", "wanted": "run", "figure": None, "met": False},
+        {"target": "1,000 shards across midnight (make bench-scale)", "wanted": "run", "figure": None, "met": False},
+    ]
     bench_main.report({**without_scale, "targets": bench_main.targets(without_scale)})
     printed = capsys.readouterr().out
     assert "The scale model has not run here: make bench-scale" in printed and "not run" in printed
     judged = [t for t in bench_main.targets(published) if "1,000 shards" in t["target"]]
-    assert len(judged) == 3 * len([e for e in published["scale_fixed_rate"] if e["shards"] == 1000])
+    midnight = [e for e in published["scale_day_boundary"] if e["shards"] == 1000 and e["directory"] == "spread"]
+    assert len(midnight) == 2  # 10,000 and 1,000,000 counters
+    assert len(judged) == 3 * len([e for e in published["scale_fixed_rate"] if e["shards"] == 1000]) + 2 * len(midnight)
     assert all(t["figure"] is not None for t in judged)
 
 
@@ -56,3 +61,18 @@ def test_fresh_runs_are_ignored_by_git_and_the_published_figures_are_tracked():
     assert ignored.returncode == 0
     tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "bench/results.json"], cwd=ROOT, capture_output=True)
     assert tracked.returncode == 0
+
+
+def test_the_targets_of_the_top_n_are_judged_from_its_own_run_or_marked_missing(capsys):
+    published = json.loads((ROOT / "bench" / "results.json").read_text())
+    without_top = {key: value for key, value in published.items() if not key.startswith("top")}
+    missing = [t for t in bench_main.targets(without_top) if "top" in t["target"]]
+    assert missing == [{"target": "top N (python -m bench top)", "wanted": "run", "figure": None, "met": False}]
+    judged = {t["target"]: t for t in bench_main.targets(published) if "top-10" in t["target"] or "per-page" in t["target"]}
+    [zipf] = [row for row in published["top"]["rows"] if (row["counters"], row["distribution"]) == (1_000_000, "zipf")]
+    assert judged["24 h top-10 of 10^6 Zipf counters: read units (eventual)"]["figure"] == zipf["read_units"]
+    assert judged["24 h top-10 of 10^6 Zipf counters: requests"]["figure"] == zipf["requests"]
+    ratio = published["top_writes"]["ratios"]["ranks_and_directory_over_floor"]
+    assert judged["fan-out + per-page rule: rank records and directory WCU / floor WCU"]["figure"] == ratio
+    bench_main.report_top(bench_main.Console(width=150), published)
+    assert "A 24 h top-10 over modeled counters" in capsys.readouterr().out

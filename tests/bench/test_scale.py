@@ -9,6 +9,7 @@ import pytest
 from bench.cost import item_size, number_size, write_units
 from bench.scale import (
     SHARDS_PER_LANE,
+    START_MS,
     TABLE,
     CounterMix,
     Latency,
@@ -16,6 +17,7 @@ from bench.scale import (
     Scenario,
     Simulation,
     SimulatedTable,
+    folded,
     lanes_for,
     measure,
     percentile,
@@ -24,7 +26,7 @@ from tally.core.buckets import Bucket
 from tally.core.commit import Outcome, Writer, segment_updates
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_428_000_000
 MINUTE = Bucket.of_minute(T0 // MINUTE_MS)
@@ -46,9 +48,9 @@ def updates(first: str, counters: list[str], *, delta: int = 1, shard: str = "sh
 def test_an_item_takes_at_most_its_write_units_per_second_and_refills():
     table = SimulatedTable(FIXED, Limits(item_write_units_per_second=1000, partition_write_units_per_second=10**9))
     for n in range(1000):  # a second's burst: 1,000 updates of 1 unit
-        assert table.update(n * 1e-6, updates(str(n + 1), ["hot"])[0])[1] is Outcome.APPLIED
-    assert table.update(0.001, updates("1001", ["hot"])[0])[1] is Outcome.RETRY
-    assert table.update(0.003, updates("1002", ["hot"])[0])[1] is Outcome.APPLIED  # 2 ms refill 2 units
+        assert table.update(n * 1e-6, updates(str(n + 1), ["hot"])[0])[1].outcome is Outcome.APPLIED
+    assert table.update(0.001, updates("1001", ["hot"])[0])[1].outcome is Outcome.RETRY
+    assert table.update(0.003, updates("1002", ["hot"])[0])[1].outcome is Outcome.APPLIED  # 2 ms refill 2 units
     assert table.stats.throttled == 1 and table.stats.applied == 1001
     assert table.count(("hot", MINUTE.sort_key)) == 1001
 
@@ -57,9 +59,9 @@ def test_a_partition_takes_at_most_its_write_units_per_second_over_all_its_items
     table = SimulatedTable(FIXED, Limits(item_write_units_per_second=10**9, partition_write_units_per_second=1000))
     for n in range(500):  # the minute and the hour of one counter: one partition key
         for update in updates(str(n + 1), ["hot"], hour=True):
-            assert table.update(n * 1e-6, update)[1] is Outcome.APPLIED
-    assert [table.update(0.001, u)[1] for u in updates("501", ["hot"], hour=True)] == [Outcome.RETRY] * 2
-    assert table.update(0.001, updates("502", ["cold"])[0])[1] is Outcome.APPLIED  # other partitions are not affected
+            assert table.update(n * 1e-6, update)[1].outcome is Outcome.APPLIED
+    assert [table.update(0.001, u)[1].outcome for u in updates("501", ["hot"], hour=True)] == [Outcome.RETRY] * 2
+    assert table.update(0.001, updates("502", ["cold"])[0])[1].outcome is Outcome.APPLIED  # other partitions are not affected
 
 
 def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and_after():
@@ -89,8 +91,8 @@ def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and
 def test_an_update_its_watermark_shows_applied_changes_nothing_and_costs_the_item():
     table = SimulatedTable(FIXED)
     table.update(0.0, updates("100000000000000000200", ["a"])[0])
-    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1] is Outcome.ALREADY_APPLIED
-    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1] is Outcome.ALREADY_APPLIED
+    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1].outcome is Outcome.ALREADY_APPLIED
+    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1].outcome is Outcome.ALREADY_APPLIED
     assert table.count(("a", MINUTE.sort_key)) == 1
     assert (table.stats.already_applied, table.stats.write_units) == (2, 3)
 
@@ -125,7 +127,7 @@ def test_a_commit_that_gives_up_fails_its_invocation_and_the_lambda_retry_comple
 
 
 def test_an_invocation_past_the_function_timeout_fails_and_is_retried():
-    slow = Latency(update_median_seconds=28.0, sigma=0.3)  # two phases of about 28 s each
+    slow = Latency(update_median_seconds=19.0, sigma=0.3)  # three round trips of about 19 s each: hours, rank records, minutes
     patient = lambda: Backoff(attempts=10_000, cap_seconds=1.0)  # noqa: E731
     simulation = Simulation(Scenario(shards=4, events_per_second=40, windows=1, mix=HOT_ONLY), SimulatedTable(slow), 1, schedule=patient)
     stats = simulation.run()
@@ -198,3 +200,104 @@ def test_shards_merging_one_hot_distinct_counter_keep_every_value_once_however_t
     assert stats.failed_retries_exhausted == stats.failed_timeout == 0
     figures = measure(Scenario(shards=5, events_per_second=25, windows=1, distinct=True), lanes_for(5))
     assert figures["sketch_writes"] > 0 and figures["sketch_write_units"] >= figures["sketch_writes"]
+
+
+# --- the directory across midnight, and alerts ---------------------------------------------------
+
+
+def midnight_scenario(shards: int, mix: CounterMix, per_second: float = 50.0):
+    midnight = (START_MS // DAY_MS + 1) * DAY_MS
+    return Scenario(shards=shards, events_per_second=per_second, windows=4, mix=mix, start_ms=midnight - 120_000,
+                    warm=True), midnight // DAY_MS
+
+
+def counters_written(simulation, day: int) -> set[str]:
+    """The counters whose minutes of ``day`` the run stored."""
+    return {
+        counter
+        for shard_window in folded(simulation.scenario).windows
+        for segment in shard_window[2]
+        for counter, bucket in segment.deltas
+        if bucket.kind == "M" and bucket.start_ms // DAY_MS == day
+    }
+
+
+def test_across_midnight_the_directory_gets_an_entry_per_new_day_counter_only_from_the_new_day():
+    from bench.scale import SPREAD_DIRECTORY
+    from tally.core.directory import partition_of
+
+    scenario, new_day = midnight_scenario(8, CounterMix("tail of 300", hot_share=0.3, tail=300))
+    table = SimulatedTable(Latency(), Limits(), random.Random(5))
+    simulation = Simulation(scenario, table, lanes=2, directory=SPREAD_DIRECTORY)
+    stats = simulation.run()
+    assert stats.directory_puts_by_window[0] == stats.directory_puts_by_window[1] == 0  # the day's hours exist
+    listed = {sk for (pk, sk) in table.stored if pk.startswith("#counters#")}
+    assert listed == counters_written(simulation, new_day) and len(listed) > 100
+    assert all(pk == partition_of(new_day, sk) for (pk, sk) in table.stored if pk.startswith("#counters#"))
+    # an entry per hour item created at most: one lane's creator each, never one per shard
+    assert sum(stats.directory_puts_by_window.values()) <= 2 * len(listed)
+
+
+def test_the_previous_directory_puts_every_counter_from_every_function_into_one_partition():
+    from bench.scale import LEGACY_DIRECTORY
+    from tally.core.directory import legacy_partition
+
+    scenario, new_day = midnight_scenario(8, CounterMix("tail of 300", hot_share=0.3, tail=300))
+    table = SimulatedTable(Latency(), Limits(), random.Random(5))
+    simulation = Simulation(scenario, table, lanes=2, directory=LEGACY_DIRECTORY)
+    stats = simulation.run()
+    partitions = {pk for (pk, _sk) in table.stored if pk.startswith("#counters#")}
+    assert partitions == {legacy_partition(new_day)}
+    seen: dict[int, set[str]] = {}  # each function's counters of the new day
+    for shard, _window, segments in folded(scenario).windows:
+        for segment in segments:
+            seen.setdefault(shard, set()).update(c for c, bucket in segment.deltas if bucket.start_ms // DAY_MS == new_day)
+    assert sum(stats.directory_puts_by_window.values()) == sum(len(counters) for counters in seen.values())
+    listed = {sk for (pk, sk) in table.stored if pk.startswith("#counters#")}
+    assert listed == counters_written(simulation, new_day)
+    assert table.stats.puts["directory"] > 2 * len(listed)  # the same entries, put by function after function
+
+
+def test_a_throttled_directory_partition_fails_invocations_whose_retries_still_write_every_entry():
+    from bench.scale import LEGACY_DIRECTORY
+
+    scenario, new_day = midnight_scenario(8, CounterMix("tail of 300", hot_share=0.3, tail=300))
+    table = SimulatedTable(Latency(), Limits(partition_write_units_per_second=40), random.Random(5))
+    simulation = Simulation(scenario, table, lanes=2, directory=LEGACY_DIRECTORY)
+    stats = simulation.run()  # raises if a count were lost or doubled by the retries
+    assert stats.failed_retries_exhausted > 0 and table.stats.put_throttled["directory"] > 0
+    assert {sk for (pk, sk) in table.stored if pk.startswith("#counters#")} == counters_written(simulation, new_day)
+
+
+def test_expected_directory_puts_a_day_by_design():
+    from bench.scale import LEGACY_DIRECTORY, SPREAD_DIRECTORY, directory_puts_per_day
+
+    hot = CounterMix("one", hot_share=1.0, tail=1)  # the tail's one counter takes no events
+    for design in (LEGACY_DIRECTORY, SPREAD_DIRECTORY):
+        assert directory_puts_per_day(hot, 1, 100.0, 1, design) == pytest.approx(1.0)
+    assert directory_puts_per_day(hot, 64, 1000.0, 1, LEGACY_DIRECTORY) == pytest.approx(64)  # every function
+    # one lane of 64 shards: a creator a hour among 64, 24 hours: about 20 distinct functions put it
+    assert directory_puts_per_day(hot, 64, 1000.0, 1, SPREAD_DIRECTORY) == pytest.approx(64 * (1 - (63 / 64) ** 24))
+    quiet = CounterMix("quiet", hot_share=0.0, tail=10)
+    assert directory_puts_per_day(quiet, 10, 1e-9, 1, SPREAD_DIRECTORY) < 1e-3  # a counter without events: none
+
+
+def test_a_million_counters_are_named_by_rank_and_share_every_event():
+    from bench.scale import MILLION_MIX
+
+    assert sum(MILLION_MIX.shares()) == pytest.approx(1.0) and len(MILLION_MIX.shares()) == 1_000_001
+    names = MILLION_MIX.chooser()(random.Random(1), 1000)
+    assert "jobs/all" in names and all(n == "jobs/all" or len(n) == len("counter-0000001") for n in names)
+
+
+def test_alerts_at_many_shards_fire_once_per_crossing_counter_and_never_before_the_crossing_arrived():
+    scenario = Scenario(shards=20, events_per_second=400, windows=3, alert_above=200)
+    table = SimulatedTable(Latency(), Limits(), random.Random(3))
+    simulation = Simulation(scenario, table, lanes_for(20))
+    stats = simulation.run()  # raises unless every counter past the threshold got its alert
+    assert 3 <= len(stats.alert_seconds) < len(simulation.alert[1])  # some of the alerted counters stay below
+    assert all(0 < s < 3 * 60 for s in stats.alert_seconds)
+    assert simulation.alert_writes == 2 * len(stats.alert_seconds)  # one change and one clearing each: no repeats
+    figures = measure(scenario, lanes_for(20))
+    assert figures["alerts_put"] == len(stats.alert_seconds)
+    assert 0 < figures["p50_arrival_to_alert_seconds"] <= figures["p99_arrival_to_alert_seconds"]

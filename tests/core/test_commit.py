@@ -8,8 +8,10 @@ from tally.core.commit import (
     LEGACY_MARKER_PREFIX,
     LEGACY_PART_ITEMS,
     WATERMARK_PREFIX,
+    Answer,
     Outcome,
     Pause,
+    Put,
     ReadMarkers,
     RetriesExhausted,
     Send,
@@ -33,6 +35,7 @@ T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR, MINUTE = Bucket.of_hour(T0 // HOUR_MS), Bucket.of_minute(T0 // MINUTE_MS)
 WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
 SEQUENCE = "100000000000000000180"
+HOD = f"{HOUR.index % 24:02d}"  # the hour of day in rank records
 
 
 def segment(first: str = SEQUENCE, items: int = 0) -> Segment:
@@ -51,6 +54,7 @@ def test_one_update_per_bucket_item_conditioned_on_the_writers_watermark():
     assert request["UpdateExpression"] == "ADD #a0 :a0 SET #ttl = if_not_exists(#ttl, :ttl), #w = :w"
     assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"
     assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+    assert request["ReturnValues"] == "UPDATED_NEW"  # the count after it: whether it created the item
     assert request["ExpressionAttributeNames"] == {"#ttl": "ttl", "#w": WRITER.tag, "#a0": "count"}
     values = request["ExpressionAttributeValues"]
     assert values[":a0"] == {"N": "76"}
@@ -132,14 +136,15 @@ def test_one_lane_writes_the_buckets_own_items_and_lanes_are_fixed_per_writer():
         assert keys == [lane_sort_key(b.sort_key, writer.lane(8)) for b in (HOUR, HOUR, MINUTE)]
 
 
-def run(steps, answer):
-    """Drive commit_steps: ``answer(step)`` replies to each ReadMarkers and Send; pauses are recorded."""
+def run(steps, answer, put=lambda step: []):
+    """Drive commit_steps: ``answer(step)`` replies to each ReadMarkers and Send, ``put`` to each Put (by default:
+    every item put); pauses are recorded."""
     log, reply = [], None
     try:
         while True:
             step = steps.send(reply)
             log.append(step)
-            reply = None if isinstance(step, Pause) else answer(step)
+            reply = None if isinstance(step, Pause) else put(step) if isinstance(step, Put) else answer(step)
     except StopIteration as done:
         return done.value, log
 
@@ -153,7 +158,7 @@ def test_hours_are_sent_before_minutes_and_throttled_updates_again_after_a_pause
     throttled = {("b", HOUR)}
 
     def answer(step):
-        outcomes = [Outcome.RETRY if u.item in throttled else Outcome.APPLIED for u in step.updates]
+        outcomes = [Answer(Outcome.RETRY) if u.item in throttled else Answer(Outcome.APPLIED, u.added) for u in step.updates]
         throttled.clear()
         return outcomes
 
@@ -164,30 +169,46 @@ def test_hours_are_sent_before_minutes_and_throttled_updates_again_after_a_pause
     assert (result.applied, result.already_applied, result.retries) == (3, 0, 1)
 
 
+def test_hour_items_an_update_created_are_born_and_so_are_those_a_retry_finds_applied():
+    """A count equal to what the update added: the item is new. Found applied: its lost first try may have
+    created it. Minute items are never born: every event counts in its hour, which says the day."""
+
+    def answer(step):
+        counts = {("a", HOUR): 76, ("b", HOUR): 5 + 12, ("a", MINUTE): 76}
+        return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
+
+    result, _ = run(steps_of(segment()), answer)
+    assert result.born == (("a", HOUR),)
+    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 99) for _ in step.updates])
+    assert result.born == (("a", HOUR), ("b", HOUR))
+    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED) for _ in step.updates])
+    assert result.born == ()  # nothing came back: nothing known to be new
+
+
 def test_a_retried_segment_counts_what_it_finds_applied():
-    result, _ = run(steps_of(segment()), lambda step: [Outcome.ALREADY_APPLIED for _ in step.updates])
+    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED) for _ in step.updates])
     assert (result.applied, result.already_applied) == (0, 3)
 
 
 def test_updates_throttled_on_every_try_exhaust_the_retries():
     with pytest.raises(RetriesExhausted, match="still throttled"):
-        run(steps_of(segment(), attempts=3), lambda step: [Outcome.RETRY for _ in step.updates])
+        run(steps_of(segment(), attempts=3), lambda step: [Answer(Outcome.RETRY) for _ in step.updates])
 
 
 def test_an_answer_that_is_not_an_outcome_is_refused():
     with pytest.raises(ValueError, match="outcome"):
-        run(steps_of(segment()), lambda step: [Outcome.FAIL for _ in step.updates])
+        run(steps_of(segment()), lambda step: [Answer(Outcome.FAIL) for _ in step.updates])
 
 
 def test_markers_of_the_previous_release_are_read_only_for_segments_that_may_predate_this_one():
-    _, log = run(steps_of(segment()), lambda step: [Outcome.APPLIED for _ in step.updates])
+    _, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED) for _ in step.updates])
     assert not any(isinstance(step, ReadMarkers) for step in log)
     _, log = run(steps_of(segment(), after_previous_release=True), answer_none_found)
     assert [step.keys for step in log if isinstance(step, ReadMarkers)] == [[legacy_marker_key(segment(), WRITER.legacy_source, 0)]]
 
 
 def answer_none_found(step):
-    return [False] * len(step.keys) if isinstance(step, ReadMarkers) else [Outcome.APPLIED] * len(step.updates)
+    return [False] * len(step.keys) if isinstance(step, ReadMarkers) else [Answer(Outcome.APPLIED)] * len(step.updates)
 
 
 def test_items_of_the_previous_releases_committed_transactions_are_skipped():
@@ -204,7 +225,7 @@ def test_items_of_the_previous_releases_committed_transactions_are_skipped():
         if isinstance(step, ReadMarkers):
             return [True] + [False] * (len(step.keys) - 1) if len(step.keys) == 1 else [True, True, False]
         sent.extend(u.item for u in step.updates)
-        return [Outcome.APPLIED] * len(step.updates)
+        return [Answer(Outcome.APPLIED)] * len(step.updates)
 
     result, log = run(steps_of(big, after_previous_release=True), answer)
     assert [len(step.keys) for step in log if isinstance(step, ReadMarkers)] == [1, 3]
@@ -235,3 +256,44 @@ def test_an_update_naming_the_most_bins_a_segment_allows_fits_in_dynamodbs_expre
     [[], [update]] = segment_updates(wide, WRITER, "counts", Settings())
     assert len(bins) == MAX_ITEM_BINS
     assert len(update.request["UpdateExpression"].encode()) <= 4096 - 512  # room to spare for other terms
+
+
+def test_hour_items_carried_into_a_higher_level_get_their_rank_record_before_the_minutes_are_sent():
+    def answer(step):  # a: 76 added to 0 (level 5); b: 5 added to 23 -> 28 (level 2 -> 3); minutes never ranked
+        counts = {("a", HOUR): 76, ("b", HOUR): 28, ("a", MINUTE): 76}
+        return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
+
+    result, log = run(steps_of(segment()), answer)
+    kinds = [type(step).__name__ for step in log]
+    assert kinds == ["Send", "Put", "Send"]  # hours, their rank records, minutes
+    assert [item["sk"]["S"] for item in log[1].items] == [f"005#{HOD}#00#a", f"003#{HOD}#00#b"]
+    assert result.ranked == 2
+
+
+def test_an_update_within_its_level_puts_no_record_and_one_found_applied_puts_its_items_level_again():
+    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED, 460 + u.added) for u in step.updates])
+    assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 460 -> 536 and 465: level 10 still
+    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 300) for _ in step.updates])
+    [put] = [step for step in log if isinstance(step, Put)]
+    assert [item["sk"]["S"] for item in put.items] == [f"008#{HOD}#00#a", f"008#{HOD}#00#b"]  # its lost try may have
+
+
+def test_reserved_counters_are_never_ranked():
+    rejected = Segment(SEQUENCE, T0, SEQUENCE, 9, {("#rejected#late_event", HOUR): 9})
+    result, log = run(steps_of(rejected), lambda step: [Answer(Outcome.APPLIED, 9) for _ in step.updates])
+    assert result.ranked == 0 and not any(isinstance(step, Put) for step in log)
+
+
+def test_rank_records_left_unprocessed_are_put_again_after_a_pause_until_every_try_is_spent():
+    answer = lambda step: [Answer(Outcome.APPLIED, 7 + u.added) for u in step.updates]  # noqa: E731
+    left = [1]
+
+    def put(step):
+        left[0] -= 1
+        return step.items[:1] if left[0] >= 0 else []
+
+    result, log = run(steps_of(segment()), answer, put)
+    kinds = [type(step).__name__ for step in log]
+    assert kinds == ["Send", "Put", "Pause", "Put", "Send"] and len(log[3].items) == 1 and result.ranked == 2
+    with pytest.raises(RetriesExhausted, match="rank records of segment"):
+        run(steps_of(segment(), attempts=3), answer, lambda step: step.items)

@@ -184,3 +184,52 @@ def test_counters_in_alarm_are_marked_with_their_alerts(served, browser):
     assert "in-alarm" in views.get_attribute("class") and "in-alarm" not in (signups.get_attribute("class") or "")
     assert views.find_element(By.CSS_SELECTOR, "td.alarm").text.startswith("busy: ")
     assert signups.find_elements(By.CSS_SELECTOR, "td.alarm") == []
+
+
+def test_the_top_list_ranks_the_apis_exact_totals_and_a_click_charts_a_counter(served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    api, events = served
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    browser.get(f"{api.url}/?window=24h&series=hour")
+
+    # The list ranks every counter (the signed page's default prefix is ''), as GET /top answers for its window.
+    wait.until(lambda driver: len(driver.find_elements(By.CSS_SELECTOR, "#top tbody tr")) == 2)
+    table = browser.find_element(By.ID, "top")
+    start, end = table.get_attribute("data-start"), table.get_attribute("data-end")
+    with urllib.request.urlopen(f"{api.url}/top?prefix=&n=10&window=24h&at={end}", timeout=10) as response:
+        answer = json.loads(response.read())
+    rows = [
+        [cell.text for cell in row.find_elements(By.TAG_NAME, "td")[:3]]
+        for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+    assert answer["start"] == start and answer["exact"] is True and table.get_attribute("data-exact") == "true"
+    assert rows == [[str(e["rank"]), e["counter"], f"{e['total']:,}"] for e in answer["top"]]
+    first, after = parse_instant(start), parse_instant(end)
+    by_hand = {name: sum(1 for e in events if e.counter == name and first <= e.ts_ms < after) for name in ("page-views", "sign-ups")}
+    assert {e["counter"]: e["total"] for e in answer["top"]} == by_hand
+    assert "exact (certified)" in browser.find_element(By.ID, "top-status").text
+    assert not any(cell.is_displayed() for cell in table.find_elements(By.CSS_SELECTOR, ".rising"))
+
+    # A click on a listed counter charts it beside the totals.
+    second = answer["top"][1]["counter"]
+    table.find_element(By.CSS_SELECTOR, f'tr[data-counter="{second}"] td.counter').click()
+    wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f'#totals tr[data-counter="{second}"]'))
+    assert f"counter={second}" in browser.current_url
+
+    # Rising: each entry with the previous window's total and the increase it is ranked by.
+    browser.find_element(By.ID, "top-rising").click()
+    wait.until(lambda driver: "rising" in (driver.find_element(By.ID, "top").get_attribute("class") or ""))
+    for row in browser.find_elements(By.CSS_SELECTOR, "#top tbody tr"):
+        total, previous, increase = (int(cell.text.replace(",", "")) for cell in row.find_elements(By.TAG_NAME, "td")[2:5])
+        assert increase == total - previous
+    assert "rising top 10" in browser.find_element(By.ID, "top-status").text
+
+    # A prefix the API refuses shows its one-line reason in place of the list.
+    typed = browser.find_element(By.ID, "top-prefix")
+    typed.clear()
+    typed.send_keys("#segment#\n")
+    wait.until(lambda driver: "error" in (driver.find_element(By.ID, "top-status").get_attribute("class") or ""))
+    assert "not starting with '#'" in browser.find_element(By.ID, "top-status").text
+    assert not browser.find_element(By.ID, "top").is_displayed()

@@ -8,7 +8,7 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
-from tally.core.buckets import bucket_sort_key
+from tally.core.buckets import Bucket, bucket_sort_key
 from tally.core.commit import LEGACY_MARKER_PREFIX, WATERMARK_PREFIX
 from tally.core.histograms import RELATIVE_ACCURACY, bin_of, is_bin
 from tally.dynamo import CountsTable
@@ -23,7 +23,8 @@ from tally.core.sketches import Sketch
 from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE
 from tally.core.windows import Window
 
-from tally.core.directory import DIRECTORY_PREFIX, day_partition
+from tally.core.directory import DIRECTORY_PREFIX, partition_of
+from tally.core.ranking import RANK_PREFIX, RankRecord, level_of
 
 from .harness import STATS, FaultStats
 from .streams import Expected
@@ -78,7 +79,7 @@ def table_contents(
     watermarks: dict[tuple[str, str], set[str]] = {}
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
-            if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX)):
+            if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX)):
                 key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
                 if SKETCH_ATTRIBUTE in item:
                     sketches.setdefault(key, Sketch()).merge(Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"]))
@@ -157,8 +158,38 @@ def check_directory(client: Any, table_name: str, expected: Expected, context: s
         entries.update(
             (item["pk"]["S"], item["sk"]["S"]) for item in page["Items"] if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
         )
-    truth = {(day_partition(event_ms // DAY_MS), name) for name, event_ms, _ in expected.events}
+    truth = {(partition_of(event_ms // DAY_MS, name), name) for name, event_ms, _ in expected.events}
     assert entries == truth, f"directory: extra {sorted(entries - truth)[:5]}, missing {sorted(truth - entries)[:5]}; {context}"
+
+
+def rank_levels(client: Any, table_name: str) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int]]:
+    """Every hour item's count and the highest level recorded for it in the ranking index, keyed by
+    (counter, hour since the epoch, lane)."""
+    counts: dict[tuple[str, int, int], int] = {}
+    recorded: dict[tuple[str, int, int], int] = {}
+    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
+        for item in page["Items"]:
+            pk, sk = item["pk"]["S"], item["sk"]["S"]
+            if pk.startswith(RANK_PREFIX):
+                record = RankRecord.parse(pk, sk)
+                key = (record.counter, record.hour, record.lane)
+                recorded[key] = max(recorded.get(key, -1), record.level)
+            elif sk.startswith("H#") and not pk.startswith("#") and COUNT_ATTRIBUTE in item and SKETCH_ATTRIBUTE not in item:
+                _, _, lane = sk.partition("#")[2].partition("#")
+                hour = Bucket.from_sort_key(bucket_sort_key(sk)).index
+                counts[(pk, hour, int(lane or 0))] = int(item[COUNT_ATTRIBUTE]["N"])
+    return counts, recorded
+
+
+def check_ranks(client: Any, table_name: str, context: str) -> None:
+    """The ranking index's invariant: every hour item (lane) counting at least the floor has a record of
+    exactly its level, and no record names an item that is not there or a level above its count's. Levels
+    are read from counts, so a retried, redelivered or raced update can neither add a level nor lose one."""
+    counts, recorded = rank_levels(client, table_name)
+    truth = {key: level_of(count) for key, count in counts.items() if level_of(count) is not None}
+    wrong = {key: (recorded.get(key), truth.get(key)) for key in truth.keys() | recorded.keys() if recorded.get(key) != truth.get(key)}
+    STATS.add("rank_records_compared", len(truth.keys() | recorded.keys()))
+    assert not wrong, f"rank levels (recorded, of the count) differ: {sorted(wrong.items())[:5]}; {context}"
 
 
 def check_summaries(summaries: list[Summary], records: int, expected: Expected, context: str) -> None:

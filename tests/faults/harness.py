@@ -120,6 +120,7 @@ class FaultStats:
     quantiles_compared: int = 0  # quantiles of histogram counters' windows, against brute force
     buckets_compared: int = 0
     sketches_compared: int = 0  # buckets of distinct counters whose sketch was compared
+    rank_records_compared: int = 0  # hour items whose highest rank record was compared with their count's level
     events_in_minute_and_hour: int = 0
     events_in_hour_only: int = 0  # arrived after their minute's retention
     late_rejections: int = 0  # arrived after their hour's retention
@@ -156,6 +157,7 @@ class FaultStats:
             "quantiles_compared": self.quantiles_compared,
             "buckets_compared": self.buckets_compared,
             "sketches_compared": self.sketches_compared,
+            "rank_records_compared": self.rank_records_compared,
             "events_in_minute_and_hour": self.events_in_minute_and_hour,
             "events_in_hour_only": self.events_in_hour_only,
             "late_rejections": self.late_rejections,

@@ -26,7 +26,7 @@ from tally.core.retry import sketch_backoff
 from tally.core.tables import SKETCH_ATTRIBUTE
 from tally.core.settings import Settings
 
-from .checks import check_table, check_windows
+from .checks import check_directory, check_ranks, check_table, check_windows
 from .harness import FaultKind, FaultSchedule, FaultyClient, FaultyHandler, LambdaShard, quick_backoff
 from .streams import STREAM_ARN, StreamSpec, after_now, build_stream, settings_for
 
@@ -138,6 +138,9 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(serve
 
     context = f"seed {seed}, {lanes} lanes, {conflicts!r}"
     check_table(server_client(endpoint), counts, stream.expected, settings, context, writers=stream.writer_tags())
+    # Racing across a UTC midnight: each day's entry of each counter, put by whichever shard created an hour item.
+    check_directory(server_client(endpoint), counts, stream.expected, context)
+    check_ranks(server_client(endpoint), counts, context)  # racing shards on hot hour items: one level each
     stored = server_client(endpoint).scan(TableName=counts)["Items"]
     written_lanes = {item["sk"]["S"] for item in stored if not item["pk"]["S"].startswith("#") and SKETCH_ATTRIBUTE not in item}
     assert (len({bucket_sort_key(sk) for sk in written_lanes}) < len(written_lanes)) == (lanes > 1), context

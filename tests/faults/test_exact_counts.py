@@ -24,7 +24,7 @@ from tally.core.segments import MAX_SEGMENT_ITEMS
 from tally.core.settings import HOUR_MS, Settings
 
 from . import profiles
-from .checks import check_directory, check_summaries, check_table, check_windows
+from .checks import check_directory, check_ranks, check_summaries, check_table, check_windows
 from .harness import (
     READ_FAULTS,
     REQUEST_FAULTS,
@@ -167,6 +167,7 @@ def check_stream(
         context += f"; {schedule!r}"
         check_table(client, COUNTS_TABLE, stream.expected, settings, context, writers=stream.writer_tags())
         check_directory(client, COUNTS_TABLE, stream.expected, context)
+        check_ranks(client, COUNTS_TABLE, context)
         check_summaries(summaries, stream.records, stream.expected, context)
 
         read_rates = {kind: 0.3 for kind in READ_FAULTS}

@@ -327,6 +327,22 @@ def test_distinct_values_in_json_by_both_plans_exact_while_few_per_hour_and_in_t
 
 
 @pytest.mark.server
+def test_top_prints_one_json_object_ranked_by_the_exact_totals(counted, capsys):
+    items = scan_items(client("dynamodb"), counted.events)
+    expected = brute_force_counts(items, ["alpha", "beta"], Window.ending(now_ms()))
+    capsys.readouterr()
+    assert query_window.main(["--top", "2", "--prefix", "", "--json", "--consistent"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    answer = json.loads(lines[0])
+    assert list(answer) == ["prefix", "start", "end", "exact", "bound", "top"]
+    truth = sorted(((c, expected[c]["expected"]) for c in ("alpha", "beta")), key=lambda e: (-e[1], e[0]))
+    assert [(e["counter"], e["total"]) for e in answer["top"]] == truth
+    assert [e["rank"] for e in answer["top"]] == [1, 2] and answer["exact"] is True and answer["bound"] is None
+    assert query_window.main(["--top", "1", "--prefix", "", "--rising"]) == 0
+    assert "rising" in capsys.readouterr().out
+
+
 def test_alerts_lists_alert_states_as_json_lines_or_a_table(tables, monkeypatch, capsys):
     from alert_support import ALERT_RULES, cross
     from tally.core.rules import parse_rules
@@ -351,8 +367,31 @@ def test_alerts_lists_alert_states_as_json_lines_or_a_table(tables, monkeypatch,
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--top", "0", "--prefix", "views/"], "n must be a whole number from 1 to 1000, got '0'"),
+        (["--top", "ten", "--prefix", "views/"], "n must be a whole number from 1 to 1000"),
+        (["--top", "5", "--prefix", "#segment#"], "prefix must be text not starting with '#'"),
+        (["--top", "5", "--prefix", "v/", "--window", "7d", "--at", A_DAY_AGO_INSIDE_AN_HOUR], "minute retention"),
+    ],
+)
+def test_a_bad_top_is_one_line_on_stderr_and_status_2(argv, message, capsys):
+    assert query_window.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err
+
+
+@pytest.mark.parametrize("argv", [["--rising", "--prefix", "v/"], ["--top", "5", "--prefix", "v/", "--series", "hour"]])
+def test_rising_without_top_and_top_with_a_series_are_argument_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(argv)
+    assert exited.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
         (["--alerts", "alpha"], "--alerts lists alert states: name no counters"),
         (["alpha", "--state", "ALARM"], "--alert and --state go with --alerts"),
+        (["--alerts", "--top", "5"], "--alerts lists alert states: it takes no --top or --rising"),
     ],
 )
 def test_alert_arguments_that_do_not_fit_are_refused_in_one_line(argv, message, capsys):

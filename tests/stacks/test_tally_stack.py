@@ -307,11 +307,11 @@ def test_every_resource_is_scoped_except_list_streams(template, ids):
     assert [as_list(statement["Action"]) for statement in unscoped] == [["dynamodb:ListStreams"]]
 
 
-def test_batch_writes_reach_the_counter_directory_only(template, ids):
+def test_batch_writes_reach_the_counter_directory_and_the_rank_records_only(template, ids):
     [statement] = [s for s in policy_statements(template) if "dynamodb:BatchWriteItem" in as_list(s["Action"])]
     assert as_list(statement["Action"]) == ["dynamodb:BatchWriteItem"]
     assert [render(resource) for resource in as_list(statement["Resource"])] == ["${%s.Arn}" % ids["counts"]]
-    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#counters#*"]}}
+    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#counters#*", "#ranks#*"]}}
 
 
 def test_each_resource_gets_exactly_the_actions_the_handler_needs(template, ids):

@@ -57,6 +57,7 @@ from typing import Any
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
 from tally.core.histograms import NEGATIVE, POSITIVE, ZERO_BIN, is_bin
+from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
 from tally.core.segments import Delta, Item, Segment
 from tally.core.settings import Settings
@@ -84,10 +85,27 @@ class Outcome(str, Enum):
 
 
 @dataclass(frozen=True)
+class Answer:
+    """What DynamoDB answered one update: its outcome, and the item's count as it returned it.
+
+    ``count`` is the count after the update (``ReturnValues=UPDATED_NEW``)
+    when applied, the count the item holds (``ALL_OLD`` of the failed
+    condition) when already applied, None when nothing came back.
+    """
+
+    outcome: Outcome
+    count: int | None = None
+
+
+@dataclass(frozen=True)
 class CommitResult:
     applied: int  # bucket items updated now
     already_applied: int  # bucket items found updated before (a retry), or by the previous release
     retries: int  # updates throttled or lost and sent again
+    # Hour items this commit created, or may have created on a try whose answer was lost (found already
+    # applied): the counter directory's entries come from them (directory.py).
+    born: tuple[Item, ...] = ()
+    ranked: int = 0  # rank records put: hour items the commit carried into a higher level (ranking.py)
     sketches_written: int = 0  # the distinct counters' sketch items, merged after the counts (sketch_writes.py)
     sketch_conflicts: int = 0  # sketch writes that lost a race to another writer and merged again
 
@@ -167,6 +185,7 @@ class Update:
     request: dict[str, Any]
     tag: str
     position: bytes
+    added: int = 0  # the count it adds
 
     @property
     def name(self) -> str:
@@ -183,9 +202,17 @@ class ReadMarkers:
 
 @dataclass(frozen=True)
 class Send:
-    """Send these updates, at once if the driver can; it answers with one Outcome per update, in order."""
+    """Send these updates, at once if the driver can; it answers with one Answer per update, in order."""
 
     updates: list[Update]
+
+
+@dataclass(frozen=True)
+class Put:
+    """Put these items (BatchWriteItem, 25 a request); the driver answers with the items left unprocessed,
+    throttled requests' included."""
+
+    items: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -195,7 +222,7 @@ class Pause:
     seconds: float
 
 
-CommitStep = ReadMarkers | Send | Pause
+CommitStep = ReadMarkers | Send | Put | Pause
 
 
 def additions(delta: Delta) -> dict[str, int | Decimal]:
@@ -245,6 +272,9 @@ def bucket_update(
         "ConditionExpression": UPDATE_CONDITION,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
+        # The count after the update tells its writer whether it created the item (free: a write's units
+        # do not depend on what it returns).
+        "ReturnValues": "UPDATED_NEW",
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
 
@@ -265,8 +295,22 @@ def segment_updates(
         counter, bucket = item
         key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
         request = bucket_update(table_name, key, additions(delta), bucket.ttl_seconds(settings), tag, position)
-        (hours if bucket.kind == "H" else minutes).append(Update(item, request, tag, position))
+        (hours if bucket.kind == "H" else minutes).append(Update(item, request, tag, position, delta[1]))
     return hours, minutes
+
+
+def count_of(item: Mapping[str, Any] | None) -> int | None:
+    """The count of an item as DynamoDB returned it (UPDATED_NEW, ALL_OLD), None when it holds none."""
+    count = (item or {}).get(COUNT_ATTRIBUTE)
+    return None if count is None else int(count["N"])
+
+
+def is_born(update: Update, answer: Answer) -> bool:
+    """Whether the update created its item, as far as its answer tells: applied with a count equal to what it
+    added, or found already applied (its lost first try may have created it)."""
+    if answer.outcome is Outcome.ALREADY_APPLIED:
+        return True
+    return answer.outcome is Outcome.APPLIED and answer.count == update.added
 
 
 def condition_failed(old_item: Mapping[str, Any] | None, tag: str, position: bytes) -> Outcome:
@@ -324,6 +368,10 @@ def commit_steps(
             if exists:
                 skip.extend(part)
     applied, already, retries = 0, len(skip), 0
+    born: list[Item] = [item for item in skip if item[1].kind == "H"]  # found applied, by the previous release
+    lane = writer.lane(settings.bucket_lanes)
+    ranks: list[dict[str, Any]] = []
+    ranked = 0
     for phase in segment_updates(segment, writer, table_name, settings, skip):
         pending = phase
         for delay in backoff().delays():
@@ -331,26 +379,64 @@ def commit_steps(
                 break
             if delay:
                 yield Pause(delay)
-            outcomes = yield Send(pending)
-            if outcomes is None or len(outcomes) != len(pending):
-                raise ValueError("a Send step needs one outcome per update")
+            answers = yield Send(pending)
+            if answers is None or len(answers) != len(pending):
+                raise ValueError("a Send step needs one answer per update")
             retry = []
-            for update, outcome in zip(pending, outcomes):
+            for update, answer in zip(pending, answers):
+                outcome = answer.outcome if isinstance(answer, Answer) else None
                 if outcome is Outcome.APPLIED:
                     applied += 1
                 elif outcome is Outcome.ALREADY_APPLIED:
                     already += 1
                 elif outcome is Outcome.RETRY:
                     retry.append(update)
+                    continue
                 else:
-                    raise ValueError(f"a commit step needs an outcome of its update, not {outcome!r}")
+                    raise ValueError(f"a commit step needs an answer of its update, not {answer!r}")
+                if update.item[1].kind == "H":
+                    if is_born(update, answer):
+                        born.append(update.item)
+                    level = rank_level(update, answer)
+                    if level is not None:
+                        ranks.append(rank_item(update.item[0], update.item[1], lane, level, settings))
             retries += len(retry)
             pending = retry
         if pending:
             raise RetriesExhausted(
                 f"{len(pending)} bucket updates of segment {segment.first_sequence} still throttled after every retry"
             )
-    return CommitResult(applied, already, retries)
+        if ranks:  # the hours' levels, before the minutes: the index lags its counts by one round trip
+            ranked += yield from put_steps(ranks, backoff, f"rank records of segment {segment.first_sequence}")
+            ranks = []
+    return CommitResult(applied, already, retries, born=tuple(born), ranked=ranked)
+
+
+def rank_level(update: Update, answer: Answer) -> int | None:
+    """The level to record for an hour item an update answered: the one it carried the item into, or, found
+    already applied, the item's own (its lost first try may have crossed it); None for nothing to record."""
+    if answer.count is None or not is_ranked(update.item[0]):
+        return None
+    if answer.outcome is Outcome.ALREADY_APPLIED:
+        return level_of(answer.count)
+    return crossed_level(answer.count, update.added)
+
+
+def put_steps(
+    items: list[dict[str, Any]], backoff: Callable[[], Backoff], what: str
+) -> Generator[Put | Pause, Sequence[dict[str, Any]] | None, int]:
+    """Put idempotent items, those left unprocessed again after a pause; RetriesExhausted when some never are."""
+    pending = items
+    for delay in backoff().delays():
+        if not pending:
+            break
+        if delay:
+            yield Pause(delay)
+        left = yield Put(pending)
+        pending = list(left or ())
+    if pending:
+        raise RetriesExhausted(f"{len(pending)} {what} still unprocessed after every retry")
+    return len(items)
 
 
 def bin_additions(bins: dict[str, int], names: dict[str, str], values: dict[str, Any]) -> str:
