@@ -587,14 +587,7 @@ class CounterDirectory:
         requests = [0]
 
         def names_in(partition: str) -> Iterator[str]:
-            request: dict[str, Any] = {
-                "TableName": self.table_name,
-                "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
-                "ProjectionExpression": "#sk",
-                "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
-                "ExpressionAttributeValues": {":pk": {"S": partition}, **({":prefix": {"S": prefix}} if prefix else {})},
-                "ConsistentRead": consistent,
-            }
+            request = self._names_request(partition, prefix, consistent)
             if after is not None:
                 request["ExclusiveStartKey"] = _key(partition, after)
             page_size = _FIRST_PAGE
@@ -616,21 +609,23 @@ class CounterDirectory:
         more = limit is not None and len(names) > limit
         return DirectoryPage(names[:limit] if more else names, requests[0], more)
 
-
-    def exceeds(self, prefix: str, days: Iterable[int], limit: int, consistent: bool = False) -> tuple[bool, int]:
-        """Whether one partition alone holds more than ``limit`` names starting with ``prefix`` on ``days`` (so a
-        listing of them all would too), and the Queries made: one, of at most ``limit + 1`` names, where a
-        listing reads every partition of every day. False says nothing about the other partitions."""
-        partition = day_partitions(max(days))[0]
-        request: dict[str, Any] = {
+    def _names_request(self, partition: str, prefix: str, consistent: bool) -> dict[str, Any]:
+        """A Query of one directory partition's names starting with ``prefix``, names only."""
+        return {
             "TableName": self.table_name,
             "KeyConditionExpression": "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else ""),
             "ProjectionExpression": "#sk",
             "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key},
             "ExpressionAttributeValues": {":pk": {"S": partition}, **({":prefix": {"S": prefix}} if prefix else {})},
             "ConsistentRead": consistent,
-            "Limit": limit + 1,
         }
+
+    def exceeds(self, prefix: str, days: Iterable[int], limit: int, consistent: bool = False) -> tuple[bool, int]:
+        """Whether one partition alone holds more than ``limit`` names starting with ``prefix`` on ``days`` (so a
+        listing of them all would too), and the Queries made: one, of at most ``limit + 1`` names, where a
+        listing reads every partition of every day. False says nothing about the other partitions."""
+        partition = day_partitions(max(days))[0]
+        request = {**self._names_request(partition, prefix, consistent), "Limit": limit + 1}
         response = _throttled(self.backoff, self.client.query, **request)
         return len(response.get("Items", [])) > limit, 1
 
