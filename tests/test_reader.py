@@ -16,7 +16,7 @@ from freezegun import freeze_time
 from moto import mock_aws
 
 from alert_support import ALERT_RULES, cross
-from backends import BACKENDS
+from backends import BACKENDS, count_on_server
 from factories import counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader, Series, read_options
@@ -337,16 +337,7 @@ def test_the_readme_example_runs_against_either_server_and_prints_what_brute_for
     events = [("views/posts/hello-world", now_ms - age) for age in ages if abs(age - DAY_MS) > 5 * MINUTE_MS]
     events += [("views/all", now_ms - rng.randrange(3 * HOUR_MS)) for _ in range(90)]
     events += [("jobs/all", now_ms - rng.randrange(20 * HOUR_MS)) for _ in range(30)]
-    for name, value in local_server.environment().items():
-        monkeypatch.setenv(name, value)
-    counts = f"readme-counts-{uuid.uuid4().hex[:8]}"  # the server outlives the test
-    monkeypatch.setenv("COUNTS_TABLE", counts)
-    client = boto3.client("dynamodb")
-    create_tables(client, f"readme-events-{counts[-8:]}", counts)
-    settings = Settings()
-    table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
-    records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
-    process(window_event(records, final=True), directory.recording(table.commit), settings)
+    count_on_server(local_server, monkeypatch, events, now_ms, "readme-counts")
 
     exec(compile(readme_example(), "README.md", "exec"), {"__name__": "readme"})
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import boto3
@@ -12,7 +11,7 @@ from freezegun import freeze_time
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from moto import mock_aws
 
-from backends import BACKENDS
+from backends import BACKENDS, count_on_server
 from documents import code_block
 from factories import SHARD_ID, counter_record, window_event
 from faults.checks import rank_levels
@@ -273,16 +272,7 @@ def test_the_documented_top_example_runs_against_either_server_and_prints_the_br
     rng = random.Random(9)
     events = [(f"views/p{k}", now_ms - rng.randrange(20 * HOUR_MS)) for k in range(8) for _ in range(3 * k * k)]
     events += [("jobs/big", now_ms - HOUR_MS)] * 500  # another prefix: never listed
-    for name, value in local_server.environment().items():
-        monkeypatch.setenv(name, value)
-    counts = f"readme-top-{uuid.uuid4().hex[:8]}"  # the server outlives the test
-    monkeypatch.setenv("COUNTS_TABLE", counts)
-    client = boto3.client("dynamodb")
-    create_tables(client, f"readme-top-events-{counts[-8:]}", counts)
-    settings = Settings()
-    table, directory = CountsTable(client, counts, settings), CounterDirectory(client, counts, settings)
-    records = [counter_record(name, ms, arrival_s=now_ms / 1000) for name, ms in sorted(events, key=lambda e: e[1])]
-    process(window_event(records, final=True), directory.recording(table.commit), settings)
+    count_on_server(local_server, monkeypatch, events, now_ms, "readme-top")
     exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
     brute = ranked(truth(events, "views/", Window.ending(now_ms)))[:3]
     assert capsys.readouterr().out.strip() == f"True {brute}"
