@@ -301,6 +301,11 @@ def scale_results() -> dict[str, Any]:
     }
 
 
+def scale_shards_results() -> dict[str, Any]:
+    """The scale model's shard counts, lanes and fixed rate, without its distinct, midnight and alert runs."""
+    return {"scale_model": scale.model_description(), **scale.results()}
+
+
 def day_boundary_results() -> dict[str, Any]:
     return scale.day_boundary_results()
 
@@ -315,6 +320,7 @@ def read_api_results() -> dict[str, Any]:
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
+         "scale-shards": (scale_shards_results, lambda out, results: report_scale(out, results)),
          "day-boundary": (day_boundary_results, lambda out, results: report_day_boundary(out, results)),
          "alert-latency": (alert_latency_results, lambda out, results: report_alert_latency(out, results)),
          "reads": (read_results, lambda out, results: report_reads(out, results)),
