@@ -549,7 +549,7 @@ def report_day_boundary(out: Console, results: dict[str, Any]) -> None:
                         "(5 events/s per shard; puts per window)")
     for column in ("counters", "shards", "directory", "lanes", "counters after midnight",
                    "previous release's puts then", "directory puts", "throttled puts", "directory WCU/day",
-                   "p99 s before", "p99 s after", "failed invocations"):
+                   "rank records (throttled)", "p99 s before", "p99 s after", "failed invocations"):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
@@ -557,7 +557,8 @@ def report_day_boundary(out: Console, results: dict[str, Any]) -> None:
             f"{row['counters_in_first_window_after_midnight']:,}",
             f"{row['previous_release_puts_first_window_after_midnight']:,}",
             " / ".join(f"{n:,}" for n in row["directory_puts_by_window"]), f"{row['directory_puts_throttled']:,}",
-            f"{row['directory_write_units_per_day']:,}", str(row["p99_commit_seconds_before_midnight"]),
+            f"{row['directory_write_units_per_day']:,}",
+            f"{row.get('rank_puts', 0):,} ({row.get('rank_puts_throttled', 0):,})", str(row["p99_commit_seconds_before_midnight"]),
             str(row["p99_commit_seconds_after_midnight"]), f"{row['failed_invocations']:,}",
         )
     out.print(table)

@@ -37,8 +37,9 @@ transactional), a failed condition too.
 With a counter directory, each segment's commit is followed by the
 directory entries it calls for (``DirectoryWrites``, as
 ``CounterDirectory.record``): BatchWriteItem puts of 25, a put beyond its
-partition's write units left unprocessed and sent again with the plain
-backoff, a function remembering what it put. ``day_boundary_results`` runs
+partition's write units left unprocessed and sent again on
+``directory_backoff`` (the previous release's design: on the plain
+backoff, as it did), a function remembering what it put. ``day_boundary_results`` runs
 windows on both sides of a UTC midnight, this release's directory beside the
 previous release's.
 
@@ -96,7 +97,7 @@ from tally.core.alerts import ABOVE, Alert, AlertState, Crossing, commit_end_ms,
 from tally.core.directory import DIRECTORY_PREFIX, Entry, entries_of, entry_item, legacy_partition
 from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
-from tally.core.retry import Backoff, commit_backoff, sketch_backoff
+from tally.core.retry import Backoff, commit_backoff, directory_backoff, sketch_backoff
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, MINUTE_MS, Settings
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
@@ -605,11 +606,17 @@ SPREAD_DIRECTORY = "spread"
 LEGACY_DIRECTORY = "one partition a day"
 
 
+def directory_schedule(design: str) -> Callable[[], Backoff]:
+    """How a design's functions put entries left unprocessed again: this release's longer pauses, or the
+    previous release's plain backoff."""
+    return directory_backoff if design == SPREAD_DIRECTORY else Backoff
+
+
 @dataclass
 class DirectoryWrites:
     """A warm function's directory writes after each commit (``dynamo.CounterDirectory.record``): the entries
-    it has not put yet, in BatchWriteItem requests of 25, each request's unprocessed items sent again with the
-    plain backoff (``dynamo.batch_write``), remembered once all are in."""
+    it has not put yet, in BatchWriteItem requests of 25, each request's unprocessed items sent again after a
+    pause (``dynamo.batch_write``), remembered once all are in."""
 
     design: str
     settings: Settings
@@ -756,7 +763,7 @@ class Simulation:
                 Writer.of_shard(STREAM_ARN, f"shardId-{shard:08d}"),
                 _seeded(schedule, scenario.seed, shard),
                 _seeded(sketch_backoff, scenario.seed + 1, shard),
-                None if directory is None else DirectoryWrites(directory, self.settings, _seeded(Backoff, scenario.seed + 3, shard)),
+                None if directory is None else DirectoryWrites(directory, self.settings, _seeded(directory_schedule(directory), scenario.seed + 3, shard)),
             )
             for shard in range(scenario.shards)
         ]
@@ -1054,6 +1061,8 @@ def measure(
                 "directory_puts_throttled": t.put_throttled.get("directory", 0),
                 "directory_write_units": t.put_write_units.get("directory", 0),
                 "directory_puts_by_window": [stats.directory_puts_by_window[w] for w in range(scenario.windows)],
+                "rank_puts": t.puts.get("ranks", 0),
+                "rank_puts_throttled": t.put_throttled.get("ranks", 0),
                 "p99_commit_seconds_by_window": [
                     round(percentile(stats.commit_seconds_by_window.get(w, []), 0.99), 2) for w in range(scenario.windows)
                 ],
@@ -1244,6 +1253,9 @@ def day_boundary_row(shards: int, mix: CounterMix, design: str) -> dict[str, Any
         "previous_release_puts_first_window_after_midnight": sum(map(len, per_function)),
         "directory_puts_by_window": run["directory_puts_by_window"],
         "directory_puts_throttled": run["directory_puts_throttled"],
+        # The ranking index's records beside them, all in the day's one partition (ranking.lowest_level).
+        "rank_puts": run["rank_puts"],
+        "rank_puts_throttled": run["rank_puts_throttled"],
         "directory_write_units_per_day": round(
             directory_puts_per_day(mix, shards, scenario.events_per_second, lanes, design) * entry_units
         ),

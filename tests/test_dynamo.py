@@ -14,7 +14,7 @@ from dataclasses import replace
 from tally.core.buckets import Bucket, legacy_sketch_sort_key, sketch_partition
 from tally.core.commit import Writer, order_preserving
 from tally.core.sketches import Sketch, hash_of
-from tally.core.retry import Backoff, commit_backoff
+from tally.core.retry import Backoff, commit_backoff, directory_backoff
 from tally.core.directory import DIRECTORY_PARTITIONS, day_partitions, legacy_partition, partition_of
 from tally.dynamo import CommitFailed, CounterDirectory, CountsTable, DirectoryPage, RetriesExhausted
 from tally.core.segments import Segment
@@ -378,6 +378,14 @@ def test_the_directory_gets_an_entry_when_a_commit_creates_an_hour_item_of_a_day
         (partition_of(day + 1, "d"), "d"): ((day + 2) * 86_400_000 + settings.hour_retention_ms) // 1000,
     }
     assert read_counts(dynamodb, "c") == {MINUTE.sort_key: 1, HOUR.sort_key: 1}
+
+
+def test_directory_entries_wait_on_the_directory_schedule_and_listings_on_the_plain_one(dynamodb, settings):
+    directory = CounterDirectory(dynamodb, COUNTS, settings)
+    assert directory.put_backoff is directory_backoff and directory.backoff is Backoff
+    assert directory_backoff().attempts > Backoff().attempts
+    given = CounterDirectory(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+    assert given.put_backoff is given.backoff is no_sleep_backoff
 
 
 def test_only_the_writer_that_creates_an_hour_item_writes_its_entry(dynamodb, settings):

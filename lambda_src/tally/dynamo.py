@@ -49,7 +49,7 @@ from tally.core.amounts import stored_units
 from tally.core.ranking import RankRecord
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
-from tally.core.retry import Backoff, commit_backoff, sketch_backoff
+from tally.core.retry import Backoff, commit_backoff, directory_backoff, sketch_backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.tables import (
@@ -551,6 +551,8 @@ class CounterDirectory:
     An instance remembers the entries it has written, so a warm function puts
     each (day, counter) entry once, however many of the counter's hour items
     it creates that day; another container puts it again, which changes nothing.
+    Entries left unprocessed are put again on ``directory_backoff`` (a wait
+    costs only time), listings' Queries on the plain schedule (a reader waits).
     """
 
     def __init__(
@@ -560,6 +562,7 @@ class CounterDirectory:
         self.table_name = table_name
         self.settings = settings
         self.backoff = backoff or Backoff
+        self.put_backoff = backoff or directory_backoff
         self.written: set[Entry] = set()
 
     def recording(self, commit: Callable[[Segment, Writer], CommitResult]) -> Callable[[Segment, Writer], CommitResult]:
@@ -579,7 +582,7 @@ class CounterDirectory:
         if len(self.written) + len(new) > DIRECTORY_MEMORY:
             self.written.clear()  # a long-lived container forgets old days; at worst an entry is put again
         requests = [{"PutRequest": {"Item": entry_item(entry, self.settings)}} for entry in new]
-        batch_write(self.client, self.table_name, requests, backoff=self.backoff)
+        batch_write(self.client, self.table_name, requests, backoff=self.put_backoff)
         self.written.update(new)
         return len(new)
 

@@ -282,6 +282,28 @@ def test_a_throttled_directory_partition_fails_invocations_whose_retries_still_w
     assert {sk for (pk, sk) in table.stored if pk.startswith("#counters#")} == counters_written(simulation, new_day)
 
 
+def test_this_releases_directory_entries_wait_out_throttling_the_previous_release_gave_up_on():
+    """A function puts entries left unprocessed again on directory_backoff (30 tries): 20 throttled puts in a
+    row still end written, where the previous release's plain backoff (8 tries) failed its invocation."""
+    from bench.scale import LEGACY_DIRECTORY, SPREAD_DIRECTORY, directory_schedule
+    from tally.core.commit import Put, RetriesExhausted, put_steps
+
+    def put_through(schedule, throttled_puts: int) -> int:
+        steps, reply, puts = put_steps([{"pk": {"S": "#counters#x"}}], schedule, "directory entries"), None, 0
+        try:
+            while True:
+                step = steps.send(reply)
+                puts += isinstance(step, Put)
+                reply = (step.items if puts <= throttled_puts else []) if isinstance(step, Put) else None
+        except StopIteration as done:
+            return done.value
+
+    assert put_through(directory_schedule(SPREAD_DIRECTORY), 20) == 1
+    assert put_through(directory_schedule(LEGACY_DIRECTORY), 7) == 1
+    with pytest.raises(RetriesExhausted, match="directory entries"):
+        put_through(directory_schedule(LEGACY_DIRECTORY), 8)
+
+
 def test_expected_directory_puts_a_day_by_design():
     from bench.scale import LEGACY_DIRECTORY, SPREAD_DIRECTORY, directory_puts_per_day
 

@@ -149,9 +149,10 @@ def run(steps, answer, put=lambda step: []):
         return done.value, log
 
 
-def steps_of(seg, after_previous_release=False, attempts=8):
+def steps_of(seg, after_previous_release=False, attempts=8, lanes=1):
     backoff = lambda: Backoff(attempts=attempts, rng=random.Random(0))  # noqa: E731
-    return commit_steps(seg, WRITER, "t", Settings(), backoff, after_previous_release=after_previous_release)
+    settings = Settings(bucket_lanes=lanes)
+    return commit_steps(seg, WRITER, "t", settings, backoff, after_previous_release=after_previous_release)
 
 
 def test_hours_are_sent_before_minutes_and_throttled_updates_again_after_a_pause():
@@ -268,6 +269,17 @@ def test_hour_items_carried_into_a_higher_level_get_their_rank_record_before_the
     assert kinds == ["Send", "Put", "Send"]  # hours, their rank records, minutes
     assert [item["sk"]["S"] for item in log[1].items] == [f"005#{HOD}#00#a", f"003#{HOD}#00#b"]
     assert result.ranked == 2
+
+
+def test_with_sixteen_lanes_an_hour_item_is_ranked_from_90_so_a_day_partition_takes_fewer_records():
+    def answer(step):  # a: 76 added to 0 (level 5, under 16 lanes' lowest, 6); b: 5 added to 88 -> 93 (level 6)
+        counts = {("a", HOUR): 76, ("b", HOUR): 93, ("a", MINUTE): 76}
+        return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
+
+    result, log = run(steps_of(segment(), lanes=16), answer)
+    [put] = [step for step in log if isinstance(step, Put)]
+    lane = f"{WRITER.lane(16):02d}"
+    assert [item["sk"]["S"] for item in put.items] == [f"006#{HOD}#{lane}#b"] and result.ranked == 1
 
 
 def test_an_update_within_its_level_puts_no_record_and_one_found_applied_puts_its_items_level_again():

@@ -20,6 +20,7 @@ from tally.core.ranking import (
     level_cap,
     level_floor,
     level_of,
+    lowest_level,
     rank_item,
     rank_partition,
     top_steps,
@@ -49,6 +50,27 @@ def test_levels_grow_by_half_from_the_floor_and_cover_every_count_once():
 )
 def test_an_update_records_the_level_it_carried_its_item_into_once(after, added, level):
     assert crossed_level(after, added) == level
+
+
+def test_with_more_lanes_items_are_ranked_from_a_higher_level_of_the_same_levels():
+    assert [lowest_level(lanes) for lanes in (1, 2, 3, 4, 8, 16, 32)] == [0, 0, 1, 2, 4, 6, 7]
+    assert [level_floor(lowest_level(lanes)) for lanes in (1, 4, 8, 16, 32)] == [8, 18, 40, 90, 135]
+    assert level_of(89, 16) is None and level_of(90, 16) == 6 == level_of(90) and level_of(89) == 5
+    assert crossed_level(60, 60, 16) is None and crossed_level(95, 10, 16) == 6 and crossed_level(95, 4, 16) is None
+    assert crossed_level(140, 50, 16) == 7  # past the lowest level, each level is crossed as with one lane
+
+
+def test_items_without_records_are_bounded_by_the_floor_of_the_readers_lanes():
+    """Four lanes rank from 18: a partition read to its end bounds every unseen item by 17, in each lane."""
+    rng = random.Random(5)
+    hours = list(range(H0, H0 + 4))
+    world = World(rng, 400, hours, set(hours), 4, 50.0)
+    for key in world.items:
+        world.items[key] = 17  # the most an item of four lanes counts without a record
+    world.records = []
+    world.total = {c: sum(v for (name, _, _), v in world.items.items() if name == c) for c in world.total}
+    result = check(world, "", 5, False, TopBudget(directory_names=100))
+    assert not result.exact and result.bound == len(hours) * 4 * (level_floor(lowest_level(4)) - 1) == 4 * 4 * 17
 
 
 def test_a_rank_record_names_its_day_level_hour_lane_and_counter_and_lives_as_long_as_the_hour():
@@ -99,7 +121,7 @@ class World:
         self.listings = 0  # ListNames steps driven
         self.records: list[RankRecord] = []
         for (name, hour, lane), count in self.items.items():
-            level = level_of(count)
+            level = level_of(count, lanes)
             if level is not None:  # the invariant: its own level, and some of the levels below, crossed earlier
                 self.records += [RankRecord(name, hour, lane, lower) for lower in range(level) if rng.random() < 0.5]
                 self.records.append(RankRecord(name, hour, lane, level))

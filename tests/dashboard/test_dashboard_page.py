@@ -32,7 +32,7 @@ pytestmark = pytest.mark.server
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SERIES_COLOUR = (0x25, 0x63, 0xEB)  # the first series' stroke in app.js
-WAIT_SECONDS = 30
+WAIT_SECONDS = 60
 # Both counters by name, as the classic rule counts them; page-views has an alert that a day of events crosses.
 RULES = json.dumps(
     [

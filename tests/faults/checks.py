@@ -182,12 +182,12 @@ def rank_levels(client: Any, table_name: str) -> tuple[dict[tuple[str, int, int]
     return counts, recorded
 
 
-def check_ranks(client: Any, table_name: str, context: str) -> None:
-    """The ranking index's invariant: every hour item (lane) counting at least the floor has a record of
-    exactly its level, and no record names an item that is not there or a level above its count's. Levels
-    are read from counts, so a retried, redelivered or raced update can neither add a level nor lose one."""
+def check_ranks(client: Any, table_name: str, lanes: int, context: str) -> None:
+    """The ranking index's invariant: every hour item (lane) counting at least the floor of ``lanes`` has a
+    record of exactly its level, and no record names an item that is not there or a level above its count's.
+    Levels are read from counts, so a retried, redelivered or raced update can neither add a level nor lose one."""
     counts, recorded = rank_levels(client, table_name)
-    truth = {key: level_of(count) for key, count in counts.items() if level_of(count) is not None}
+    truth = {key: level_of(count, lanes) for key, count in counts.items() if level_of(count, lanes) is not None}
     wrong = {key: (recorded.get(key), truth.get(key)) for key in truth.keys() | recorded.keys() if recorded.get(key) != truth.get(key)}
     STATS.add("rank_records_compared", len(truth.keys() | recorded.keys()))
     assert not wrong, f"rank levels (recorded, of the count) differ: {sorted(wrong.items())[:5]}; {context}"

@@ -140,7 +140,7 @@ def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(serve
     check_table(server_client(endpoint), counts, stream.expected, settings, context, writers=stream.writer_tags())
     # Racing across a UTC midnight: each day's entry of each counter, put by whichever shard created an hour item.
     check_directory(server_client(endpoint), counts, stream.expected, context)
-    check_ranks(server_client(endpoint), counts, context)  # racing shards on hot hour items: one level each
+    check_ranks(server_client(endpoint), counts, lanes, context)  # racing shards on hot hour items: one level each
     stored = server_client(endpoint).scan(TableName=counts)["Items"]
     written_lanes = {item["sk"]["S"] for item in stored if not item["pk"]["S"].startswith("#") and SKETCH_ATTRIBUTE not in item}
     assert (len({bucket_sort_key(sk) for sk in written_lanes}) < len(written_lanes)) == (lanes > 1), context

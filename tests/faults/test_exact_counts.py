@@ -167,7 +167,7 @@ def check_stream(
         context += f"; {schedule!r}"
         check_table(client, COUNTS_TABLE, stream.expected, settings, context, writers=stream.writer_tags())
         check_directory(client, COUNTS_TABLE, stream.expected, context)
-        check_ranks(client, COUNTS_TABLE, context)
+        check_ranks(client, COUNTS_TABLE, settings.bucket_lanes, context)
         check_summaries(summaries, stream.records, stream.expected, context)
 
         read_rates = {kind: 0.3 for kind in READ_FAULTS}

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import boto3
 import pytest
-from botocore.exceptions import ClientError
 
-from tally.dynamo import create_tables
 from tally.local.aws import MotoServer, local_server
 from tally.local.cli import ScriptError
 from tally.local.dynamodb_local import ENV_BACKEND, ENV_JAR, DynamoDBLocalServer, find_jar

@@ -14,7 +14,7 @@ from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import NamedTuple
 
-from tally.core.instants import MAX_EPOCH_MS, InvalidInstant, in_range, iso_ms
+from tally.core.instants import InvalidInstant, in_range, iso_ms
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 
 MINUTES_PER_HOUR = 60

@@ -5,7 +5,10 @@ has a *level*: level k holds the counts from ``floor(k)`` to
 ``cap(k) = floor(k + 1) - 1``, where ``floor(0) = 8`` and each floor is half as
 much again as the last, rounded down (8, 12, 18, 27, 40, 60, ...): a level
 spans at most 1.5 times its floor, so a record bounds its item's count
-within a factor of 1.5. Whenever a commit's update carries an hour
+within a factor of 1.5. With more than two bucket lanes, items are ranked
+from a higher level, the first with 4 events a lane (``lowest_level``: 90
+at 16 lanes), so that a day's one partition is not flooded by the low
+levels of many lanes. Whenever a commit's update carries an hour
 item (one lane of an hour bucket) into a higher level, the writer puts a rank
 record of that level, learned from the count the update returns:
 
@@ -22,9 +25,10 @@ commit a minute brings the hottest about a dozen in its hour (its count grows
 writers: the update that crosses a level is one update.
 
 **Invariant** (once the segments in flight are applied): every hour item with a
-count of at least ``RANK_FLOOR`` has a record of exactly its level; every
-other has none. So an item whose record a reader has not seen counts less than
-``RANK_FLOOR``, or its level is at most the lowest level read so far.
+count of at least the floor of its lanes' lowest level has a record of exactly
+its level; every other has none. So an item whose record a reader has not
+seen counts less than that floor, or its level is at most the lowest level
+read so far.
 
 **The top N** (``top_steps``): read a window's day partitions from the highest
 level down, in pages; each record bounds its item's count from both sides
@@ -55,6 +59,10 @@ from tally.core.windows import Window
 RANK_PREFIX = "#ranks#"
 # The smallest count an hour item is ranked from: items below it are never written, and bound as < RANK_FLOOR.
 RANK_FLOOR = 8
+# With lanes, an item is ranked from the first level whose floor reaches this many events per lane
+# (``lowest_level``): lanes split a counter's events over items that each cross every level, and all of a day's
+# records go to one partition, which takes 1,000 a second.
+EVENTS_PER_LANE_RANKED = 4
 # Each level's floor is 3/2 of the last (rounded down): a record bounds its count within a factor of 1.5, so a
 # top N counts few candidates besides its N, and an item gets at most log1.5(count / 8) + 1 records in its hour.
 RANK_GROWTH = (3, 2)
@@ -72,9 +80,28 @@ _FLOORS = _floors()  # over 200 levels: three digits in a record's sort key keep
 MAX_TOP = 1_000
 
 
-def level_of(count: int) -> int | None:
-    """The level of an hour item's count; None below RANK_FLOOR."""
-    if count < RANK_FLOOR:
+def lowest_level(lanes: int) -> int:
+    """The lowest level recorded with ``lanes`` bucket lanes: the first whose floor reaches
+    ``EVENTS_PER_LANE_RANKED`` events a lane (8 up to 2 lanes, 18 at 4, 40 at 8, 90 at 16, 135 at 32).
+
+    At 1,000 shards (16 lanes) and 10^6 counters, levels from 8 put about
+    6,800 records a minute into the day's partition, all as the shards commit
+    at the end of their windows: several seconds of throttling every minute
+    (``make bench-scale``, ``scale_day_boundary``). From 90, a few hundred.
+    A counter needs about as many events in an hour for a record with any
+    number of lanes. Lanes are only ever raised, so records written with fewer
+    lanes start lower and still bound their items; a reader bounds the items
+    without records by its own lanes' floor, which is the higher one.
+    """
+    level = 0
+    while _FLOORS[level] < EVENTS_PER_LANE_RANKED * lanes:
+        level += 1
+    return level
+
+
+def level_of(count: int, lanes: int = 1) -> int | None:
+    """The level of an hour item's count; None below the lowest level recorded with ``lanes``."""
+    if count < _FLOORS[lowest_level(lanes)]:
         return None
     level = 0
     while _FLOORS[level + 1] <= count:
@@ -92,12 +119,12 @@ def level_cap(level: int) -> int:
     return _FLOORS[level + 1] - 1
 
 
-def crossed_level(count_after: int, added: int) -> int | None:
+def crossed_level(count_after: int, added: int, lanes: int = 1) -> int | None:
     """The level an update that added ``added`` to reach ``count_after`` carried its item into, or None."""
-    after = level_of(count_after)
+    after = level_of(count_after, lanes)
     if after is None:
         return None
-    before = level_of(count_after - added)
+    before = level_of(count_after - added, lanes)
     return after if before is None or before < after else None
 
 
@@ -285,7 +312,7 @@ def top_steps(
         """The most an hour item of ``hour`` without a record read can count; None: no bound yet."""
         partition = partitions[hour * HOUR_MS // DAY_MS]
         if partition.exhausted:
-            return RANK_FLOOR - 1
+            return level_floor(lowest_level(lanes)) - 1
         return None if partition.frontier is None else level_cap(partition.frontier)
 
     def unseen_bound() -> int | None:

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.core.buckets import MAX_EPOCH_MS, Bucket, InvalidTime, counted_buckets, parse_event_time
+from tally.core.buckets import Bucket, InvalidTime, counted_buckets, parse_event_time
+from tally.core.instants import MAX_EPOCH_MS
 from tally.core.rules import (
     ARRIVAL,
     INSERT,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tally.core import instants
-from tally.core.buckets import MAX_EPOCH_MS, iso_minute
-from tally.core.instants import InvalidInstant
+from tally.core.buckets import iso_minute
+from tally.core.instants import MAX_EPOCH_MS, InvalidInstant
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
 
 DEFAULT_LENGTH_MS = DAY_MS
