@@ -12,7 +12,8 @@ bench-scale``) runs it, and its figures join the same file(s); the targets it
 judges are reported from the figures there, marked missing until it has run.
 ``python -m bench scale`` runs the scale model alone (``python -m bench
 day-boundary`` only its windows across a UTC midnight, ``python -m bench
-alert-latency`` only its alert timing),
+alert-latency`` only its alert timing, ``python -m bench scale-distinct`` only
+its distinct rule on the hot counter),
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
@@ -306,6 +307,10 @@ def scale_shards_results() -> dict[str, Any]:
     return {"scale_model": scale.model_description(), **scale.results()}
 
 
+def scale_distinct_results() -> dict[str, Any]:
+    return scale.distinct_results()
+
+
 def day_boundary_results() -> dict[str, Any]:
     return scale.day_boundary_results()
 
@@ -321,6 +326,7 @@ def read_api_results() -> dict[str, Any]:
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
          "scale-shards": (scale_shards_results, lambda out, results: report_scale(out, results)),
+         "scale-distinct": (scale_distinct_results, lambda out, results: report_scale_distinct(out, results)),
          "day-boundary": (day_boundary_results, lambda out, results: report_day_boundary(out, results)),
          "alert-latency": (alert_latency_results, lambda out, results: report_alert_latency(out, results)),
          "reads": (read_results, lambda out, results: report_reads(out, results)),
@@ -507,19 +513,7 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       str(figures["p99_commit_seconds"]), f"{figures['failed_invocations']:,}")
     out.print(table)
 
-    table = Table(title="Scale: a distinct rule on the hot counter (its visitors), the sketch merges after the counts")
-    for column in ("shards", "lanes", "updates", "throttled", "sketch writes", "sketch conflicts",
-                   "sketch throttled", "sketch WCU", "p50 s", "p99 s", "all shards s", "failed invocations"):
-        table.add_column(column, justify="right")
-    for figures in results.get("scale_distinct", []):
-        table.add_row(
-            f"{figures['shards']:,}", str(figures["bucket_lanes"]), f"{figures['updates']:,}",
-            f"{figures['throttled']:,}", f"{figures['sketch_writes']:,}", f"{figures['sketch_conflicts']:,}",
-            f"{figures['sketch_throttled']:,}", f"{figures['sketch_write_units']:,}", str(figures["p50_commit_seconds"]),
-            str(figures["p99_commit_seconds"]), str(figures["all_shards_committed_seconds"]),
-            f"{figures['failed_invocations']:,}",
-        )
-    out.print(table)
+    report_scale_distinct(out, results)
 
     table = Table(title="Scale: write cost at a fixed 5,000 events/s over more shards (WCU per 1,000 events)")
     for column in ("mix", "shards", "lanes", "tally", "origin", "dedup", "origin/tally", "dedup/tally",
@@ -534,6 +528,23 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
     out.print(table)
     report_day_boundary(out, results)
     report_alert_latency(out, results)
+
+
+def report_scale_distinct(out: Console, results: dict[str, Any]) -> None:
+    """The scale model's distinct rule: each lane's sketch merges in a partition of their own."""
+    table = Table(title="Scale: a distinct rule on the hot counter (its visitors), the sketch merges after the counts")
+    for column in ("shards", "lanes", "updates", "throttled", "sketch writes", "sketch conflicts",
+                   "sketch throttled", "sketch WCU", "p50 s", "p99 s", "all shards s", "failed invocations"):
+        table.add_column(column, justify="right")
+    for figures in results.get("scale_distinct", []):
+        table.add_row(
+            f"{figures['shards']:,}", str(figures["bucket_lanes"]), f"{figures['updates']:,}",
+            f"{figures['throttled']:,}", f"{figures['sketch_writes']:,}", f"{figures['sketch_conflicts']:,}",
+            f"{figures['sketch_throttled']:,}", f"{figures['sketch_write_units']:,}", str(figures["p50_commit_seconds"]),
+            str(figures["p99_commit_seconds"]), str(figures["all_shards_committed_seconds"]),
+            f"{figures['failed_invocations']:,}",
+        )
+    out.print(table)
 
 
 def report_day_boundary(out: Console, results: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from bench import workloads, writes
 from bench.cost import MeteredClient, batch_get_read_units, item_size, query_read_units
 from bench.workloads import START_MS
-from tally.core.buckets import Bucket, lane_sort_keys
+from tally.core.buckets import Bucket, bucket_item_keys, lane_sort_keys, sketch_counter
 from tally.core.histograms import GAMMA, bin_of, is_bin
 from tally.core.plans import Plan, PlanKind, make_plan
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
@@ -69,7 +69,7 @@ def distinct_costs(workload: workloads.Workload, settings: Settings, config: Del
     for label, run in (("without", workload), ("with", workloads.with_distinct(workload))):
         client = writes.run_tally(run, settings, config)
         meter = client.meter
-        sketches = [size for (_, sk), size in client.sizes.items() if "#d" in sk]
+        sketches = [size for (pk, _), size in client.sizes.items() if sketch_counter(pk) is not None]
         runs[label] = {
             "write_units": meter.units,
             "write_units_per_1000_events": writes.per_thousand(meter.units, run.total),
@@ -94,15 +94,24 @@ def distinct_costs(workload: workloads.Workload, settings: Settings, config: Del
 
 def _distinct_read_units(settings: Settings, sketch_bytes: int) -> dict[str, Any]:
     """Keys and strongly consistent read units of one 24 h count ending now, by the (isolated) plan, and by
-    the same plan for a distinct counter, which also reads each bucket's sketch item of ``sketch_bytes``."""
+    the same plan for a distinct counter, which also reads each bucket's sketch lanes of ``sketch_bytes`` and
+    the keys where 0.2.0 kept them (absent once they expire, a read unit each all the same)."""
     now = START_MS + 30 * 60_000 + 30_000  # inside an hour: both edges of the window are partial hours
     plan = make_plan(Window.ending(now), now, settings)
-    keys = len(plan.buckets) * settings.bucket_lanes
+    lanes = settings.bucket_lanes
+    counted = [key for b in plan.buckets for key in bucket_item_keys("c", b.sort_key, lanes, distinct=False)]
+    union = [key for b in plan.buckets for key in bucket_item_keys("c", b.sort_key, lanes, distinct=True)]
+    counts = set(counted)
+
+    def size(key: tuple[str, str]) -> int:  # a count lane, a sketch lane, or 0.2.0's sketch key, expired
+        return 100 if key in counts else sketch_bytes if sketch_counter(key[0]) is not None else 0
+
+    sizes = [size(key) for key in union]
     return {
-        "count_plan_keys": keys,
-        "count_plan_read_units": batch_get_read_units([100] * keys, consistent=True),
-        "union_plan_keys": keys * 2,
-        "union_plan_read_units": batch_get_read_units([100] * keys + [sketch_bytes] * keys, consistent=True),
+        "count_plan_keys": len(counted),
+        "count_plan_read_units": batch_get_read_units([100] * len(counted), consistent=True),
+        "union_plan_keys": len(union),
+        "union_plan_read_units": batch_get_read_units(sizes, consistent=True),
     }
 
 

@@ -26,7 +26,9 @@ simulated DynamoDB in simulated time:
 With a distinct rule on the hot counter, each segment's commit is followed
 by its sketch merges (``sketch_steps``): a strongly consistent read of the
 bucket's sketch item in the shard's lane, then a write conditioned on what
-was read. The model evaluates the condition when the write is sent: a writer
+was read. Lane k's sketch items live in a partition of their own
+(``#sketches#k#<counter>``), so their writes draw on that partition's write
+units, not on the counter's nor on the other lanes'. The model evaluates the condition when the write is sent: a writer
 that lost to another since its read is answered with the item as it is now
 and merges again; a write beyond an item's or a partition's write units is
 throttled. A sketch write costs one unit per started KB (plain, not
@@ -68,7 +70,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.cost import item_size, number_size, write_units
-from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets, lane_sort_key
+from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets, lane_sort_key, stored_bucket
 from tally.core.commit import (
     Answer,
     put_steps,
@@ -982,7 +984,7 @@ class Simulation:
             raise AssertionError(f"the model lost {lost} and doubled {doubled} of {self.stats.events} events")
         sketches: dict[Key, Sketch] = {}
         for (pk, sk), data in self.table.sketches.items():
-            sketches.setdefault((pk, bucket_sort_key(sk)), Sketch()).merge(Sketch.from_bytes(data))
+            sketches.setdefault(stored_bucket(pk, sk), Sketch()).merge(Sketch.from_bytes(data))
         if sketches != self.expected_sketches:
             raise AssertionError(f"{sum(sketches.get(k) != s for k, s in self.expected_sketches.items())} sketches differ")
 

@@ -5,7 +5,8 @@
     .venv/bin/python scripts/delete_counter.py '#rejected#missing_counter' --yes
 
 Every item of each counter goes: minute and hour buckets, every lane of each,
-sums included; they are read with a strongly consistent Query and deleted with
+sums included, and a distinct counter's sketch items in their lane partitions
+('#sketches#<lane>#<counter>'); they are read with strongly consistent Queries and deleted with
 BatchWriteItem, unprocessed items retried until none are left. It asks before
 deleting (in a terminal; elsewhere pass --yes); --dry-run only shows them.
 

@@ -11,7 +11,7 @@ from moto_tables import COUNTS, no_sleep_backoff, read_counts
 import tally
 from dataclasses import replace
 
-from tally.core.buckets import Bucket, sketch_sort_key
+from tally.core.buckets import Bucket, legacy_sketch_sort_key, sketch_partition
 from tally.core.commit import Writer, order_preserving
 from tally.core.sketches import Sketch, hash_of
 from tally.core.retry import Backoff, commit_backoff, directory_backoff
@@ -556,7 +556,20 @@ def test_a_counters_items_are_read_across_pages(dynamodb, settings):
     client = Faulty(dynamodb)
     client.faults["query"] = [lambda real, kwargs: real(**kwargs, Limit=7)] * 5
     items = CountsTable(client, COUNTS, settings).counter_items("c")
-    assert [item["count"] for item in items] == list(range(1, 31)) and client.calls["query"] == 5
+    assert [item["count"] for item in items] == list(range(1, 31))
+    assert client.calls["query"] == 5 + 1  # its partition's five pages, then its one sketch lane's partition
+
+
+def test_a_counters_items_include_its_sketches_in_every_lane_partition(dynamodb, settings):
+    laned = replace(settings, bucket_lanes=3)
+    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
+    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(8)]
+    for n, shard in enumerate(shards):
+        table.commit(visited(str(100 + n), [f"c{n}"]), shard)
+    lanes = {shard.lane(3) for shard in shards}
+    items = {(item["pk"], item["sk"]) for item in table.counter_items("v")}
+    sketches = {(sketch_partition("v", lane), bucket.sort_key) for lane in lanes for bucket in (MINUTE, HOUR)}
+    assert sketches <= items and all(pk == "v" for pk, _ in items - sketches)
 
 
 def test_published_settings_read_back_as_published(counts_table, settings):
@@ -590,8 +603,16 @@ COUNT_UPDATES = [passes, passes]  # a visited segment's two count updates (its h
 
 
 def stored_sketch(dynamodb, bucket, lane=0):
-    item = dynamodb.get_item(TableName=COUNTS, Key={"pk": {"S": "v"}, "sk": {"S": sketch_sort_key(bucket.sort_key, lane)}})
-    return Sketch.from_bytes(item["Item"]["hll"]["B"])
+    """Lane ``lane`` of counter 'v''s sketch of ``bucket``, from the lane's own partition."""
+    key = {"pk": {"S": sketch_partition("v", lane)}, "sk": {"S": bucket.sort_key}}
+    return Sketch.from_bytes(dynamodb.get_item(TableName=COUNTS, Key=key)["Item"]["hll"]["B"])
+
+
+def put_legacy_sketch(dynamodb, bucket, lane, values):
+    """A sketch item as 0.2.0 wrote it: in the counter's own partition, at ``<bucket>#d<lane>``."""
+    item = {"pk": {"S": "v"}, "sk": {"S": legacy_sketch_sort_key(bucket.sort_key, lane)},
+            "hll": {"B": Sketch(map(hash_of, values)).to_bytes()}, "ttl": {"N": str(bucket.end_ms // 1000 + 86_400)}}
+    dynamodb.put_item(TableName=COUNTS, Item=item)
 
 
 def test_sketches_merge_into_their_own_items_beside_the_counts(counts_table, dynamodb):
@@ -642,6 +663,42 @@ def test_reads_union_the_sketch_lanes_of_a_bucket(dynamodb, settings):
     assert fetched.counts[("v", HOUR.sort_key)] == 24
     ranged = table.query("v", MINUTE.sort_key, MINUTE.sort_key, consistent=True, distinct=True)
     assert ranged.sketches[("v", MINUTE.sort_key)].count() == 13
+
+
+def test_each_lane_merges_its_sketches_in_a_partition_of_its_own(dynamodb, settings):
+    laned = replace(settings, bucket_lanes=4)
+    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
+    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(12)]
+    for n, shard in enumerate(shards):
+        table.commit(visited(str(100 + n), [f"c{n}"]), shard)
+    lanes = {shard.lane(4) for shard in shards}
+    assert len(lanes) > 1
+    for lane in lanes:
+        written = [f"c{n}" for n, shard in enumerate(shards) if shard.lane(4) == lane]
+        assert stored_sketch(dynamodb, HOUR, lane) == stored_sketch(dynamodb, MINUTE, lane) == Sketch(map(hash_of, written))
+    in_counter = dynamodb.query(TableName=COUNTS, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "v"}})
+    assert not any("hll" in item for item in in_counter["Items"])  # the counter's partition holds its counts only
+
+
+def test_reads_merge_the_sketches_0_2_0_left_in_the_counters_partition(dynamodb, settings):
+    """An upgrade in place: a bucket counted partly before it keeps both releases' sketch items until they
+    expire, and every read merges both."""
+    laned = replace(settings, bucket_lanes=2)
+    put_legacy_sketch(dynamodb, HOUR, 0, ["old-a", "both"])
+    put_legacy_sketch(dynamodb, HOUR, 1, ["old-b"])
+    put_legacy_sketch(dynamodb, MINUTE, 1, ["old-b"])
+    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
+    table.commit(visited("100", ["new", "both"]), WRITER)
+    everyone = Sketch(map(hash_of, ["old-a", "old-b", "both", "new"]))
+    fetched = table.batch_get([("v", HOUR.sort_key), ("v", MINUTE.sort_key)], consistent=True, distinct={"v"})
+    assert fetched.sketches == {("v", HOUR.sort_key): everyone, ("v", MINUTE.sort_key): Sketch(map(hash_of, ["old-b", "new", "both"]))}
+    assert fetched.counts == {("v", HOUR.sort_key): 2, ("v", MINUTE.sort_key): 2}
+    client = Faulty(dynamodb)
+    ranged = CountsTable(client, COUNTS, laned, backoff=no_sleep_backoff).query(
+        "v", HOUR.sort_key, HOUR.sort_key, consistent=True, distinct=True
+    )
+    assert ranged.sketches == {("v", HOUR.sort_key): everyone} and ranged.counts == {("v", HOUR.sort_key): 2}
+    assert client.calls["query"] == ranged.requests == 3  # the counter's range (0.2.0's sketches in it), each lane's
 
 
 def test_one_query_tells_a_prefix_with_more_names_in_one_partition_than_a_limit(dynamodb, settings):

@@ -31,6 +31,17 @@ def test_a_plain_run_writes_latest_and_leaves_the_published_figures_alone(output
     assert json.loads((outputs / "results.json").read_text()) == {"published": True}
 
 
+def test_the_scale_models_distinct_rule_runs_alone_and_replaces_only_its_figures(outputs, monkeypatch, capsys):
+    row = {"shards": 1000, "bucket_lanes": 16, "updates": 5, "throttled": 0, "sketch_writes": 4, "sketch_conflicts": 1,
+           "sketch_throttled": 0, "sketch_write_units": 5, "p50_commit_seconds": 0.5, "p99_commit_seconds": 2.5,
+           "all_shards_committed_seconds": 3.0, "failed_invocations": 0}
+    monkeypatch.setattr(bench_main.scale, "distinct_results", lambda: {"scale_distinct": [row]})
+    monkeypatch.setattr(bench_main.scale, "results", lambda: pytest.fail("the whole scale model ran"))
+    bench_main.main(["scale-distinct", "--publish"])
+    assert json.loads((outputs / "results.json").read_text()) == {"published": True, "scale_distinct": [row]}
+    assert "a distinct rule on the hot counter" in capsys.readouterr().out
+
+
 def test_publish_writes_both_and_keeps_the_figures_of_parts_run_apart(outputs):
     bench_main.main(["--publish"])
     published = json.loads((outputs / "results.json").read_text())

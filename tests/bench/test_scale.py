@@ -26,6 +26,7 @@ from tally.core.buckets import Bucket
 from tally.core.commit import Outcome, Writer, segment_updates
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
+from tally.core.sketch_writes import sketch_key
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 
 T0 = 1_795_428_000_000
@@ -170,7 +171,7 @@ def test_a_sketch_write_wins_only_over_what_it_read_and_a_loser_gets_the_item_as
     from tally.core.sketch_writes import SketchOutcome
 
     table = SimulatedTable(FIXED)
-    key = ("jobs/all", f"{MINUTE.sort_key}#d0")
+    key = sketch_key(("jobs/all", MINUTE), 0)
     _, stored = table.read_sketches(0.0, [key])
     assert stored == {key: None}
     _, first = table.write_sketches(0.01, [sketch_write(key, b"\x01" + b"a" * 8, None)])
@@ -184,10 +185,22 @@ def test_a_sketch_write_past_the_partitions_units_is_throttled_and_writes_nothin
     from tally.core.sketch_writes import SketchOutcome
 
     table = SimulatedTable(FIXED, Limits(item_write_units_per_second=1, partition_write_units_per_second=1))
-    keys = [("jobs/all", f"{MINUTE.sort_key}#d{lane}") for lane in range(3)]
+    keys = [sketch_key(("jobs/all", Bucket.of_minute(MINUTE.index + n)), 0) for n in range(3)]  # one lane's partition
     _, answers = table.write_sketches(0.0, [sketch_write(key, b"\x01" + b"a" * 8, None) for key in keys])
     assert [outcome for outcome, _ in answers] == [SketchOutcome.WRITTEN, SketchOutcome.RETRY, SketchOutcome.RETRY]
     assert table.stats.sketch_throttled == 2 and list(table.sketches) == keys[:1]
+
+
+def test_each_lanes_sketch_writes_charge_the_lanes_partition_not_the_counters():
+    from tally.core.sketch_writes import SketchOutcome
+
+    table = SimulatedTable(FIXED, Limits(item_write_units_per_second=10**9, partition_write_units_per_second=1))
+    _, answer = table.update(0.0, updates("1", ["jobs/all"])[0])  # the counter's partition: its one unit taken
+    assert answer.outcome is Outcome.APPLIED
+    keys = [sketch_key(("jobs/all", MINUTE), lane) for lane in range(3)]
+    _, answers = table.write_sketches(0.0, [sketch_write(key, b"\x01" + b"a" * 8, None) for key in keys])
+    assert [outcome for outcome, _ in answers] == [SketchOutcome.WRITTEN] * 3  # three lanes, three partitions
+    assert set(table.partition_capacity) == {"jobs/all", *(pk for pk, _ in keys)}
 
 
 def test_shards_merging_one_hot_distinct_counter_keep_every_value_once_however_they_race():

@@ -14,7 +14,11 @@ from tally.core.buckets import (
     buckets_of,
     last_lane_bound,
     lane_sort_key,
+    legacy_sketch_sort_key,
     parse_event_time,
+    sketch_counter,
+    sketch_partition,
+    stored_bucket,
 )
 from tally.core.settings import MAX_BUCKET_LANES
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
@@ -139,6 +143,27 @@ def test_a_lane_sorts_within_its_bucket_and_reads_back_as_it(kind, index, lane):
     assert bucket_sort_key(key) == bucket
     assert bucket <= key <= last_lane_bound(bucket) < following
     assert (key == bucket) == (lane == 0)
+
+
+@given(
+    counter=st.text(min_size=1, max_size=40).filter(lambda name: not name.startswith("#")),
+    lane=st.integers(min_value=0, max_value=MAX_BUCKET_LANES - 1),
+    index=st.integers(min_value=0, max_value=4_000_000),
+)
+def test_a_sketch_lane_has_a_partition_of_its_own_that_names_its_counter(counter, lane, index):
+    bucket = Bucket.of_minute(index).sort_key
+    partition = sketch_partition(counter, lane)
+    assert partition.startswith("#") and partition != counter
+    assert sketch_counter(partition) == counter
+    assert len({sketch_partition(counter, other) for other in range(MAX_BUCKET_LANES)}) == MAX_BUCKET_LANES
+    assert stored_bucket(partition, bucket) == (counter, bucket)  # this release's sketch items
+    assert stored_bucket(counter, legacy_sketch_sort_key(bucket, lane)) == (counter, bucket)  # 0.2.0's
+    assert stored_bucket(counter, lane_sort_key(bucket, lane)) == (counter, bucket)  # count lanes
+
+
+@pytest.mark.parametrize("partition", ["views", "#sketches#", "#sketches#3", "#sketches#3#", "#sketches#x#v", "#counters#2026-11-23#07"])
+def test_other_partitions_are_no_sketch_lanes(partition):
+    assert sketch_counter(partition) is None
 
 
 def test_iso_second_floors_to_the_second_in_utc():

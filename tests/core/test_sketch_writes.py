@@ -2,7 +2,7 @@
 
 import pytest
 
-from tally.core.buckets import Bucket
+from tally.core.buckets import Bucket, sketch_partition
 from tally.core.commit import Pause, RetriesExhausted
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
@@ -128,6 +128,19 @@ def test_a_throttled_or_lost_write_is_sent_again_with_the_same_condition():
     with pytest.raises(StopIteration) as done:
         generator.send([(SketchOutcome.WRITTEN, None)])
     assert (done.value.value.written, done.value.value.retries) == (1, 1)
+
+
+def test_a_lanes_sketch_items_live_in_the_lanes_own_partition_under_the_bucket_sort_key():
+    counter, bucket = HOUR
+    assert sketch_key(HOUR, 5) == (sketch_partition(counter, 5), bucket.sort_key) == ("#sketches#5#visitors", bucket.sort_key)
+    generator = sketch_steps(segment(hour=sketch_of("a"), minute=sketch_of("a")), 5, "counts", Settings(),
+                             lambda: Backoff(sleep=lambda s: None))
+    read = next(generator)
+    assert {pk for pk, _ in read.keys} == {"#sketches#5#visitors"}
+    written = generator.send({key: None for key in read.keys})
+    assert isinstance(written, WriteSketches)
+    assert {write.request["Key"]["pk"]["S"] for write in written.writes} == {"#sketches#5#visitors"}
+    assert {write.request["Key"]["sk"]["S"] for write in written.writes} == {HOUR[1].sort_key, MINUTE[1].sort_key}
 
 
 def test_a_segment_without_sketches_reads_nothing():

@@ -8,7 +8,7 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
-from tally.core.buckets import Bucket, bucket_sort_key
+from tally.core.buckets import Bucket, bucket_sort_key, sketch_counter, stored_bucket
 from tally.core.commit import LEGACY_MARKER_PREFIX, WATERMARK_PREFIX
 from tally.core.histograms import RELATIVE_ACCURACY, bin_of, is_bin
 from tally.dynamo import CountsTable
@@ -80,8 +80,9 @@ def table_contents(
     for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         for item in page["Items"]:
             if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX)):
-                key = (item["pk"]["S"], bucket_sort_key(item["sk"]["S"]))
+                key = stored_bucket(item["pk"]["S"], item["sk"]["S"])  # a sketch lane's partition names its counter
                 if SKETCH_ATTRIBUTE in item:
+                    assert sketch_counter(item["pk"]["S"]) is not None, f"a sketch outside its lane's partition: {item}"
                     sketches.setdefault(key, Sketch()).merge(Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"]))
                     continue
                 counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])

@@ -229,14 +229,60 @@ def last_lane_bound(sort_key: str) -> str:
     return f"{sort_key}{LANE_SEPARATOR}~"
 
 
-SKETCH_LANE_PREFIX = "d"
+# A distinct counter's sketch items: lane k of every bucket of counter c lives in partition
+# ``#sketches#k#c`` under the bucket's sort key. Each lane's sketch writes then draw on a partition key's
+# 1,000 write units a second of their own, not on the counter's (its counts') nor on the other lanes'.
+# Reserved: no counter name starts with '#'. Part of the table's layout: a reader with another number of
+# lanes misses sketches, as it misses count lanes.
+SKETCH_PREFIX = "#sketches#"
 
 
-def sketch_sort_key(sort_key: str, lane: int) -> str:
-    """The sort key of one lane of a bucket's sketch item: ``H#2026-11-22T13#d0`` sorts after the bucket's lanes
-    and before the next bucket, so a range of buckets (to ``last_lane_bound``) holds their sketches too."""
-    return f"{sort_key}{LANE_SEPARATOR}{SKETCH_LANE_PREFIX}{lane}"
+def sketch_partition(counter: str, lane: int) -> str:
+    """The partition of lane ``lane`` of a counter's sketch items: ``#sketches#3#views/home``."""
+    return f"{SKETCH_PREFIX}{lane}{LANE_SEPARATOR}{counter}"
 
 
-def sketch_sort_keys(sort_key: str, lanes: int) -> list[str]:
-    return [sketch_sort_key(sort_key, lane) for lane in range(lanes)]
+def sketch_partitions(counter: str, lanes: int) -> list[str]:
+    return [sketch_partition(counter, lane) for lane in range(lanes)]
+
+
+def sketch_counter(partition: str) -> str | None:
+    """The counter whose sketch lane ``partition`` is, or None for any other partition key."""
+    if not partition.startswith(SKETCH_PREFIX):
+        return None
+    lane, separator, counter = partition[len(SKETCH_PREFIX) :].partition(LANE_SEPARATOR)
+    return counter if separator and lane.isdigit() and counter else None
+
+
+# Release 0.2.0 kept lane k of a bucket's sketch in the counter's own partition, at ``<bucket>#d<k>``.
+# Readers merge those items too until they expire (a bucket's TTL: its end plus the hour retention).
+LEGACY_SKETCH_LANE_PREFIX = "d"
+
+
+def legacy_sketch_sort_key(sort_key: str, lane: int) -> str:
+    """Where 0.2.0 wrote lane ``lane`` of a bucket's sketch, in the counter's partition: ``H#2026-11-22T13#d0``.
+
+    It sorts after the bucket's count lanes and before the next bucket, so a range of the counter's
+    buckets (to ``last_lane_bound``) holds these items too."""
+    return f"{sort_key}{LANE_SEPARATOR}{LEGACY_SKETCH_LANE_PREFIX}{lane}"
+
+
+def legacy_sketch_sort_keys(sort_key: str, lanes: int) -> list[str]:
+    return [legacy_sketch_sort_key(sort_key, lane) for lane in range(lanes)]
+
+
+def stored_bucket(pk: str, sk: str) -> tuple[str, str]:
+    """The (counter, bucket sort key) a stored item of a bucket belongs to: a lane of its count, a lane of
+    its sketch in the lane's partition, or a sketch at 0.2.0's key."""
+    counter = sketch_counter(pk)
+    return (pk if counter is None else counter), bucket_sort_key(sk)
+
+
+def bucket_item_keys(counter: str, sort_key: str, lanes: int, distinct: bool) -> list[tuple[str, str]]:
+    """The (pk, sk) of every item a read of one bucket takes: each lane of its count and, for a distinct
+    counter, each lane of its sketch in the lane's partition and at 0.2.0's key (until those expire)."""
+    keys = [(counter, stored) for stored in lane_sort_keys(sort_key, lanes)]
+    if distinct:
+        keys += [(partition, sort_key) for partition in sketch_partitions(counter, lanes)]
+        keys += [(counter, stored) for stored in legacy_sketch_sort_keys(sort_key, lanes)]
+    return keys

@@ -1,7 +1,11 @@
 """Segment sketches -> read, merge and conditional write of each bucket's sketch item. No I/O.
 
 A distinct counter's bucket keeps its sketch (sketches.py) in an item of its
-own beside the count item, per lane: ``<bucket sort key>#d<lane>``. DynamoDB
+own, per lane, in a partition of the lane's own: ``pk = #sketches#<lane>#<counter>``,
+``sk = <bucket sort key>`` (``buckets.sketch_partition``). A hot counter's
+count items take its partition key's 1,000 write units a second; each lane's
+sketch writes take another partition key's, so lanes multiply the sketches'
+write limit as they multiply the items that contend. DynamoDB
 cannot take a register-wise maximum in an update expression, so a segment
 adds its values to a sketch item by reading it (strongly consistent), merging
 and writing the merged sketch back on condition that the item still holds
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from tally.core.buckets import sketch_sort_key
+from tally.core.buckets import sketch_partition
 from tally.core.commit import Pause, RetriesExhausted
 from tally.core.retry import Backoff
 from tally.core.segments import Item, Segment
@@ -78,8 +82,9 @@ class SketchResult:
 
 
 def sketch_key(item: Item, lane: int) -> Key:
+    """The key of lane ``lane`` of a bucket's sketch item: the bucket's sort key in the lane's partition."""
     counter, bucket = item
-    return counter, sketch_sort_key(bucket.sort_key, lane)
+    return sketch_partition(counter, lane), bucket.sort_key
 
 
 def sketch_update(
