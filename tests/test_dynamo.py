@@ -561,11 +561,7 @@ def test_a_counters_items_are_read_across_pages(dynamodb, settings):
 
 
 def test_a_counters_items_include_its_sketches_in_every_lane_partition(dynamodb, settings):
-    laned = replace(settings, bucket_lanes=3)
-    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
-    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(8)]
-    for n, shard in enumerate(shards):
-        table.commit(visited(str(100 + n), [f"c{n}"]), shard)
+    table, shards = shards_visiting(dynamodb, settings, 3, 8)
     lanes = {shard.lane(3) for shard in shards}
     items = {(item["pk"], item["sk"]) for item in table.counter_items("v")}
     sketches = {(sketch_partition("v", lane), bucket.sort_key) for lane in lanes for bucket in (MINUTE, HOUR)}
@@ -593,6 +589,16 @@ def visited(first, clients):
     sketch = Sketch(map(hash_of, clients))
     items = {("v", MINUTE): len(clients), ("v", HOUR): len(clients)}
     return Segment(first, T0, first, len(clients), dict(items), sketches={item: sketch.copy() for item in items})
+
+
+def shards_visiting(dynamodb, settings, lanes, shard_count, also=()):
+    """A table of ``lanes`` lanes on which each of ``shard_count`` shards commits its own client's visit to 'v'
+    (and ``also``'s): the table and the shards."""
+    table = CountsTable(dynamodb, COUNTS, replace(settings, bucket_lanes=lanes), backoff=no_sleep_backoff)
+    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(shard_count)]
+    for n, shard in enumerate(shards):
+        table.commit(visited(str(100 + n), [f"c{n}", *also]), shard)
+    return table, shards
 
 
 def passes(real, kwargs):
@@ -652,11 +658,7 @@ def test_throttled_sketch_writes_are_sent_again_and_other_errors_fail_the_commit
 
 
 def test_reads_union_the_sketch_lanes_of_a_bucket(dynamodb, settings):
-    laned = replace(settings, bucket_lanes=4)
-    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
-    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(12)]
-    for n, shard in enumerate(shards):
-        table.commit(visited(str(100 + n), [f"c{n}", "common"]), shard)
+    table, shards = shards_visiting(dynamodb, settings, 4, 12, also=["common"])
     assert len({shard.lane(4) for shard in shards}) > 1
     fetched = table.batch_get([("v", HOUR.sort_key)], consistent=True, distinct={"v"})
     assert fetched.sketches[("v", HOUR.sort_key)] == Sketch(map(hash_of, [f"c{n}" for n in range(12)] + ["common"]))
@@ -666,11 +668,7 @@ def test_reads_union_the_sketch_lanes_of_a_bucket(dynamodb, settings):
 
 
 def test_each_lane_merges_its_sketches_in_a_partition_of_its_own(dynamodb, settings):
-    laned = replace(settings, bucket_lanes=4)
-    table = CountsTable(dynamodb, COUNTS, laned, backoff=no_sleep_backoff)
-    shards = [Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", f"shardId-{n}") for n in range(12)]
-    for n, shard in enumerate(shards):
-        table.commit(visited(str(100 + n), [f"c{n}"]), shard)
+    table, shards = shards_visiting(dynamodb, settings, 4, 12)
     lanes = {shard.lane(4) for shard in shards}
     assert len(lanes) > 1
     for lane in lanes:
