@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 
 import pytest
 from script_support import load_script
@@ -162,19 +164,34 @@ def hour_counts(tables, counters) -> dict[str, int]:
     return {r.counter: r.total for r in count_windows(table, list(counters), length_ms=HOUR_MS, consistent=True)}
 
 
-def test_a_runner_run_again_without_a_checkpoint_adds_exactly_the_new_records(tables, capsys):
-    """Six events of c/a, counted; a seventh in the same minute, and the runner read the stream again from its trim
-    horizon: 7. It used to commit the window still open when it stopped, and the second run skipped the seventh."""
+def test_a_runner_commits_no_window_before_its_end_and_a_run_again_adds_exactly_the_new_records(
+    tables, capsys, monkeypatch
+):
+    """Six events of c/a, then a seventh in the same minute, the runner run after each without a checkpoint: 7.
+    The runner used to commit the window still open when it stopped, and the next run, cutting that window whole,
+    skipped the seventh. Stopped by Ctrl-C, it now commits nothing of a window that has not ended."""
     minute = (now_ms() - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
-    idle = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", "2"]
+    idle = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", "10"]
     put_events(tables, {"c/a": 6}, minute, "first")
-    assert run_stream.main(idle) == 0
-    assert "waiting" in capsys.readouterr().err
-    assert hour_counts(tables, ["c/a"]) == {"c/a": 6}
-    assert run_stream.main(idle) == 0  # nothing new: nothing changes
-    assert hour_counts(tables, ["c/a"]) == {"c/a": 6}
+    report_wait = run_stream.report_wait
+
+    def ctrl_c_while_waiting(seconds):  # as a user would press it, once the runner waits on its open window
+        report_wait(seconds)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(run_stream, "report_wait", ctrl_c_while_waiting)
+    try:
+        assert run_stream.main(idle) == 0
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    monkeypatch.setattr(run_stream, "report_wait", report_wait)
+    err = capsys.readouterr().err
+    assert "waiting" in err and "records of windows still open are not committed" in err
+    assert hour_counts(tables, ["c/a"]) == {"c/a": 0}
     put_events(tables, {"c/a": 1}, minute, "second")
     assert run_stream.main(idle) == 0
+    assert hour_counts(tables, ["c/a"]) == {"c/a": 7}
+    assert run_stream.main(idle) == 0  # nothing new: nothing changes
     assert hour_counts(tables, ["c/a"]) == {"c/a": 7}
 
 
