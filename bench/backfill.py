@@ -50,7 +50,7 @@ _serializer = TypeSerializer()
 
 def previous_release_units(images: list, settings: Settings) -> int:
     """The previous release's backfill of one file: its own fold, a transaction per 99 buckets with a marker."""
-    folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES)
+    folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES, hold_records=False)
     outcomes = export_outcomes(images, 0, COUNT_FROM_MS, settings)
     segments = [*folder.fold(outcomes), folder.close()]
     buckets = [len(segment.deltas) for segment in segments if segment is not None]

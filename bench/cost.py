@@ -105,8 +105,9 @@ class WriteMeter:
 
 # tally's bucket update (tally.core.commit.bucket_update): ADD terms (count, sum, histogram bins),
 # the TTL once, the writer's watermark.
-TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :w")
-TALLY_CONDITION = "attribute_not_exists(#w) OR #w < :w"
+TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :to")
+# A segment's update, and the rest of one an item took in part (tally.core.commit.untaken).
+TALLY_CONDITIONS = ("attribute_not_exists(#w) OR #w < :w", "#w = :seen")
 SKETCH_UPDATE = "SET #sketch = :sketch, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_SUM_UPDATE = (
@@ -247,11 +248,15 @@ class MeteredClient:
         self.meter.writes_per_item_slot[(identity, self.slot)] += 1
 
     def _condition_holds(self, request: Mapping[str, Any]) -> bool:
-        if request["ConditionExpression"] != TALLY_CONDITION:
-            raise ValueError(f"unmetered condition {request['ConditionExpression']!r}")
+        condition = request["ConditionExpression"]
+        if condition not in TALLY_CONDITIONS:
+            raise ValueError(f"unmetered condition {condition!r}")
         identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
         watermark = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#w"])
-        return watermark is None or bytes(watermark["B"]) < bytes(request["ExpressionAttributeValues"][":w"]["B"])
+        values = request["ExpressionAttributeValues"]
+        if condition == TALLY_CONDITIONS[1]:
+            return watermark is not None and bytes(watermark["B"]) == bytes(values[":seen"]["B"])
+        return watermark is None or bytes(watermark["B"]) < bytes(values[":w"]["B"])
 
     def _updated(self, request: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         """The item after one of the update expressions the designs use."""
@@ -266,7 +271,7 @@ class MeteredClient:
             for term in tally["adds"].split(", "):
                 name, value = term.split(" ")
                 _add(item, names[name], values[value]["N"])
-            item[names["#w"]] = values[":w"]
+            item[names["#w"]] = values[":to"]
         elif expression in (ORIGIN_UPDATE, ORIGIN_SUM_UPDATE):
             _add(item, names["#count"], values[":one"]["N"])
             if ":amount" in values:

@@ -175,13 +175,14 @@ class _Parsed:
     key: Key
     delta: int
     tag: str
-    position: bytes
+    position: bytes  # the segment's first record
+    watermark: bytes  # what the item holds once it took the segment
     request: dict[str, Any]
 
     def new_item_bytes(self) -> int:
         """The item as this update creates it."""
         values = self.request["ExpressionAttributeValues"]
-        created = {**self.request["Key"], "count": values[":a0"], "ttl": values[":ttl"], self.tag: values[":w"]}
+        created = {**self.request["Key"], "count": values[":a0"], "ttl": values[":ttl"], self.tag: values[":to"]}
         return item_size(created)
 
 
@@ -217,8 +218,8 @@ class SimulatedTable:
         before = self.sizes.get(key, 0)
         marks = self.watermarks.get(key)
         old = marks.get(parsed.tag) if marks else None
-        if old is not None and old >= parsed.position:
-            cost, outcome = write_units(before), Outcome.ALREADY_APPLIED
+        if old is not None and old >= parsed.position:  # the model's shards never cut a stream twice: taken whole
+            cost, outcome = write_units(before), Outcome.TAKEN
             after = before
         else:
             if not before:
@@ -226,7 +227,7 @@ class SimulatedTable:
             else:
                 count = self.counts[key]
                 after = before - number_size(count) + number_size(count + parsed.delta)
-                after += len(parsed.position) - len(old) if old is not None else len(parsed.tag) + len(parsed.position)
+                after += len(parsed.watermark) - len(old) if old is not None else len(parsed.tag) + len(parsed.watermark)
             cost, outcome = write_units(max(before, after)), Outcome.APPLIED
         item_bucket, partition_bucket = self._item_bucket(key), self._partition_bucket(key[0])
         if item_bucket.available(now) < cost or partition_bucket.available(now) < cost:
@@ -237,12 +238,12 @@ class SimulatedTable:
         stats.write_units += cost
         if self.counting:
             stats.counted_write_units += cost
-        if outcome is Outcome.ALREADY_APPLIED:
+        if outcome is Outcome.TAKEN:
             stats.already_applied += 1
-            return answer_at, Answer(outcome, self.counts[key])
+            return answer_at, Answer(outcome, self.counts[key], old)
         self.counts[key] = self.counts.get(key, 0) + parsed.delta
         self.sizes[key] = after
-        self.watermarks.setdefault(key, {})[parsed.tag] = parsed.position
+        self.watermarks.setdefault(key, {})[parsed.tag] = parsed.watermark
         stats.applied += 1
         stats.largest_item_bytes = max(stats.largest_item_bytes, after)
         self._parsed.pop(id(update), None)
@@ -330,10 +331,10 @@ class SimulatedTable:
             return cached[1]
         request = update.request
         names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
-        if list(names) != ["#ttl", "#w", "#a0"] or names["#a0"] != "count":
+        if list(names) != ["#ttl", "#w", "#a0"] or names["#a0"] != "count" or ":w" not in values:
             raise ValueError(f"the model only runs tally's count updates, not {request['UpdateExpression']!r}")
         key = (request["Key"]["pk"]["S"], request["Key"]["sk"]["S"])
-        parsed = _Parsed(key, int(values[":a0"]["N"]), update.tag, update.position, request)
+        parsed = _Parsed(key, int(values[":a0"]["N"]), update.tag, update.position, values[":to"]["B"], request)
         self._parsed[id(update)] = (update, parsed)
         return parsed
 

@@ -37,7 +37,7 @@ from bench.cost import batch_get_read_units, item_size, query_read_units
 from bench.workloads import Workload, fan_out_pages, floor_writes
 from bench.writes import run_tally
 from tally.core.buckets import Bucket
-from tally.core.commit import Writer, order_preserving
+from tally.core.commit import THROUGH, Writer, order_preserving
 from tally.core.directory import DIRECTORY_PREFIX, entry_item, partition_of
 from tally.core.ranking import RANK_PREFIX, level_floor, level_of, rank_item
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
@@ -239,8 +239,8 @@ class TrafficModel:
 
 
 def _position(minute: int) -> bytes:
-    """The watermark the segment of ``minute`` leaves on the items it wrote."""
-    return order_preserving(int(segment_sequence(minute)))
+    """The watermark the segment of ``minute`` (one record's position, first and last) leaves on the items it wrote."""
+    return order_preserving(int(segment_sequence(minute))) + THROUGH
 
 
 @dataclass

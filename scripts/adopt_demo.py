@@ -118,7 +118,7 @@ def adopt(args: argparse.Namespace) -> int:
         config=DeliveryConfig(batch_size=1000, window_seconds=60),
         context=LocalContext(),
     )
-    reader.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+    reader.run(until_idle=True, idle_polls=2, poll_interval=0.2, commit_open_windows=True)
     console.print(
         f"4. live traffic: {len(live):,} events written after count-from; the stream runner read "
         f"{reader.stats.records:,} records (the history's arrived before count-from: skipped, not counted)"

@@ -47,6 +47,7 @@ from tally.core.windows import now_ms
 from tally.local import moto_deploy
 from tally.local.aws import ArgumentParser, MotoServer, client, region
 from tally.local.cli import DUMMY_CREDENTIALS, ScriptError, entry_point
+from tally.local.workload import DEMO_WINDOW_SECONDS
 from tally.local.cli import console as make_console
 from tally.local.http_adapter import LocalApi
 from tally.stack_outputs import table_names_from_stack
@@ -94,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"   outputs: {', '.join(f'{key}={value}' for key, value in tables.items())}")
 
         console.print(f"3/5 the demo on stack {stack} (local_pipeline.py --stack {stack}):")
-        matched = script(["local_pipeline.py", "--stack", stack], environment, show=True).returncode == 0
+        window = ["--window-seconds", str(DEMO_WINDOW_SECONDS)]  # the same windows for both readers of the stream
+        matched = script(["local_pipeline.py", "--stack", stack, *window], environment, show=True).returncode == 0
         at = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(now_ms() // 60_000 * 60))
         before = counts(stack, at, environment)
-        script(["run_stream.py", "--stack", stack, "--until-idle"], environment)
+        script(["run_stream.py", "--stack", stack, "--until-idle", *window], environment)
         after = counts(stack, at, environment)
         unchanged = before == after
         matched &= unchanged

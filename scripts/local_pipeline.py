@@ -116,6 +116,7 @@ from tally.core.windows import Window, now_ms, utc_of
 from tally.local.workload import (
     DEFAULT_COUNTERS,
     DEFAULT_HOURS,
+    DEMO_WINDOW_SECONDS,
     DEFAULT_RATE,
     HISTORY_SHAPES,
     LOGINS,
@@ -156,11 +157,20 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", nargs=2, type=int, default=list(DEFAULT_RATE), metavar=("LOW", "HIGH"))
     parser.add_argument("--bad", type=int, default=6, help="bad records to inject (default 6: one of each kind)")
     parser.add_argument("--batch-size", type=int, default=1000, help="records per invocation (default 1000)")
-    parser.add_argument("--window-seconds", type=int, default=60, help="tumbling window, 1-900 s (default 60)")
+    parser.add_argument(
+        "--window-seconds",
+        type=int,
+        default=DEMO_WINDOW_SECONDS,
+        help=f"tumbling window, 1-900 s (default {DEMO_WINDOW_SECONDS}; the last one is waited for, as Lambda does)",
+    )
     parser.add_argument("--keep-running", action="store_true", help="keep the server and a runner up afterwards")
     parser.add_argument("--stack", help="use this deployed tally stack's tables on the local server at AWS_ENDPOINT_URL")
     return parser
 
+
+
+def say_waiting(seconds: float) -> None:
+    console.print(f"   waiting {seconds:.0f} s for the last tumbling window to end: Lambda commits it then, not before")
 
 def quiet_handler(counts_table: str) -> Callable[[dict, Any], Any]:
     """The handler with its per-record warnings off: the rejections are tallied below instead."""
@@ -255,7 +265,7 @@ def main(
             context=LocalContext(),
         )
         stream_started = time.monotonic()
-        reader.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+        reader.run(until_idle=True, idle_polls=2, poll_interval=0.2, on_wait=say_waiting)
         console.print(
             f"3. stream runner: {reader.stats.records:,} records in {reader.invocations} invocations "
             f"(batch {config.batch_size}, window {config.window_seconds} s, "
@@ -304,7 +314,7 @@ def run_logins(
     delivered: list[dict[str, Any]] = []
     for number, (name, items) in enumerate(zip(("before the burst", "the burst", "after the burst"), phases), start=3):
         write(dynamodb, tables, items)
-        reader.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+        reader.run(until_idle=True, idle_polls=2, poll_interval=0.2, commit_open_windows=True)
         console.print(f"{number}. {name}: {len(items):,} logins written and counted")
         delivered += show_alerts(sink.drain())
     handler_module.scheduled_table.cache_clear()

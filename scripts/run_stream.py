@@ -5,10 +5,16 @@
 
 Works against moto's server (AWS_ENDPOINT_URL) and against a real table
 (--table, EVENTS_TABLE or --stack). The handler runs in this process and
-writes to the counts table (--counts-table, COUNTS_TABLE or --stack). On
-Ctrl-C the current invocation finishes, open windows are committed, and the
-exit status is 0. The handler's log lines and progress go to stderr; the
-summary line goes to stdout.
+writes to the counts table (--counts-table, COUNTS_TABLE or --stack).
+
+Windows are cut as Lambda cuts them: a tumbling window is committed once its
+end has passed, never before, so a later run cuts the same windows whether it
+resumes from --checkpoint or reads the stream again from its trim horizon, and
+changes no count unless new records arrived. --until-idle waits for the open
+windows to end (at most --window-seconds). On Ctrl-C the current invocation
+finishes and the open windows are left uncommitted, for the next run to read
+again; the exit status is 0. The handler's log lines and progress go to
+stderr; the summary line goes to stdout.
 """
 
 from __future__ import annotations
@@ -72,19 +78,32 @@ def main(argv: list[str] | None = None) -> int:
         limit=args.limit,
         checkpoints=checkpoints,
     )
+    stop_on_interrupt(reader)
     if not args.until_idle:
-        stop_on_interrupt(reader)
         console.print(f"following {stream_arn} into {tables.counts} (Ctrl-C to stop)")
     try:
-        reader.run(until_idle=args.until_idle, idle_polls=args.idle_polls, poll_interval=args.poll_interval)
+        reader.run(
+            until_idle=args.until_idle,
+            idle_polls=args.idle_polls,
+            poll_interval=args.poll_interval,
+            on_wait=report_wait,
+        )
     except DeliveryFailed as error:
         console.print(f"[red]gave up: {error}")
         return 1
     finally:
         if args.checkpoint:
             args.checkpoint.write_text(json.dumps(reader.checkpoints, indent=2))
+    if reader.open_records:
+        console.print(
+            f"{reader.open_records} records of windows still open are not committed: the next run reads them again"
+        )
     print(summary(reader))
     return 0
+
+
+def report_wait(seconds: float) -> None:
+    console.print(f"waiting {seconds:.0f} s for the open tumbling window to end, as Lambda would (Ctrl-C leaves it open)")
 
 
 def report_retry(event: dict, error: Exception, attempt: int) -> None:
@@ -95,10 +114,10 @@ def report_retry(event: dict, error: Exception, attempt: int) -> None:
 
 
 def stop_on_interrupt(reader: StreamReader) -> None:
-    """First Ctrl-C: stop after the current invocation and commit open windows. Second: stop at once."""
+    """First Ctrl-C: stop after the current invocation, leaving open windows for the next run. Second: at once."""
 
     def interrupted(signum: int, frame: object) -> None:
-        console.print("stopping: finishing the current invocation and committing open windows")
+        console.print("stopping after the current invocation; open windows are left for the next run")
         reader.stop.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

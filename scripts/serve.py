@@ -160,7 +160,7 @@ def run(
     if args.hours:
         items = history(counters, args.hours, args.seed, shape, settings)
         write_items(dynamodb, EVENTS_TABLE, items)
-        runner.run(until_idle=True, idle_polls=2, poll_interval=0.2)
+        runner.run(until_idle=True, idle_polls=2, poll_interval=0.2, commit_open_windows=True)
         if not stop.is_set():
             say(f"history: {len(items):,} events of {args.hours} h written and counted ({runner.invocations} invocations)")
     writer = LiveWriter(dynamodb, counters, args.rate, args.seed, shape, settings, stop)

@@ -11,6 +11,7 @@ from factories import LambdaContext, counter_record, image, stream_record, windo
 from botocore.exceptions import ClientError
 
 from tally import handler as handler_module
+from tally.core.commit import OverlapRefused
 from tally.dynamo import CountsTable
 from tally.core.settings import HOUR_MS
 
@@ -88,6 +89,35 @@ def test_a_discarded_window_state_is_logged_as_an_error_and_published_as_a_metri
     assert logged.levelname == "ERROR" and "9 records from sequence 101 to 109" in logged.detail
     totals = next(blob for blob in emitted(capsys) if "WindowStatesDiscarded" in blob)
     assert (totals["WindowStatesDiscarded"], totals["RecordsCounted"]) == ([1], [1])
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_an_overlap_it_cannot_split_fails_the_invocation_with_an_error_log_and_a_metric(lambda_handler, capsys, caplog):
+    """A reader committed the first two records as a window of their own; another carried them in its window state
+    with a third, and cannot tell which part of its sums the item has taken."""
+    records = [counter_record("c", T0 + n) for n in range(4)]
+    lambda_handler(window_event(records[:2], final=True), LambdaContext())
+    carried = lambda_handler(window_event(records[:3]), LambdaContext())["state"]
+    capsys.readouterr()
+    with pytest.raises(OverlapRefused) as refused:
+        lambda_handler(window_event(records[3:], state=carried, final=True), LambdaContext())
+    first, third = (records[n]["dynamodb"]["SequenceNumber"] for n in (0, 2))
+    assert f"records {first}..{records[3]['dynamodb']['SequenceNumber']}" in str(refused.value)
+    [logged] = [r for r in caplog.records if r.getMessage() == "overlap refused"]
+    assert logged.levelname == "ERROR" and f"{first}..{third} came in the window state" in logged.detail
+    assert logged.shard == window_event([])["shardId"]
+    [blob] = [blob for blob in emitted(capsys) if "OverlapsRefused" in blob]
+    assert blob["OverlapsRefused"] == [1]
+
+
+def test_a_window_cut_elsewhere_adds_exactly_what_the_items_have_not_taken(lambda_handler, dynamodb, capsys):
+    """The same records, committed by a reader that closed its window early, then read again whole."""
+    records = [counter_record("c", T0 + n) for n in range(5)]
+    lambda_handler(window_event(records[:2], final=True), LambdaContext())
+    lambda_handler(window_event(records, final=True), LambdaContext())
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 5, "H#2026-11-18T11": 5}
+    totals = next(blob for blob in emitted(capsys) if blob.get("UpdatesResumed") == [2])
+    assert totals["BucketUpdates"] == [2]
 
 
 RULES = (

@@ -200,7 +200,8 @@ def backfill_export(
     skips what it applied before.
     """
     writer = Writer.of_export(export_arn)
-    folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES)
+    # An export is read in one order only, and its segments are too large to hold their records twice.
+    folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES, hold_records=False)
 
     def commit_segment(segment: Segment) -> None:
         units = write_units(segment)

@@ -322,12 +322,12 @@ class CountsTable:
         except ClientError as error:
             code = _code(error)
             if code == "ConditionalCheckFailedException":
-                found = error.response.get("Item")
-                if condition_failed(found, update.tag, update.position) is Outcome.FAIL:
+                answer = condition_failed(error.response.get("Item"), update.tag, update.position)
+                if answer.outcome is Outcome.FAIL:
                     raise CommitFailed(
                         f"update of {update.name} refused by a condition its watermark does not explain"
                     ) from error
-                return Answer(Outcome.ALREADY_APPLIED, count_of(found))
+                return answer
             if code in _RETRYABLE_CODES:
                 return Answer(Outcome.RETRY)
             raise CommitFailed(f"update of {update.name}: {_describe(error)}") from error

@@ -23,6 +23,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.alerting import ENV_ALERT_BUS, AlertSummary, EventBus, Watcher
+from tally.core.commit import OverlapRefused
 from tally.dynamo import COMMIT_WORKERS, CounterDirectory, CountsTable
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
@@ -90,7 +91,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if watcher.alerts:  # no alerts, no cost
         watcher.summary = AlertSummary()
         commit = watcher.watching(commit)
-    response, summary = process(event, commit, table.settings)
+    try:
+        response, summary = process(event, commit, table.settings)
+    except OverlapRefused as refused:
+        logger.error("overlap refused", extra={"detail": str(refused), "shard": event.get("shardId"), "window": event.get("window")})
+        metrics.add_metric(name="OverlapsRefused", unit=MetricUnit.Count, value=1)
+        raise
     _log(summary, event)
     _publish(summary)
     if watcher.alerts:
@@ -143,6 +149,7 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="RecordsRejected", unit=MetricUnit.Count, value=summary.rejected_total)
     metrics.add_metric(name="BucketUpdates", unit=MetricUnit.Count, value=summary.bucket_updates)
     metrics.add_metric(name="UpdatesAlreadyApplied", unit=MetricUnit.Count, value=summary.updates_already_applied)
+    metrics.add_metric(name="UpdatesResumed", unit=MetricUnit.Count, value=summary.updates_resumed)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
     if summary.sketches_written or summary.sketch_conflicts:  # distinct rules only: no cost for the others
         metrics.add_metric(name="SketchesWritten", unit=MetricUnit.Count, value=summary.sketches_written)

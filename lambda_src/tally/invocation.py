@@ -42,6 +42,7 @@ class Summary:
     rejected_by_rule: Counter[str] = field(default_factory=Counter)
     bucket_updates: int = 0  # bucket items updated
     updates_already_applied: int = 0  # found applied by an earlier try (or the previous release)
+    updates_resumed: int = 0  # items that took a segment's first part from a reader that cut it elsewhere
     commit_retries: int = 0
     sketches_written: int = 0
     sketch_conflicts: int = 0
@@ -63,6 +64,7 @@ class Summary:
             "rejected_by_rule": dict(sorted(self.rejected_by_rule.items())),
             "bucket_updates": self.bucket_updates,
             "updates_already_applied": self.updates_already_applied,
+            "updates_resumed": self.updates_resumed,
             "commit_retries": self.commit_retries,
             "sketches_written": self.sketches_written,
             "sketch_conflicts": self.sketch_conflicts,
@@ -165,6 +167,7 @@ def _commit(segment: Segment, writer: Writer, commit: Commit, summary: Summary) 
     result = commit(segment, writer)
     summary.bucket_updates += result.applied
     summary.updates_already_applied += result.already_applied
+    summary.updates_resumed += result.resumed
     summary.commit_retries += result.retries
     summary.sketches_written += result.sketches_written
     summary.sketch_conflicts += result.sketch_conflicts

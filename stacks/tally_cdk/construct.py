@@ -80,6 +80,8 @@ HANDLER_METRICS = (
     "UpdatesAlreadyApplied",
     "CommitRetries",
     "WindowStatesDiscarded",
+    "UpdatesResumed",
+    "OverlapsRefused",
 )
 
 # The handler folds a batch in memory and commits one UpdateItem per bucket item of a
@@ -425,6 +427,13 @@ class Tally(Construct):
                 "A tumbling-window state could not be read and was discarded: the records it held are not "
                 "counted; the function's log names their sequence range",
                 self._handler_metric("WindowStatesDiscarded"),
+            ),
+            self._alarm_above(
+                "OverlapRefusedAlarm",
+                "A segment overlapped what a bucket item already took from its shard, cut elsewhere by an earlier "
+                "reader, and could not be split: the invocation fails until it is resolved; the function's log names "
+                "the item and the sequence range (docs/guarantees.md, Reading a stream again)",
+                self._handler_metric("OverlapsRefused"),
             ),
         ]
         if self.read_api is not None:

@@ -92,7 +92,7 @@ def test_tally_commits_are_metered_as_plain_updates_that_carry_the_writers_water
     hour = client.items[("page", Bucket.of_hour(498_611).sort_key)]
     assert hour["count"] == {"N": "1"} and hour["sum"] == {"N": "1.5"}
     writer = Writer.of_shard("arn", "shardId-1")
-    assert hour[writer.tag] == {"B": writer.position(Segment("100000000000000000100", 0, "x"))}
+    assert hour[writer.tag] == {"B": writer.watermark(Segment("100000000000000000100", 0, "100000000000000000100"))}
 
 
 def test_a_refused_condition_is_charged_and_writes_nothing():

@@ -74,14 +74,14 @@ def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and
         "sk": {"S": MINUTE.sort_key},
         "count": {"N": "1"},
         "ttl": first.request["ExpressionAttributeValues"][":ttl"],
-        first.tag: {"B": first.position},
+        first.tag: {"B": first.request["ExpressionAttributeValues"][":to"]["B"]},
     }
     assert table.sizes[("a", MINUTE.sort_key)] == item_size(created)
     assert table.stats.write_units == 1
     for shard in range(100):  # a hundred shards write the item: one watermark each
         table.update(1.0, updates("100000000000000000002", ["a"], shard=f"shardId-{shard + 2}")[0])
     size = table.sizes[("a", MINUTE.sort_key)]
-    watermarks = 100 * (len(first.tag) + len(first.position))
+    watermarks = 100 * (len(first.tag) + len(first.request["ExpressionAttributeValues"][":to"]["B"]))
     assert size == item_size(created) - number_size(1) + number_size(101) + watermarks
     assert size > 1024 and table.stats.largest_item_bytes == size
     units = table.stats.write_units
@@ -92,8 +92,8 @@ def test_items_grow_with_a_watermark_per_shard_and_cost_the_larger_of_before_and
 def test_an_update_its_watermark_shows_applied_changes_nothing_and_costs_the_item():
     table = SimulatedTable(FIXED)
     table.update(0.0, updates("100000000000000000200", ["a"])[0])
-    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1].outcome is Outcome.ALREADY_APPLIED
-    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1].outcome is Outcome.ALREADY_APPLIED
+    assert table.update(1.0, updates("100000000000000000200", ["a"])[0])[1].outcome is Outcome.TAKEN
+    assert table.update(1.0, updates("100000000000000000100", ["a"])[0])[1].outcome is Outcome.TAKEN
     assert table.count(("a", MINUTE.sort_key)) == 1
     assert (table.stats.already_applied, table.stats.write_units) == (2, 3)
 

@@ -7,14 +7,17 @@ from tally.core.buckets import Bucket, lane_sort_key
 from tally.core.commit import (
     LEGACY_MARKER_PREFIX,
     LEGACY_PART_ITEMS,
+    THROUGH,
     WATERMARK_PREFIX,
     Answer,
     Outcome,
+    OverlapRefused,
     Pause,
     Put,
     ReadMarkers,
     RetriesExhausted,
     Send,
+    Watermark,
     Writer,
     bucket_update,
     commit_steps,
@@ -25,6 +28,7 @@ from tally.core.commit import (
     order_preserving,
     segment_updates,
     source_id,
+    untaken,
 )
 from tally.core.histograms import bin_of
 from tally.core.retry import Backoff
@@ -35,13 +39,20 @@ T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR, MINUTE = Bucket.of_hour(T0 // HOUR_MS), Bucket.of_minute(T0 // MINUTE_MS)
 WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
 SEQUENCE = "100000000000000000180"
+LAST = "100000000000000000260"
 HOD = f"{HOUR.index % 24:02d}"  # the hour of day in rank records
 
 
 def segment(first: str = SEQUENCE, items: int = 0) -> Segment:
     deltas = {("b", HOUR): 5, ("a", MINUTE): 76, ("a", HOUR): 76}
     deltas.update({(f"c{i:04d}", MINUTE): 1 for i in range(items)})
-    return Segment(first_sequence=first, first_arrival_ms=T0, last_sequence=first, records=81, deltas=deltas)
+    last = LAST if first == SEQUENCE else first
+    return Segment(first_sequence=first, first_arrival_ms=T0, last_sequence=last, records=81, deltas=deltas)
+
+
+def taken(count=None, seg=None):
+    """The answer of an item that already took the whole segment (a retry finds its own watermark)."""
+    return Answer(Outcome.TAKEN, count, WRITER.watermark(seg or segment()))
 
 
 def test_one_update_per_bucket_item_conditioned_on_the_writers_watermark():
@@ -51,23 +62,30 @@ def test_one_update_per_bucket_item_conditioned_on_the_writers_watermark():
     request = minutes[0].request
     assert request["TableName"] == "counts"
     assert request["Key"] == {"pk": {"S": "a"}, "sk": {"S": MINUTE.sort_key}}
-    assert request["UpdateExpression"] == "ADD #a0 :a0 SET #ttl = if_not_exists(#ttl, :ttl), #w = :w"
+    assert request["UpdateExpression"] == "ADD #a0 :a0 SET #ttl = if_not_exists(#ttl, :ttl), #w = :to"
     assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"
     assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
     assert request["ReturnValues"] == "UPDATED_NEW"  # the count after it: whether it created the item
     assert request["ExpressionAttributeNames"] == {"#ttl": "ttl", "#w": WRITER.tag, "#a0": "count"}
     values = request["ExpressionAttributeValues"]
     assert values[":a0"] == {"N": "76"}
-    assert values[":w"] == {"B": order_preserving(int(SEQUENCE))}
+    assert values[":w"] == {"B": order_preserving(int(SEQUENCE))}  # the segment's first record
+    assert values[":to"] == {"B": order_preserving(int(LAST)) + THROUGH}  # its last
     assert values[":ttl"] == {"N": str((T0 + MINUTE_MS + 48 * HOUR_MS) // 1000)}
     assert hours[1].request["ExpressionAttributeValues"][":ttl"] == {"N": str((T0 + HOUR_MS + 90 * 86_400_000) // 1000)}
 
 
 def test_every_aggregate_is_one_more_add_term_of_the_same_update():
     request = bucket_update(
-        "counts", {"pk": "c", "sk": "H#x"}, {"count": 3, "sum": Decimal("-0.00000001"), "b12": 2}, 99, "~tag", b"\x01\x05"
+        "counts",
+        {"pk": "c", "sk": "H#x"},
+        {"count": 3, "sum": Decimal("-0.00000001"), "b12": 2},
+        99,
+        "~tag",
+        b"\x01\x05",
+        b"\x01\x07\x01",
     )
-    assert request["UpdateExpression"] == "ADD #a0 :a0, #a1 :a1, #a2 :a2 SET #ttl = if_not_exists(#ttl, :ttl), #w = :w"
+    assert request["UpdateExpression"] == "ADD #a0 :a0, #a1 :a1, #a2 :a2 SET #ttl = if_not_exists(#ttl, :ttl), #w = :to"
     assert [request["ExpressionAttributeNames"][f"#a{i}"] for i in range(3)] == ["count", "sum", "b12"]
     assert [request["ExpressionAttributeValues"][f":a{i}"] for i in range(3)] == [
         {"N": "3"},
@@ -112,17 +130,22 @@ def test_tags_are_short_stable_and_tell_shards_and_streams_apart():
 @pytest.mark.parametrize(
     ("old", "outcome"),
     [
-        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE))}}, Outcome.ALREADY_APPLIED),  # this very segment
-        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) + 1)}}, Outcome.ALREADY_APPLIED),  # a later one
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE))}}, Outcome.TAKEN),  # this very segment (0.2.x)
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE)) + THROUGH}}, Outcome.TAKEN),  # through its first record
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) + 1)}}, Outcome.TAKEN),  # a later one
         ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1)}}, Outcome.FAIL),  # an earlier one: not the watermark
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1) + THROUGH}}, Outcome.FAIL),
         ({"~other": {"B": order_preserving(int(SEQUENCE))}}, Outcome.FAIL),  # another writer's
         ({"count": {"N": "3"}}, Outcome.FAIL),
         ({}, Outcome.FAIL),
         (None, Outcome.FAIL),
     ],
 )
-def test_a_failed_condition_means_already_applied_only_when_the_watermark_says_so(old, outcome):
-    assert condition_failed(old, WRITER.tag, order_preserving(int(SEQUENCE))) is outcome
+def test_a_failed_condition_is_judged_on_the_writers_watermark_only(old, outcome):
+    answer = condition_failed(old, WRITER.tag, order_preserving(int(SEQUENCE)))
+    assert answer.outcome is outcome
+    if outcome is Outcome.TAKEN:
+        assert answer.watermark == old[WRITER.tag]["B"]
 
 
 def test_one_lane_writes_the_buckets_own_items_and_lanes_are_fixed_per_writer():
@@ -180,14 +203,14 @@ def test_hour_items_an_update_created_are_born_and_so_are_those_a_retry_finds_ap
 
     result, _ = run(steps_of(segment()), answer)
     assert result.born == (("a", HOUR),)
-    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 99) for _ in step.updates])
+    result, _ = run(steps_of(segment()), lambda step: [taken(99) for _ in step.updates])
     assert result.born == (("a", HOUR), ("b", HOUR))
     result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED) for _ in step.updates])
     assert result.born == ()  # nothing came back: nothing known to be new
 
 
 def test_a_retried_segment_counts_what_it_finds_applied():
-    result, _ = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED) for _ in step.updates])
+    result, _ = run(steps_of(segment()), lambda step: [taken() for _ in step.updates])
     assert (result.applied, result.already_applied) == (0, 3)
 
 
@@ -241,7 +264,7 @@ def test_histogram_bins_are_added_beside_the_count_in_the_same_update():
     [[], [update]] = segment_updates(with_bins, WRITER, "counts", Settings())
     request = update.request
     expression = request["UpdateExpression"]
-    assert expression.startswith("ADD #a0 :a0, #a1 :a1, ") and expression.endswith(" SET #ttl = if_not_exists(#ttl, :ttl), #w = :w")
+    assert expression.startswith("ADD #a0 :a0, #a1 :a1, ") and expression.endswith(" SET #ttl = if_not_exists(#ttl, :ttl), #w = :to")
     assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"  # bins share the item's watermark
     names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
     added = dict(term.split(" ") for term in expression[len("ADD ") : expression.index(" SET")].split(", "))
@@ -285,7 +308,7 @@ def test_with_sixteen_lanes_an_hour_item_is_ranked_from_90_so_a_day_partition_ta
 def test_an_update_within_its_level_puts_no_record_and_one_found_applied_puts_its_items_level_again():
     result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED, 460 + u.added) for u in step.updates])
     assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 460 -> 536 and 465: level 10 still
-    result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.ALREADY_APPLIED, 300) for _ in step.updates])
+    result, log = run(steps_of(segment()), lambda step: [taken(300) for _ in step.updates])
     [put] = [step for step in log if isinstance(step, Put)]
     assert [item["sk"]["S"] for item in put.items] == [f"008#{HOD}#00#a", f"008#{HOD}#00#b"]  # its lost try may have
 
@@ -309,3 +332,107 @@ def test_rank_records_left_unprocessed_are_put_again_after_a_pause_until_every_t
     assert kinds == ["Send", "Put", "Pause", "Put", "Send"] and len(log[3].items) == 1 and result.ranked == 2
     with pytest.raises(RetriesExhausted, match="rank records of segment"):
         run(steps_of(segment(), attempts=3), answer, lambda step: step.items)
+
+
+def folded(first: int, last: int, *, carried_through: int | None = None, counter: str = "a") -> Segment:
+    """A segment of one record per position from ``first`` to ``last``, each adding 1 to the counter's minute and
+    hour (even positions also to "b"'s hour); those up to ``carried_through`` came in the window state."""
+    seg = Segment(str(first), T0, str(first))
+    for position in range(first, last + 1):
+        contributions = [((counter, MINUTE), (counter, HOUR), None, None, None)]
+        if position % 2 == 0:
+            contributions.append((None, ("b", HOUR), None, None, None))
+        seg.add(str(position), contributions)
+    if carried_through is not None:
+        seg.held = [(p, c) for p, c in seg.held if p > carried_through]
+        seg.carried_last = str(carried_through)
+    return seg
+
+
+def through(position: int) -> Watermark:
+    return Watermark.decode(order_preserving(position) + THROUGH)
+
+
+def test_a_watermark_names_the_last_record_taken_and_tells_the_previous_releases_apart():
+    seg = folded(100, 130)
+    assert Watermark.decode(WRITER.watermark(seg)) == Watermark(130, through=True)
+    assert Watermark.decode(order_preserving(100)) == Watermark(100, through=False)
+    assert WRITER.position(seg) < WRITER.watermark(seg) < WRITER.position(folded(131, 140))  # DynamoDB's order
+    with pytest.raises(ValueError, match="not a watermark"):
+        Watermark.decode(order_preserving(100) + b"\x02")
+
+
+def test_an_item_that_took_the_whole_segment_is_left_alone_and_one_that_took_a_part_gets_exactly_the_rest():
+    seg = folded(100, 129)
+    assert untaken(seg, ("a", HOUR), through(129), WRITER) is None
+    assert untaken(seg, ("a", HOUR), through(500), WRITER) is None
+    assert untaken(seg, ("a", HOUR), through(109), WRITER) == (("a", HOUR), 20, None, None, None)  # 110..129
+    assert untaken(seg, ("b", HOUR), through(109), WRITER) == (("b", HOUR), 10, None, None, None)  # even of 110..129
+    # "b" is not touched by 129: a watermark at 128 means it took every record of it in the segment.
+    assert untaken(seg, ("b", HOUR), through(128), WRITER) is None
+    assert untaken(folded(101, 129), ("b", HOUR), through(101), WRITER) == (("b", HOUR), 14, None, None, None)
+
+
+def test_the_rest_of_an_item_keeps_its_sums_and_histogram_bins():
+    seg = Segment("10", T0, "10")
+    for position, units, bin in [(10, 5, "+A1"), (11, 7, "+A2"), (12, 11, "+A1")]:
+        seg.add(str(position), [(("s", MINUTE), ("s", HOUR), units, bin, None)])
+    assert untaken(seg, ("s", MINUTE), through(10), WRITER) == (("s", MINUTE), 2, 18, {"+A2": 1, "+A1": 1}, None)
+
+
+def test_records_carried_in_the_window_state_are_split_only_where_the_watermark_lies_after_them():
+    seg = folded(100, 129, carried_through=114)
+    assert untaken(seg, ("a", HOUR), through(114), WRITER) == (("a", HOUR), 15, None, None, None)
+    assert untaken(seg, ("a", HOUR), through(120), WRITER) == (("a", HOUR), 9, None, None, None)
+    with pytest.raises(OverlapRefused) as refused:
+        untaken(seg, ("a", HOUR), through(107), WRITER)
+    message = str(refused.value)
+    assert "\n" not in message
+    for part in ("records 100..129", "shardId-1", WRITER.tag, f"a {HOUR.sort_key}", "through 107", "100..114", "audit"):
+        assert part in message
+
+
+def test_a_watermark_of_the_previous_release_is_read_as_it_was_and_an_overlap_it_cannot_place_is_refused():
+    seg = folded(100, 129)
+    legacy = lambda position: Watermark.decode(order_preserving(position))  # noqa: E731
+    assert untaken(seg, ("a", HOUR), legacy(100), WRITER) is None  # the same first record: the same segment
+    assert untaken(seg, ("a", HOUR), legacy(129), WRITER) is None  # a segment from the last record on
+    with pytest.raises(OverlapRefused, match="previous release"):
+        untaken(seg, ("a", HOUR), legacy(110), WRITER)
+
+
+def test_a_taken_answer_inside_the_segment_sends_the_rest_on_the_watermark_it_showed():
+    seg = folded(100, 129)
+    seen = order_preserving(109) + THROUGH
+
+    def answer(step):
+        return [
+            Answer(Outcome.TAKEN, 10, seen) if u.item == ("a", HOUR) and not u.resumes else Answer(Outcome.APPLIED, 30)
+            for u in step.updates
+        ]
+
+    result, log = run(steps_of(seg), answer)
+    sends = [step.updates for step in log if isinstance(step, Send)]
+    [resent] = [u for updates in sends for u in updates if u.resumes]
+    assert resent.item == ("a", HOUR) and resent.added == 20
+    request = resent.request
+    assert request["ConditionExpression"] == "#w = :seen"
+    assert request["ExpressionAttributeValues"][":seen"] == {"B": seen}
+    assert request["ExpressionAttributeValues"][":to"] == {"B": WRITER.watermark(seg)}
+    assert request["ExpressionAttributeValues"][":a0"] == {"N": "20"}
+    assert ":w" not in request["ExpressionAttributeValues"]  # DynamoDB refuses a value no expression uses
+    assert (result.applied, result.already_applied, result.resumed, result.retries) == (3, 0, 1, 0)
+
+
+def test_a_watermark_that_keeps_moving_under_a_resumed_update_gives_up():
+    seg = folded(100, 129)
+    seen = order_preserving(109) + THROUGH
+    with pytest.raises(RetriesExhausted, match="kept moving"):
+        run(steps_of(seg, attempts=30), lambda step: [Answer(Outcome.TAKEN, 10, seen) for _ in step.updates])
+
+
+def test_a_refused_overlap_stops_the_commit():
+    seg = folded(100, 129, carried_through=120)
+    seen = order_preserving(105) + THROUGH
+    with pytest.raises(OverlapRefused):
+        run(steps_of(seg), lambda step: [Answer(Outcome.TAKEN, 5, seen) for _ in step.updates])

@@ -129,6 +129,8 @@ class FaultStats:
     fuzzed_records: int = 0
     fuzzed_queries: int = 0
     identical_rewrites: int = 0  # producer writes that, unchanged, put no record on the stream
+    rereads_exact: int = 0  # streams read again with other cuts that ended exact
+    rereads_refused: int = 0  # ... that ended at a loud refusal (records known only as window state sums)
     faults: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -198,7 +198,7 @@ def test_a_window_whose_end_has_passed_is_closed_without_waiting_for_records():
     assert [e["isFinalInvokeForWindow"] for e in handler.events] == [True]
 
 
-def test_stop_ends_a_following_reader_and_commits_what_it_holds():
+def test_stop_ends_a_following_reader_and_leaves_its_open_window_for_the_next_run():
     class StopsDuringTheFirstRead(FakeStreams):
         def get_records(self, **request):
             shard_reader.stop.set()  # as Ctrl-C would, while a read is under way
@@ -208,5 +208,34 @@ def test_stop_ends_a_following_reader_and_commits_what_it_holds():
     handler = Handler()
     shard_reader = reader(streams, handler, config=DeliveryConfig(window_seconds=60))
     shard_reader.run(until_idle=False, poll_interval=0)
-    assert [e["isFinalInvokeForWindow"] for e in handler.events] == [True]
-    assert handler.sequences() == [1]
+    assert handler.events == [] and shard_reader.open_records == 1 and shard_reader.checkpoints == {}
+
+
+def test_a_drained_reader_waits_for_the_open_window_to_end_and_commits_it_then():
+    records = [boto3_record(i, ARRIVAL.replace(second=i)) for i in range(3)]
+    streams = FakeStreams({"s1": {"parent": None, "records": records, "closed": False}})
+    handler = Handler()
+    now = [ARRIVAL.replace(second=2, microsecond=500_000).timestamp()]
+    waits = []
+
+    def wait_and_see(seconds):
+        waits.append(seconds)
+        assert handler.events == []  # nothing committed before the window's end
+        now[0] = ARRIVAL.replace(second=5).timestamp()  # the clock reaches the window's end while it waits
+
+    shard_reader = StreamReader(streams, ARN, handler, config=DeliveryConfig(window_seconds=5), clock=lambda: now[0])
+    shard_reader.run(until_idle=True, idle_polls=1, poll_interval=0.01, on_wait=wait_and_see)
+    assert waits == [pytest.approx(2.5)]
+    assert [e["isFinalInvokeForWindow"] for e in handler.events] == [True] and handler.sequences() == [0, 1, 2]
+    assert shard_reader.checkpoints == {"s1": f"{2:021d}"}
+
+
+def test_a_wait_lasts_at_most_one_window_length_whatever_the_clock_says():
+    """A clock that does not move (or runs behind the stream's stamps) cannot hold the reader longer."""
+    streams = FakeStreams({"s1": {"parent": None, "records": [boto3_record(1)], "closed": False}})
+    handler = Handler()
+    frozen = ARRIVAL.timestamp() - 86_400
+    shard_reader = StreamReader(streams, ARN, handler, config=DeliveryConfig(window_seconds=1), clock=lambda: frozen)
+    waits = []
+    shard_reader.run(until_idle=True, idle_polls=1, poll_interval=0, on_wait=waits.append)
+    assert waits == [1.0] and handler.sequences() == [1]

@@ -33,7 +33,7 @@ def run_stream(tables) -> None:
         config=DeliveryConfig(batch_size=200, window_seconds=60),
         context=LocalContext(),
     )
-    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0, commit_open_windows=True)
 
 
 def audit_json(capsys, *args: str) -> tuple[int, dict[str, dict]]:

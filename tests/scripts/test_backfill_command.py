@@ -99,7 +99,7 @@ def test_history_from_an_export_and_the_live_stream_count_every_event_once(table
         config=DeliveryConfig(batch_size=100, window_seconds=60),
         context=LocalContext(),
     )
-    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0, commit_open_windows=True)
     assert reader.stats.records == len(history) + len(bad) + len(live)
 
     # The backfill, cut off in the middle of its second segment, then run again to the end.

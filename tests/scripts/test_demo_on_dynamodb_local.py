@@ -21,8 +21,8 @@ def on_dynamodb_local(monkeypatch):
     ("argv", "verdict"),
     [
         # 50 hours: the oldest events are past the minute retention when they arrive, and count in their hour alone.
-        (["--hours", "50", "--rate", "3", "6", "--counters", "alpha", "beta"], "VERDICT: MATCH — both plans"),
-        (["--shape", "blog", "--hours", "26"], "VERDICT: MATCH — counts, sums and averages"),
+        (["--hours", "50", "--rate", "3", "6", "--counters", "alpha", "beta", "--window-seconds", "1"], "VERDICT: MATCH — both plans"),
+        (["--shape", "blog", "--hours", "26", "--window-seconds", "1"], "VERDICT: MATCH — counts, sums and averages"),
     ],
     ids=["default", "blog"],
 )
@@ -37,7 +37,7 @@ def test_the_jobs_demo_matches_on_dynamodb_local_with_ttl_off(dynamodb_local, mo
     """DynamoDB Local streams its TTL deletions without the REMOVE event name and the service identity (pinned in
     tests/local/test_backends.py): the demo leaves TTL off there, and every other change of a job still counts."""
     monkeypatch.setattr(local_pipeline.console, "width", 200)
-    argv = ["--shape", "jobs", "--hours", "26", "--rate", "3", "6"]
+    argv = ["--shape", "jobs", "--hours", "26", "--rate", "3", "6", "--window-seconds", "1"]
     assert local_pipeline.main(argv, server=dynamodb_local) == 0
     out = capsys.readouterr().out
     assert f"DynamoDB Local at {dynamodb_local.endpoint_url}" in out

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")
 local_pipeline = load_script("local_pipeline")
 
 # 50 hours: the oldest events are past the 48 h minute retention when they arrive, so they count in their hour alone.
-SMALL = ["--hours", "50", "--rate", "3", "6", "--counters", "alpha", "beta"]
+SMALL = ["--hours", "50", "--rate", "3", "6", "--counters", "alpha", "beta", "--window-seconds", "1"]
 
 
 def threads_settle(before: set[threading.Thread], timeout: float = 5.0) -> set[threading.Thread]:
@@ -81,7 +81,7 @@ def test_piped_output_keeps_long_lines_whole(capsys):
 @pytest.mark.parametrize("shape", ["origin", "blog"])
 def test_the_rules_demo_matches_counts_sums_and_averages(capsys, monkeypatch, shape):
     monkeypatch.setattr(local_pipeline.console, "width", 200)
-    assert local_pipeline.main(["--shape", shape, "--hours", "25", "--rate", "3", "6"]) == 0
+    assert local_pipeline.main(["--shape", shape, "--hours", "25", "--rate", "3", "6", "--window-seconds", "1"]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: MATCH" in out and "MISMATCH" not in out
     assert ("revenue/provider-1" if shape == "origin" else "load/posts/about") in out
@@ -99,7 +99,7 @@ def test_the_blog_demo_sees_quantiles_off_by_more_than_one_percent(capsys, monke
 
     monkeypatch.setattr(rules, "bin_of", two_bins_high)
     monkeypatch.setattr(local_pipeline.console, "width", 200)
-    assert local_pipeline.main(["--shape", "blog", "--hours", "3", "--rate", "3", "6"]) == 1
+    assert local_pipeline.main(["--shape", "blog", "--hours", "3", "--rate", "3", "6", "--window-seconds", "1"]) == 1
     out = capsys.readouterr().out
     table = out[out.index("quantiles in the window") :]
     assert "MISMATCH" in table and "VERDICT: MISMATCH" in out
@@ -115,7 +115,7 @@ def test_the_rules_demo_sees_a_lost_record(capsys):
 
         return handle
 
-    args = ["--shape", "blog", "--hours", "3", "--rate", "3", "6"]
+    args = ["--shape", "blog", "--hours", "3", "--rate", "3", "6", "--window-seconds", "1"]
     assert local_pipeline.main(args, handler_factory=losing_one_record) == 1
     assert "VERDICT: MISMATCH" in capsys.readouterr().out
 
@@ -123,7 +123,7 @@ def test_the_rules_demo_sees_a_lost_record(capsys):
 def test_the_jobs_demo_matches_transitions_and_deletions(capsys, monkeypatch):
     # 26 hours: jobs placed more than a day ago expire by TTL before the stream is read.
     monkeypatch.setattr(local_pipeline.console, "width", 200)
-    assert local_pipeline.main(["--shape", "jobs", "--hours", "26", "--rate", "3", "6"]) == 0
+    assert local_pipeline.main(["--shape", "jobs", "--hours", "26", "--rate", "3", "6", "--window-seconds", "1"]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: MATCH" in out and "MISMATCH" not in out
     assert "stream NEW_AND_OLD_IMAGES" in out
@@ -145,7 +145,7 @@ def test_the_jobs_demo_sees_a_lost_update(capsys):
 
         return handle
 
-    args = ["--shape", "jobs", "--hours", "3", "--rate", "3", "6"]
+    args = ["--shape", "jobs", "--hours", "3", "--rate", "3", "6", "--window-seconds", "1"]
     assert local_pipeline.main(args, handler_factory=losing_one_update) == 1
     assert "VERDICT: MISMATCH" in capsys.readouterr().out
 

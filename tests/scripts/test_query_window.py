@@ -28,7 +28,7 @@ def counted(tables, fresh_handler_cache):
     """A small workload, generated and run through the stream into the counts table."""
     generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
     assert generate_events.main(["--seed", "3", "--counters", "alpha", "beta", "--hours", "2"]) == 0
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]) == 0
     return tables
 
 
@@ -144,7 +144,7 @@ def count_shape(name, seed, monkeypatch):
     monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
     generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
     assert generate_events.main(["--seed", str(seed), "--shape", name, "--hours", "2"]) == 0
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]) == 0
 
 
 def truth_now(name, tables, time_of):

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
 
 import pytest
 from script_support import load_script
 
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable
-from tally.local.aws import LocalContext, client, local_handler, scan_items, stream_arn_of
+from tally.local.aws import LocalContext, client, local_handler, scan_items, stream_arn_of, write_items
 from tally.core.plans import PlanKind
 from tally.query import count_windows
 from tally.core.segments import rejected_counter
@@ -45,7 +48,7 @@ def assert_counts_match_brute_force(tables, counters, windows) -> None:
 
 def test_generated_events_are_counted_exactly_by_both_plans(tables, capsys):
     generate("--hours", "3", "--rate", "20", "40", "--bad", "6")
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]) == 0
     assert "INSERT" in capsys.readouterr().out
 
     now = now_ms()
@@ -86,7 +89,7 @@ def test_a_shard_longer_than_a_page_is_read_page_by_page(tables):
         context=LocalContext(),
         limit=7,
     )
-    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0, commit_open_windows=True)
     assert reader.stats.records == 40
     assert streams.pages_with_records == 6  # ceil(40 / 7)
     assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
@@ -114,7 +117,7 @@ def test_an_invocation_failing_after_its_commit_is_retried_without_double_counti
         context=LocalContext(),
         on_retry=lambda event, error, attempt: retried.append(event),
     )
-    reader.run(until_idle=True, idle_polls=1, poll_interval=0)
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0, commit_open_windows=True)
     assert retried == failures and len(failures) == 1
     assert reader.attempts == reader.invocations + 1
     assert_counts_match_brute_force(tables, ["alpha", "beta"], [(now_ms(), 24 * HOUR_MS)])
@@ -122,7 +125,7 @@ def test_an_invocation_failing_after_its_commit_is_retried_without_double_counti
 
 def test_a_runner_restarted_from_its_checkpoint_reads_only_what_is_new(tables, tmp_path, capsys):
     checkpoint = tmp_path / "checkpoint.json"
-    runner = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--checkpoint", str(checkpoint)]
+    runner = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1", "--checkpoint", str(checkpoint)]
     generate("--hours", "1", "--rate", "15", "15")
     assert run_stream.main(runner) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("30 records")
@@ -139,8 +142,73 @@ def test_a_runner_restarted_from_its_checkpoint_reads_only_what_is_new(tables, t
 def test_the_handlers_logs_go_to_stderr_and_stdout_holds_the_summary_alone(tables, capsys):
     generate("--hours", "1", "--rate", "5", "5", "--bad", "6")
     capsys.readouterr()
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--log-level", "INFO"]) == 0
+    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1", "--log-level", "INFO"]) == 0
     captured = capsys.readouterr()
     [summary] = captured.out.splitlines()
     assert summary.startswith("16 records (INSERT 16)")
     assert "record rejected" in captured.err and "invocation done" in captured.err
+
+
+def put_events(tables, counters: dict[str, int], minute_ms: int, tag: str) -> None:
+    """``counters[c]`` events of each counter c, all stamped within one minute."""
+    items = [
+        {"id": f"{tag}-{counter}-{n}", "counter": counter, "ts": minute_ms + n * 100}
+        for counter, count in counters.items()
+        for n in range(count)
+    ]
+    write_items(client("dynamodb"), tables.events, items)
+
+
+def hour_counts(tables, counters) -> dict[str, int]:
+    table = CountsTable(client("dynamodb"), tables.counts, Settings())
+    return {r.counter: r.total for r in count_windows(table, list(counters), length_ms=HOUR_MS, consistent=True)}
+
+
+def test_a_runner_commits_no_window_before_its_end_and_a_run_again_adds_exactly_the_new_records(
+    tables, capsys, monkeypatch
+):
+    """Six events of c/a, then a seventh in the same minute, the runner run after each without a checkpoint: 7.
+    The runner used to commit the window still open when it stopped, and the next run, cutting that window whole,
+    skipped the seventh. Stopped by Ctrl-C, it now commits nothing of a window that has not ended."""
+    minute = (now_ms() - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
+    idle = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", "10"]
+    put_events(tables, {"c/a": 6}, minute, "first")
+    report_wait = run_stream.report_wait
+
+    def ctrl_c_while_waiting(seconds):  # as a user would press it, once the runner waits on its open window
+        report_wait(seconds)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(run_stream, "report_wait", ctrl_c_while_waiting)
+    try:
+        assert run_stream.main(idle) == 0
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    monkeypatch.setattr(run_stream, "report_wait", report_wait)
+    err = capsys.readouterr().err
+    assert "waiting" in err and "records of windows still open are not committed" in err
+    assert hour_counts(tables, ["c/a"]) == {"c/a": 0}
+    put_events(tables, {"c/a": 1}, minute, "second")
+    assert run_stream.main(idle) == 0
+    assert hour_counts(tables, ["c/a"]) == {"c/a": 7}
+    assert run_stream.main(idle) == 0  # nothing new: nothing changes
+    assert hour_counts(tables, ["c/a"]) == {"c/a": 7}
+
+
+@pytest.mark.parametrize("windows", [(1, 1, 1, 1), (2, 1, 3, 1)], ids=["same-window", "window-changed"])
+def test_rounds_of_events_each_followed_by_a_run_from_the_trim_horizon_end_exact(tables, windows):
+    """Four rounds of 20 to 60 events over 20 counters, the runner once after each, without a checkpoint: every
+    counter exact, also when the window length changes between runs (other cuts of the same records)."""
+    rng = random.Random(37)
+    counters = [f"c/{n:02d}" for n in range(20)]
+    minute = (now_ms() - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
+    expected = dict.fromkeys(counters, 0)
+    for round_number, window in enumerate(windows):
+        drawn = rng.choices(counters, k=rng.randint(20, 60))
+        put = {counter: drawn.count(counter) for counter in counters if counter in drawn}
+        put_events(tables, put, minute, f"round{round_number}")
+        for counter, count in put.items():
+            expected[counter] += count
+        argv = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", str(window)]
+        assert run_stream.main(argv) == 0
+        assert hour_counts(tables, counters) == expected, f"after round {round_number + 1}"

@@ -23,7 +23,7 @@ query_window = load_script("query_window")
 run_stream = load_script("run_stream")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-IDLE = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0"]
+IDLE = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]
 
 
 def one_line_error(capsys) -> str:

@@ -35,6 +35,8 @@ HANDLER_METRICS = {
     "UpdatesAlreadyApplied",
     "CommitRetries",
     "WindowStatesDiscarded",
+    "UpdatesResumed",
+    "OverlapsRefused",
 }
 
 
@@ -345,7 +347,7 @@ def alarms_by_metric(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {body["Properties"]["MetricName"]: body["Properties"] for body in resources(template, "AWS::CloudWatch::Alarm").values()}
 
 
-def test_five_alarms_watch_the_failure_signals(template, ids):
+def test_six_alarms_watch_the_failure_signals(template, ids):
     alarms = alarms_by_metric(template)
 
     assert set(alarms) == {
@@ -354,6 +356,7 @@ def test_five_alarms_watch_the_failure_signals(template, ids):
         "ApproximateNumberOfMessagesVisible",
         "RecordsRejected",
         "WindowStatesDiscarded",
+        "OverlapsRefused",
     }
     expected = {
         "IteratorAge": ("AWS/Lambda", "Maximum", 6 * 60 * 1000, [{"Name": "FunctionName", "Value": {"Ref": ids["function"]}}]),
@@ -366,6 +369,7 @@ def test_five_alarms_watch_the_failure_signals(template, ids):
         ),
         "RecordsRejected": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
         "WindowStatesDiscarded": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
+        "OverlapsRefused": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
     }
     for metric, (namespace, statistic, threshold, dimensions) in expected.items():
         alarm = alarms[metric]

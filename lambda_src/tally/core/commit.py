@@ -2,22 +2,33 @@
 
 Exactly once, per item. Every bucket item keeps a watermark per writer (a
 stream shard, or one export being backfilled): an attribute named by the
-writer's tag, holding the position of the last segment of that writer the
-item took, in an order-preserving encoding. A segment adds its delta to an
-item only if the item's watermark for its writer lies before the segment's
-position, and moves the watermark there in the same write:
+writer's tag, holding the position of the last record of that writer the
+item has taken into account (it holds every record of the writer up to there
+that touches it), in an order-preserving encoding. A segment adds its delta
+to an item only if the item's watermark for its writer lies before the
+segment's first record, and moves the watermark to its last in the same write:
 
-    ADD count :n[, sum :s, ...] SET ttl = if_not_exists(ttl, :ttl), #w = :p
-    condition: attribute_not_exists(#w) OR #w < :p
+    ADD count :n[, sum :s, ...] SET ttl = if_not_exists(ttl, :ttl), #w = :last
+    condition: attribute_not_exists(#w) OR #w < :first
 
 A writer commits its segments one after the other, in stream order, so a
-retried segment finds the items it reached before at its own position (or a
-later one) and skips them, and completes the rest. No marker items, no
+retried segment finds the items it reached before at its own end (or a later
+one) and skips them, and completes the rest. No marker items, no
 transactions: one plain write per bucket item per segment, the floor of any
-exact design. A failed condition means "already applied" only when the item
-returned with the failure (``ReturnValuesOnConditionCheckFailure=ALL_OLD``)
-shows this writer's watermark at or past the segment; anything else fails the
-commit.
+exact design. A failed condition is judged from the item returned with it
+(``ReturnValuesOnConditionCheckFailure=ALL_OLD``, ``Outcome.TAKEN``): a
+watermark at or past the item's last record in the segment means applied
+before; one inside the segment means another reader cut the stream elsewhere
+and the item took the segment's first part, so it is sent exactly the rest,
+rebuilt from the records the segment holds (``untaken``), conditioned on the
+watermark it showed; where the records are not held (they came in the window
+state as sums), the commit is refused (``OverlapRefused``), loudly, with the
+range. Anything else fails the commit.
+
+The watermark's last byte (``THROUGH``) tells it from the previous release's,
+which held the first record of the last segment taken: those are still read,
+exactly as that release did for its own segments (the same first record means
+the same segment), and a segment they cannot place is refused too.
 
 What a reader sees meanwhile: a segment's hour items are all written before
 any of its minute items (two phases). A window read while a segment is half
@@ -46,9 +57,11 @@ Both run the same policy.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
 from functools import cached_property
@@ -75,26 +88,40 @@ LEGACY_MARKER_PREFIX = "#segment#"
 LEGACY_PART_ITEMS = 99
 
 UPDATE_CONDITION = "attribute_not_exists(#w) OR #w < :w"
+# What the rest of a segment is sent on: the item still holds the watermark it showed.
+RESUME_CONDITION = "#w = :seen"
+# Ends every watermark this release writes: the position before it is the last record taken. The previous
+# release wrote the bare position of the first record of the last segment taken.
+THROUGH = b"\x01"
+# Rounds of "the item moved on meanwhile, judge again" before a resumed update gives up (CommitFailed).
+MAX_RESUMES = 8
 
 
 class Outcome(str, Enum):
     APPLIED = "applied"  # the update added its delta
-    ALREADY_APPLIED = "already_applied"  # the item's watermark shows this segment (or a later one) was applied
+    TAKEN = "taken"  # the item's watermark is at or past the segment's first record: judged by ``untaken``
+    ALREADY_APPLIED = "already_applied"  # the item holds every record the segment adds to it
     RETRY = "retry"  # throttled, or the answer was lost: try again after a pause
     FAIL = "fail"  # anything else: must not be mistaken for either
 
 
 @dataclass(frozen=True)
 class Answer:
-    """What DynamoDB answered one update: its outcome, and the item's count as it returned it.
+    """What DynamoDB answered one update: its outcome, the item's count as it returned it, and its watermark.
 
     ``count`` is the count after the update (``ReturnValues=UPDATED_NEW``)
     when applied, the count the item holds (``ALL_OLD`` of the failed
-    condition) when already applied, None when nothing came back.
+    condition) when taken, None when nothing came back. ``watermark``: this
+    writer's watermark on the item, when taken.
     """
 
     outcome: Outcome
     count: int | None = None
+    watermark: bytes | None = None
+
+
+class OverlapRefused(RuntimeError):
+    """An item took part of a segment, and the part it has not taken cannot be told from the rest."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +133,8 @@ class CommitResult:
     # applied): the counter directory's entries come from them (directory.py).
     born: tuple[Item, ...] = ()
     ranked: int = 0  # rank records put: hour items the commit carried into a higher level (ranking.py)
+    # Items that had taken the segment's first part from a reader that cut the stream elsewhere, sent the rest.
+    resumed: int = 0
     sketches_written: int = 0  # the distinct counters' sketch items, merged after the counts (sketch_writes.py)
     sketch_conflicts: int = 0  # sketch writes that lost a race to another writer and merged again
 
@@ -127,17 +156,18 @@ class Writer:
 
     source: str
     legacy_source: str
+    label: str = field(default="", compare=False)  # what an operator calls it: the shard id, the export's ARN
 
     @classmethod
     def of_shard(cls, stream_arn: str | None, shard_id: str | None) -> Writer:
         source = source_id(stream_arn, shard_id)
-        return cls(source, source)
+        return cls(source, source, shard_id or "")
 
     @classmethod
     def of_export(cls, export_arn: str) -> Writer:
         """A whole export is one writer: an item touched by a thousand export files still holds one watermark."""
         source = source_id(export_arn, None)
-        return cls(source, source)
+        return cls(source, source, export_arn)
 
     @cached_property
     def tag(self) -> str:
@@ -146,8 +176,15 @@ class Writer:
         return WATERMARK_PREFIX + base64.urlsafe_b64encode(digest).decode("ascii")
 
     def position(self, segment: Segment) -> bytes:
-        """Where ``segment`` lies in this writer's order, encoded so that DynamoDB compares it rightly."""
+        """Where ``segment`` starts in this writer's order, encoded so that DynamoDB compares it rightly."""
         return order_preserving(int(segment.first_sequence))
+
+    def watermark(self, segment: Segment) -> bytes:
+        """What an item holds once it took ``segment``: its last record's position, then THROUGH.
+
+        It still compares rightly with a position: the encodings are prefix-free,
+        so it sorts before a later record's and after the same record's."""
+        return order_preserving(int(segment.last_sequence)) + THROUGH
 
     def lane(self, lanes: int) -> int:
         return lane_of(self.source, lanes)
@@ -164,6 +201,23 @@ def order_preserving(number: int) -> bytes:
         raise ValueError(f"positions are never negative, got {number}")
     body = number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
     return bytes([len(body)]) + body
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A watermark read back: a position, and whether it is the last record taken (this release) or the first
+    record of the last segment taken (the previous release's)."""
+
+    position: int
+    through: bool
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Watermark:
+        length = raw[0] if raw else 0
+        body, rest = raw[1 : 1 + length], raw[1 + length :]
+        if not raw or len(body) != length or rest not in (b"", THROUGH):
+            raise ValueError(f"not a watermark: {raw.hex()}")
+        return cls(int.from_bytes(body, "big"), rest == THROUGH)
 
 
 def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
@@ -184,8 +238,9 @@ class Update:
     item: Item
     request: dict[str, Any]
     tag: str
-    position: bytes
+    position: bytes  # the segment's first record: a watermark at or past it makes the condition fail
     added: int = 0  # the count it adds
+    resumes: int = 0  # how often the item was judged to hold part of the segment before this update
 
     @property
     def name(self) -> str:
@@ -244,6 +299,8 @@ def bucket_update(
     ttl_seconds: int,
     tag: str,
     position: bytes,
+    watermark: bytes,
+    seen: bytes | None = None,
 ) -> dict[str, Any]:
     """The UpdateItem request that adds ``added`` (attribute -> amount, one ADD term each) to one item, once.
 
@@ -251,9 +308,14 @@ def bucket_update(
     entry of ``added``, and shares the item's watermark and its condition.
     Histogram bins (up to MAX_ITEM_BINS) take the short placeholders of
     ``bin_additions``, so that all of them fit DynamoDB's 4 KB expression.
+    ``seen``: the rest of a segment, sent only if the item still holds that watermark.
     """
     names = {"#ttl": TTL_ATTRIBUTE, "#w": tag}
-    values: dict[str, Any] = {":ttl": {"N": str(ttl_seconds)}, ":w": {"B": position}}
+    values: dict[str, Any] = {":ttl": {"N": str(ttl_seconds)}, ":to": {"B": watermark}}
+    if seen is None:
+        values[":w"] = {"B": position}
+    else:
+        values[":seen"] = {"B": seen}
     terms = []
     bins: dict[str, int] = {}
     for index, (attribute, amount) in enumerate(added.items()):
@@ -268,8 +330,8 @@ def bucket_update(
     return {
         "TableName": table_name,
         "Key": {name: {"S": value} for name, value in key.items()},
-        "UpdateExpression": f"ADD {adds} SET #ttl = if_not_exists(#ttl, :ttl), #w = :w",
-        "ConditionExpression": UPDATE_CONDITION,
+        "UpdateExpression": f"ADD {adds} SET #ttl = if_not_exists(#ttl, :ttl), #w = :to",
+        "ConditionExpression": UPDATE_CONDITION if seen is None else RESUME_CONDITION,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
         # The count after the update tells its writer whether it created the item (free: a write's units
@@ -284,19 +346,89 @@ def segment_updates(
 ) -> tuple[list[Update], list[Update]]:
     """The segment's updates in two phases, hour items first, then minute items; ``skip`` leaves items out."""
     skipped = set(skip)
-    lane = writer.lane(settings.bucket_lanes)
-    tag, position = writer.tag, writer.position(segment)
     hours: list[Update] = []
     minutes: list[Update] = []
     for delta in segment.ordered_deltas():
-        item = delta[0]
-        if item in skipped:
+        if delta[0] in skipped:
             continue
-        counter, bucket = item
-        key = {COUNTS_TABLE.partition_key: counter, COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, lane)}
-        request = bucket_update(table_name, key, additions(delta), bucket.ttl_seconds(settings), tag, position)
-        (hours if bucket.kind == "H" else minutes).append(Update(item, request, tag, position, delta[1]))
+        update = item_update(delta, segment, writer, table_name, settings)
+        (hours if delta[0][1].kind == "H" else minutes).append(update)
     return hours, minutes
+
+
+def item_update(
+    delta: Delta, segment: Segment, writer: Writer, table_name: str, settings: Settings, seen: bytes | None = None
+) -> Update:
+    """One bucket item's update for ``delta`` of ``segment`` (the rest of it, on the watermark ``seen``)."""
+    counter, bucket = delta[0]
+    key = {
+        COUNTS_TABLE.partition_key: counter,
+        COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, writer.lane(settings.bucket_lanes)),
+    }
+    tag, position = writer.tag, writer.position(segment)
+    request = bucket_update(
+        table_name, key, additions(delta), bucket.ttl_seconds(settings), tag, position, writer.watermark(segment), seen
+    )
+    return Update(delta[0], request, tag, position, delta[1])
+
+
+def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) -> Delta | None:
+    """What ``item`` has not taken of ``segment``, its watermark for the segment's writer being ``watermark``
+    (at or past the segment's first record); None when it took all of it.
+
+    The item holds every record of the writer up to its watermark. The
+    segment knows where each record it holds lies; those it carried in the
+    window state it knows only as sums, anywhere from its first record to
+    ``unheld_through``. Raises OverlapRefused where the watermark falls among
+    records known only as sums, or where a previous release's watermark names
+    another segment that overlaps this one.
+    """
+    held = list(_held_for(segment, item))
+    carried = segment.deltas[item] - len(held)
+    first = int(segment.first_sequence)
+    carried_through = segment.unheld_through if segment.unheld_through is not None else int(segment.last_sequence)
+    item_first = first if carried else held[0][0]
+    item_last = held[-1][0] if held else carried_through
+    at = watermark.position
+    if not watermark.through:  # the previous release's: the first record of the segment it took last
+        if at == first or at >= item_last:
+            return None
+        raise OverlapRefused(_refusal(segment, item, writer, watermark, "its watermark, of the previous release, "
+                                      f"names a segment from {at} whose end it does not keep"))
+    if at >= item_last:
+        return None
+    if at < item_first:
+        return segment_delta(segment, item)
+    if carried and at < carried_through:
+        raise OverlapRefused(_refusal(segment, item, writer, watermark, f"records {first}..{carried_through} "
+                                      "came in the window state as sums and cannot be split there"))
+    rest = [(units, bin) for position, units, bin in held if position > at]
+    units = sum(u for u, _ in rest if u is not None) if item in segment.sums else None
+    bins = dict(Counter(bin for _, bin in rest if bin is not None)) or None
+    return (item, len(rest), units, bins, None)
+
+
+def segment_delta(segment: Segment, item: Item) -> Delta:
+    """The whole delta ``segment`` adds to ``item`` (its sketch aside: sketches merge on their own items)."""
+    return (item, segment.deltas[item], segment.sums.get(item), segment.bins.get(item), None)
+
+
+def _held_for(segment: Segment, item: Item) -> Iterator[tuple[int, int | None, str | None]]:
+    """The held records that add to ``item``: position, units, histogram bin; in stream order."""
+    for position, contributions in segment.held or ():
+        for minute, hour, units, bin, _hashed in contributions:
+            if item == hour or item == minute:
+                yield position, units, bin
+
+
+def _refusal(segment: Segment, item: Item, writer: Writer, watermark: Watermark, why: str) -> str:
+    counter, bucket = item
+    return (
+        f"records {segment.first_sequence}..{segment.last_sequence} of writer {writer.label or writer.tag} "
+        f"({writer.tag}) overlap what {counter} {bucket.sort_key} already took (through {watermark.position}), "
+        f"and {why}: its count is left as it is and the invocation fails; recount {counter} with "
+        "scripts/audit.py (docs/guarantees.md, Reading a stream again)"
+    )
 
 
 def count_of(item: Mapping[str, Any] | None) -> int | None:
@@ -313,17 +445,18 @@ def is_born(update: Update, answer: Answer) -> bool:
     return answer.outcome is Outcome.APPLIED and answer.count == update.added
 
 
-def condition_failed(old_item: Mapping[str, Any] | None, tag: str, position: bytes) -> Outcome:
-    """What a failed condition means, from the item as it was (ALL_OLD): applied before, or a failure.
+def condition_failed(old_item: Mapping[str, Any] | None, tag: str, position: bytes) -> Answer:
+    """What a failed condition means, from the item as it was (ALL_OLD): taken (to be judged by ``untaken``,
+    with the watermark and count it returned), or a failure.
 
-    Only this writer's watermark at or past the segment's position makes it
-    "already applied"; a missing item, a missing or earlier watermark (another
+    Only this writer's watermark at or past the segment's first record makes it
+    "taken"; a missing item, a missing or earlier watermark (another
     condition failed) is a failure, never a silent skip.
     """
     watermark = (old_item or {}).get(tag, {}).get("B")
     if watermark is not None and bytes(watermark) >= position:
-        return Outcome.ALREADY_APPLIED
-    return Outcome.FAIL
+        return Answer(Outcome.TAKEN, count_of(old_item), bytes(watermark))
+    return Answer(Outcome.FAIL)
 
 
 def legacy_parts(segment: Segment) -> list[list[Item]]:
@@ -367,7 +500,7 @@ def commit_steps(
         for part, exists in zip(parts, found or ()):
             if exists:
                 skip.extend(part)
-    applied, already, retries = 0, len(skip), 0
+    applied, already, retries, resumed = 0, len(skip), 0, 0
     born: list[Item] = [item for item in skip if item[1].kind == "H"]  # found applied, by the previous release
     lane = writer.lane(settings.bucket_lanes)
     ranks: list[dict[str, Any]] = []
@@ -385,10 +518,16 @@ def commit_steps(
             retry = []
             for update, answer in zip(pending, answers):
                 outcome = answer.outcome if isinstance(answer, Answer) else None
-                if outcome is Outcome.APPLIED:
-                    applied += 1
-                elif outcome is Outcome.ALREADY_APPLIED:
+                if outcome is Outcome.TAKEN:
+                    rest = _rest_of(update, answer, segment, writer, table_name, settings)
+                    if rest is not None:
+                        resumed += update.resumes == 0
+                        retry.append(rest)
+                        continue
+                    answer = Answer(Outcome.ALREADY_APPLIED, answer.count)
                     already += 1
+                elif outcome is Outcome.APPLIED:
+                    applied += 1
                 elif outcome is Outcome.RETRY:
                     retry.append(update)
                     continue
@@ -400,7 +539,7 @@ def commit_steps(
                     level = rank_level(update, answer, settings.bucket_lanes)
                     if level is not None:
                         ranks.append(rank_item(update.item[0], update.item[1], lane, level, settings))
-            retries += len(retry)
+            retries += sum(not update.resumes for update in retry)
             pending = retry
         if pending:
             raise RetriesExhausted(
@@ -409,7 +548,24 @@ def commit_steps(
         if ranks:  # the hours' levels, before the minutes: the index lags its counts by one round trip
             ranked += yield from put_steps(ranks, backoff, f"rank records of segment {segment.first_sequence}")
             ranks = []
-    return CommitResult(applied, already, retries, born=tuple(born), ranked=ranked)
+    return CommitResult(applied, already, retries, born=tuple(born), ranked=ranked, resumed=resumed)
+
+
+def _rest_of(
+    update: Update, answer: Answer, segment: Segment, writer: Writer, table_name: str, settings: Settings
+) -> Update | None:
+    """The update that sends an item what it has not taken of the segment, on the watermark it showed; None
+    when it took everything. A watermark moving on under the resumed update (another reader of the same
+    shard at work) is judged again, MAX_RESUMES times at most."""
+    if answer.watermark is None:
+        raise ValueError(f"a taken answer carries the item's watermark: {answer!r}")
+    if update.resumes >= MAX_RESUMES:
+        raise RetriesExhausted(f"{update.name}: its watermark kept moving under {MAX_RESUMES} resumed updates")
+    rest = untaken(segment, update.item, Watermark.decode(answer.watermark), writer)
+    if rest is None:
+        return None
+    resend = item_update(rest, segment, writer, table_name, settings, seen=answer.watermark)
+    return dataclasses.replace(resend, resumes=update.resumes + 1)
 
 
 def rank_level(update: Update, answer: Answer, lanes: int) -> int | None:

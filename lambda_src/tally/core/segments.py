@@ -7,7 +7,10 @@ events fall in it, by one update (commit.py).
 
 Folding is deterministic in stream order, so a retried invocation rebuilds the
 very same segments, with the same first records: their updates find the
-watermarks they left and skip what they applied.
+watermarks they left and skip what they applied. A reader that cuts the same
+records elsewhere (another window length, a runner stopped early) builds other
+segments; a segment keeps the records it folded in this process (``held``) so
+that an item which already took part of it can be sent exactly the rest.
 
 A segment closes early only when it would outgrow MAX_SEGMENT_ITEMS (bounding
 the time one commit takes), STATE_BUDGET_BYTES (half of the 1 MB Lambda
@@ -107,6 +110,19 @@ class Segment:
     bins: dict[Item, dict[str, int]] = field(default_factory=dict)
     sketches: dict[Item, Sketch] = field(default_factory=dict)
     state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
+    # The records folded in this process, by position, with what each adds (never in the window state): an
+    # item that already took part of the segment, from a reader that cut the stream elsewhere, is sent the
+    # rest, rebuilt from them. None: records are not held (a backfill's segments, too large to keep twice).
+    held: list[tuple[int, list[Contribution]]] | None = field(default_factory=list, compare=False, repr=False)
+    # The last record folded before ``held`` starts: the records up to it came in the window state, as sums.
+    carried_last: str | None = field(default=None, compare=False)
+
+    @property
+    def unheld_through(self) -> int | None:
+        """The last position whose record this segment knows only as part of its sums (None: it holds them all)."""
+        if self.held is None:
+            return int(self.last_sequence)
+        return None if self.carried_last is None else int(self.carried_last)
 
     def would_overflow(
         self, contributions: list[Contribution], max_items: int | None = None, state_budget: int | None = None
@@ -143,6 +159,7 @@ class Segment:
         )
 
     def add(self, sequence: str, contributions: list[Contribution]) -> None:
+        """Fold one record's contributions in (the records come in stream order)."""
         deltas = self.deltas
         for minute, hour, units, bin, hashed in contributions:
             for item in (hour,) if minute is None else (minute, hour):
@@ -162,6 +179,8 @@ class Segment:
                 if hashed is not None:
                     self.state_bytes += self._sketch_growth(item, (hashed,))
                     self.sketches.setdefault(item, Sketch()).add(hashed)
+        if self.held is not None:
+            self.held.append((int(sequence), contributions))
         self.last_sequence = sequence
         self.records += 1
 
@@ -265,6 +284,7 @@ class Segment:
                 first_sequence=str(state["first"]),
                 first_arrival_ms=int(state["arrival"]),
                 last_sequence=str(state["last"]),
+                carried_last=str(state["last"]),
                 records=int(state["records"]),
                 deltas=deltas,
                 sums=sums,
@@ -347,11 +367,17 @@ class SegmentFolder:
     """
 
     def __init__(
-        self, open_segment: Segment | None = None, *, max_items: int | None = None, state_budget: int | None = None
+        self,
+        open_segment: Segment | None = None,
+        *,
+        max_items: int | None = None,
+        state_budget: int | None = None,
+        hold_records: bool = True,
     ) -> None:
         self.open: Segment | None = open_segment
         self.max_items = max_items
         self.state_budget = state_budget
+        self.hold_records = hold_records
 
     def fold(self, records: Iterable[list[Outcome]]) -> Iterator[Segment]:
         """Yield each segment that had to close early; the last one stays in ``open``."""
@@ -366,7 +392,7 @@ class SegmentFolder:
             if self.open is None:
                 first = outcomes[0]
                 assert first.sequence is not None and first.arrival_ms is not None
-                self.open = Segment(first.sequence, first.arrival_ms, first.sequence)
+                self.open = Segment(first.sequence, first.arrival_ms, first.sequence, held=[] if self.hold_records else None)
             self.open.add(outcomes[0].sequence, contributions)  # type: ignore[arg-type]
 
     def close(self) -> Segment | None:

@@ -166,7 +166,13 @@ class ShardDelivery:
         self.attempts = 0
         self._pending: list[dict] = []
         self._open_start: int | None = None
+        self._open_records = 0
         self._state: dict = {}
+
+    @property
+    def open_records(self) -> int:
+        """Records delivered into the window still open: not committed until its final invocation."""
+        return self._open_records
 
     @property
     def open_window_end(self) -> int | None:
@@ -181,6 +187,7 @@ class ShardDelivery:
             if self._open_start is not None and start != self._open_start:
                 self._finish_window()
             self._open_start = start
+            self._open_records += len(window_records)
             self._pending.extend(window_records)
             while len(self._pending) > self.config.batch_size:
                 self._invoke_window_batch(final=False)
@@ -195,6 +202,7 @@ class ShardDelivery:
             self._invoke_window_batch(final=False)
         self._invoke_window_batch(final=True)
         self._open_start = None
+        self._open_records = 0
 
     def _invoke_window_batch(self, *, final: bool) -> None:
         assert self._open_start is not None

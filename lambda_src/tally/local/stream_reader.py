@@ -8,10 +8,12 @@ boto3's records to the shape Lambda hands to the function, and gives them to
 one ``ShardDelivery`` per shard.
 
 A tumbling window is closed when a record of a later window arrives or when
-its end has passed on the wall clock, as Lambda does. After every final
-invocation of a window (every invocation without a window) the shard's
-checkpoint advances: records up to there are committed, so a restarted reader
-can resume after them instead of re-cutting windows it already committed.
+its end has passed on the wall clock, as Lambda does, and never before: a
+reader that later reads the same records again (from its checkpoint, or from
+the trim horizon without one) cuts the same windows. After every final
+invocation of a window the shard's checkpoint advances: records up to there
+are committed, so a restarted reader can resume after them. A stopped reader
+leaves its open windows uncommitted, for the next run to read again.
 """
 
 from __future__ import annotations
@@ -150,19 +152,63 @@ class StreamReader:
         until_idle: bool,
         idle_polls: int = 3,
         poll_interval: float = 1.0,
+        commit_open_windows: bool = False,
+        on_wait: Callable[[float], None] | None = None,
     ) -> None:
-        """Poll until ``stop`` is set or, with until_idle, until ``idle_polls`` passes in a row read nothing.
+        """Poll until ``stop`` is set or, with until_idle, until ``idle_polls`` passes in a row read nothing
+        and no window is open.
 
-        Then commit what is still open: a stopped reader leaves no record read but uncommitted.
+        Idle with a window open, it waits for the window to end, polling
+        meanwhile, and commits it then, as Lambda would: until the clock
+        passes its end, and at most its length (a window open now has ended
+        by then, whatever the clock says). ``on_wait(seconds)`` is told how
+        long. ``commit_open_windows`` commits them at once instead, before
+        their end: only for a stream no other reader will read again (a demo's
+        own). Stopped, it commits nothing more: open windows are left for the
+        next run.
         """
         idle = 0
+        waiting_for: tuple[float, float] | None = None  # (the windows' end, when the wait ends on the monotonic clock)
         while not self.stop.is_set():
             idle = 0 if self.poll() else idle + 1
-            if until_idle and idle >= idle_polls:
+            if not (until_idle and idle >= idle_polls):
+                if idle:
+                    self.stop.wait(poll_interval)
+                continue
+            end = self.open_windows_end()
+            if end is None or commit_open_windows:
                 break
-            if idle:
-                self.stop.wait(poll_interval)
-        self.close()
+            if waiting_for is None or end > waiting_for[0]:
+                seconds = min(max(0.0, end - self.clock()), float(self.config.window_seconds))
+                waiting_for = (end, time.monotonic() + seconds)
+                if on_wait is not None:
+                    on_wait(seconds)
+            left = waiting_for[1] - time.monotonic()
+            if left <= 0:
+                self.close_windows_ending_by(waiting_for[0])
+                waiting_for = None
+                continue
+            self.stop.wait(min(poll_interval, left) if poll_interval > 0 else left)
+        if commit_open_windows and not self.stop.is_set():
+            self.close()
+
+    def open_windows_end(self) -> float | None:
+        """When the last window still open on any shard ends (epoch seconds), None when none is open."""
+        ends = [shard.delivery.open_window_end for shard in self.shards.values()]
+        return max((end for end in ends if end is not None), default=None)
+
+    @property
+    def open_records(self) -> int:
+        """Records read into windows that are still open: uncommitted, read again by the next run."""
+        return sum(shard.delivery.open_records for shard in self.shards.values())
+
+    def close_windows_ending_by(self, end: float) -> None:
+        """Final invocations for the windows that end by ``end``: they were open when a wait that has run its
+        course began, so they have ended."""
+        for shard in self.shards.values():
+            window_end = shard.delivery.open_window_end
+            if window_end is not None and window_end <= end:
+                shard.delivery.close()
 
     def close_ended_windows(self) -> None:
         """Final invocations for windows whose end has passed: Lambda does not wait for more records."""
@@ -173,7 +219,7 @@ class StreamReader:
                 shard.delivery.close()
 
     def close(self) -> None:
-        """Commit whatever every shard still holds (open windows, partial batches)."""
+        """Commit whatever every shard still holds (open windows, partial batches), before their end."""
         for shard in self.shards.values():
             shard.delivery.close()
 
