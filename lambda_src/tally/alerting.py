@@ -287,7 +287,7 @@ class Watcher:
     def after_commit(self, segment: Segment, writer: Writer) -> AlertSummary:
         """Judge the above alerts of the counters ``segment`` wrote over every window it changed, in time order
         (``commit_windows``), from one range of each counter's minute items: each episode raises once, with
-        the window that crossed, and clears in an ended window after it (docs/rules.md, Alerts)."""
+        the window that crossed, and clears in a complete window after it (docs/rules.md, Alerts)."""
         summary = AlertSummary()
         watched = {counter for counter, _bucket in segment.deltas if self._above_alerts(counter)}
         if not watched:

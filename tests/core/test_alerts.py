@@ -205,43 +205,45 @@ def test_a_commit_writes_minutes_of_the_counters_asked_with_their_events():
     assert minutes_written(deltas, {"a", "b"}) == {"a": {100: 2, 103: 1}}
 
 
-def test_a_commit_judges_from_its_first_minute_to_the_window_its_last_leaves_none_past_now():
+def test_a_commit_judges_from_the_alerts_length_before_its_first_minute_to_its_last_none_past_now():
     five = 5 * MINUTE_MS
-    assert judged_last_minutes([10, 12], five, 100 * MINUTE_MS) == range(10, 18)  # 17: the window 12 leaves
-    assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS) == range(10, 14)  # the window ending now: 13
-    assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS + 1) == range(10, 15)
-    assert judged_last_minutes([10, 12], five, 11 * MINUTE_MS) == range(10, 13)  # clock behind: its own minutes
+    assert judged_last_minutes([10, 12], five, 100 * MINUTE_MS) == range(5, 17)  # 16: the last holding 12
+    assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS) == range(5, 14)  # the window ending now: 13
+    assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS + 1) == range(5, 15)
+    assert judged_last_minutes([10, 12], five, 11 * MINUTE_MS) == range(5, 13)  # clock behind: its own minutes
 
 
 def test_commit_windows_total_each_window_and_keep_unchanged_ones_only_where_they_may_clear():
     written = {10: 3, 20: 4}
-    counts = {8: 1, 10: 5, 20: 4}
+    counts = {6: 2, 8: 1, 10: 5, 20: 4}
     windows, skipped = commit_windows(3 * MINUTE_MS, written, counts, 22 * MINUTE_MS + 5)
     by_last = {w.end_ms // MINUTE_MS - 1: w for w in windows}
     assert skipped == 0
-    assert sorted(by_last) == list(range(10, 23))  # 10..13 (13 left by minute 10), 14..19 unchanged, 20..22
+    # 7..9 before the first minute, 10..12 hold it, 13..19 unchanged between, 20..22 hold 20 (none after 22).
+    assert sorted(by_last) == list(range(7, 23))
+    assert by_last[7] == CommitWindow(5 * MINUTE_MS, 8 * MINUTE_MS, 2, 0, True)
     assert by_last[10] == CommitWindow(8 * MINUTE_MS, 11 * MINUTE_MS, 6, 3, True)
     assert by_last[10].before == 3
-    assert (by_last[13].total, by_last[13].own) == (0, 0)
-    assert [by_last[m].total for m in (20, 21, 22)] == [4, 4, 4]
-    assert not by_last[22].ended and by_last[21].ended
-    # A window reaching before the oldest minute still kept is not judged; an unchanged one still open is left.
-    windows, skipped = commit_windows(3 * MINUTE_MS, {10: 1}, {10: 1}, 11 * MINUTE_MS + 1, oldest_minute=9)
-    assert skipped == 1 and [w.end_ms // MINUTE_MS - 1 for w in windows] == [11]
+    assert (by_last[13].total, by_last[13].own, by_last[13].complete) == (0, 0, True)
+    assert [(by_last[m].total, by_last[m].complete) for m in (20, 21, 22)] == [(4, True), (4, False), (4, False)]
+    # A window reaching before the oldest minute still kept is not judged; an unchanged one after the last
+    # written minute is left, ended or not: the stream's next records may fill it.
+    windows, skipped = commit_windows(3 * MINUTE_MS, {10: 1}, {10: 1}, 20 * MINUTE_MS, oldest_minute=9)
+    assert skipped == 4 and [w.end_ms // MINUTE_MS - 1 for w in windows] == [11, 12]
 
 
-def window(last, total, own=None, ended=True, length=10):
+def window(last, total, own=None, complete=True, length=10):
     return CommitWindow((last - length + 1) * MINUTE_MS, (last + 1) * MINUTE_MS, total, total if own is None else own,
-                        ended)
+                        complete)
 
 
-def test_a_commit_raises_windows_it_pushed_over_and_clears_only_ended_windows_after_the_last_change():
+def test_a_commit_raises_windows_it_pushed_over_and_clears_only_complete_windows_after_the_last_change():
     alert = above(5, clear=2)
     raised = commit_crossing(alert, "c", AlertState(), window(20, 6, own=1))
     assert (raised.state, raised.end_ms, raised.raised_ms) == (ALARM, 21 * MINUTE_MS, 21 * MINUTE_MS)
     alarmed = replace(raised.recorded("t", 0), pending=False)
     assert commit_crossing(alert, "c", alarmed, window(25, 9)) is None  # the same episode
-    assert commit_crossing(alert, "c", alarmed, window(25, 2, ended=False)) is None  # still open
+    assert commit_crossing(alert, "c", alarmed, window(25, 2, complete=False)) is None  # may still fill
     assert commit_crossing(alert, "c", alarmed, window(19, 0)) is None  # older than the alarm
     cleared = commit_crossing(alert, "c", alarmed, window(25, 2))
     assert (cleared.state, cleared.transitions, cleared.raised_ms) == (OK, 2, 21 * MINUTE_MS)
@@ -271,14 +273,18 @@ def brute_force_episodes(alert, counts, last_minutes, ended_before):
 
 @st.composite
 def committed_minutes(draw):
-    """An above alert, minute counts from minute 100 on, and commits in time order: each writes a run of
-    minutes, judged while the clock is in the minute the next one's records begin (the last: long after)."""
+    """An above alert, minute counts from minute 100 on, and commits in time order, each writing a run of
+    minutes and judged in the minute after its last, the last one long after (a backlog: every window has
+    ended). Runs are cut before a counted minute at most the alert's length after the last counted one:
+    longer quiet stretches between commits are the schedule's to clear."""
     length = draw(st.integers(1, 5))
     threshold = draw(st.integers(1, 15))
-    clear = threshold - draw(st.integers(0, 5))
-    alert = Alert("a", "r", f"{length}m", length * MINUTE_MS, ABOVE, threshold, max(clear, 0))
+    clear = max(threshold - draw(st.integers(0, 5)), 0)
+    alert = Alert("a", "r", f"{length}m", length * MINUTE_MS, ABOVE, threshold, clear)
     counts = draw(st.lists(st.integers(0, 8) | st.just(0), min_size=1, max_size=30))
-    cuts = sorted(draw(st.sets(st.integers(1, len(counts) - 1), max_size=8)) if len(counts) > 1 else [])
+    counted = [m for m, n in enumerate(counts) if n]
+    cuttable = [m for previous, m in zip(counted, counted[1:]) if m - previous <= length]
+    cuts = sorted(draw(st.sets(st.sampled_from(cuttable), max_size=8))) if cuttable else []
     runs = [range(a, b) for a, b in zip([0, *cuts], [*cuts, len(counts)])]
     commits = [{100 + m: counts[m] for m in run if counts[m]} for run in runs]
     return alert, [commit for commit in commits if commit], draw(st.integers(0, 59_999))
@@ -288,8 +294,8 @@ def committed_minutes(draw):
 @given(committed_minutes())
 def test_commits_raise_every_episode_brute_force_finds_once_in_time_order(case):
     """Commits in time order, each walking its windows with commit_crossing from the state the last one left,
-    put the events the brute-force definition gives over the final counts: the same states and windows; an
-    ALARM judged on a window still open reports what it held then (over the threshold, at most the final)."""
+    put the events the brute-force definition gives over the counts as committed: the same states, windows
+    and totals, numbered 1, 2, ... with distinct ids."""
     alert, commits, seconds = case
     if not commits:
         return
@@ -299,8 +305,8 @@ def test_commits_raise_every_episode_brute_force_finds_once_in_time_order(case):
     state, made = AlertState(), []
     for index, commit in enumerate(commits):
         counts.update(commit)
-        following = commits[index + 1] if index + 1 < len(commits) else None
-        now = (min(following) if following else max(commit) + length + 2) * MINUTE_MS + seconds
+        later = index + 1 < len(commits)
+        now = (max(commit) + (1 if later else length + 2)) * MINUTE_MS + seconds
         windows, skipped = commit_windows(alert.window_ms, commit, counts, now)
         assert skipped == 0
         for window_ in windows:
@@ -308,14 +314,9 @@ def test_commits_raise_every_episode_brute_force_finds_once_in_time_order(case):
             if crossing is not None:
                 made.append(crossing)
                 state = replace(crossing.recorded("t", now), pending=False)
-    last = max(final) + length
-    expected = brute_force_episodes(alert, final, range(min(final), last + 1), last + 1)
-    assert [(c.state, c.start_ms, c.end_ms) for c in made] == [e[:3] for e in expected]
-    for crossing, (_state, _start, _end, total) in zip(made, expected):
-        if crossing.state == OK:
-            assert crossing.total == total
-        else:
-            assert alert.threshold < crossing.total <= total
+    last = max(final)
+    expected = brute_force_episodes(alert, final, range(min(final), last + length), last + 1)
+    assert [(c.state, c.start_ms, c.end_ms, c.total) for c in made] == expected
     assert [c.transitions for c in made] == list(range(1, len(made) + 1))
     assert len({c.id for c in made}) == len(made)
 

@@ -16,13 +16,11 @@ that any deliverer of the same crossing computes alike (``Crossing.id``).
 
 Which windows are judged, and when (docs/rules.md, Alerts): right after each
 commit that wrote one of an ``above`` alert's counters, every window of the
-alert's length that holds a minute the commit wrote (those whose last minute is
-a written minute or up to the alert's length minus one minutes later), plus
-the windows between and the one the last written minute leaves (to see a
-crossing clear), none ending past now: ``commit_windows``, in time order, from
-one read of the counter's minute items. ``commit_crossing`` walks them from
-the stored state: a window the commit changed can raise, an ended window
-after the last change can clear. Once a minute a scheduled evaluation clears
+alert's length that holds a minute the commit wrote, the windows between, and
+the alert's length of windows before its first minute, none ending past now:
+``commit_windows``, in time order, from one read of the counter's minute
+items. ``commit_crossing`` walks them from the stored state: a window the
+commit changed can raise, a complete window after the last change can clear. Once a minute a scheduled evaluation clears
 above alarms over the window ending now and judges ``below`` alerts (which
 need no event to fire) over the window ending at the newest minute that ended
 ``SETTLE_MS`` ago (``settled_end_ms``), so that events still on their way
@@ -251,13 +249,16 @@ def replay(alert: Alert, totals: Iterable[int], state: str = OK) -> list[str]:
 @dataclass(frozen=True)
 class CommitWindow:
     """One window a commit judges: its edges, its count read after the commit (``total``), the part of it the
-    commit itself added (``own``), and whether it has ended by the judging clock (only an ended one clears)."""
+    commit itself added (``own``), and whether it may clear (``complete``): it has ended by the judging clock
+    and ends no later than the newest minute the commit wrote, so the records after the commit's in its
+    stream, which come in later minutes, cannot change it (in a backlog the clock is no guide: every window
+    has ended, and the next commit may still fill the ones after this commit's minutes)."""
 
     start_ms: int
     end_ms: int
     total: int
     own: int
-    ended: bool
+    complete: bool
 
     @property
     def before(self) -> int:
@@ -277,13 +278,14 @@ def minutes_written(deltas: Mapping[tuple[str, Bucket], int], counters: Collecti
 
 
 def judged_last_minutes(written: Collection[int], window_ms: int, now_ms: int) -> range:
-    """The last minutes of the windows a commit that wrote the ``written`` minutes judges, in time order:
-    from the first written minute to the alert's length after the last (the window that minute leaves),
-    none past the window ending now (the read API's: its last minute holds ``now_ms - 1``), except up to
-    the newest written minute when the clock is behind it (a record within the clock-skew allowance)."""
+    """The last minutes of the windows a commit that wrote the ``written`` minutes judges, in time order: the
+    alert's length of windows before the first written minute (they may clear an alarm that ended in a quiet
+    stretch since the last commit), then every window holding a written minute, none past the window ending
+    now (the read API's: its last minute holds ``now_ms - 1``), except up to the newest written minute when
+    the clock is behind it (a record within the clock-skew allowance)."""
     length = window_ms // MINUTE_MS
     newest = max((now_ms - 1) // MINUTE_MS, max(written))
-    return range(min(written), min(max(written) + length, newest) + 1)
+    return range(min(written) - length, min(max(written) + length - 1, newest) + 1)
 
 
 def commit_windows(
@@ -292,8 +294,9 @@ def commit_windows(
     """The windows of ``window_ms`` a commit judges (``judged_last_minutes``), in time order, with their totals
     over ``counts`` (minute -> count read after the commit); and how many were left out because they reach
     back before ``oldest_minute`` (past the minute retention, as the read API refuses them). A window the
-    commit did not change is kept only if it has ended: it may clear, never raise."""
+    commit did not change is kept only if it is complete: it may clear, never raise."""
     length = window_ms // MINUTE_MS
+    newest_written = max(written)
     windows: list[CommitWindow] = []
     skipped = 0
     last_minutes = judged_last_minutes(written, window_ms, now_ms)
@@ -304,10 +307,11 @@ def commit_windows(
         total += counts.get(last, 0) - counts.get(last - length, 0)
         own += written.get(last, 0) - written.get(last - length, 0)
         start_ms, end_ms = (last - length + 1) * MINUTE_MS, (last + 1) * MINUTE_MS
+        complete = end_ms <= now_ms and last <= newest_written
         if last - length + 1 < oldest_minute:
             skipped += 1
-        elif own or end_ms <= now_ms:
-            windows.append(CommitWindow(start_ms, end_ms, total, own, end_ms <= now_ms))
+        elif own or complete:
+            windows.append(CommitWindow(start_ms, end_ms, total, own, complete))
     return windows, skipped
 
 
@@ -315,10 +319,10 @@ def commit_crossing(alert: Alert, counter: str, current: AlertState, window: Com
     """The crossing a commit's window makes from ``current`` (an above alert), or None.
 
     ALARM: over the threshold, in a window the commit changed, unless the window belongs to the last
-    episode or before it was already over (its crossing was judged by whoever pushed it over): so a window
-    ending at or after the last change raises, and an older one only if this commit pushed it over and it
-    ends before the last episode was raised. OK: at ``clear`` or less, in a window that has ended, after
-    the last change (an older window never clears a newer alarm).
+    episode or was already over without this commit (its crossing was judged by whoever pushed it over): a
+    window ending at or after the last change raises; an older one only if this commit pushed it over and
+    it ends before the last episode was raised. OK: at ``clear`` or less, in a complete window after the
+    last change (an older window never clears a newer alarm).
     """
     state = alert.judge(current.state, window.total)
     if state == current.state:
@@ -332,7 +336,7 @@ def commit_crossing(alert: Alert, counter: str, current: AlertState, window: Com
             return None
         raised = window.end_ms
     else:
-        if not window.ended or window.end_ms <= current.end_ms:
+        if not window.complete or window.end_ms <= current.end_ms:
             return None
         raised = current.raised_ms
     return Crossing(
