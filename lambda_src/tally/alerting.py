@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -303,8 +304,20 @@ class Watcher:
         states = {alert: self.states.read(alert.name, counters, summary) for alert, counters in by_alert.items()}
         for alert, alert_states in states.items():
             self._deliver_due(alert, alert_states, token, now, summary)
-        for counter, minutes in sorted(written.items()):
-            counts, oldest = self._minute_counts(counter, minutes, now, summary)
+        oldest = self._oldest_minute(now)
+        counters = sorted(written)
+
+        def minute_counts(counter: str) -> tuple[dict[int, int], int]:
+            return self._minute_counts(counter, written[counter], now, oldest)
+
+        if len(counters) == 1:
+            read = [minute_counts(counters[0])]
+        else:  # a Query per counter, as many at once as a commit's updates
+            with ThreadPoolExecutor(min(self.table.workers, len(counters)), thread_name_prefix="tally-alerts") as pool:
+                read = list(pool.map(minute_counts, counters))
+        for counter, (counts, requests) in zip(counters, read):
+            summary.reads += requests
+            minutes = written[counter]
             for alert in self._above_alerts(counter):
                 windows, skipped = commit_windows(alert.window_ms, minutes, counts, now, oldest)
                 summary.skipped_windows += skipped
@@ -312,25 +325,21 @@ class Watcher:
         self.summary.add(summary)
         return summary
 
-    def _minute_counts(
-        self, counter: str, written: dict[int, int], now: int, summary: AlertSummary
-    ) -> tuple[dict[int, int], int]:
+    def _minute_counts(self, counter: str, written: dict[int, int], now: int, oldest: int) -> tuple[dict[int, int], int]:
         """The counts of the minutes every window a commit judges of ``counter`` holds (for its longest alert),
-        every lane summed, from one strongly consistent Query; and the oldest minute still within the minute
-        retention (older ones may be gone: windows reaching them are not judged, as the read API refuses them)."""
+        every lane summed, from one strongly consistent Query (more only past a page), and the requests made.
+        Minutes before ``oldest`` may be gone: the windows reaching them are not judged (``commit_windows``)."""
         longest = max(alert.window_ms for alert in self._above_alerts(counter))
         last_minutes = judged_last_minutes(written, longest, now)
-        oldest = self._oldest_minute(now)
         first = max(last_minutes.start - longest // MINUTE_MS + 1, oldest)
         last = last_minutes[-1]
         if first > last:
-            return {}, oldest
+            return {}, 0
         fetched = self.table.query(counter, Bucket.of_minute(first).sort_key, Bucket.of_minute(last).sort_key, True)
-        summary.reads += fetched.requests
         counts = {
             Bucket.from_sort_key(sort_key).index: count for (pk, sort_key), count in fetched.counts.items() if pk == counter
         }
-        return counts, oldest
+        return counts, fetched.requests
 
     def _oldest_minute(self, now: int) -> int:
         """The oldest minute a query may still read at ``now`` (``Bucket.alive_at``)."""
