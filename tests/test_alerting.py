@@ -342,3 +342,24 @@ def test_one_commit_with_a_burst_and_a_later_event_raises_the_burst_and_clears_i
             OK, _iso((a + 1) * MINUTE_MS), _iso((a + 6) * MINUTE_MS), 0
         )
         assert watch.summary.reads == 2  # the states, and one Query of the counter's minutes
+
+
+def test_a_backlog_still_replaying_raises_its_next_episode_after_the_schedule_cleared_the_last(aws):
+    """Commits of old minutes, one a tumbling window, while the schedule runs: its clear over the window
+    ending now leaves the backlog's later burst to raise, in the first window the burst itself pushed over
+    (those over the threshold without it belong to the episode the schedule cleared)."""
+    a = FROZEN_MINUTE - 40
+    with freeze_time(FROZEN):
+        table, watch = frozen_watcher(aws)
+        commit = watch.watching(table.commit)
+        commit(minutes_segment(1, {("failures/api", a): 13}), SHARD)
+        watch.scheduled("schedule:1")  # the window ending now holds nothing: cleared
+        commit(minutes_segment(2, {("failures/api", a + 1): 1}), SHARD)
+        commit(minutes_segment(3, {("failures/api", a + 2): 1}), SHARD)
+        commit(minutes_segment(4, {("failures/api", a + 3): 20}), SHARD)
+        events = aws[2].drain()
+    assert [(e["state"], e["end"], e["total"]) for e in events] == [
+        (ALARM, _iso((a + 1) * MINUTE_MS), 13),
+        (OK, _iso((FROZEN_MINUTE + 1) * MINUTE_MS), 0),
+        (ALARM, _iso((a + 6) * MINUTE_MS), 22),  # [a+1, a+6): 1 + 1 + 20; [a-1, a+4) held 15 before it
+    ]

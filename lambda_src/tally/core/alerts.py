@@ -221,13 +221,16 @@ class Crossing:
 def crossing_of(
     alert: Alert, counter: str, current: AlertState, total: int, start_ms: int, end_ms: int, raise_only: bool = False
 ) -> Crossing | None:
-    """The crossing a window of ``total`` makes from ``current``, or None. ``raise_only``: only to ALARM
-    (the commit path, whose windows may be older than now)."""
+    """The crossing the scheduled evaluation's window of ``total`` makes from ``current``, or None.
+    ``raise_only``: only to ALARM (a cleared counter judged again).
+
+    The schedule judges one window, ending now, not the run of windows before it: a clear it makes leaves
+    no episode behind it (``raised_ms`` is its own window), so the windows of a backlog still being
+    replayed that its commits push over the threshold raise (``commit_crossing``)."""
     state = alert.judge(current.state, total)
     if state == current.state or (raise_only and state != ALARM):
         return None
-    raised = end_ms if state == ALARM else current.raised_ms
-    return Crossing(alert, counter, state, current.transitions + 1, start_ms, end_ms, total, raised)
+    return Crossing(alert, counter, state, current.transitions + 1, start_ms, end_ms, total, end_ms)
 
 
 def pending_crossing(alert: Alert, counter: str, stored: AlertState) -> Crossing:
