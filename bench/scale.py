@@ -97,6 +97,7 @@ from tally.core.sketch_writes import (
 )
 from tally.core.alerts import (
     ABOVE,
+    ALARM,
     Alert,
     AlertState,
     Crossing,
@@ -577,13 +578,15 @@ def alert_steps(segment: Segment, alert: Alert, alerted: frozenset[str], lanes: 
     states, now = yield ReadAlertStates(sorted(written))
     spans = {}
     for counter, minutes in written.items():
-        judged = judged_last_minutes(minutes, alert.window_ms, now)
+        judged = judged_last_minutes(minutes, alert.window_ms, now, states[counter].state == ALARM)
         spans[counter] = (judged.start - alert.window_ms // MINUTE_MS + 1, judged[-1])
     counts = yield ReadMinuteCounts(spans)
     made = []
     for counter in sorted(written):
         read = states[counter]
-        windows, _skipped = commit_windows(alert.window_ms, written[counter], counts[counter], now)
+        windows, _skipped = commit_windows(
+            alert.window_ms, written[counter], counts[counter], now, alarmed=read.state == ALARM
+        )
         for window in windows:
             while (crossing := commit_crossing(alert, counter, read, window)) is not None:
                 now_held = yield ChangeAlertState(crossing, read)

@@ -23,8 +23,8 @@ import json
 import logging
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -307,8 +307,11 @@ class Watcher:
         oldest = self._oldest_minute(now)
         counters = sorted(written)
 
+        # The windows before a commit's first minute can only clear: read and judged only for an alarm.
+        alarmed = {c for alert, held in states.items() for c, state in held.items() if state.state == ALARM}
+
         def minute_counts(counter: str) -> tuple[dict[int, int], int]:
-            return self._minute_counts(counter, written[counter], now, oldest)
+            return self._minute_counts(counter, written[counter], now, oldest, counter in alarmed)
 
         if len(counters) == 1:
             read = [minute_counts(counters[0])]
@@ -319,18 +322,21 @@ class Watcher:
             summary.reads += requests
             minutes = written[counter]
             for alert in self._above_alerts(counter):
-                windows, skipped = commit_windows(alert.window_ms, minutes, counts, now, oldest)
+                alarm = states[alert][counter].state == ALARM
+                windows, skipped = commit_windows(alert.window_ms, minutes, counts, now, oldest, alarm)
                 summary.skipped_windows += skipped
                 self._walk(alert, counter, windows, states[alert][counter], token, summary)
         self.summary.add(summary)
         return summary
 
-    def _minute_counts(self, counter: str, written: dict[int, int], now: int, oldest: int) -> tuple[dict[int, int], int]:
+    def _minute_counts(
+        self, counter: str, written: dict[int, int], now: int, oldest: int, alarmed: bool
+    ) -> tuple[dict[int, int], int]:
         """The counts of the minutes every window a commit judges of ``counter`` holds (for its longest alert),
         every lane summed, from one strongly consistent Query (more only past a page), and the requests made.
         Minutes before ``oldest`` may be gone: the windows reaching them are not judged (``commit_windows``)."""
         longest = max(alert.window_ms for alert in self._above_alerts(counter))
-        last_minutes = judged_last_minutes(written, longest, now)
+        last_minutes = judged_last_minutes(written, longest, now, alarmed)
         first = max(last_minutes.start - longest // MINUTE_MS + 1, oldest)
         last = last_minutes[-1]
         if first > last:

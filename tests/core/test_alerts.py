@@ -211,6 +211,7 @@ def test_a_commit_judges_from_the_alerts_length_before_its_first_minute_to_its_l
     assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS) == range(5, 14)  # the window ending now: 13
     assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS + 1) == range(5, 15)
     assert judged_last_minutes([10, 12], five, 11 * MINUTE_MS) == range(5, 13)  # clock behind: its own minutes
+    assert judged_last_minutes([10, 12], five, 100 * MINUTE_MS, alarmed=False) == range(10, 17)  # nothing to clear
 
 
 def test_commit_windows_total_each_window_and_keep_unchanged_ones_only_where_they_may_clear():
@@ -307,7 +308,7 @@ def test_commits_raise_every_episode_brute_force_finds_once_in_time_order(case):
         counts.update(commit)
         later = index + 1 < len(commits)
         now = (max(commit) + (1 if later else length + 2)) * MINUTE_MS + seconds
-        windows, skipped = commit_windows(alert.window_ms, commit, counts, now)
+        windows, skipped = commit_windows(alert.window_ms, commit, counts, now, alarmed=state.state == ALARM)
         assert skipped == 0
         for window_ in windows:
             crossing = commit_crossing(alert, "c", state, window_)

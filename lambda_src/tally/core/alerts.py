@@ -280,19 +280,25 @@ def minutes_written(deltas: Mapping[tuple[str, Bucket], int], counters: Collecti
     return written
 
 
-def judged_last_minutes(written: Collection[int], window_ms: int, now_ms: int) -> range:
-    """The last minutes of the windows a commit that wrote the ``written`` minutes judges, in time order: the
-    alert's length of windows before the first written minute (they may clear an alarm that ended in a quiet
-    stretch since the last commit), then every window holding a written minute, none past the window ending
-    now (the read API's: its last minute holds ``now_ms - 1``), except up to the newest written minute when
-    the clock is behind it (a record within the clock-skew allowance)."""
+def judged_last_minutes(written: Collection[int], window_ms: int, now_ms: int, alarmed: bool = True) -> range:
+    """The last minutes of the windows a commit that wrote the ``written`` minutes judges, in time order: if
+    the alert is in ALARM (``alarmed``), the alert's length of windows before the first written minute (they
+    may clear an alarm that ended in a quiet stretch since the last commit; they can raise nothing), then
+    every window holding a written minute, none past the window ending now (the read API's: its last minute
+    holds ``now_ms - 1``), except up to the newest written minute when the clock is behind it (a record
+    within the clock-skew allowance)."""
     length = window_ms // MINUTE_MS
     newest = max((now_ms - 1) // MINUTE_MS, max(written))
-    return range(min(written) - length, min(max(written) + length - 1, newest) + 1)
+    return range(min(written) - (length if alarmed else 0), min(max(written) + length - 1, newest) + 1)
 
 
 def commit_windows(
-    window_ms: int, written: Mapping[int, int], counts: Mapping[int, int], now_ms: int, oldest_minute: int = 0
+    window_ms: int,
+    written: Mapping[int, int],
+    counts: Mapping[int, int],
+    now_ms: int,
+    oldest_minute: int = 0,
+    alarmed: bool = True,
 ) -> tuple[list[CommitWindow], int]:
     """The windows of ``window_ms`` a commit judges (``judged_last_minutes``), in time order, with their totals
     over ``counts`` (minute -> count read after the commit); and how many were left out because they reach
@@ -302,7 +308,7 @@ def commit_windows(
     newest_written = max(written)
     windows: list[CommitWindow] = []
     skipped = 0
-    last_minutes = judged_last_minutes(written, window_ms, now_ms)
+    last_minutes = judged_last_minutes(written, window_ms, now_ms, alarmed)
     before_first = range(last_minutes.start - length, last_minutes.start)  # the window just before the first
     total = sum(counts.get(minute, 0) for minute in before_first)
     own = sum(written.get(minute, 0) for minute in before_first)
