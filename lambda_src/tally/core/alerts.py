@@ -17,14 +17,15 @@ that any deliverer of the same crossing computes alike (``Crossing.id``).
 Which windows are judged, and when (docs/rules.md, Alerts): right after each
 commit that wrote one of an ``above`` alert's counters, every window of the
 alert's length that holds a minute the commit wrote, the windows between, and
-the alert's length of windows before its first minute, none ending past now:
-``commit_windows``, in time order, from one read of the counter's minute
-items. ``commit_crossing`` walks them from the stored state: a window the
-commit changed can raise, a complete window after the last change can clear. Once a minute a scheduled evaluation clears
-above alarms over the window ending now and judges ``below`` alerts (which
-need no event to fire) over the window ending at the newest minute that ended
-``SETTLE_MS`` ago (``settled_end_ms``), so that events still on their way
-through the stream's tumbling window do not make a count look low.
+(in ALARM) the alert's length of windows before its first minute, none ending
+past now: ``commit_windows``, in time order, from one read of the counter's
+minute items. ``commit_crossing`` walks them from the stored state: a window
+the commit changed can raise, a complete window after the last change can
+clear. Once a minute a scheduled evaluation clears above alarms over the
+window ending now and judges ``below`` alerts (which need no event to fire)
+over the window ending at the newest minute that ended ``SETTLE_MS`` ago
+(``settled_end_ms``), so that events still on their way through the stream's
+tumbling window do not make a count look low.
 """
 
 from __future__ import annotations
