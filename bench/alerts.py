@@ -4,7 +4,7 @@ After each commit, tally judges the ``above`` alerts of the counters the
 segment wrote over every window the commit changed: one strongly consistent
 BatchGetItem of their state items per 100 counters, then one strongly
 consistent Query per counter of the minute items those windows hold (a
-10-minute alert on a commit of one minute: the 19 minutes before it and the
+10-minute alert on a commit of one minute: the 9 minutes before it and the
 minute itself, every lane), charged by the size of the items found, one read
 unit for a few minutes' items. A crossing adds a conditional write, the
 event's put and the write that clears ``pending``. The figures run the real
