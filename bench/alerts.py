@@ -1,16 +1,19 @@
 """What alerts add to the write path: reads and writes per 1,000 events, by the number of alerted counters.
 
 After each commit, tally judges the ``above`` alerts of the counters the
-segment wrote: one strongly consistent BatchGetItem of their state items per
-100 counters, and the window's keys (a 10-minute window: 10 minute keys per
-counter) in BatchGetItems of 100. A crossing adds a conditional write, the
+segment wrote over every window the commit changed: one strongly consistent
+BatchGetItem of their state items per 100 counters, then one strongly
+consistent Query per counter of the minute items those windows hold (a
+10-minute alert on a commit of one minute: the 9 minutes before it and the
+minute itself, every lane), charged by the size of the items found, one read
+unit for a few minutes' items. A crossing adds a conditional write, the
 event's put and the write that clears ``pending``. The figures run the real
-``Watcher`` on moto, metered by DynamoDB's rules (bench/cost.py; a key
-without an item still costs the minimum read): a
-segment's worth of events (1,000, or one per counter when there are more
-counters), each counter written in the same minute, as one shard's tumbling
-window brings them. The commit's own writes are left out: they are what tally
-writes without alerts.
+``Watcher`` on moto, metered by DynamoDB's rules (bench/cost.py; a key without
+an item still costs the minimum read): a segment's worth of events (1,000, or
+one per counter when there are more counters), each counter written in the
+same minute, as one shard's tumbling window brings them, judged just after
+that minute. The commit's own writes are left out: they are what tally writes
+without alerts.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from bench.cost import batch_get_read_units, item_size, query_read_units, write_
 from tally.alerting import AlertStates, EventBus, Watcher
 from tally.core.buckets import Bucket
 from tally.core.commit import Writer
-from tally.core.plans import PlanKind
 from tally.core.rules import parse_rules
 from tally.core.segments import Segment
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
@@ -83,7 +85,7 @@ class ReadMeter:
             self.write_units += write_units(item_size(stored or request["Key"]))
 
 
-def measure(counters: int, *, crossing: bool, plan: PlanKind = PlanKind.BATCH) -> dict[str, Any]:
+def measure(counters: int, *, crossing: bool) -> dict[str, Any]:
     """One segment of ``max(EVENTS, counters)`` events over ``counters`` alerted counters; ``crossing``: every
     counter crosses (threshold 0 and a count written first), else none does."""
     events = max(EVENTS, counters)
@@ -108,7 +110,7 @@ def measure(counters: int, *, crossing: bool, plan: PlanKind = PlanKind.BATCH) -
         meter = ReadMeter(raw)
         table = CountsTable(meter, TABLE, settings)
         bus = EventBus(boto3.client("events", region_name="us-east-1"))
-        watcher = Watcher(table, bus, clock=lambda: (minute + 1) * MINUTE_MS, sleep=lambda _s: None, plan=plan)
+        watcher = Watcher(table, bus, clock=lambda: (minute + 1) * MINUTE_MS, sleep=lambda _s: None)
         summary = watcher.after_commit(segment, writer)
         if crossing:
             assert summary.crossings == counters and len(AlertStates(raw, TABLE).listing("burst")) == counters
@@ -117,7 +119,6 @@ def measure(counters: int, *, crossing: bool, plan: PlanKind = PlanKind.BATCH) -
     scale = 1000 / events
     puts = math.ceil(counters / 10) if crossing else 0
     return {
-        "plan": plan.value,
         "alerted_counters": counters,
         "events": events,
         "crossings": summary.crossings,
@@ -130,11 +131,10 @@ def measure(counters: int, *, crossing: bool, plan: PlanKind = PlanKind.BATCH) -
 
 
 def costs() -> dict[str, Any]:
-    """The steady state (no counter crosses) at 1, 100 and 10,000 alerted counters, the same at 100 read by
-    the range plan, and every counter crossing at 100."""
+    """The steady state (no counter crosses) at 1, 100 and 10,000 alerted counters, and every counter
+    crossing at 100."""
     return {
         "window": WINDOW,
         "steady": [measure(counters, crossing=False) for counters in ALERTED_COUNTERS],
-        "steady_range_plan": measure(100, crossing=False, plan=PlanKind.RANGE),
         "all_crossing": measure(100, crossing=True),
     }

@@ -44,10 +44,12 @@ windows on both sides of a UTC midnight, this release's directory beside the
 previous release's.
 
 With an above alert, each commit is followed by its evaluation
-(``alert_steps``, as ``Watcher.after_commit``): the states and the windows of
-the alerted counters the segment wrote, read one request of 100 keys after
-the other, then one conditional state change per crossing and its
-PutEvents. ``alert_latency_results`` times each alert from the arrival of
+(``alert_steps``, as ``Watcher.after_commit``): the states of the alerted
+counters the segment wrote (one request of 100 keys after the other), one
+Query per counter of the minutes its judged windows hold (``COMMIT_WORKERS``
+at once), then, for each
+window in time order (``commit_windows``, ``commit_crossing``), one
+conditional state change per crossing and its PutEvents. ``alert_latency_results`` times each alert from the arrival of
 the event that crossed its threshold.
 
 An event queue (heapq) orders every step; no wall-clock time passes, so a
@@ -93,7 +95,17 @@ from tally.core.sketch_writes import (
     WriteSketches,
     sketch_steps,
 )
-from tally.core.alerts import ABOVE, Alert, AlertState, Crossing, commit_end_ms, crossing_of
+from tally.core.alerts import (
+    ABOVE,
+    ALARM,
+    Alert,
+    AlertState,
+    Crossing,
+    commit_crossing,
+    commit_windows,
+    judged_last_minutes,
+    minutes_written,
+)
 from tally.core.directory import DIRECTORY_PREFIX, Entry, entries_of, entry_item, legacy_partition
 from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
@@ -524,18 +536,17 @@ def scenario_alert(scenario: Scenario) -> Alert:
 @dataclass(frozen=True)
 class ReadAlertStates:
     """A strongly consistent BatchGetItem of the alert's state items, 100 a request, one after the other;
-    the model answers {counter: AlertState}."""
+    the model answers ({counter: AlertState}, the clock in ms)."""
 
     counters: list[str]
 
 
 @dataclass(frozen=True)
-class ReadWindowTotals:
-    """The batch plan's read of each counter's window ending at its end (every minute, every lane: 100 keys a
-    request, one after the other); the model answers {counter: total} as the table holds them."""
+class ReadMinuteCounts:
+    """One strongly consistent Query per counter of the minutes ``first`` to ``last`` (every lane), as many at
+    once as a commit's updates; the model answers {counter: {minute: count}} as the table holds them."""
 
-    ends: dict[str, int]
-    keys: int
+    spans: dict[str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -554,29 +565,37 @@ class PutAlertEvents:
     crossings: list[Crossing]
 
 
-AlertStep = ReadAlertStates | ReadWindowTotals | ChangeAlertState | PutAlertEvents
+AlertStep = ReadAlertStates | ReadMinuteCounts | ChangeAlertState | PutAlertEvents
 
 
 def alert_steps(segment: Segment, alert: Alert, alerted: frozenset[str], lanes: int) -> Generator[AlertStep, Any, int]:
     """``Watcher.after_commit`` for one above alert, as steps: the states of the counters the segment wrote,
-    their windows ending at the newest minute it wrote of each, and for each window past the threshold the
-    crossing's conditional write (again over what another evaluator wrote, until nothing is left to cross),
-    then its event. The number of crossings made."""
-    ends = commit_end_ms(segment.deltas, {counter for counter, _bucket in segment.deltas if counter in alerted})
-    if not ends:
+    the minutes of the windows it changed, and for each window in time order the crossing it makes (its
+    conditional write, again over what another evaluator wrote, until nothing is left to cross), then the
+    events. The number of crossings made."""
+    written = minutes_written(segment.deltas, alerted)
+    if not written:
         return 0
-    states = yield ReadAlertStates(sorted(ends))
-    totals = yield ReadWindowTotals(ends, len(ends) * (alert.window_ms // MINUTE_MS) * lanes)
+    states, now = yield ReadAlertStates(sorted(written))
+    spans = {}
+    for counter, minutes in written.items():
+        judged = judged_last_minutes(minutes, alert.window_ms, now, states[counter].state == ALARM)
+        spans[counter] = (judged.start - alert.window_ms // MINUTE_MS + 1, judged[-1])
+    counts = yield ReadMinuteCounts(spans)
     made = []
-    for counter in sorted(ends):
+    for counter in sorted(written):
         read = states[counter]
-        end = ends[counter]
-        while (crossing := crossing_of(alert, counter, read, totals[counter], end - alert.window_ms, end, True)) is not None:
-            now_held = yield ChangeAlertState(crossing, read)
-            if now_held is None:
-                made.append(crossing)
-                break
-            read = now_held
+        windows, _skipped = commit_windows(
+            alert.window_ms, written[counter], counts[counter], now, alarmed=read.state == ALARM
+        )
+        for window in windows:
+            while (crossing := commit_crossing(alert, counter, read, window)) is not None:
+                now_held = yield ChangeAlertState(crossing, read)
+                if now_held is None:
+                    made.append(crossing)
+                    read = replace(crossing.recorded("model", now), pending=False)
+                    break
+                read = now_held
     if made:
         yield PutAlertEvents(made)
     return len(made)
@@ -875,7 +894,7 @@ class Simulation:
             self._at(answer_at, self._step, invocation, left)
         elif isinstance(step, Pause):
             self._at(now + step.seconds, self._step, invocation, None)
-        elif isinstance(step, ReadAlertStates | ReadWindowTotals | ChangeAlertState | PutAlertEvents):
+        elif isinstance(step, ReadAlertStates | ReadMinuteCounts | ChangeAlertState | PutAlertEvents):
             self._alert_step(now, invocation, step)
         else:
             raise AssertionError(f"the model's segments never predate this release: {step!r}")
@@ -884,20 +903,20 @@ class Simulation:
         """The alert's reads and writes: state items in their own partition, reads that never throttle."""
         if isinstance(step, ReadAlertStates):
             requests = math.ceil(len(step.counters) / 100)
-            reply: Any = {counter: self.alert_states.get(counter, AlertState()) for counter in step.counters}
+            states = {counter: self.alert_states.get(counter, AlertState()) for counter in step.counters}
+            reply: Any = (states, self.scenario.start_ms + round(now * 1000))
             answer_at = now + sum(self.table.latency.seconds(self.table.rng) for _ in range(requests))
-        elif isinstance(step, ReadWindowTotals):
-            requests = math.ceil(step.keys / 100)
-            reply = {counter: self._window_total(counter, end) for counter, end in step.ends.items()}
-            answer_at = now + sum(self.table.latency.seconds(self.table.rng) for _ in range(requests))
+        elif isinstance(step, ReadMinuteCounts):
+            requests = len(step.spans)
+            reply = {counter: self._minute_counts(counter, *span) for counter, span in step.spans.items()}
+            rounds = math.ceil(requests / self.workers)  # as many Queries at once as a commit's updates
+            answer_at = now + sum(self.table.latency.seconds(self.table.rng) for _ in range(rounds))
         elif isinstance(step, ChangeAlertState):
             requests = 0
             held = self.alert_states.get(step.crossing.counter, AlertState())
             if held.transitions == step.read.transitions and not held.pending:
                 self.alert_writes += 1
-                self.alert_states[step.crossing.counter] = AlertState(
-                    step.crossing.state, step.crossing.transitions, pending=True
-                )
+                self.alert_states[step.crossing.counter] = step.crossing.recorded("model", 0)
                 reply = None
             else:
                 reply = held
@@ -928,16 +947,15 @@ class Simulation:
             raise AssertionError("an alert was put before the event that crossed its threshold arrived")
         return seconds
 
-    def _window_total(self, counter: str, end_ms: int) -> int:
-        """What the batch plan reads of a counter's window ending at ``end_ms``: every minute, every lane."""
-        assert self.alert is not None
-        first = (end_ms - self.alert[0].window_ms) // MINUTE_MS
+    def _minute_counts(self, counter: str, first: int, last: int) -> dict[int, int]:
+        """What a Query of a counter's minutes ``first`` to ``last`` reads: every lane, summed."""
         lanes = self.settings.bucket_lanes
-        return sum(
-            self.table.counts.get((counter, lane_sort_key(Bucket("M", minute).sort_key, lane)), 0)
-            for minute in range(first, end_ms // MINUTE_MS)
-            for lane in range(lanes)
-        )
+        counts = {
+            minute: sum(self.table.counts.get((counter, lane_sort_key(Bucket("M", minute).sort_key, lane)), 0)
+                        for lane in range(lanes))
+            for minute in range(first, last + 1)
+        }
+        return {minute: count for minute, count in counts.items() if count}
 
     def _send_next(self, now: float, batch: Batch) -> None:
         index = batch.next

@@ -2,9 +2,11 @@
 
 import json
 import threading
+from datetime import UTC, datetime
 
 import boto3
 import pytest
+from freezegun import freeze_time
 from moto import mock_aws
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
@@ -18,6 +20,7 @@ from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import now_ms
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.local.alert_sink import AlertSink
+from tally.query import count_windows
 
 # The minute now, minus an hour: windows in the past the clock of the test run has reached.
 START = now_ms() // MINUTE_MS * MINUTE_MS - HOUR_MS
@@ -251,3 +254,112 @@ def _iso(ms):
     from tally.core.buckets import iso_minute
 
     return iso_minute(ms)
+
+
+# The three ways a crossing went unjudged: each event must carry the window that crossed, with the total the
+# read API itself answers for it.
+STRAGGLER_RULES = [
+    {"name": "orders", "counter": "orders/{shop}", "alerts": [{"name": "orders-rush", "window": "1m", "above": 6}]},
+    {"name": "failures", "counter": "failures/{svc}", "alerts": [{"name": "failing", "window": "5m", "above": 12}]},
+]
+# A fixed instant: minute boundaries in the past of the frozen clock.
+FROZEN = datetime(2026, 11, 20, 12, 0, 30, tzinfo=UTC)
+FROZEN_MINUTE = int(FROZEN.timestamp() * 1000) // MINUTE_MS
+
+
+def frozen_watcher(aws):
+    dynamodb, events, _sink = aws
+    settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(json.dumps(STRAGGLER_RULES)))
+    table = CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+    return table, Watcher(table, EventBus(events, backoff=no_sleep_backoff), sleep=lambda _s: None)
+
+
+def minutes_segment(first, counts):
+    """A segment adding ``counts`` {(counter, minute since the epoch): n} to minutes and their hours."""
+    deltas = {}
+    for (counter, minute), n in counts.items():
+        for bucket in (Bucket.of_minute(minute), Bucket.of_hour(minute * MINUTE_MS // HOUR_MS)):
+            deltas[(counter, bucket)] = deltas.get((counter, bucket), 0) + n
+    return Segment(str(first), minute * MINUTE_MS, str(first), sum(counts.values()), deltas)
+
+
+def read_api_total(table, counter, event):
+    """What the read API (query_window.py's engine) answers for the event's window, at the frozen clock."""
+    start, end = (datetime.fromisoformat(event[edge].replace("Z", "+00:00")) for edge in ("start", "end"))
+    [result] = count_windows(table, [counter], length_ms=int((end - start).total_seconds() * 1000),
+                             at_ms=int(end.timestamp() * 1000), consistent=True)
+    return result.total
+
+
+def test_a_straggler_that_completes_the_window_before_raises_it(aws):
+    """Alert 1m above 6: 6 orders in m-2, then one late order of m-2 with one of m-1: [m-2, m-1) holds 7."""
+    m = FROZEN_MINUTE
+    with freeze_time(FROZEN):
+        table, watch = frozen_watcher(aws)
+        commit = watch.watching(table.commit)
+        commit(minutes_segment(1, {("orders/s", m - 2): 6}), SHARD)
+        assert aws[2].drain() == []
+        commit(minutes_segment(2, {("orders/s", m - 2): 1, ("orders/s", m - 1): 1}), SHARD)
+        alarm, cleared = aws[2].drain()
+        assert (alarm["state"], alarm["start"], alarm["end"], alarm["total"]) == (
+            ALARM, _iso((m - 2) * MINUTE_MS), _iso((m - 1) * MINUTE_MS), 7
+        )
+        assert alarm["total"] == read_api_total(table, "orders/s", alarm)
+        # [m-1, m) holds 1: the episode cleared, in order, in the same commit.
+        assert (cleared["state"], cleared["end"], cleared["total"]) == (OK, _iso(m * MINUTE_MS), 1)
+        commit(minutes_segment(2, {("orders/s", m - 2): 1, ("orders/s", m - 1): 1}), SHARD)  # a retry: nothing new
+        assert aws[2].drain() == []
+
+
+def test_late_events_that_complete_an_older_window_raise_it(aws):
+    """Alert 5m above 12: 11 failures in minute a, then 2 late ones of a-2: [a-4, a+1) holds 13."""
+    a = FROZEN_MINUTE - 1
+    with freeze_time(FROZEN):
+        table, watch = frozen_watcher(aws)
+        commit = watch.watching(table.commit)
+        commit(minutes_segment(1, {("failures/api", a): 11}), SHARD)
+        commit(minutes_segment(2, {("failures/api", a - 2): 2}), OTHER_SHARD)
+        [alarm] = aws[2].drain()
+        assert (alarm["state"], alarm["start"], alarm["end"], alarm["total"]) == (
+            ALARM, _iso((a - 4) * MINUTE_MS), _iso((a + 1) * MINUTE_MS), 13
+        )
+        assert alarm["total"] == read_api_total(table, "failures/api", alarm)
+
+
+def test_one_commit_with_a_burst_and_a_later_event_raises_the_burst_and_clears_it(aws):
+    """Alert 5m above 12: one commit writes 13 failures in minute a and one in a+6 (a backlog caught up)."""
+    a = FROZEN_MINUTE - 10
+    with freeze_time(FROZEN):
+        table, watch = frozen_watcher(aws)
+        watch.watching(table.commit)(minutes_segment(1, {("failures/api", a): 13, ("failures/api", a + 6): 1}), SHARD)
+        alarm, cleared = aws[2].drain()
+        assert (alarm["state"], alarm["start"], alarm["end"], alarm["total"]) == (
+            ALARM, _iso((a - 4) * MINUTE_MS), _iso((a + 1) * MINUTE_MS), 13
+        )
+        assert alarm["total"] == read_api_total(table, "failures/api", alarm)
+        # The burst's minute leaves the window ending a+6: 0, at clear.
+        assert (cleared["state"], cleared["start"], cleared["end"], cleared["total"]) == (
+            OK, _iso((a + 1) * MINUTE_MS), _iso((a + 6) * MINUTE_MS), 0
+        )
+        assert watch.summary.reads == 2  # the states, and one Query of the counter's minutes
+
+
+def test_a_backlog_still_replaying_raises_its_next_episode_after_the_schedule_cleared_the_last(aws):
+    """Commits of old minutes, one a tumbling window, while the schedule runs: its clear over the window
+    ending now leaves the backlog's later burst to raise, in the first window the burst itself pushed over
+    (those over the threshold without it belong to the episode the schedule cleared)."""
+    a = FROZEN_MINUTE - 40
+    with freeze_time(FROZEN):
+        table, watch = frozen_watcher(aws)
+        commit = watch.watching(table.commit)
+        commit(minutes_segment(1, {("failures/api", a): 13}), SHARD)
+        watch.scheduled("schedule:1")  # the window ending now holds nothing: cleared
+        commit(minutes_segment(2, {("failures/api", a + 1): 1}), SHARD)
+        commit(minutes_segment(3, {("failures/api", a + 2): 1}), SHARD)
+        commit(minutes_segment(4, {("failures/api", a + 3): 20}), SHARD)
+        events = aws[2].drain()
+    assert [(e["state"], e["end"], e["total"]) for e in events] == [
+        (ALARM, _iso((a + 1) * MINUTE_MS), 13),
+        (OK, _iso((FROZEN_MINUTE + 1) * MINUTE_MS), 0),
+        (ALARM, _iso((a + 6) * MINUTE_MS), 22),  # [a+1, a+6): 1 + 1 + 20; [a-1, a+4) held 15 before it
+    ]

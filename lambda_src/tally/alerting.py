@@ -1,12 +1,13 @@
 """Alert I/O: state items in the counts table, events on EventBridge, and the evaluations that drive them.
 
-The policy is ``core/alerts.py``; this module reads the windows (through
+The policy is ``core/alerts.py``; this module reads the windows (after a
+commit, one range of each counter's minute items; once a minute through
 ``query.count_windows``, the read API's engine), reads and changes the state
 items, and puts the events. State items live in the counts table under keys no
 counter can take:
 
     pk = "#alerts#<alert name>"    sk = the counter name
-    state, transitions, pending, by, changed, start, end, total
+    state, transitions, pending, by, changed, start, end, total, raised
 
 A crossing is made by one conditional write (the item's ``transitions`` must
 still be what the evaluator read, and no event may be pending), so racing
@@ -23,7 +24,8 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -33,21 +35,26 @@ from tally.core.alerts import (
     ALARM,
     Alert,
     AlertState,
+    CommitWindow,
     Crossing,
     alerts_for,
     alerts_of,
-    commit_end_ms,
+    commit_crossing,
+    commit_windows,
     crossing_of,
+    judged_last_minutes,
+    minutes_written,
     pending_crossing,
     settled_end_ms,
     state_of,
 )
+from tally.core.buckets import Bucket
 from tally.core.commit import CommitResult, Writer
 from tally.core.directory import days_between
 from tally.core.plans import PlanKind
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
-from tally.core.settings import DAY_MS
+from tally.core.settings import DAY_MS, MINUTE_MS
 from tally.core.tables import COUNTS_TABLE
 from tally.core.windows import QueryError, now_ms
 from tally.dynamo import BATCH_GET_LIMIT, CounterDirectory, CountsTable, RetriesExhausted, _code, _throttled
@@ -67,7 +74,7 @@ PENDING_PAUSE_SECONDS = 0.2
 CHANGE_ATTEMPTS = 8
 # Counters whose alerts a container remembers (rule templates matched once per name).
 ALERTED_MEMORY = 100_000
-_STATE_FIELDS = ("state", "transitions", "pending", "by", "changed", "start", "end", "total")
+_STATE_FIELDS = ("state", "transitions", "pending", "by", "changed", "start", "end", "total", "raised")
 
 
 def state_partition(alert: str) -> str:
@@ -154,6 +161,7 @@ class AlertStates:
             ":start": {"N": str(new.start_ms)},
             ":end": {"N": str(new.end_ms)},
             ":total": {"N": str(new.total)},
+            ":raised": {"N": str(new.raised_ms)},
         }
         names = {f"#{name}": name for name in _STATE_FIELDS}
         if read.transitions == 0:
@@ -170,7 +178,7 @@ class AlertStates:
                 Key=_key(crossing.alert.name, crossing.counter),
                 UpdateExpression=(
                     "SET #state = :state, #transitions = :transitions, #pending = :pending, #by = :by, "
-                    "#changed = :changed, #start = :start, #end = :end, #total = :total"
+                    "#changed = :changed, #start = :start, #end = :end, #total = :total, #raised = :raised"
                 ),
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
@@ -278,22 +286,88 @@ class Watcher:
         return commit_and_watch
 
     def after_commit(self, segment: Segment, writer: Writer) -> AlertSummary:
-        """Judge the above alerts of the counters ``segment`` wrote, over windows ending with the newest
-        minute it wrote for each; only raises (a later window, not an older one, clears)."""
+        """Judge the above alerts of the counters ``segment`` wrote over every window it changed, in time order
+        (``commit_windows``), from one range of each counter's minute items: each episode raises once, with
+        the window that crossed, and clears in a complete window after it (docs/rules.md, Alerts)."""
         summary = AlertSummary()
         watched = {counter for counter, _bucket in segment.deltas if self._above_alerts(counter)}
         if not watched:
             return summary  # no reads for counters without alerts
         token = f"{writer.tag}:{segment.first_sequence}"  # a retry of this segment recognizes its own crossings
-        ends = commit_end_ms(segment.deltas, watched)
-        by_alert: dict[Alert, dict[str, int]] = defaultdict(dict)
-        for counter, end in ends.items():
+        written = minutes_written(segment.deltas, watched)
+        by_alert: dict[Alert, list[str]] = defaultdict(list)
+        for counter in sorted(written):
             for alert in self._above_alerts(counter):
-                by_alert[alert][counter] = end
-        for alert, counter_ends in by_alert.items():
-            self._evaluate(alert, counter_ends, token, summary, raise_only=True)
+                by_alert[alert].append(counter)
+        now = self.clock()
+        # States before counts: docs/design.md, Alerts.
+        states = {alert: self.states.read(alert.name, counters, summary) for alert, counters in by_alert.items()}
+        for alert, alert_states in states.items():
+            self._deliver_due(alert, alert_states, token, now, summary)
+        oldest = self._oldest_minute(now)
+        counters = sorted(written)
+
+        # The windows before a commit's first minute can only clear: read and judged only for an alarm.
+        alarmed = {c for alert, held in states.items() for c, state in held.items() if state.state == ALARM}
+
+        def minute_counts(counter: str) -> tuple[dict[int, int], int]:
+            return self._minute_counts(counter, written[counter], now, oldest, counter in alarmed)
+
+        if len(counters) == 1:
+            read = [minute_counts(counters[0])]
+        else:  # a Query per counter, as many at once as a commit's updates
+            with ThreadPoolExecutor(min(self.table.workers, len(counters)), thread_name_prefix="tally-alerts") as pool:
+                read = list(pool.map(minute_counts, counters))
+        for counter, (counts, requests) in zip(counters, read):
+            summary.reads += requests
+            minutes = written[counter]
+            for alert in self._above_alerts(counter):
+                alarm = states[alert][counter].state == ALARM
+                windows, skipped = commit_windows(alert.window_ms, minutes, counts, now, oldest, alarm)
+                summary.skipped_windows += skipped
+                self._walk(alert, counter, windows, states[alert][counter], token, summary)
         self.summary.add(summary)
         return summary
+
+    def _minute_counts(
+        self, counter: str, written: dict[int, int], now: int, oldest: int, alarmed: bool
+    ) -> tuple[dict[int, int], int]:
+        """The counts of the minutes every window a commit judges of ``counter`` holds (for its longest alert),
+        every lane summed, from one strongly consistent Query (more only past a page), and the requests made.
+        Minutes before ``oldest`` may be gone: the windows reaching them are not judged (``commit_windows``)."""
+        longest = max(alert.window_ms for alert in self._above_alerts(counter))
+        last_minutes = judged_last_minutes(written, longest, now, alarmed)
+        first = max(last_minutes.start - longest // MINUTE_MS + 1, oldest)
+        last = last_minutes[-1]
+        if first > last:
+            return {}, 0
+        fetched = self.table.query(counter, Bucket.of_minute(first).sort_key, Bucket.of_minute(last).sort_key, True)
+        counts = {
+            Bucket.from_sort_key(sort_key).index: count for (pk, sort_key), count in fetched.counts.items() if pk == counter
+        }
+        return counts, fetched.requests
+
+    def _oldest_minute(self, now: int) -> int:
+        """The oldest minute a query may still read at ``now`` (``Bucket.alive_at``)."""
+        minute = max((now - self.table.settings.minute_retention_ms) // MINUTE_MS - 1, 0)
+        while not Bucket.of_minute(minute).alive_at(now, self.table.settings):
+            minute += 1
+        return minute
+
+    def _walk(
+        self, alert: Alert, counter: str, windows: list[CommitWindow], read: AlertState, token: str,
+        summary: AlertSummary,
+    ) -> None:
+        """Judge a commit's windows of one counter in time order, each from the state the one before left."""
+        for index, window in enumerate(windows):
+            summary.evaluated += 1
+            made, read = self._settle(alert, counter, read, token, summary,
+                                      lambda held, window=window: commit_crossing(alert, counter, held, window))
+            if made is not None and read.pending:
+                logger.warning("alert %s on %s: windows after %s not judged: the event before them is still "
+                               "pending", alert.name, counter, made.id)
+                summary.skipped_windows += len(windows) - index - 1
+                return
 
     def scheduled(self, token: str) -> AlertSummary:
         """Once a minute: clear above alarms whose window ending now fell back, judge below alerts over the
@@ -354,22 +428,28 @@ class Watcher:
             summary.reads += max((result.requests for result in results), default=0)
             for result in results:
                 summary.evaluated += 1
-                made = self._settle(alert, result.counter, result.total, result.window, states[result.counter],
-                                    token, summary, raise_only)
+                window = result.window
+                made, _state = self._settle(
+                    alert, result.counter, states[result.counter], token, summary,
+                    lambda held, total=result.total, window=window, counter=result.counter: crossing_of(
+                        alert, counter, held, total, window.start_ms, window.end_ms, raise_only
+                    ),
+                )
                 if made is not None and made.state != ALARM:
                     changed_to_ok.append(result.counter)
         return changed_to_ok
 
     def _settle(
-        self, alert: Alert, counter: str, total: int, window: Any, read: AlertState, token: str,
-        summary: AlertSummary, raise_only: bool,
-    ) -> Crossing | None:
-        """Make the crossing ``total`` calls for, against whatever other evaluators do meanwhile; put its event."""
+        self, alert: Alert, counter: str, read: AlertState, token: str, summary: AlertSummary,
+        judge: Callable[[AlertState], Crossing | None],
+    ) -> tuple[Crossing | None, AlertState]:
+        """Make the crossing ``judge`` calls for from the state, against whatever other evaluators do meanwhile,
+        and put its event: the crossing made (or None) and the state as this evaluator now knows it."""
         waits = 0
         for _ in range(CHANGE_ATTEMPTS):
-            crossing = crossing_of(alert, counter, read, total, window.start_ms, window.end_ms, raise_only)
+            crossing = judge(read)
             if crossing is None:
-                return None
+                return None, read
             if read.pending:  # the last crossing's event first: its maker is putting it, or died
                 if waits < PENDING_WAITS and not read.delivery_due(token, self.clock()):
                     waits += 1
@@ -380,17 +460,18 @@ class Watcher:
                 read = self.states.read(alert.name, [counter], summary)[counter]
                 continue
             summary.writes += 1
-            now_held = self.states.change(crossing, read, token, self.clock())
+            changed = self.clock()
+            now_held = self.states.change(crossing, read, token, changed)
             mine = now_held is not None and (now_held.by, now_held.transitions, now_held.pending) == (
                 token, crossing.transitions, True
             )
             if now_held is None or mine:  # made (or made before an answer was lost)
                 summary.crossings += 1
-                self._deliver([crossing], summary)
-                return crossing
+                put = self._deliver([crossing], summary)
+                return crossing, replace(crossing.recorded(token, changed), pending=not put)
             read = now_held
         logger.warning("alert %s on %s: state kept changing under %d attempts", alert.name, counter, CHANGE_ATTEMPTS)
-        return None
+        return None, read
 
     def _deliver_due(
         self, alert: Alert, states: dict[str, AlertState], token: str, now: int, summary: AlertSummary
@@ -399,10 +480,11 @@ class Watcher:
         if due:
             self._deliver(due, summary)
             for crossing in due:
-                states[crossing.counter] = AlertState(crossing.state, crossing.transitions)
+                states[crossing.counter] = replace(states[crossing.counter], pending=False)
 
-    def _deliver(self, crossings: list[Crossing], summary: AlertSummary) -> None:
-        """Put the events, then clear ``pending`` on those put; those that failed stay pending (logged)."""
+    def _deliver(self, crossings: list[Crossing], summary: AlertSummary) -> bool:
+        """Put the events, then clear ``pending`` on those put; those that failed stay pending (logged).
+        Whether every one was put."""
         failed = self.bus.put(crossings)
         summary.writes += 1
         for crossing in crossings:
@@ -414,6 +496,7 @@ class Watcher:
             summary.writes += 1
             summary.delivered += 1
         summary.delivery_failures += len(failed)
+        return not failed
 
     def _above_alerts(self, counter: str) -> tuple[Alert, ...]:
         alerts = self._alerted.get(counter)

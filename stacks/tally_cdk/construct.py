@@ -247,6 +247,8 @@ class Tally(Construct):
 
         if self.alerts:
             role.add_to_policy(self._put_alert_events())
+            # After each commit, the minute items of the windows it changed: one Query a counter.
+            self.counts_table.grant(role, "dynamodb:Query")
         return self._python_function(
             "CountingFunction",
             "Counts events from the events table stream into minute and hour buckets",

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from bench import alerts
 from bench.cost import value_size
-from tally.core.plans import PlanKind
 
 
-def test_a_segment_without_crossings_reads_states_and_windows_only():
+def test_a_segment_without_crossings_reads_states_and_one_range_of_minutes_a_counter():
     one = alerts.measure(1, crossing=False)
     hundred = alerts.measure(100, crossing=False)
-    # One consistent BatchGetItem of states per 100 counters, and 10 minute keys a counter in BatchGetItems of 100.
-    assert (one["read_requests_per_1000_events"], one["read_units_per_1000_events"]) == (2.0, 11.0)
-    assert (hundred["read_requests_per_1000_events"], hundred["read_units_per_1000_events"]) == (11.0, 1100.0)
+    # One consistent BatchGetItem of states per 100 counters, and one Query a counter of the minutes its
+    # windows hold: one read unit for a few minutes' items.
+    assert (one["read_requests_per_1000_events"], one["read_units_per_1000_events"]) == (2.0, 2.0)
+    assert (hundred["read_requests_per_1000_events"], hundred["read_units_per_1000_events"]) == (101.0, 200.0)
     assert hundred["write_requests_per_1000_events"] == hundred["put_events_requests_per_1000_events"] == 0
-
-
-def test_the_range_plan_reads_a_short_window_in_one_unit_per_counter():
-    ranged = alerts.measure(100, crossing=False, plan=PlanKind.RANGE)
-    assert (ranged["read_requests_per_1000_events"], ranged["read_units_per_1000_events"]) == (101.0, 200.0)
 
 
 def test_every_crossing_costs_a_conditional_write_a_put_and_the_write_that_clears_pending():

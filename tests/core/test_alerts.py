@@ -1,7 +1,8 @@
 import json
+from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tally.core.alerts import (
@@ -13,9 +14,13 @@ from tally.core.alerts import (
     SETTLE_MS,
     Alert,
     AlertState,
+    CommitWindow,
     alerts_for,
-    commit_end_ms,
+    commit_crossing,
+    commit_windows,
     crossing_of,
+    judged_last_minutes,
+    minutes_written,
     pending_crossing,
     replay,
     settled_end_ms,
@@ -189,15 +194,132 @@ def test_a_pending_delivery_is_due_to_its_maker_at_once_and_to_anyone_after_the_
     assert not AlertState(ALARM, 1, pending=False, by="shard-a").delivery_due("shard-a", 10**12)
 
 
-def test_commit_windows_end_with_the_newest_minute_written_per_counter():
-    items = [
-        ("a", Bucket("M", 100)),
-        ("a", Bucket("M", 103)),
-        ("a", Bucket("H", 2)),
-        ("b", Bucket("H", 1)),
-        ("c", Bucket("M", 7)),
-    ]
-    assert commit_end_ms(items, ["a", "b"]) == {"a": 104 * MINUTE_MS}
+def test_a_commit_writes_minutes_of_the_counters_asked_with_their_events():
+    deltas = {
+        ("a", Bucket("M", 100)): 2,
+        ("a", Bucket("M", 103)): 1,
+        ("a", Bucket("H", 2)): 3,
+        ("b", Bucket("H", 1)): 4,
+        ("c", Bucket("M", 7)): 5,
+    }
+    assert minutes_written(deltas, {"a", "b"}) == {"a": {100: 2, 103: 1}}
+
+
+def test_a_commit_judges_from_the_alerts_length_before_its_first_minute_to_its_last_none_past_now():
+    five = 5 * MINUTE_MS
+    assert judged_last_minutes([10, 12], five, 100 * MINUTE_MS) == range(5, 17)  # 16: the last holding 12
+    assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS) == range(5, 14)  # the window ending now: 13
+    assert judged_last_minutes([10, 12], five, 14 * MINUTE_MS + 1) == range(5, 15)
+    assert judged_last_minutes([10, 12], five, 11 * MINUTE_MS) == range(5, 13)  # clock behind: its own minutes
+    assert judged_last_minutes([10, 12], five, 100 * MINUTE_MS, alarmed=False) == range(10, 17)  # nothing to clear
+
+
+def test_commit_windows_total_each_window_and_keep_unchanged_ones_only_where_they_may_clear():
+    written = {10: 3, 20: 4}
+    counts = {6: 2, 8: 1, 10: 5, 20: 4}
+    windows, skipped = commit_windows(3 * MINUTE_MS, written, counts, 22 * MINUTE_MS + 5)
+    by_last = {w.end_ms // MINUTE_MS - 1: w for w in windows}
+    assert skipped == 0
+    # 7..9 before the first minute, 10..12 hold it, 13..19 unchanged between, 20..22 hold 20 (none after 22).
+    assert sorted(by_last) == list(range(7, 23))
+    assert by_last[7] == CommitWindow(5 * MINUTE_MS, 8 * MINUTE_MS, 2, 0, True)
+    assert by_last[10] == CommitWindow(8 * MINUTE_MS, 11 * MINUTE_MS, 6, 3, True)
+    assert by_last[10].before == 3
+    assert (by_last[13].total, by_last[13].own, by_last[13].complete) == (0, 0, True)
+    assert [(by_last[m].total, by_last[m].complete) for m in (20, 21, 22)] == [(4, True), (4, False), (4, False)]
+    # A window reaching before the oldest minute still kept is not judged; an unchanged one after the last
+    # written minute is left, ended or not: the stream's next records may fill it.
+    windows, skipped = commit_windows(3 * MINUTE_MS, {10: 1}, {10: 1}, 20 * MINUTE_MS, oldest_minute=9)
+    assert skipped == 4 and [w.end_ms // MINUTE_MS - 1 for w in windows] == [11, 12]
+
+
+def window(last, total, own=None, complete=True, length=10):
+    return CommitWindow((last - length + 1) * MINUTE_MS, (last + 1) * MINUTE_MS, total, total if own is None else own,
+                        complete)
+
+
+def test_a_commit_raises_windows_it_pushed_over_and_clears_only_complete_windows_after_the_last_change():
+    alert = above(5, clear=2)
+    raised = commit_crossing(alert, "c", AlertState(), window(20, 6, own=1))
+    assert (raised.state, raised.end_ms, raised.raised_ms) == (ALARM, 21 * MINUTE_MS, 21 * MINUTE_MS)
+    alarmed = replace(raised.recorded("t", 0), pending=False)
+    assert commit_crossing(alert, "c", alarmed, window(25, 9)) is None  # the same episode
+    assert commit_crossing(alert, "c", alarmed, window(25, 2, complete=False)) is None  # may still fill
+    assert commit_crossing(alert, "c", alarmed, window(19, 0)) is None  # older than the alarm
+    cleared = commit_crossing(alert, "c", alarmed, window(25, 2))
+    assert (cleared.state, cleared.transitions, cleared.raised_ms) == (OK, 2, 21 * MINUTE_MS)
+    ok = replace(cleared.recorded("t", 0), pending=False)
+    assert commit_crossing(alert, "c", ok, window(30, 6, own=0)) is None  # not changed by this commit
+    assert commit_crossing(alert, "c", ok, window(23, 8, own=1)) is None  # inside the last episode
+    assert commit_crossing(alert, "c", ok, window(15, 8, own=2)) is None  # was over before: judged then
+    late = commit_crossing(alert, "c", ok, window(15, 8, own=3))  # pushed over by this commit, before the episode
+    assert (late.state, late.transitions, late.end_ms) == (ALARM, 3, 16 * MINUTE_MS)
+    assert commit_crossing(alert, "c", ok, window(26, 6, own=1)).state == ALARM  # after the clearing: a new one
+
+
+def brute_force_episodes(alert, counts, last_minutes, ended_before):
+    """The documented definition: every minute-aligned window in time order, judged from OK by the hysteresis
+    rule; each ALARM starts one maximal run of windows over the threshold, each OK ends one (only windows that
+    have ended, those whose last minute is before ``ended_before``, clear). (state, start, end, total) each."""
+    length = alert.window_ms // MINUTE_MS
+    state, events = OK, []
+    for last in last_minutes:
+        total = sum(counts.get(minute, 0) for minute in range(last - length + 1, last + 1))
+        new = alert.judge(state, total)
+        if new != state and (new == ALARM or last < ended_before):
+            events.append((new, (last - length + 1) * MINUTE_MS, (last + 1) * MINUTE_MS, total))
+            state = new
+    return events
+
+
+@st.composite
+def committed_minutes(draw):
+    """An above alert, minute counts from minute 100 on, and commits in time order, each writing a run of
+    minutes and judged in the minute after its last, the last one long after (a backlog: every window has
+    ended). Runs are cut before a counted minute at most the alert's length after the last counted one:
+    longer quiet stretches between commits are the schedule's to clear."""
+    length = draw(st.integers(1, 5))
+    threshold = draw(st.integers(1, 15))
+    clear = max(threshold - draw(st.integers(0, 5)), 0)
+    alert = Alert("a", "r", f"{length}m", length * MINUTE_MS, ABOVE, threshold, clear)
+    counts = draw(st.lists(st.integers(0, 8) | st.just(0), min_size=1, max_size=30))
+    counted = [m for m, n in enumerate(counts) if n]
+    cuttable = [m for previous, m in zip(counted, counted[1:]) if m - previous <= length]
+    cuts = sorted(draw(st.sets(st.sampled_from(cuttable), max_size=8))) if cuttable else []
+    runs = [range(a, b) for a, b in zip([0, *cuts], [*cuts, len(counts)])]
+    commits = [{100 + m: counts[m] for m in run if counts[m]} for run in runs]
+    return alert, [commit for commit in commits if commit], draw(st.integers(0, 59_999))
+
+
+@settings(max_examples=80, deadline=None)
+@given(committed_minutes())
+def test_commits_raise_every_episode_brute_force_finds_once_in_time_order(case):
+    """Commits in time order, each walking its windows with commit_crossing from the state the last one left,
+    put the events the brute-force definition gives over the counts as committed: the same states, windows
+    and totals, numbered 1, 2, ... with distinct ids."""
+    alert, commits, seconds = case
+    if not commits:
+        return
+    length = alert.window_ms // MINUTE_MS
+    final = {minute: n for commit in commits for minute, n in commit.items()}
+    counts: dict[int, int] = {}
+    state, made = AlertState(), []
+    for index, commit in enumerate(commits):
+        counts.update(commit)
+        later = index + 1 < len(commits)
+        now = (max(commit) + (1 if later else length + 2)) * MINUTE_MS + seconds
+        windows, skipped = commit_windows(alert.window_ms, commit, counts, now, alarmed=state.state == ALARM)
+        assert skipped == 0
+        for window_ in windows:
+            crossing = commit_crossing(alert, "c", state, window_)
+            if crossing is not None:
+                made.append(crossing)
+                state = replace(crossing.recorded("t", now), pending=False)
+    last = max(final)
+    expected = brute_force_episodes(alert, final, range(min(final), last + length), last + 1)
+    assert [(c.state, c.start_ms, c.end_ms, c.total) for c in made] == expected
+    assert [c.transitions for c in made] == list(range(1, len(made) + 1))
+    assert len({c.id for c in made}) == len(made)
 
 
 def test_below_windows_end_with_the_newest_settled_minute():
@@ -224,5 +346,6 @@ def test_alerts_for_a_counter_come_from_the_rules_that_can_write_it():
 
 def test_state_items_read_back_as_states():
     assert state_of(None) == AlertState()
-    item = {"state": "ALARM", "transitions": 3, "pending": True, "by": "x", "changed": 5, "start": 1, "end": 2, "total": 9}
-    assert state_of(item) == AlertState(ALARM, 3, True, "x", 5, 1, 2, 9)
+    item = {"state": "ALARM", "transitions": 3, "pending": True, "by": "x", "changed": 5, "start": 1, "end": 2, "total": 9,
+            "raised": 2}
+    assert state_of(item) == AlertState(ALARM, 3, True, "x", 5, 1, 2, 9, 2)

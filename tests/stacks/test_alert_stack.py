@@ -71,6 +71,14 @@ def test_the_counting_function_may_put_events_on_the_alert_bus_only(alerting):
     assert counting["Properties"]["Environment"]["Variables"][ENV_ALERT_BUS] == "security-alerts"
 
 
+def test_the_counting_function_may_query_the_counts_table_for_the_windows_its_commits_change(alerting, default_synthesis):
+    template = alerting.templates[ALERTING_STACK]
+    counting = functions(template)["tally.handler.handler"]
+    queries = [s for s in statements_of(template, counting) if s["Action"] == "dynamodb:Query"]
+    assert len(queries) == 1 and "CountsTable" in json.dumps(queries[0]["Resource"])
+    assert "dynamodb:Query" not in json.dumps(counting_part(default_synthesis.templates["Tally"]))
+
+
 def test_a_schedule_runs_the_alert_evaluation_every_minute_with_least_privilege(alerting):
     template = alerting.templates[ALERTING_STACK]
     evaluation = functions(template)["tally.handler.scheduled"]

@@ -14,16 +14,18 @@ the hysteresis that keeps a count hovering at the line from alarming every
 minute. Each change of state is one crossing, delivered once, under an id
 that any deliverer of the same crossing computes alike (``Crossing.id``).
 
-Where the windows end: an ``above`` alert is judged right after each commit
-that wrote one of its counters, over the window ending with the newest minute
-the commit wrote for that counter (``commit_end_ms``; the read API's rule: an
-end on a minute boundary is exclusive), so a retried commit judges the same
-window. Counts only grow there, so the commit path only raises; clearing, and
-``below`` alerts (which need no event to fire), are judged once a minute by a
-scheduled evaluation: ``above`` alarms over the window ending now, ``below``
-alerts over the window ending at the newest minute that ended ``SETTLE_MS``
-ago (``settled_end_ms``), so that events still on their way through the
-stream's tumbling window do not make a count look low.
+Which windows are judged, and when (docs/rules.md, Alerts): right after each
+commit that wrote one of an ``above`` alert's counters, every window of the
+alert's length that holds a minute the commit wrote, the windows between, and
+(in ALARM) the alert's length of windows before its first minute, none ending
+past now: ``commit_windows``, in time order, from one read of the counter's
+minute items. ``commit_crossing`` walks them from the stored state: a window
+the commit changed can raise, a complete window after the last change can
+clear. Once a minute a scheduled evaluation clears above alarms over the
+window ending now and judges ``below`` alerts (which need no event to fire)
+over the window ending at the newest minute that ended ``SETTLE_MS`` ago
+(``settled_end_ms``), so that events still on their way through the stream's
+tumbling window do not make a count look low.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -156,7 +158,8 @@ class AlertState:
     event of the last change is still to be put (``pending``), by whom (``by``) and when it changed.
 
     ``start_ms``, ``end_ms`` and ``total`` are the window that made the last change: a deliverer that
-    finishes another's crossing puts the same event.
+    finishes another's crossing puts the same event. ``raised_ms`` is the end of the window that raised the
+    last ALARM: a later window over the threshold belongs to that episode (``commit_crossing``).
     """
 
     state: str = OK
@@ -167,6 +170,7 @@ class AlertState:
     start_ms: int = 0
     end_ms: int = 0
     total: int = 0
+    raised_ms: int = 0
 
     def delivery_due(self, token: str, now_ms: int) -> bool:
         """Whether an evaluator called ``token`` at ``now_ms`` should put the pending event: its own crossing
@@ -185,6 +189,7 @@ class Crossing:
     start_ms: int
     end_ms: int
     total: int
+    raised_ms: int = 0  # the end of the window that raised the episode this crossing belongs to
 
     @property
     def id(self) -> str:
@@ -209,23 +214,31 @@ class Crossing:
 
     def recorded(self, token: str, now_ms: int) -> AlertState:
         """The state item once this crossing is made by ``token``, its event still to put."""
-        return AlertState(self.state, self.transitions, True, token, now_ms, self.start_ms, self.end_ms, self.total)
+        return AlertState(
+            self.state, self.transitions, True, token, now_ms, self.start_ms, self.end_ms, self.total, self.raised_ms
+        )
 
 
 def crossing_of(
     alert: Alert, counter: str, current: AlertState, total: int, start_ms: int, end_ms: int, raise_only: bool = False
 ) -> Crossing | None:
-    """The crossing a window of ``total`` makes from ``current``, or None. ``raise_only``: only to ALARM
-    (the commit path, whose windows may be older than now)."""
+    """The crossing the scheduled evaluation's window of ``total`` makes from ``current``, or None.
+    ``raise_only``: only to ALARM (a cleared counter judged again).
+
+    The schedule judges one window, ending now, not the run of windows before it: a clear it makes leaves
+    no episode behind it (``raised_ms`` is its own window), so the windows of a backlog still being
+    replayed that its commits push over the threshold raise (``commit_crossing``)."""
     state = alert.judge(current.state, total)
     if state == current.state or (raise_only and state != ALARM):
         return None
-    return Crossing(alert, counter, state, current.transitions + 1, start_ms, end_ms, total)
+    return Crossing(alert, counter, state, current.transitions + 1, start_ms, end_ms, total, end_ms)
 
 
 def pending_crossing(alert: Alert, counter: str, stored: AlertState) -> Crossing:
     """The crossing whose event a state item still holds as pending."""
-    return Crossing(alert, counter, stored.state, stored.transitions, stored.start_ms, stored.end_ms, stored.total)
+    return Crossing(
+        alert, counter, stored.state, stored.transitions, stored.start_ms, stored.end_ms, stored.total, stored.raised_ms
+    )
 
 
 def replay(alert: Alert, totals: Iterable[int], state: str = OK) -> list[str]:
@@ -237,14 +250,108 @@ def replay(alert: Alert, totals: Iterable[int], state: str = OK) -> list[str]:
     return states
 
 
-def commit_end_ms(items: Iterable[tuple[str, Bucket]], counters: Iterable[str]) -> dict[str, int]:
-    """For each of ``counters`` a commit wrote a minute of: the end of the newest such minute."""
-    wanted = set(counters)
-    ends: dict[str, int] = {}
-    for counter, bucket in items:
-        if counter in wanted and bucket.kind == "M":
-            ends[counter] = max(ends.get(counter, 0), bucket.end_ms)
-    return ends
+@dataclass(frozen=True)
+class CommitWindow:
+    """One window a commit judges: its edges, its count read after the commit (``total``), the part of it the
+    commit itself added (``own``), and whether it may clear (``complete``): it has ended by the judging clock
+    and ends no later than the newest minute the commit wrote, so the records after the commit's in its
+    stream, which come in later minutes, cannot change it (in a backlog the clock is no guide: every window
+    has ended, and the next commit may still fill the ones after this commit's minutes)."""
+
+    start_ms: int
+    end_ms: int
+    total: int
+    own: int
+    complete: bool
+
+    @property
+    def before(self) -> int:
+        """The count without this commit's events: what whoever judged the window before saw at most."""
+        return self.total - self.own
+
+
+def minutes_written(deltas: Mapping[tuple[str, Bucket], int], counters: Collection[str]) -> dict[str, dict[int, int]]:
+    """For each of ``counters`` a commit wrote a minute of: its minutes (since the epoch) and the events it
+    added to each."""
+    written: dict[str, dict[int, int]] = {}
+    for (counter, bucket), events in deltas.items():
+        if bucket.kind == "M" and counter in counters:
+            minutes = written.setdefault(counter, {})
+            minutes[bucket.index] = minutes.get(bucket.index, 0) + events
+    return written
+
+
+def judged_last_minutes(written: Collection[int], window_ms: int, now_ms: int, alarmed: bool = True) -> range:
+    """The last minutes of the windows a commit that wrote the ``written`` minutes judges, in time order: if
+    the alert is in ALARM (``alarmed``), the alert's length of windows before the first written minute (they
+    may clear an alarm that ended in a quiet stretch since the last commit; they can raise nothing), then
+    every window holding a written minute, none past the window ending now (the read API's: its last minute
+    holds ``now_ms - 1``), except up to the newest written minute when the clock is behind it (a record
+    within the clock-skew allowance)."""
+    length = window_ms // MINUTE_MS
+    newest = max((now_ms - 1) // MINUTE_MS, max(written))
+    return range(min(written) - (length if alarmed else 0), min(max(written) + length - 1, newest) + 1)
+
+
+def commit_windows(
+    window_ms: int,
+    written: Mapping[int, int],
+    counts: Mapping[int, int],
+    now_ms: int,
+    oldest_minute: int = 0,
+    alarmed: bool = True,
+) -> tuple[list[CommitWindow], int]:
+    """The windows of ``window_ms`` a commit judges (``judged_last_minutes``), in time order, with their totals
+    over ``counts`` (minute -> count read after the commit); and how many were left out because they reach
+    back before ``oldest_minute`` (past the minute retention, as the read API refuses them). A window the
+    commit did not change is kept only if it is complete: it may clear, never raise."""
+    length = window_ms // MINUTE_MS
+    newest_written = max(written)
+    windows: list[CommitWindow] = []
+    skipped = 0
+    last_minutes = judged_last_minutes(written, window_ms, now_ms, alarmed)
+    before_first = range(last_minutes.start - length, last_minutes.start)  # the window just before the first
+    total = sum(counts.get(minute, 0) for minute in before_first)
+    own = sum(written.get(minute, 0) for minute in before_first)
+    for last in last_minutes:  # slide: add the window's last minute, drop the one before its first
+        total += counts.get(last, 0) - counts.get(last - length, 0)
+        own += written.get(last, 0) - written.get(last - length, 0)
+        start_ms, end_ms = (last - length + 1) * MINUTE_MS, (last + 1) * MINUTE_MS
+        complete = end_ms <= now_ms and last <= newest_written
+        if last - length + 1 < oldest_minute:
+            skipped += 1
+        elif own or complete:
+            windows.append(CommitWindow(start_ms, end_ms, total, own, complete))
+    return windows, skipped
+
+
+def commit_crossing(alert: Alert, counter: str, current: AlertState, window: CommitWindow) -> Crossing | None:
+    """The crossing a commit's window makes from ``current`` (an above alert), or None.
+
+    ALARM: over the threshold, in a window the commit changed, unless the window belongs to the last
+    episode or was already over without this commit (its crossing was judged by whoever pushed it over): a
+    window ending at or after the last change raises; an older one only if this commit pushed it over and
+    it ends before the last episode was raised. OK: at ``clear`` or less, in a complete window after the
+    last change (an older window never clears a newer alarm).
+    """
+    state = alert.judge(current.state, window.total)
+    if state == current.state:
+        return None
+    if state == ALARM:
+        newer = window.end_ms >= current.end_ms
+        older_episode = window.before <= alert.threshold and (
+            window.end_ms < current.raised_ms or not current.raised_ms
+        )
+        if not window.own or not (newer or older_episode):
+            return None
+        raised = window.end_ms
+    else:
+        if not window.complete or window.end_ms <= current.end_ms:
+            return None
+        raised = current.raised_ms
+    return Crossing(
+        alert, counter, state, current.transitions + 1, window.start_ms, window.end_ms, window.total, raised
+    )
 
 
 def settled_end_ms(now_ms: int) -> int:
@@ -281,4 +388,5 @@ def state_of(item: Mapping[str, Any] | None) -> AlertState:
         int(item.get("start", 0)),
         int(item.get("end", 0)),
         int(item.get("total", 0)),
+        int(item.get("raised", 0)),
     )
