@@ -29,7 +29,7 @@ from tally.core.buckets import iso_minute, iso_second
 from tally.core.settings import ENV_COUNT_FROM, MINUTE_MS
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
-from tally.local import exports
+from tally import exports
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,

@@ -35,7 +35,7 @@ from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
 from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
-from tally.local import exports
+from tally import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
