@@ -64,3 +64,5 @@ class TallyStack(Stack):
         CfnOutput(self, "FailureQueueUrl", value=self.failure_queue.queue_url)
         if self.tally.read_api is not None:
             CfnOutput(self, "ReadApiUrl", value=self.tally.read_api.url)
+        if self.tally.backfill is not None:
+            CfnOutput(self, "BackfillStateMachineArn", value=self.tally.backfill.state_machine.state_machine_arn)
