@@ -75,18 +75,27 @@ class PlanRefused(ValueError):
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of the state machine: a handler, run once (``over`` None) or once per item of a list."""
+    """One step of the state machine: a handler, run once or once per item of a list, and what it is given.
+
+    ``selects`` are the fields of the execution's state (the plan's output) the
+    handler's event holds; a mapped stage's event also holds its item, under
+    ``item``. ``result`` is where the handler's answer goes in the state: the
+    plan's answer is the state; a map's answers are dropped (they would outgrow it).
+    """
 
     name: str
     handler: str  # function of this module
-    over: str | None  # "files" (the plan's list in S3) or "ranges" (the plan's output)
+    selects: tuple[str, ...]
+    over: str | None = None  # "files" (the plan's list in S3, at bucket/filesKey) or "ranges" (in the state)
+    item: str | None = None
+    result: str | None = None
 
 
 STAGES = (
-    Stage("plan", "plan", None),
-    Stage("fold", "fold_file", "files"),
-    Stage("commit", "commit_range", "ranges"),
-    Stage("summary", "summarize", None),
+    Stage("plan", "plan", ("exportArn",)),
+    Stage("fold", "fold_file", ("work",), over="files", item="file"),
+    Stage("commit", "commit_range", ("work", "exportArn"), over="ranges", item="range"),
+    Stage("summary", "summarize", ("work",), result="summary"),
 )
 
 

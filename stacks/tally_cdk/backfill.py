@@ -236,14 +236,17 @@ class AccountBackfill(Construct):
             ]
         return [iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._work]), list_work]
 
-    def _invoke(self, stage: Stage, payload: dict[str, object] | None = None, result_path: str | None = None) -> tasks.LambdaInvoke:
+    def _invoke(self, stage: Stage) -> tasks.LambdaInvoke:
+        """The stage's function, given the fields of the state it selects (and its item, in a map)."""
+        fields = (*stage.selects, stage.item) if stage.item else stage.selects
+        selected = {field: sfn.JsonPath.string_at(f"$.{field}") for field in fields}
         task = tasks.LambdaInvoke(
             self,
             f"{stage.name.capitalize()}Step",
             lambda_function=self.functions[stage.name],
-            payload=sfn.TaskInput.from_object(payload) if payload else None,
+            payload=sfn.TaskInput.from_object(selected),
             payload_response_only=True,
-            result_path=result_path,
+            result_path=f"$.{stage.result}" if stage.result else None,
             retry_on_service_exceptions=False,
         )
         # A refusal (an export taken at another instant, claimed by another export) is final; anything else
@@ -295,34 +298,27 @@ class AccountBackfill(Construct):
 
     def _state(self, stage: Stage) -> sfn.State:
         if stage.over is None:
-            if stage.name == "plan":
-                return self._invoke(stage)  # its output is the plan the maps read
-            return self._invoke(stage, {"work": sfn.JsonPath.string_at("$.work")}, result_path="$.summary")
-        if stage.over == "files":
-            mapped = sfn.DistributedMap(
-                self,
-                "FoldFiles",
-                item_reader=sfn.S3JsonItemReader(
+            return self._invoke(stage)
+        # A map's child gets the stage's fields of the state and its item (the ItemSelector).
+        selector = {field: sfn.JsonPath.string_at(f"$.{field}") for field in stage.selects}
+        selector[stage.item] = sfn.JsonPath.string_at("$$.Map.Item.Value")  # type: ignore[index]
+        reads = (
+            {
+                "item_reader": sfn.S3JsonItemReader(
                     bucket_name_path=sfn.JsonPath.string_at("$.bucket"), key=sfn.JsonPath.string_at("$.filesKey")
-                ),
-                item_selector={"work": sfn.JsonPath.string_at("$.work"), "file": sfn.JsonPath.string_at("$$.Map.Item.Value")},
-                max_concurrency=self.settings.workers,
-                result_path=sfn.JsonPath.DISCARD,
-                label="fold",
-            )
-        else:
-            mapped = sfn.DistributedMap(
-                self,
-                "CommitRanges",
-                items_path="$.ranges",
-                item_selector={
-                    "work": sfn.JsonPath.string_at("$.work"),
-                    "exportArn": sfn.JsonPath.string_at("$.exportArn"),
-                    "range": sfn.JsonPath.string_at("$$.Map.Item.Value"),
-                },
-                max_concurrency=self.settings.committers,
-                result_path=sfn.JsonPath.DISCARD,
-                label="commit",
-            )
+                )
+            }
+            if stage.over == "files"
+            else {"items_path": f"$.{stage.over}"}
+        )
+        mapped = sfn.DistributedMap(
+            self,
+            f"{stage.name.capitalize()}Map",
+            item_selector=selector,
+            max_concurrency=self.settings.workers if stage.over == "files" else self.settings.committers,
+            result_path=sfn.JsonPath.DISCARD,
+            label=stage.name,
+            **reads,  # type: ignore[arg-type]
+        )
         mapped.item_processor(self._invoke(stage))
         return mapped

@@ -70,16 +70,25 @@ def test_the_state_machine_runs_the_stages_in_order_with_distributed_maps(adopti
     states = definition(adopting)["States"]
 
     assert definition(adopting)["StartAt"] == "PlanStep"
-    assert [states["PlanStep"]["Next"], states["FoldFiles"]["Next"], states["CommitRanges"]["Next"]] == [
-        "FoldFiles", "CommitRanges", "SummaryStep"
+    assert [states["PlanStep"]["Next"], states["FoldMap"]["Next"], states["CommitMap"]["Next"]] == [
+        "FoldMap", "CommitMap", "SummaryStep"
     ]
-    fold, commit = states["FoldFiles"], states["CommitRanges"]
+    fold, commit = states["FoldMap"], states["CommitMap"]
     assert fold["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
     assert fold["ItemReader"]["Parameters"] == {"Bucket.$": "$.bucket", "Key.$": "$.filesKey"}
     assert fold["ItemReader"]["ReaderConfig"] == {"InputType": "JSON"}
     assert (fold["MaxConcurrency"], commit["MaxConcurrency"]) == (100, 10)
     assert commit["ItemsPath"] == "$.ranges" and commit["ItemSelector"]["range.$"] == "$$.Map.Item.Value"
     assert fold["ResultPath"] is None and commit["ResultPath"] is None  # a map's results would outgrow the state
+    # Each child is given what the shared description of the stages says (the local run gives the same).
+    for stage in STAGES:
+        if stage.over is None:
+            task = states[f"{stage.name.capitalize()}Step"]
+            assert task["Parameters"] == {f"{field}.$": f"$.{field}" for field in stage.selects}
+            assert task.get("ResultPath", "$") == (f"$.{stage.result}" if stage.result else "$")
+        else:
+            mapped = states[f"{stage.name.capitalize()}Map"]
+            assert mapped["ItemSelector"] == {**{f"{f}.$": f"$.{f}" for f in stage.selects}, f"{stage.item}.$": "$$.Map.Item.Value"}
     # A refusal is final; a failure of anything else is tried again, then redriven.
     for task in (states["PlanStep"], fold["ItemProcessor"]["States"]["FoldStep"], commit["ItemProcessor"]["States"]["CommitStep"]):
         first, then = task["Retry"]
