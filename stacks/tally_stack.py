@@ -20,6 +20,7 @@ from constructs import Construct
 from tally_cdk.context import StackSettings
 from tally_cdk.construct import CDK_REMOVAL_POLICIES, Tally, table_from_description
 from tally.core.tables import events_table_for
+from tally.stack_outputs import STATE_MACHINE_OUTPUT
 
 
 class TallyStack(Stack):
@@ -65,4 +66,4 @@ class TallyStack(Stack):
         if self.tally.read_api is not None:
             CfnOutput(self, "ReadApiUrl", value=self.tally.read_api.url)
         if self.tally.backfill is not None:
-            CfnOutput(self, "BackfillStateMachineArn", value=self.tally.backfill.state_machine.state_machine_arn)
+            CfnOutput(self, STATE_MACHINE_OUTPUT, value=self.tally.backfill.state_machine.state_machine_arn)
