@@ -237,6 +237,7 @@ def test_a_backfill_begun_by_one_process_cannot_be_finished_in_the_account_nor_t
         ({"ExportTime": datetime.fromtimestamp((COUNT_FROM - 1000) / 1000, UTC)}, "shows the table at"),
         ({"ExportStatus": "IN_PROGRESS"}, "is IN_PROGRESS, not COMPLETED"),
         ({"S3Prefix": "elsewhere"}, "reads s3://exports/orders only"),
+        ({"S3Prefix": "orders/deeper"}, "reads s3://exports/orders only"),  # its files lie outside the workers' grant
     ],
 )
 def test_the_plan_refuses_an_export_it_must_not_count(aws, change, message):

@@ -52,7 +52,7 @@ from tally.core.segments import Item, Segment, contribution
 from tally.core.settings import Settings
 from tally.core.commit import Writer
 from tally.core.windows import now_ms
-from tally.dynamo import CounterDirectory, CountsTable
+from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
 
 RANGES_PROTOCOL = "ranges"
 # The whole export is one segment at the place of its first item; its parts share that position.
@@ -71,6 +71,10 @@ ENV_COMMITTERS = "TALLY_BACKFILL_COMMITTERS"  # committers at once (the commit m
 
 class PlanRefused(ValueError):
     """The export cannot be backfilled as asked; the message says why in one line."""
+
+
+# Failures no retry can mend (the state machine's retriers and the local run stop at them).
+REFUSALS: tuple[type[Exception], ...] = (PlanRefused, BackfillClaimed, exports.ExportError)
 
 
 @dataclass(frozen=True)
@@ -290,8 +294,7 @@ class Backfill:
                 f"export {export_arn} shows the table at {iso_second(export.export_time_ms)}, but the stream counts "
                 f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
             )
-        root = self.config.export_root()
-        if export.bucket != self.config.bucket or not f"{export.prefix}/".startswith(root.removesuffix(exports.EXPORT_ROOT)):
+        if export.bucket != self.config.bucket or export.prefix.strip("/") != self.config.prefix:
             raise PlanRefused(
                 f"export {export_arn} lies in s3://{export.bucket}/{export.prefix}, but the backfill reads "
                 f"s3://{self.config.bucket}/{self.config.prefix} only"

@@ -39,7 +39,7 @@ from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.ranking import RANK_PREFIX
 from tally.dynamo import BACKFILL_PREFIX, SETTINGS_KEY
 from tally import parallel_backfill
-from tally.parallel_backfill import STAGES, WORK_FOLDER, Stage
+from tally.parallel_backfill import REFUSALS, STAGES, WORK_FOLDER, Stage
 from tally_cdk.roles import LOG_RETENTION, role_with_own_logs
 
 # A fold worker parses a file at about one core's speed: 1,769 MB is one full vCPU. A committer drives
@@ -53,7 +53,6 @@ PLAN_TIMEOUT = Duration.minutes(5)
 # A child that failed (a throttled Lambda, a timeout) is tried again with backoff; after that the execution
 # fails and is redriven (RedriveExecution), which runs only the children that did not succeed.
 CHILD_RETRIES = 4
-REFUSALS = ("PlanRefused", "BackfillClaimed", "ExportError")  # the exceptions' names, as Lambda reports them
 EXECUTION_TIMEOUT = Duration.hours(24)  # the backfill must finish within a day of count-from anyway
 WILDCARD_REASON = (
     "The backfill's objects and executions are named at run time: one export's files and the work folder "
@@ -251,7 +250,7 @@ class AccountBackfill(Construct):
         )
         # A refusal (an export taken at another instant, claimed by another export) is final; anything else
         # (a throttled or timed-out function, a throttled S3 or DynamoDB) is tried again.
-        task.add_retry(errors=list(REFUSALS), max_attempts=0)
+        task.add_retry(errors=[refusal.__name__ for refusal in REFUSALS], max_attempts=0)  # as Lambda names them
         task.add_retry(errors=["States.ALL"], max_attempts=CHILD_RETRIES, backoff_rate=2, interval=Duration.seconds(5))
         return task
 

@@ -11,7 +11,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from tally.local.cli import ScriptError, load_script
-from tally.local.state_machine import ExecutionFollower, execution_name, start_or_resume
+from tally import parallel_backfill
+from tally.local.state_machine import CHILD_ATTEMPTS, ExecutionFollower, _run_child, execution_name, start_or_resume
 
 MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:TallyBackfill"
 EXPORT = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/export/01795000000000-abcdef"
@@ -145,3 +146,26 @@ def test_stack_mode_needs_the_stacks_state_machine_and_says_how_to_get_one(monke
         backfill._state_machine("Tally")
     monkeypatch.setattr(backfill, "client", lambda service: stack_with({**TABLE_OUTPUTS, "BackfillStateMachineArn": MACHINE}))
     assert backfill._state_machine("Tally") == MACHINE
+
+
+def test_a_child_run_here_is_tried_again_as_the_maps_retrier_does_but_a_refusal_is_final(monkeypatch):
+    calls = []
+
+    def flaky(event):
+        calls.append(event)
+        if len(calls) < CHILD_ATTEMPTS:
+            raise ConnectionError("throttled")
+        return {"index": event["file"]["index"]}
+
+    monkeypatch.setattr(parallel_backfill, "fold_file", flaky)
+    assert _run_child("fold_file", {"file": {"index": 3}}) == {"index": 3} and len(calls) == CHILD_ATTEMPTS
+
+    def refused(event):
+        calls.append(event)
+        raise parallel_backfill.PlanRefused("export taken at another instant")
+
+    calls.clear()
+    monkeypatch.setattr(parallel_backfill, "plan", refused)
+    with pytest.raises(parallel_backfill.PlanRefused):
+        _run_child("plan", {"exportArn": EXPORT})
+    assert len(calls) == 1

@@ -31,15 +31,16 @@ def _set_environment(environment: Mapping[str, str]) -> None:
 
 def _run_child(handler: str, event: dict[str, Any]) -> Any:
     """One child, in a worker process: the Lambda handler, tried up to CHILD_ATTEMPTS times."""
-    for attempt in range(CHILD_ATTEMPTS):
+    attempt = 1
+    while True:
         try:
             return getattr(parallel_backfill, handler)(event)
-        except parallel_backfill.PlanRefused:
+        except parallel_backfill.REFUSALS:
             raise
         except Exception:
-            if attempt == CHILD_ATTEMPTS - 1:
+            if attempt == CHILD_ATTEMPTS:
                 raise
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def items_of(stage: Stage, state: Mapping[str, Any], s3: Any) -> list[Any]:
