@@ -146,7 +146,7 @@ def adopt(args: argparse.Namespace) -> int:
         "POWERTOOLS_METRICS_DISABLED": "true",
     }
     final = state_machine.run(
-        export.arn,
+        {"exportArn": export.arn},
         s3=s3,
         workers=args.workers,
         environment=environment,

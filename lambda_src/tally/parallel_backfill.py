@@ -88,11 +88,17 @@ class Stage:
     """
 
     name: str
-    handler: str  # function of this module
+    handler: str  # a function of ``module``
     selects: tuple[str, ...]
     over: str | None = None  # "files" (the plan's list in S3, at bucket/filesKey) or "ranges" (in the state)
     item: str | None = None
     result: str | None = None
+    module: str = __name__  # where ``handler`` lies
+
+    @property
+    def handler_path(self) -> str:
+        """The Lambda handler: module and function."""
+        return f"{self.module}.{self.handler}"
 
 
 STAGES = (

@@ -13,6 +13,8 @@ from botocore.exceptions import ClientError
 
 STACK_OUTPUT_KEYS = ("EventsTableName", "CountsTableName", "EventsStreamArn", "FailureQueueUrl")
 STATE_MACHINE_OUTPUT = "BackfillStateMachineArn"  # only where the stack has the backfill in the account
+AUDIT_STATE_MACHINE_OUTPUT = "AuditStateMachineArn"  # ... and the audit's Scan beside it
+EXPORTS_OUTPUT = "BackfillExports"  # s3://BUCKET/PREFIX: where exports go, and both state machines' work
 
 
 class StackOutputsError(LookupError):

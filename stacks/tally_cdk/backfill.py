@@ -39,6 +39,8 @@ from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.ranking import RANK_PREFIX
 from tally.dynamo import BACKFILL_PREFIX, SETTINGS_KEY
 from tally import parallel_backfill
+from tally.core.settings import ENV_EVENTS_TABLE
+from tally.parallel_audit import AUDIT_STAGES
 from tally.parallel_backfill import REFUSALS, STAGES, WORK_FOLDER, Stage
 from tally_cdk.roles import LOG_RETENTION, role_with_own_logs
 
@@ -53,6 +55,8 @@ PLAN_TIMEOUT = Duration.minutes(5)
 # A child that failed (a throttled Lambda, a timeout) is tried again with backoff; after that the execution
 # fails and is redriven (RedriveExecution), which runs only the children that did not succeed.
 CHILD_RETRIES = 4
+BACKFILL_COMMENT = "tally: count a point-in-time export of the events table in parallel, exactly once"
+AUDIT_COMMENT = "tally: Scan the events table in parallel segments for scripts/audit.py, which recounts what they find"
 EXECUTION_TIMEOUT = Duration.hours(24)  # the backfill must finish within a day of count-from anyway
 WILDCARD_REASON = (
     "The backfill's objects and executions are named at run time: one export's files and the work folder "
@@ -118,6 +122,7 @@ class AccountBackfill(Construct):
         settings: BackfillSettings,
         counts_table: dynamodb.ITable,
         events_table_arn: str,
+        events_table_name: str,
         code: lambda_.Code,
         runtime: lambda_.Runtime,
         layers: list[lambda_.ILayerVersion],
@@ -128,9 +133,10 @@ class AccountBackfill(Construct):
         self.counts_table = counts_table
         self.events_table_arn = events_table_arn
         self._code, self._runtime, self._layers = code, runtime, layers
-        self._environment = {**environment, **settings.environment()}
-        self.functions = {stage.name: self._function(stage) for stage in STAGES}
-        self.state_machine = self._state_machine()
+        self._environment = {**environment, **settings.environment(), ENV_EVENTS_TABLE: events_table_name}
+        self.functions = {stage.name: self._function(stage) for stage in (*STAGES, *AUDIT_STAGES)}
+        self.state_machine = self._state_machine("StateMachine", STAGES, BACKFILL_COMMENT)
+        self.audit_state_machine = self._state_machine("AuditStateMachine", AUDIT_STAGES, AUDIT_COMMENT)
         self._acknowledge_wildcards()
 
     # Where things lie in the exports' bucket.
@@ -157,7 +163,7 @@ class AccountBackfill(Construct):
             name,
             description=f"tally backfill: {self._role_purpose(stage)}",
             code=self._code,
-            handler=f"tally.parallel_backfill.{stage.handler}",
+            handler=stage.handler_path,
             runtime=self._runtime,
             architecture=lambda_.Architecture.ARM_64,
             memory_size=WORKER_MEMORY_MB if heavy else PLAN_MEMORY_MB,
@@ -183,6 +189,7 @@ class AccountBackfill(Construct):
             "fold": "fold one export data file into partials per counter range",
             "commit": "commit one counter range of partials to the counts table",
             "summary": "add up what the backfill read and wrote",
+            "scan": "scan one segment of the events table for the audit",
         }[stage.name]
 
     def _statements(self, stage: Stage) -> list[iam.PolicyStatement]:
@@ -233,6 +240,11 @@ class AccountBackfill(Construct):
                     },
                 ),
             ]
+        if stage.name == "scan":
+            return [
+                iam.PolicyStatement(actions=["dynamodb:Scan"], resources=[self.events_table_arn]),
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[self._work]),
+            ]
         return [iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._work]), list_work]
 
     def _invoke(self, stage: Stage) -> tasks.LambdaInvoke:
@@ -254,17 +266,17 @@ class AccountBackfill(Construct):
         task.add_retry(errors=["States.ALL"], max_attempts=CHILD_RETRIES, backoff_rate=2, interval=Duration.seconds(5))
         return task
 
-    def _state_machine(self) -> sfn.StateMachine:
-        """STAGES in order: each stage once, or a Distributed Map over the plan's files or ranges."""
+    def _state_machine(self, name: str, stages: tuple[Stage, ...], comment: str) -> sfn.StateMachine:
+        """The stages in order: each stage once, or a Distributed Map over the list the state names."""
         chain: sfn.IChainable | None = None
-        for stage in STAGES:
+        for stage in stages:
             state = self._state(stage)
             chain = state if chain is None else chain.next(state)  # type: ignore[attr-defined]
-        log_group = logs.LogGroup(self, "StateMachineLogs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY)
+        log_group = logs.LogGroup(self, f"{name}Logs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY)
         machine = sfn.StateMachine(
             self,
-            "StateMachine",
-            comment="tally: count a point-in-time export of the events table in parallel, exactly once",
+            name,
+            comment=comment,
             definition_body=sfn.DefinitionBody.from_chainable(chain),  # type: ignore[arg-type]
             timeout=EXECUTION_TIMEOUT,
             tracing_enabled=True,
@@ -314,7 +326,7 @@ class AccountBackfill(Construct):
             self,
             f"{stage.name.capitalize()}Map",
             item_selector=selector,
-            max_concurrency=self.settings.workers if stage.over == "files" else self.settings.committers,
+            max_concurrency=self.settings.committers if stage.over == "ranges" else self.settings.workers,
             result_path=sfn.JsonPath.DISCARD,
             label=stage.name,
             **reads,  # type: ignore[arg-type]

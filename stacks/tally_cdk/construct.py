@@ -375,6 +375,7 @@ class Tally(Construct):
             settings=self.settings.backfill,
             counts_table=self.counts_table,
             events_table_arn=self.events_table.table_arn,
+            events_table_name=self.events_table.table_name,
             code=self.code,
             runtime=RUNTIME,
             layers=[self.powertools_layer],

@@ -158,7 +158,7 @@ def test_a_child_run_here_is_tried_again_as_the_maps_retrier_does_but_a_refusal_
         return {"index": event["file"]["index"]}
 
     monkeypatch.setattr(parallel_backfill, "fold_file", flaky)
-    assert _run_child("fold_file", {"file": {"index": 3}}) == {"index": 3} and len(calls) == CHILD_ATTEMPTS
+    assert _run_child("tally.parallel_backfill.fold_file", {"file": {"index": 3}}) == {"index": 3} and len(calls) == CHILD_ATTEMPTS
 
     def refused(event):
         calls.append(event)
@@ -167,5 +167,5 @@ def test_a_child_run_here_is_tried_again_as_the_maps_retrier_does_but_a_refusal_
     calls.clear()
     monkeypatch.setattr(parallel_backfill, "plan", refused)
     with pytest.raises(parallel_backfill.PlanRefused):
-        _run_child("plan", {"exportArn": EXPORT})
+        _run_child("tally.parallel_backfill.plan", {"exportArn": EXPORT})
     assert len(calls) == 1

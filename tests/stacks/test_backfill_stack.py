@@ -29,23 +29,26 @@ def render_all(value: Any) -> str:
     return render(value).replace("${Ref:AWS::Partition}", "${AWS::Partition}")
 
 
-def definition(template: dict[str, Any]) -> dict[str, Any]:
-    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
+def definition(template: dict[str, Any], name: str = "BackfillStateMachine") -> dict[str, Any]:
+    (machine,) = [
+        body for logical_id, body in resources(template, "AWS::StepFunctions::StateMachine").items()
+        if logical_id.startswith(name)
+    ]
     return json.loads(render_all(machine["Properties"]["DefinitionString"]))
 
 
-def function_of(template: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
+def function_of(template: dict[str, Any], handler: str, module: str = "tally.parallel_backfill") -> tuple[str, dict[str, Any]]:
     (found,) = [
         (name, body)
         for name, body in resources(template, "AWS::Lambda::Function").items()
-        if body["Properties"]["Handler"] == f"tally.parallel_backfill.{handler}"
+        if body["Properties"]["Handler"] == f"{module}.{handler}"
     ]
     return found
 
 
-def role_statements(template: dict[str, Any], handler: str) -> list[dict[str, Any]]:
+def role_statements(template: dict[str, Any], handler: str, module: str = "tally.parallel_backfill") -> list[dict[str, Any]]:
     """Every statement of the role of the backfill function running ``handler``, its logs' aside."""
-    _, function = function_of(template, handler)
+    _, function = function_of(template, handler, module)
     role = function["Properties"]["Role"]["Fn::GetAtt"][0]
     statements = [
         statement
@@ -108,7 +111,22 @@ def test_every_stage_is_a_function_of_the_handlers_module_with_the_counting_sett
         "AWS::StepFunctions::StateMachine",
         {"TracingConfiguration": {"Enabled": True}, "LoggingConfiguration": Match.object_like({"Level": "ALL"})},
     )
-    assert "BackfillStateMachineArn" in adopting["Outputs"]
+    assert {"BackfillStateMachineArn", "AuditStateMachineArn"} <= set(adopting["Outputs"])
+    assert adopting["Outputs"]["BackfillExports"]["Value"] == "s3://orders-exports/tally"
+
+
+def test_the_audits_scan_is_a_map_over_segments_whose_workers_may_scan_and_write_the_work_folder_only(adopting):
+    states = definition(adopting, "BackfillAuditStateMachine")["States"]
+    scan = states["ScanMap"]
+    assert scan["ItemsPath"] == "$.segments" and scan["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert scan["ItemSelector"] == {"work.$": "$.work", "request.$": "$.request", "total.$": "$.total",
+                                    "segment.$": "$$.Map.Item.Value"}
+    _, function = function_of(adopting, "scan_segment", "tally.parallel_audit")
+    assert function["Properties"]["Environment"]["Variables"]["EVENTS_TABLE"] == "orders"
+    table = "arn:${AWS::Partition}:dynamodb:${Ref:AWS::Region}:${Ref:AWS::AccountId}:table/orders"
+    assert granted(role_statements(adopting, "scan_segment", "tally.parallel_audit")) == {
+        ("Allow", "dynamodb:Scan", table), ("Allow", "s3:PutObject", WORK)
+    }
 
 
 def test_fold_workers_read_the_exports_and_write_the_work_folder_only(adopting):

@@ -12,6 +12,7 @@ runs' counts and the summaries its children leave in S3.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -29,12 +30,14 @@ def _set_environment(environment: Mapping[str, str]) -> None:
     os.environ.update(environment)
 
 
-def _run_child(handler: str, event: dict[str, Any]) -> Any:
+def _run_child(handler_path: str, event: dict[str, Any]) -> Any:
     """One child, in a worker process: the Lambda handler, tried up to CHILD_ATTEMPTS times."""
+    module, _, name = handler_path.rpartition(".")
+    handler = getattr(importlib.import_module(module), name)
     attempt = 1
     while True:
         try:
-            return getattr(parallel_backfill, handler)(event)
+            return handler(event)
         except parallel_backfill.REFUSALS:
             raise
         except Exception:
@@ -51,22 +54,23 @@ def items_of(stage: Stage, state: Mapping[str, Any], s3: Any) -> list[Any]:
 
 
 def run(
-    export_arn: str,
+    execution_input: Mapping[str, Any],
     *,
     s3: Any,
     workers: int,
     environment: Mapping[str, str],
+    stages: tuple[Stage, ...] = STAGES,
     on_stage: Callable[[Stage, int], None] = lambda stage, total: None,
     on_child: Callable[[Stage], None] = lambda stage: None,
 ) -> dict[str, Any]:
-    """Every stage in order, from the execution input {"exportArn"}; the final state (plan and summary)."""
-    state: dict[str, Any] = {"exportArn": export_arn}
+    """Every stage in order, from the execution's input ({"exportArn"} for the backfill); the final state."""
+    state: dict[str, Any] = dict(execution_input)
     with ProcessPoolExecutor(workers, initializer=_set_environment, initargs=(dict(environment),)) as pool:
-        for stage in STAGES:
+        for stage in stages:
             selected = {field: state[field] for field in stage.selects}
             if stage.over is None:
                 on_stage(stage, 1)
-                answer = pool.submit(_run_child, stage.handler, selected).result()
+                answer = pool.submit(_run_child, stage.handler_path, selected).result()
                 on_child(stage)
                 if stage.result:
                     state[stage.result] = answer
@@ -76,7 +80,7 @@ def run(
             items = items_of(stage, state, s3)
             on_stage(stage, len(items))
             children: list[Future[Any]] = [
-                pool.submit(_run_child, stage.handler, {**selected, stage.item: item})  # type: ignore[dict-item]
+                pool.submit(_run_child, stage.handler_path, {**selected, stage.item: item})  # type: ignore[dict-item]
                 for item in items
             ]
             for child in as_completed(children):
