@@ -1,7 +1,10 @@
 """The backfill in the account: a Step Functions state machine that counts an export with many Lambda workers.
 
 Switched on by ``backfillExports`` (``s3://BUCKET/PREFIX``, where the events
-table's point-in-time exports go). The state machine renders
+table's point-in-time exports go). Beside it, the audit's Scan
+(``tally.parallel_audit.AUDIT_STAGES``): a Distributed Map over the Scan's
+segments, whose workers may Scan the events table and write the work folder
+only. The backfill's state machine renders
 ``tally.parallel_backfill.STAGES``: a plan, a Distributed Map over the
 export's data files (the plan's list, read by the map's ItemReader) whose
 children fold one file each, a Distributed Map over the counter ranges whose
@@ -112,7 +115,7 @@ class BackfillSettings:
 
 
 class AccountBackfill(Construct):
-    """The state machine and its four functions, each with a role of its own."""
+    """The backfill's state machine and the audit's, and their functions, each with a role of its own."""
 
     def __init__(
         self,
