@@ -13,7 +13,9 @@ README "Adopting tally on an existing table" gives for AWS:
    counter ranges, a summary; the same stages and handlers the stack's Step
    Functions run, here in worker processes (``tally.local.state_machine``);
 6. scripts/audit.py recounts every counter's 24 h window from the raw items,
-   with a rule of its own, and must report no difference.
+   with a rule of its own, and must report no difference; then its Scan runs
+   as the stack's audit state machine does, segments in worker processes,
+   and the audit's recount of what they found is shown beside.
 
 moto exports the table as it is when asked, whatever ExportTime says, so the
 export is requested at the count-from instant, before live traffic; on AWS the
@@ -26,14 +28,17 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
+from typing import Any
 
 
 from tally.core.buckets import iso_minute, iso_second
-from tally.core.settings import ENV_COUNT_FROM, MINUTE_MS
+from tally.core.settings import ENV_COUNT_FROM, ENV_EVENTS_TABLE, MINUTE_MS, Settings
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
 from tally import exports
-from tally.parallel_backfill import ENV_BUCKET, ENV_PREFIX, ENV_RANGES, STAGES, summary_from_json
+from tally.parallel_audit import AUDIT_STAGES, audit_work_prefix, gathered_items
+from tally.parallel_backfill import ENV_BUCKET, ENV_PREFIX, ENV_RANGES, STAGES, BackfillConfig, summary_from_json
 from tally.local import state_machine
 from tally.local.aws import (
     ArgumentParser,
@@ -56,6 +61,7 @@ COUNTS_TABLE = "tally-counts"
 BUCKET = "tally-exports"
 EXPORT_PREFIX = "adoption"
 DEMO_RANGES = 8
+DEMO_SEGMENTS = 6
 # tally backfills history up to the hour retention (90 d); the demo keeps its own workload small.
 MAX_HISTORY_HOURS = 72
 
@@ -156,12 +162,37 @@ def adopt(args: argparse.Namespace) -> int:
 
     at = iso_second(now_ms())
     console.print(f"6. [bold]scripts/audit.py[/] {' '.join(DEFAULT_COUNTERS)} --window 24h --at {at}")
-    status = load_script("audit").main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
+    audit = load_script("audit")
+    status = audit.main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
+    recount = recount_in_workers(audit, at, s3, args.workers, environment)
+    console.print(
+        f"   the audit's Scan as the stack runs it ({DEMO_SEGMENTS} segments in {args.workers} worker processes), "
+        "recounted: " + ", ".join(f"{counter} {recount[counter]:,}" for counter in DEFAULT_COUNTERS)
+    )
     if status == 0:
         console.print("[bold green]VERDICT: NO DIFFERENCE[/] — history and live traffic each counted once")
     else:
         console.print("[bold red]VERDICT: DIFFERENCE[/] — see the audit above")
     return status
+
+
+def recount_in_workers(audit: Any, at: str, s3: Any, workers: int, environment: dict[str, str]) -> Counter[str]:
+    """The audit's Scan stages (``AUDIT_STAGES``) with the audit's own filter, then its own recount of what they found."""
+    settings = Settings.from_env()
+    last_minute = (audit.instant_ms(at) - 1) // MINUTE_MS
+    first_minute = last_minute - audit.window_minutes("24h") + 1
+    rules = [audit.classic_rule(settings.counter_attribute)]
+    condition = audit.scan_filter(DEFAULT_COUNTERS, rules, True, settings.time_attribute, first_minute, last_minute)
+    work = audit_work_prefix(BackfillConfig(BUCKET, EXPORT_PREFIX), "demo")
+    state_machine.run(
+        {"work": work, "request": condition, "total": DEMO_SEGMENTS, "segments": list(range(DEMO_SEGMENTS))},
+        s3=s3,
+        workers=workers,
+        environment={**environment, ENV_EVENTS_TABLE: EVENTS_TABLE},
+        stages=AUDIT_STAGES,
+    )
+    items = gathered_items(s3, BUCKET, work, DEMO_SEGMENTS)
+    return audit.recount_items(items, DEFAULT_COUNTERS, rules, settings.time_attribute, first_minute, last_minute)
 
 
 if __name__ == "__main__":
