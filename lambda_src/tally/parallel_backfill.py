@@ -90,7 +90,7 @@ class Stage:
     name: str
     handler: str  # a function of ``module``
     selects: tuple[str, ...]
-    over: str | None = None  # "files" (the plan's list in S3, at bucket/filesKey) or "ranges" (in the state)
+    over: str | None = None  # what it maps over: "files" (the plan's list in S3, at bucket/filesKey), else a list in the state
     item: str | None = None
     result: str | None = None
     module: str = __name__  # where ``handler`` lies
