@@ -78,6 +78,7 @@ ASSUMED = {
     "s3_read_mb_per_second": 90,  # one GET stream into one Lambda
     "worker_memory_gb": 1.769,  # one vCPU, as the construct sizes fold and commit workers
     "committer_updates_per_second": 3_200,  # 32 UpdateItems in flight at about 10 ms each
+    "range_bucket_items_in_memory": 2_000_000,  # a committer merges its range in memory (1,769 MB)
     "transitions_per_child": 3,  # a Distributed Map child: start, task, end
     "fixed_seconds": 60,  # plan, map start-up, summary
     "laptop_download_mb_per_second": 50,
@@ -253,11 +254,15 @@ def model_row(items: int, workers: int, shape: str, warm_wcu: int, fold_rate: fl
     fold_seconds = math.ceil(files / min(workers, files)) * file_seconds
     buckets = bucket_items(items, shape)
     # Committers beyond what the write throughput feeds would only wait (and be billed for it); ranges are
-    # enough that each commits within Lambda's 15 minutes at its share of the rate.
+    # enough that each commits within Lambda's 15 minutes at its share of the rate, and fits its memory.
     per_committer = ASSUMED["committer_updates_per_second"]
     committers = max(1, min(workers, math.ceil(warm_wcu / per_committer)))
     share = min(per_committer, warm_wcu / committers)
-    ranges = max(workers, math.ceil(buckets / (share * LAMBDA_SECONDS * 0.8)))
+    ranges = max(
+        workers,
+        math.ceil(buckets / (share * LAMBDA_SECONDS * 0.8)),
+        math.ceil(buckets / ASSUMED["range_bucket_items_in_memory"]),
+    )
     write_bound = buckets / warm_wcu
     committer_bound = buckets / (committers * per_committer)
     commit_seconds = max(write_bound, committer_bound)
