@@ -21,13 +21,17 @@ distinct rule beside the same counts without it (about a minute), and
 ``python -m bench reads`` the read cost of every plan (about two minutes), and
 ``python -m bench alerts`` what alerts add to the write path (seconds), and
 ``python -m bench top`` what a top N costs to read over 10^4 to 10^6 modeled
-counters and what its rank records add to the writes (about a minute); each
+counters and what its rank records add to the writes (about a minute), and
+``python -m bench backfill-scale [--items N]`` the backfill in the account,
+measured here at N items (default 10^6: about a quarter of an hour of two
+cores) and modeled on AWS up to 10^9; each
 replaces only its own figures in the file(s) it writes, and the targets.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -40,13 +44,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import aggregates, alerts, latency, read_api, reads, scale, speed, top, workloads, writes
+from bench import aggregates, alerts, backfill_scale, latency, read_api, reads, scale, speed, top, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = Path(__file__).resolve().parent / "results.json"
 LATEST = Path(__file__).resolve().parent / "latest.json"
+FILES_PER_BENCH_EXPORT = backfill_scale.FILES
 console = Console(stderr=True)
 
 
@@ -324,6 +329,49 @@ def read_api_results() -> dict[str, Any]:
 
 
 # Parts that run alone: their figures replace only their own keys in the file(s) written.
+def backfill_scale_results(items: int = 10**6) -> dict[str, Any]:
+    """The backfill measured here at ``items`` items (1 and 8 workers), and modeled on AWS from the published
+    parse and fold rate of one core."""
+    published = json.loads(PUBLISHED.read_text()).get("cpu", {}) if PUBLISHED.exists() else {}
+    return backfill_scale.results(items, published.get("parse_and_fold_records_per_second"))
+
+
+def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
+    figures = results["backfill_scale"]
+    measured = figures["measured"]
+    table = Table(title=f"backfill measured here: {measured['items']:,} items, {measured['bucket_items']:,} bucket items, "
+                        f"{measured['cores']} cores at load {measured['load_average']}")
+    for column in ("way", "workers", "fold s", "commit s", "wall s", "WCU", "exact", "speed-up"):
+        table.add_column(column, justify="right")
+    table.add_row("single process", "1", f"{measured['single_process_parse_and_fold_seconds']}", "",
+                  f"{measured['single_process_seconds']}", f"{measured['single_process_write_units']:,}", "reference", "")
+    for run in measured["runs"]:
+        table.add_row("in-account stages", str(run["workers"]), str(run["fold_seconds"]), str(run["commit_seconds"]),
+                      str(run["wall_seconds"]), f"{run['write_units']:,}", "yes" if run["exact"] else "NO", f"{run['speed_up']}x")
+    out.print(table)
+    model = Table(title=f"backfill on AWS, modeled (fold {figures['fold_items_per_second_per_worker']:,} items/s per worker; "
+                        f"prices of {figures['prices_date']})")
+    for column in ("shape", "warm WCU", "items", "workers", "committers", "fold s", "commit s", "wall", "write bound",
+                   "bound", "goal", "in a day", "cost $"):
+        model.add_column(column, justify="right")
+    for row in figures["rows"]:
+        model.add_row(row["shape"], f"{row['warm_throughput_wcu']:,}", f"{row['items']:.0e}", str(row["workers"]),
+                      str(row["committers"]), f"{row['fold_seconds']:,}", f"{row['commit_seconds']:,}",
+                      _duration(row["wall_seconds"]), _duration(row["write_bound_seconds"]), row["bound"],
+                      "met" if row["meets_goal"] else "missed", "yes" if row["within_a_day"] else "NO",
+                      f"{row['cost_usd']:,.2f}")
+    for row in figures["single_process"]:
+        model.add_row(row["shape"], f"{row['warm_throughput_wcu']:,}", f"{row['items']:.0e}", "laptop", "", "", "",
+                      _duration(row["wall_seconds"]), _duration(row["write_bound_seconds"]), row["bound"], "",
+                      "yes" if row["within_a_day"] else "NO", f"{row['cost_usd']:,.2f}")
+    out.print(model)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
          "scale-shards": (scale_shards_results, lambda out, results: report_scale(out, results)),
          "scale-distinct": (scale_distinct_results, lambda out, results: report_scale_distinct(out, results)),
@@ -334,7 +382,8 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "histogram": (histogram_results, lambda out, results: report_histogram(out, results["histogram"])),
          "distinct": (distinct_results, lambda out, results: report_distinct(out, results)),
          "alerts": (alert_results, lambda out, results: report_alerts(out, results)),
-         "top": (top_results, lambda out, results: report_top(out, results))}
+         "top": (top_results, lambda out, results: report_top(out, results)),
+         "backfill-scale": (backfill_scale_results, lambda out, results: report_backfill_scale(out, results))}
 
 
 def report(results: dict[str, Any]) -> None:
@@ -654,11 +703,16 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the scale model, the read API's load, the histogram rule or the distinct rule",
     )
     parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
+    parser.add_argument("--items", type=int, help="backfill-scale: items of the export measured here (default 10^6)")
     args = parser.parse_args(argv)
+    if args.items is not None and (args.part != "backfill-scale" or args.items < FILES_PER_BENCH_EXPORT):
+        parser.error(f"--items goes with backfill-scale, and is at least {FILES_PER_BENCH_EXPORT}")
     paths = (LATEST, PUBLISHED) if args.publish else (LATEST,)
     start = time.perf_counter()
     if args.part:
         measure, show = PARTS[args.part]
+        if args.items is not None:
+            measure = functools.partial(measure, args.items)
         figures = timed(args.part, measure)
         for path in paths:
             results = json.loads(path.read_text()) if path.exists() else {}

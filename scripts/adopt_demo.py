@@ -8,9 +8,14 @@ README "Adopting tally on an existing table" gives for AWS:
 3. a point-in-time export of the table taken at that instant;
 4. live traffic after it, counted by the stream runner (the history's records
    arrived before count-from: routine skips);
-5. scripts/backfill.py counts the export, through the handler's own parsing;
+5. the backfill's state machine (``backfill.py --stack`` on AWS) counts the export: a
+   plan, a map of fold workers over its data files, a map of committers over the
+   counter ranges, a summary; the same stages and handlers the stack's Step
+   Functions run, here in worker processes (``tally.local.state_machine``);
 6. scripts/audit.py recounts every counter's 24 h window from the raw items,
-   with a rule of its own, and must report no difference.
+   with a rule of its own, and must report no difference; then its Scan runs
+   as the stack's audit state machine does, segments in worker processes,
+   and the audit's recount of what they found is shown beside.
 
 moto exports the table as it is when asked, whatever ExportTime says, so the
 export is requested at the count-from instant, before live traffic; on AWS the
@@ -23,13 +28,18 @@ import argparse
 import os
 import sys
 import time
+from collections import Counter
+from typing import Any
 
 
 from tally.core.buckets import iso_minute, iso_second
-from tally.core.settings import ENV_COUNT_FROM, MINUTE_MS
+from tally.core.settings import ENV_COUNT_FROM, ENV_EVENTS_TABLE, MINUTE_MS, Settings
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
-from tally.local import exports
+from tally import exports
+from tally.parallel_audit import AUDIT_STAGES, audit_work_prefix, gathered_items
+from tally.parallel_backfill import ENV_BUCKET, ENV_PREFIX, ENV_RANGES, STAGES, BackfillConfig, summary_from_json
+from tally.local import state_machine
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,
@@ -49,6 +59,9 @@ from tally.local.workload import DEFAULT_COUNTERS, Workload, bad_items
 EVENTS_TABLE = "orders"
 COUNTS_TABLE = "tally-counts"
 BUCKET = "tally-exports"
+EXPORT_PREFIX = "adoption"
+DEMO_RANGES = 8
+DEMO_SEGMENTS = 6
 # tally backfills history up to the hour retention (90 d); the demo keeps its own workload small.
 MAX_HISTORY_HOURS = 72
 
@@ -60,11 +73,14 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=2019, help="workload seed (default 2019)")
     parser.add_argument("--history-hours", type=int, default=20, help="hours of history before adoption (default 20)")
     parser.add_argument("--rate", nargs=2, type=int, default=[20, 100], metavar=("LOW", "HIGH"))
+    parser.add_argument("--workers", type=int, default=4, help="worker processes of the backfill's maps (default 4)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if not 1 <= args.workers <= 64:
+        parser().error("--workers must be between 1 and 64")
     if not 1 <= args.history_hours <= MAX_HISTORY_HOURS:
         parser().error(f"--history-hours must be between 1 and {MAX_HISTORY_HOURS}: the demo writes every event of it")
     if os.environ.get(ENV_BACKEND) == "dynamodb-local":
@@ -103,9 +119,9 @@ def adopt(args: argparse.Namespace) -> int:
     console.print(f"2. tally's settings: countFrom = {count_from} ({iso_second(count_from_ms)}), as -c countFrom=… deploys it")
 
     table_arn = dynamodb.describe_table(TableName=EVENTS_TABLE)["Table"]["TableArn"]
-    export = exports.start_export(dynamodb, table_arn, BUCKET, "adoption", count_from_ms)
+    export = exports.start_export(dynamodb, table_arn, BUCKET, EXPORT_PREFIX, count_from_ms)
     exports.wait_until_done(dynamodb, export.arn, poll_seconds=0.1)
-    console.print(f"3. exported the table at count-from to s3://{BUCKET}/adoption")
+    console.print(f"3. exported the table at count-from to s3://{BUCKET}/{EXPORT_PREFIX}")
 
     while now_ms() < count_from_ms:
         time.sleep(0.05)
@@ -124,19 +140,59 @@ def adopt(args: argparse.Namespace) -> int:
         f"{reader.stats.records:,} records (the history's arrived before count-from: skipped, not counted)"
     )
 
-    console.print("5. [bold]scripts/backfill.py[/] --export-arn … --count-from", count_from)
-    status = load_script("backfill").main(["--export-arn", export.arn, "--count-from", count_from, "--poll-seconds", "0.1"])
-    if status:
-        return status
+    console.print(
+        f"5. the backfill's state machine ({' → '.join(stage.name for stage in STAGES)}), "
+        f"children in {args.workers} worker processes"
+    )
+    environment = {
+        **os.environ,
+        ENV_BUCKET: BUCKET,
+        ENV_PREFIX: EXPORT_PREFIX,
+        ENV_RANGES: str(DEMO_RANGES),
+        "POWERTOOLS_METRICS_DISABLED": "true",
+    }
+    final = state_machine.run(
+        {"exportArn": export.arn},
+        s3=s3,
+        workers=args.workers,
+        environment=environment,
+        on_stage=lambda stage, total: console.print(f"   {stage.name}: {total:,} {'child' if total == 1 else 'children'}"),
+    )
+    load_script("backfill").show(summary_from_json(final["summary"]))
 
     at = iso_second(now_ms())
     console.print(f"6. [bold]scripts/audit.py[/] {' '.join(DEFAULT_COUNTERS)} --window 24h --at {at}")
-    status = load_script("audit").main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
+    audit = load_script("audit")
+    status = audit.main([*DEFAULT_COUNTERS, "--window", "24h", "--at", at])
+    recount = recount_in_workers(audit, at, s3, args.workers, environment)
+    console.print(
+        f"   the audit's Scan as the stack runs it ({DEMO_SEGMENTS} segments in {args.workers} worker processes), "
+        "recounted: " + ", ".join(f"{counter} {recount[counter]:,}" for counter in DEFAULT_COUNTERS)
+    )
     if status == 0:
         console.print("[bold green]VERDICT: NO DIFFERENCE[/] — history and live traffic each counted once")
     else:
         console.print("[bold red]VERDICT: DIFFERENCE[/] — see the audit above")
     return status
+
+
+def recount_in_workers(audit: Any, at: str, s3: Any, workers: int, environment: dict[str, str]) -> Counter[str]:
+    """The audit's Scan stages (``AUDIT_STAGES``) with the audit's own filter, then its own recount of what they found."""
+    settings = Settings.from_env()
+    last_minute = (audit.instant_ms(at) - 1) // MINUTE_MS
+    first_minute = last_minute - audit.window_minutes("24h") + 1
+    rules = [audit.classic_rule(settings.counter_attribute)]
+    condition = audit.scan_filter(DEFAULT_COUNTERS, rules, True, settings.time_attribute, first_minute, last_minute)
+    work = audit_work_prefix(BackfillConfig(BUCKET, EXPORT_PREFIX), "demo")
+    state_machine.run(
+        {"work": work, "request": condition, "total": DEMO_SEGMENTS, "segments": list(range(DEMO_SEGMENTS))},
+        s3=s3,
+        workers=workers,
+        environment={**environment, ENV_EVENTS_TABLE: EVENTS_TABLE},
+        stages=AUDIT_STAGES,
+    )
+    items = gathered_items(s3, BUCKET, work, DEMO_SEGMENTS)
+    return audit.recount_items(items, DEFAULT_COUNTERS, rules, settings.time_attribute, first_minute, last_minute)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,14 @@
 
     .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-to s3://my-bucket/tally-backfill
     .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-arn arn:aws:dynamodb:...:export/...
+    .venv/bin/python scripts/backfill.py --stack Tally --count-from 2026-11-23T10:00:00Z --export-to s3://my-exports/orders
+
+With --stack naming a stack deployed with backfillExports, the export is
+counted in the account: the stack's state machine folds its files in parallel
+Lambda workers and commits each counter range once, and this command starts
+it (or finds it running, or redrives it after a failure) and follows it with a
+progress bar; --export-to must then be the stack's backfillExports. --here
+counts in this process instead, as without --stack.
 
 The counting function counts only records that arrived at or after the
 count-from instant (TALLY_COUNT_FROM, context countFrom); this command counts
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -35,11 +44,13 @@ from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
 from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
-from tally.local import exports
+from tally import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain
 from tally.local.cli import console as cli_console
-from tally.stack_outputs import StackOutputsError
+from tally.local import state_machine
+from tally.parallel_backfill import summary_from_json
+from tally.stack_outputs import STATE_MACHINE_OUTPUT, StackOutputsError, stack_outputs
 
 console = cli_console(stderr=True)
 
@@ -58,8 +69,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-wcu",
         type=float,
-        default=DEFAULT_MAX_WCU,
-        help=f"write units per second on the counts table at most (default {DEFAULT_MAX_WCU})",
+        help=f"write units per second on the counts table at most, with --here (default {DEFAULT_MAX_WCU}; "
+        "in the account: the stack's backfillMaxWcu)",
+    )
+    parser.add_argument(
+        "--here", action="store_true", help="count in this process even when --stack has the backfill in the account"
     )
     parser.add_argument("--poll-seconds", type=float, default=10.0, help="how often to ask whether the export is done")
     add_table_arguments(parser)
@@ -80,8 +94,11 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         count_from_ms = _count_from(args.count_from) if args.count_from else settings.count_from_ms
         if count_from_ms is None:
             raise ScriptError("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
-        if args.max_wcu <= 0:
+        if args.max_wcu is not None and args.max_wcu <= 0:
             raise ScriptError("--max-wcu must be positive")
+        state_machine_arn = _state_machine(args.stack) if args.stack and not args.here else None
+        if state_machine_arn and args.max_wcu is not None:
+            raise ScriptError("--max-wcu caps a backfill --here; in the account the stack's backfillMaxWcu does")
         if now_ms() > backfill_deadline_ms(count_from_ms):
             raise ScriptError(
                 f"count-from {iso_second(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
@@ -99,12 +116,14 @@ def run(args: argparse.Namespace) -> BackfillSummary:
                 f"export {export.arn} shows the table at {iso_second(export.export_time_ms)}, but the stream counts "
                 f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
             )
+        if state_machine_arn:  # the plan claims the export, by the in-account protocol
+            return count_in_account(client("stepfunctions"), s3, state_machine_arn, export.arn, args.poll_seconds)
         # Exported items all predate this process, but never a marker of the previous release: the claim
         # refuses an export that release began counting.
         counts = CountsTable(dynamodb, tables.counts, settings, previous_release_until_ms=0)
         expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
         counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s)
-        return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu))
+        return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU))
     except (SettingsError, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
         raise ScriptError(str(error)) from None
     except ClientError as error:
@@ -112,6 +131,54 @@ def run(args: argparse.Namespace) -> BackfillSummary:
             raise
         detail = error.response.get("Error", {})
         raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
+
+
+def _state_machine(stack_name: str) -> str:
+    """The stack's in-account backfill, or a one-line refusal saying how to get one or count here."""
+    outputs = stack_outputs(stack_name, client("cloudformation"))
+    arn = outputs.get(STATE_MACHINE_OUTPUT)
+    if not arn:
+        raise ScriptError(
+            f"stack {stack_name!r} has no backfill in the account: deploy it with -c backfillExports=s3://BUCKET/PREFIX, "
+            "or count in this process with --here"
+        )
+    return arn
+
+
+def count_in_account(sfn: Any, s3: Any, state_machine_arn: str, export_arn: str, poll_seconds: float) -> BackfillSummary:
+    """Start the stack's state machine on the export (or find it, or redrive it) and follow it to the end."""
+    execution_arn, how = state_machine.start_or_resume(sfn, state_machine_arn, export_arn)
+    console.print(f"{how} {execution_arn}")
+    follower = state_machine.ExecutionFollower(sfn, s3, execution_arn)
+    follow(follower, poll_seconds)
+    return summary_from_json(follower.output()["summary"])
+
+
+def follow(follower: state_machine.ExecutionFollower, poll_seconds: float, sleep: Any = time.sleep) -> None:
+    """Progress bars until the execution ends: files folded, items folded (with the ETA), ranges committed."""
+    columns = (TextColumn("{task.description:>16}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        files = progress.add_task("files folded", total=None)
+        items = progress.add_task("items folded", total=None)
+        ranges = progress.add_task("ranges committed", total=None)
+        while True:
+            snapshot = follower.poll()
+            progress.update(files, total=snapshot.files, completed=snapshot.files_done)
+            progress.update(items, total=snapshot.items, completed=snapshot.items_folded)
+            progress.update(
+                ranges,
+                total=snapshot.ranges,
+                completed=snapshot.ranges_done,
+                description=f"ranges committed ({snapshot.bucket_updates:,} buckets)",
+            )
+            if snapshot.status == "SUCCEEDED":
+                return
+            if snapshot.status in state_machine.FAILED_STATUSES:
+                raise ScriptError(
+                    f"the backfill's execution {follower.failure()}; run this command again to redrive it "
+                    "(only what did not finish runs again, and nothing is counted twice)"
+                )
+            sleep(poll_seconds)
 
 
 def _count_from(text: str) -> int:

@@ -20,6 +20,7 @@ from constructs import Construct
 from tally_cdk.context import StackSettings
 from tally_cdk.construct import CDK_REMOVAL_POLICIES, Tally, table_from_description
 from tally.core.tables import events_table_for
+from tally.stack_outputs import AUDIT_STATE_MACHINE_OUTPUT, EXPORTS_OUTPUT, STATE_MACHINE_OUTPUT
 
 
 class TallyStack(Stack):
@@ -64,3 +65,7 @@ class TallyStack(Stack):
         CfnOutput(self, "FailureQueueUrl", value=self.failure_queue.queue_url)
         if self.tally.read_api is not None:
             CfnOutput(self, "ReadApiUrl", value=self.tally.read_api.url)
+        if self.tally.backfill is not None:
+            CfnOutput(self, STATE_MACHINE_OUTPUT, value=self.tally.backfill.state_machine.state_machine_arn)
+            CfnOutput(self, AUDIT_STATE_MACHINE_OUTPUT, value=self.tally.backfill.audit_state_machine.state_machine_arn)
+            CfnOutput(self, EXPORTS_OUTPUT, value=self.settings.backfill.exports)

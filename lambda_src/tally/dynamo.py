@@ -352,14 +352,18 @@ class CountsTable:
                 raise RetriesExhausted(f"{len(pending)} marker keys still unprocessed after every retry")
         return [(key[pk], key[sk]) in fetched for key in keys]
 
-    def claim_backfill(self, table_arn: str, count_from_iso: str, export_arn: str, expires_s: int) -> None:
+    def claim_backfill(
+        self, table_arn: str, count_from_iso: str, export_arn: str, expires_s: int, protocol: str = BACKFILL_PROTOCOL
+    ) -> None:
         """Tie a table's count-from instant to one export, or raise BackfillClaimed naming the other one.
 
         Watermarks are kept per export, so counting a second export of the
         same instant would add every item again; the claim makes that
         impossible. Claiming again with the same export (a resumed run)
-        succeeds, unless the previous release began it: that release cut its
-        segments file by file, so this one could not tell what it applied.
+        succeeds if it is counted the same way (``protocol``: this process's
+        segments, or the in-account backfill's ranges, which place their
+        writes differently), and never if the previous release began it: that
+        release cut its segments file by file, so this one could not tell what it applied.
         """
         key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": count_from_iso}}
         try:
@@ -368,18 +372,25 @@ class CountsTable:
                 Item={
                     **key,
                     "export": {"S": export_arn},
-                    "protocol": {"S": BACKFILL_PROTOCOL},
+                    "protocol": {"S": protocol},
                     TTL_ATTRIBUTE: {"N": str(expires_s)},
                 },
                 ConditionExpression="attribute_not_exists(#pk) OR (#export = :export AND #protocol = :protocol)",
                 ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key, "#export": "export", "#protocol": "protocol"},
-                ExpressionAttributeValues={":export": {"S": export_arn}, ":protocol": {"S": BACKFILL_PROTOCOL}},
+                ExpressionAttributeValues={":export": {"S": export_arn}, ":protocol": {"S": protocol}},
             )
         except ClientError as error:
             if _code(error) != "ConditionalCheckFailedException":
                 raise
             claimed = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item", {})
             other = claimed.get("export", {}).get("S", "?")
+            claimed_protocol = claimed.get("protocol", {}).get("S")
+            if other == export_arn and claimed_protocol is not None:
+                raise BackfillClaimed(
+                    f"the backfill of {export_arn} was begun "
+                    + ("in the account (backfill.py --stack)" if claimed_protocol != BACKFILL_PROTOCOL else "by one process (backfill.py --here)")
+                    + ", which writes its segments at other places: finish it the same way"
+                ) from None
             if other == export_arn:
                 raise BackfillClaimed(
                     f"the backfill of {export_arn} was begun by the previous release of tally, which committed it "

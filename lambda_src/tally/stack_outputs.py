@@ -12,6 +12,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 STACK_OUTPUT_KEYS = ("EventsTableName", "CountsTableName", "EventsStreamArn", "FailureQueueUrl")
+STATE_MACHINE_OUTPUT = "BackfillStateMachineArn"  # only where the stack has the backfill in the account
+AUDIT_STATE_MACHINE_OUTPUT = "AuditStateMachineArn"  # ... and the audit's Scan beside it
+EXPORTS_OUTPUT = "BackfillExports"  # s3://BUCKET/PREFIX: where exports go, and both state machines' work
 
 
 class StackOutputsError(LookupError):
@@ -20,6 +23,12 @@ class StackOutputsError(LookupError):
 
 def table_names_from_stack(stack_name: str, cloudformation_client: Any) -> dict[str, str]:
     """Map each of STACK_OUTPUT_KEYS to its value in the stack's outputs."""
+    outputs = stack_outputs(stack_name, cloudformation_client)
+    return {key: outputs[key] for key in STACK_OUTPUT_KEYS}
+
+
+def stack_outputs(stack_name: str, cloudformation_client: Any) -> dict[str, str]:
+    """Every output of a tally stack (which has at least STACK_OUTPUT_KEYS), by key."""
     try:
         response = cloudformation_client.describe_stacks(StackName=stack_name)
     except ClientError as error:
@@ -36,7 +45,7 @@ def table_names_from_stack(stack_name: str, cloudformation_client: Any) -> dict[
             f"stack {stack_name!r} lacks the outputs {', '.join(missing)}: is it a tally stack, "
             "and has its last deployment finished?"
         )
-    return {key: outputs[key] for key in STACK_OUTPUT_KEYS}
+    return outputs
 
 
 def _not_found(stack_name: str, cloudformation_client: Any) -> str:

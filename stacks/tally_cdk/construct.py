@@ -45,6 +45,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
 import tally
+from tally_cdk.backfill import AccountBackfill
 from tally_cdk.context import StackSettings
 from tally_cdk.read_api import ReadApi
 from tally_cdk.roles import role_with_own_logs
@@ -195,6 +196,7 @@ class Tally(Construct):
         self._connect_stream()
         self.node.add_validation(_StreamContract(self))
         self.read_api = self._read_api()
+        self.backfill = self._backfill()
         self.alarms = self._alarms()
         self._dashboard(self.alarms)
 
@@ -361,6 +363,23 @@ class Tally(Construct):
             "ReadApi",
             settings=self.settings.read_api,
             counts_table=self.counts_table,
+            code=self.code,
+            runtime=RUNTIME,
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
+        )
+
+    def _backfill(self) -> AccountBackfill | None:
+        """The in-account backfill (``backfillExports``), with the package and settings that count the stream."""
+        if not self.settings.backfill.enabled:
+            return None
+        return AccountBackfill(
+            self,
+            "Backfill",
+            settings=self.settings.backfill,
+            counts_table=self.counts_table,
+            events_table_arn=self.events_table.table_arn,
+            events_table_name=self.events_table.table_name,
             code=self.code,
             runtime=RUNTIME,
             layers=[self.powertools_layer],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.core.rules import RulesError, parse_rules
+from tally_cdk.backfill import BackfillSettings
 from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
 from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
 
@@ -49,6 +50,11 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "apiCorsOrigins": [],
     "apiDashboard": False,
     "apiLatencyAlarmMs": 1000,
+    "backfillExports": "",
+    "backfillRanges": 64,
+    "backfillWorkers": 100,
+    "backfillCommitters": 10,
+    "backfillMaxWcu": 1000,
 }
 
 # The context key of each read API property, so an error names the key to fix.
@@ -78,6 +84,7 @@ REMOVAL_POLICIES = ("retain", "destroy")
 STACK_NAME_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 TABLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 EVENT_BUS_PATTERN = re.compile(r"[A-Za-z0-9._/-]{1,256}|arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/[A-Za-z0-9._/-]{1,256}")
+S3_PREFIX_PATTERN = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()/-]*)?")
 STREAM_ARN_PATTERN = re.compile(r"arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:\d{12}:table/(?P<table>[A-Za-z0-9_.-]{3,255})/stream/\S+")
 
 # Lambda's limits for a DynamoDB Streams event source mapping.
@@ -112,6 +119,7 @@ class StackSettings:
     events_stream_arn: str = ""
     read_api: ReadApiSettings = ReadApiSettings()
     alert_bus: str = ""  # the EventBridge bus alert events go to (name or ARN); empty: the default bus
+    backfill: BackfillSettings = BackfillSettings()  # the backfill in the account; off by default
 
     @classmethod
     def from_context(cls, lookup: Callable[[str], Any]) -> StackSettings:
@@ -156,6 +164,7 @@ class StackSettings:
             events_stream_arn=events_stream_arn,
             read_api=reader.read_api(),
             alert_bus=reader.event_bus("alertBus"),
+            backfill=reader.backfill(),
         )
 
     @property
@@ -270,6 +279,20 @@ class _ContextReader:
         except ReadApiSettingsError as error:
             keys = ", ".join(f"{READ_API_KEYS[field]}={self.shown(READ_API_KEYS[field])}" for field in error.fields)
             raise ContextError(f"context {keys}: {error.reason}") from None
+
+    def backfill(self) -> BackfillSettings:
+        """The in-account backfill: on when backfillExports names where the events table's exports go."""
+        raw = self._raw("backfillExports")
+        exports = raw.strip() if isinstance(raw, str) else None
+        if exports is None or (exports and not S3_PREFIX_PATTERN.fullmatch(exports)):
+            raise ContextError(f"context backfillExports must be empty or s3://BUCKET/PREFIX, got {raw!r}")
+        return BackfillSettings(
+            exports=exports,
+            ranges=self.integer("backfillRanges", minimum=1, maximum=10_000),
+            workers=self.integer("backfillWorkers", minimum=1, maximum=10_000),
+            committers=self.integer("backfillCommitters", minimum=1, maximum=10_000),
+            max_wcu=self.integer("backfillMaxWcu", minimum=1),
+        )
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
         raw = self._raw(key)

@@ -26,6 +26,8 @@ OVERRIDDEN_STACK_NAME = "Overridden"
 IMPORTED_STACK_NAME = "Adopting"
 # Logical ids of the read API's resources hold this (its construct's id inside Tally).
 READ_API_ID = "ReadApi"
+# ... and those of the in-account backfill's (switched on by backfillExports).
+BACKFILL_ID = "Backfill"
 
 ORDERS_STREAM_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
 # As `make synth CDK_ARGS="-c eventsTableName=orders -c eventsStreamArn=... -c countFrom=..."` gives them.
@@ -34,6 +36,8 @@ IMPORTED_CONTEXT = {
     "eventsTableName": "orders",
     "eventsStreamArn": ORDERS_STREAM_ARN,
     "countFrom": "2026-11-23T10:00:00Z",
+    # The backfill in the account, reading the exports the adoption takes into this prefix.
+    "backfillExports": "s3://orders-exports/tally",
 }
 
 # As `-c key=value` delivers them: strings.
@@ -106,8 +110,12 @@ def synthesize(app: cdk.App, outdir: Path, stack_names: list[str]) -> Synthesis:
 
 
 def counting_part(template: dict[str, Any]) -> dict[str, Any]:
-    """The template without the read API: what counts events (the read API's tests read the whole)."""
-    resources = {name: body for name, body in template["Resources"].items() if READ_API_ID not in name}
+    """The template without the read API and the backfill: what counts events (their tests read the whole)."""
+    resources = {
+        name: body
+        for name, body in template["Resources"].items()
+        if READ_API_ID not in name and not name.startswith(BACKFILL_ID)
+    }
     return {**template, "Resources": resources}
 
 

@@ -61,7 +61,7 @@ def test_an_imported_table_leaves_only_the_counts_table_and_a_mapping_on_its_str
 def test_the_function_may_read_that_stream_only(imported):
     stream_actions = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
     granted: dict[str, set[str]] = {}
-    for statement in policy_statements(imported):
+    for statement in policy_statements(counting_part(imported)):  # the backfill's roles: test_backfill_stack
         for resource in as_list(statement["Resource"]):
             granted.setdefault(render(resource), set()).update(as_list(statement["Action"]))
 

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally.local import exports
+from tally import exports
 
 COUNT_FROM = 1_795_000_000_000
 
