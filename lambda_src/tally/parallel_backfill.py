@@ -182,7 +182,8 @@ def fold_images(
             for number, contributions in by_range.items():
                 segment = partials.get(number)
                 if segment is None:
-                    segment = partials[number] = Segment(EXPORT_POSITION, count_from_ms, EXPORT_POSITION)
+                    # One position for the whole export: nothing to split, so its records are not held.
+                    segment = partials[number] = Segment(EXPORT_POSITION, count_from_ms, EXPORT_POSITION, held=None)
                 segment.add(EXPORT_POSITION, contributions)
     return partials, summary
 
@@ -227,7 +228,7 @@ def commit_chunks(segment: Segment, max_items: int) -> Iterator[Segment]:
 
 
 def _part_of(segment: Segment, items: list[Item]) -> Segment:
-    part = Segment(segment.first_sequence, segment.first_arrival_ms, segment.last_sequence)
+    part = Segment(segment.first_sequence, segment.first_arrival_ms, segment.last_sequence, held=None)
     for item in items:
         part.deltas[item] = segment.deltas[item]
         for source, target in ((segment.sums, part.sums), (segment.bins, part.bins), (segment.sketches, part.sketches)):
