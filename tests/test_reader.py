@@ -456,13 +456,14 @@ def test_the_default_read_of_a_window_ending_now_never_subtracts_minutes_still_b
     """Isolated by default: a segment in flight has added to its hour item and not yet to its minutes. The
     window's first hour is covered from 14:06 on, which the hour minus its first six minutes reads in fewer
     keys; read so, the event at 14:03, outside the window, would count until its minute lands."""
+    settings = Settings(counts_table="in-flight-counts", events_table="in-flight-events")  # beside the module's world
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
-        table = CountsTable(client, COUNTS, SETTINGS, backoff=no_sleep_backoff)
-        table.client.put_item(  # the hour item of a segment in flight: its minute 14:03 is still to come
-            TableName=COUNTS, Item={"pk": {"S": "in-flight"}, "sk": {"S": "H#2026-11-21T14"}, "count": {"N": "1"}}
+        create_tables(client, settings.events_table, settings.counts_table)
+        client.put_item(  # the hour item of a segment in flight: its minute 14:03 is still to come
+            TableName=settings.counts_table,
+            Item={"pk": {"S": "in-flight"}, "sk": {"S": "H#2026-11-21T14"}, "count": {"N": "1"}},
         )
-        reader = Reader(COUNTS, client=client, settings=SETTINGS)
+        reader = Reader(settings.counts_table, client=client, settings=settings)
         assert reader.count("in-flight").total == 0
         assert reader.count("in-flight", allow_transient=True).total == 1  # the fast path, asked for, does subtract
