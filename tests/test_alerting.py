@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally.alerting import AlertStates, EventBus, Watcher, state_partition
-from tally.core.alerts import ALARM, DELIVERY_LEASE_MS, OK, SETTLE_MS
+from tally.core.alerts import ALARM, DELIVERY_LEASE_MS, OK, SETTLE_MS, AlertState, crossing_of
 from tally.core.buckets import Bucket
 from tally.core.commit import Writer
 from tally.core.rules import parse_rules
@@ -363,3 +363,27 @@ def test_a_backlog_still_replaying_raises_its_next_episode_after_the_schedule_cl
         (OK, _iso((FROZEN_MINUTE + 1) * MINUTE_MS), 0),
         (ALARM, _iso((a + 6) * MINUTE_MS), 22),  # [a+1, a+6): 1 + 1 + 20; [a-1, a+4) held 15 before it
     ]
+
+
+def test_a_stale_evaluator_cannot_make_a_crossing_again_once_the_state_moved_on(aws):
+    """A crossing is made only from the transition count its maker read: one whose item has moved on since
+    (a retry, a racing shard) is refused even with no event pending, so no change is announced twice."""
+    states = AlertStates(aws[0], COUNTS, backoff=no_sleep_backoff)
+    [burst] = [alert for rule in parse_rules(json.dumps(RULES)).rules for alert in rule.alerts if alert.name == "burst"]
+    now = START + MINUTE_MS
+
+    def make_and_deliver(crossing, read):
+        assert states.change(crossing, read, "fresh", now) is None
+        states.delivered(crossing)
+
+    make_and_deliver(crossing_of(burst, "logins/a", AlertState(), 6, START, now), AlertState())
+    stale = states.listing("burst")["logins/a"]
+    back_to_ok = crossing_of(burst, "logins/a", stale, 0, START, now)
+    make_and_deliver(back_to_ok, stale)
+    moved_on = states.listing("burst")["logins/a"]
+    assert (moved_on.state, moved_on.transitions, moved_on.pending) == (OK, 2, False)
+
+    found = states.change(back_to_ok, stale, "stale", now)  # the same crossing, from the state read before
+
+    assert found is not None and (found.transitions, found.by) == (2, "fresh")
+    assert states.listing("burst")["logins/a"] == moved_on

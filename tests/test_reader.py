@@ -449,3 +449,21 @@ def test_the_readme_alerts_example_prints_the_counters_in_alarm(monkeypatch, cap
         cross(client, settings, at, {"logins/10.0.0.1": 101, "logins/10.0.0.2": 100}, "tally-counts")
         exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out.splitlines() == [f"login-burst logins/10.0.0.1 101 {utc_of(at).isoformat()}"]
+
+
+@freeze_time("2026-11-22T14:05:30Z")
+def test_the_default_read_of_a_window_ending_now_never_subtracts_minutes_still_being_applied():
+    """Isolated by default: a segment in flight has added to its hour item and not yet to its minutes. The
+    window's first hour is covered from 14:06 on, which the hour minus its first six minutes reads in fewer
+    keys; read so, the event at 14:03, outside the window, would count until its minute lands."""
+    settings = Settings(counts_table="in-flight-counts", events_table="in-flight-events")  # beside the module's world
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, settings.events_table, settings.counts_table)
+        client.put_item(  # the hour item of a segment in flight: its minute 14:03 is still to come
+            TableName=settings.counts_table,
+            Item={"pk": {"S": "in-flight"}, "sk": {"S": "H#2026-11-21T14"}, "count": {"N": "1"}},
+        )
+        reader = Reader(settings.counts_table, client=client, settings=settings)
+        assert reader.count("in-flight").total == 0
+        assert reader.count("in-flight", allow_transient=True).total == 1  # the fast path, asked for, does subtract

@@ -254,3 +254,18 @@ def test_a_prefix_with_few_counters_is_counted_whole_and_exact_even_below_the_fl
 def test_n_is_from_1_to_1000(n):
     with pytest.raises(ValueError, match="n must be from 1 to 1000"):
         next(top_steps("", n, hours=[H0], full_hours=[H0], lanes=1))
+
+
+def test_a_counter_left_out_that_could_tie_the_nth_total_leaves_the_answer_uncertified():
+    """Ties rank by name: a counter without a record that could equal the n-th total might list before it."""
+    hours = [H0]
+    world = World(random.Random(1), 0, hours, set(), 1, 1.0)  # the hour is covered in part
+    cap = level_floor(lowest_level(1)) - 1  # the most an hour item without a record can hold
+    world.items = {("b", H0, 0): cap + 1, ("a", H0, 0): cap}  # only b's item has a record
+    world.records = [RankRecord("b", H0, 0, level_of(cap + 1))]
+    world.total = {"b": cap, "a": cap}  # b's window share ties a's whole hour; a wins the tie by name
+    world.previous = {"a": 0, "b": 0}
+    uncertified = check(world, "", 1, False, TopBudget(directory_names=0))
+    assert not uncertified.exact and uncertified.bound == cap
+    counted_whole = check(world, "", 1, False)  # few names: the directory's are counted, and a is first
+    assert counted_whole.exact and [(e.counter, e.total) for e in counted_whole.entries] == [("a", cap)]

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import pytest
 from botocore.credentials import Credentials
-from test_dashboard_page import WAIT_SECONDS, browser, require_browser_and_page  # noqa: F401 (a fixture)
+from test_dashboard_page import WAIT_SECONDS, require_browser_and_page
 
 from handler_state import handler_state_restored
 from tally import http_api
@@ -79,7 +79,7 @@ def rows(driver) -> dict[str, dict[str, str]]:
 
 # 7d reaches past the minute retention (48 h): the window answered is aligned to whole hours at its start.
 @pytest.mark.parametrize("window", ["24h", "7d"])
-def test_quantiles_and_distinct_counts_show_as_the_api_answers_them(served_blog, browser, tmp_path, window):  # noqa: F811
+def test_quantiles_and_distinct_counts_show_as_the_api_answers_them(served_blog, browser, tmp_path, window):
     from selenium.webdriver.support.ui import WebDriverWait
 
     api = served_blog

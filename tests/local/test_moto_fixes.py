@@ -101,6 +101,13 @@ with mock_aws():
     [thread.start() for thread in threads]
     [thread.join() for thread in threads]
     DynamoType.__add__ = original_add
+    answers, backend_update = [], models.DynamoDBBackend.update_item
+    models.DynamoDBBackend.update_item = lambda *a, **k: (backend_update(*a, **k), time.sleep(0.3))[0]  # write, then answer
+    threads = [threading.Thread(target=lambda: answers.append(add("answered", "1"))) for _ in range(2)]
+    [thread.start() for thread in threads]
+    [thread.join() for thread in threads]
+    models.DynamoDBBackend.update_item = backend_update
+    found["answers"] = sorted(answers)
     found["two_adds_of_one"] = client.get_item(TableName="t", Key={"pk": {"S": "race"}})["Item"]["n"]["N"]
     client.update_time_to_live(TableName="t", TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
     client.put_item(TableName="t", Item={"pk": {"S": "expired"}, "ttl": {"N": "1"}})
@@ -123,4 +130,5 @@ def test_moto_still_needs_each_patch():
     assert found["exponent"] == "ValueError"  # DynamoDB reads 1E-8
     assert found["table_copies"] == 3  # the whole table, once per item of the transaction
     assert found["two_adds_of_one"] == "1"  # a lost update: DynamoDB applies writes to an item one at a time
+    assert found["answers"] == ["2", "2"]  # the first add answered with the second's: DynamoDB answers ["1", "2"]
     assert found["expired_kept"] is True  # no TTL process

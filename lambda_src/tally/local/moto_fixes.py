@@ -10,7 +10,11 @@ tests/local/test_backends.py. Checked with moto 5.2.5:
    items). moto's threaded server runs requests concurrently without a lock, so
    two shards adding to the same bucket at once can lose an update, or a
    rollback undo another thread's commit. ``install()`` runs UpdateItem and
-   TransactWriteItems one at a time.
+   TransactWriteItems one at a time, and answers an UpdateItem with the item
+   as that update left it: moto reads the item before and after the write
+   outside it, so a racing add showed in another update's ``UPDATED_NEW``, and
+   two shards creating one hour item could each find it older than they made it
+   (neither putting the counter's directory entry).
 2. **Numbers add exactly, to 38 significant digits**, from 1E-130 to
    9.9999999999999999999999999999999999999E+125, and accept the exponent form
    ("1E-8"). moto adds in Python's default 28-digit context, rounding a large sum
@@ -101,6 +105,7 @@ def install() -> None:
     from moto.dynamodb.exceptions import MockValidationException
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
+    from moto.dynamodb.responses import DynamoHandler
 
     if getattr(models.DynamoDBBackend.transact_write_items, "_tally_fixed", False):
         return
@@ -157,6 +162,13 @@ def install() -> None:
         with _one_write_at_a_time:
             return original_update(self, *args, **kwargs)
 
+    original_answer = DynamoHandler.update_item
+
+    @wraps(original_answer)
+    def answered_update_item(self: Any) -> Any:
+        with _one_write_at_a_time:  # the item read before, the write and the answer, as one
+            return original_answer(self)
+
     original_add = DynamoType.__add__
 
     def add(self: DynamoType, other: DynamoType) -> DynamoType:
@@ -177,3 +189,4 @@ def install() -> None:
     models.copy = SimpleNamespace(deepcopy=deepcopy)  # type: ignore[assignment]
     models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     models.DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
+    DynamoHandler.update_item = answered_update_item  # type: ignore[method-assign]
