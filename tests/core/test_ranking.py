@@ -231,6 +231,46 @@ def test_an_exact_top_is_brute_force_and_an_inexact_one_keeps_every_counter_abov
     check(world, prefix, n, rising, budget)
 
 
+EVERY_LEVEL_FROM_8 = Ladder(lowest=0, every=1, fine_from=0)  # what commits recorded before this ladder
+
+
+def upgraded(world: World, rng: random.Random) -> World:
+    """Half the items counted partly before the upgrade: every level from 8 up to their count then (and
+    records of no level above, as commits then put them), then this ladder's record if the rest of their
+    count carried them into a higher recorded level."""
+    records = [r for r in world.records if rng.random() < 0.5]
+    legacy = {(r.counter, r.hour, r.lane) for r in world.records} - {(r.counter, r.hour, r.lane) for r in records}
+    for name, hour, lane in legacy:
+        count = world.items[(name, hour, lane)]
+        before = rng.randint(0, count)
+        old = EVERY_LEVEL_FROM_8.level_of(before)
+        if old is not None:
+            records += [RankRecord(name, hour, lane, level) for level in range(old + 1)]
+        crossed = crossed_level(count, count - before)
+        if crossed is not None:
+            records.append(RankRecord(name, hour, lane, crossed))
+    world.records = records
+    return world
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**9),
+    counters=st.integers(1, 60),
+    n=st.integers(1, 12),
+    lanes=st.sampled_from([1, 2]),
+    skew=st.sampled_from([0.6, 1.0, 2.0]),
+    rising=st.booleans(),
+)
+def test_records_of_every_level_written_before_this_ladder_are_read_with_its_own_and_stay_certified(
+    seed, counters, n, lanes, skew, rising
+):
+    rng = random.Random(seed)
+    hours = list(range(H0, H0 + 6))
+    world = upgraded(World(rng, counters, hours, set(hours), lanes, skew), rng)
+    check(world, "views/", n, rising, TopBudget(directory_names=0))
+
+
 def test_a_skewed_prefix_is_exact_from_its_records_alone_counting_little_more_than_n():
     rng = random.Random(7)
     hours = list(range(H0, H0 + 24))
