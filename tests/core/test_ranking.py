@@ -238,9 +238,10 @@ def upgraded(world: World, rng: random.Random) -> World:
     """Half the items counted partly before the upgrade: every level from 8 up to their count then (and
     records of no level above, as commits then put them), then this ladder's record if the rest of their
     count carried them into a higher recorded level."""
-    records = [r for r in world.records if rng.random() < 0.5]
-    legacy = {(r.counter, r.hour, r.lane) for r in world.records} - {(r.counter, r.hour, r.lane) for r in records}
-    for name, hour, lane in legacy:
+    ranked = sorted({(r.counter, r.hour, r.lane) for r in world.records})
+    legacy = {key for key in ranked if rng.random() < 0.5}
+    records = [r for r in world.records if (r.counter, r.hour, r.lane) not in legacy]
+    for name, hour, lane in sorted(legacy):
         count = world.items[(name, hour, lane)]
         before = rng.randint(0, count)
         old = EVERY_LEVEL_FROM_8.level_of(before)
