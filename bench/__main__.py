@@ -21,11 +21,13 @@ distinct rule beside the same counts without it (about a minute), and
 ``python -m bench reads`` the read cost of every plan (about two minutes), and
 ``python -m bench alerts`` what alerts add to the write path (seconds), and
 ``python -m bench top`` what a top N costs to read over 10^4 to 10^6 modeled
-counters and what its rank records add to the writes (about a minute), and
-``python -m bench backfill-scale [--items N]`` the backfill in the account,
-measured here at N items (default 10^6: about a quarter of an hour of two
-cores) and modeled on AWS up to 10^9; each
-replaces only its own figures in the file(s) it writes, and the targets.
+counters, what its rank records add to the writes and the trade between the
+two for a few level factors (about two minutes), ``python -m bench writes``
+every workload's write cost, as deployed and with every counter ranked (a few
+minutes), and ``python -m bench backfill-scale [--items N]`` the backfill in
+the account, measured here at N items (default 10^6: about a quarter of an
+hour of two cores) and modeled on AWS up to 10^9; each replaces only its own
+figures in the file(s) it writes, and the targets.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def deployment() -> tuple[Settings, DeliveryConfig, dict[str, Any]]:
         minute_retention_ms=int(context.get("minuteRetentionHours", defaults.minute_retention_ms // HOUR_MS)) * HOUR_MS,
         hour_retention_ms=int(context.get("hourRetentionDays", defaults.hour_retention_ms // DAY_MS)) * DAY_MS,
         max_clock_skew_ms=int(context.get("maxClockSkewSeconds", defaults.max_clock_skew_ms // 1000)) * 1000,
+        ranked_prefixes=tuple(context.get("rankedPrefixes", defaults.ranked_prefixes)),
     )
     config = DeliveryConfig(
         batch_size=int(context.get("batchSize", DeliveryConfig.batch_size)),
@@ -73,6 +76,7 @@ def deployment() -> tuple[Settings, DeliveryConfig, dict[str, Any]]:
         "tumbling_window_seconds": config.window_seconds,
         "max_clock_skew_seconds": settings.max_clock_skew_ms // 1000,
         "minute_retention_hours": settings.minute_retention_ms // HOUR_MS,
+        "ranked_prefixes": list(settings.ranked_prefixes),
         "source": "cdk.json context" if context else "tally defaults",
     }
     return settings, config, described
@@ -96,6 +100,11 @@ def timed(label: str, work):  # noqa: ANN001, ANN202 - any zero-argument callabl
     return result
 
 
+def judgeable(results: dict[str, Any]) -> bool:
+    """Whether a file holds the figures of a full run, which the targets are judged by (a part alone may not)."""
+    return all(key in results for key in ("writes", "reads", "cpu"))
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     by_name = {w["workload"]: w for w in results["writes"]}
     steady, hot, mock = by_name["steady"], by_name["hot counter"], by_name["origin mock"]
@@ -110,11 +119,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     keys = results["reads"]["batch_keys_ending_now"]
     cpu = results["cpu"]["parse_and_fold_records_per_second"]
     fixed_1000 = [entry for entry in results.get("scale_fixed_rate", []) if entry["shards"] == 1000]
-    # The counting itself and its directory; rank records (a top N's) are judged on their own below.
+    # Every write unit a user pays: bucket updates, directory entries and rank records, with the default
+    # settings (nothing ranked) and with every counter ranked.
     over_floor = [
-        (w["workload"], w["ratios"].get("tally_units_without_ranks_over_floor_units", w["ratios"]["tally_units_over_floor_units"]))
+        (f"{w['workload']}: {label} WCU / floor WCU", w["ratios"][ratio])
         for w in results["writes"]
-        if w is not mock
+        for label, ratio in (("tally", "tally_units_over_floor_units"), ("tally ranked", "tally_ranked_units_over_floor_units"))
+        if ratio in w["ratios"]
     ]
     top_rows = {(row["counters"], row["distribution"]): row for row in results.get("top", {}).get("rows", [])}
     top_zipf = top_rows.get((1_000_000, "zipf"))
@@ -131,10 +142,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             lambda v: v <= 1.1,
         ),
         ("hot: busiest item writes per window", "<= 1", hot["tally"]["busiest_item_writes_per_window"], lambda v: v <= 1),
-        *(
-            (f"{name}: tally WCU without rank records / floor WCU", "<= 1.15", ratio, lambda v: v <= 1.15)
-            for name, ratio in over_floor
-        ),
+        *((name, "<= 1.1", ratio, lambda v: v <= 1.1) for name, ratio in over_floor),
         *(
             (
                 ("24 h top-10 of 10^6 Zipf counters: read units (eventual)", "<= 200", top_zipf["read_units"], lambda v: v <= 200),
@@ -156,7 +164,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             if top_writes
             else ()
         ),
-        ("origin's mock: origin WCU / tally WCU", ">= 1.1", mock["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1.1),
+        ("origin's mock: origin WCU / tally WCU", ">= 1.15", mock["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1.15),
         *(
             (f"1,000 shards, fixed rate, {entry['mix']}: origin / tally", ">= 1.5", entry["origin_over_tally"], lambda v: v >= 1.5)
             for entry in fixed_1000
@@ -203,28 +211,40 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return judged
 
 
+def write_results(
+    settings: Settings | None = None, config: DeliveryConfig | None = None, measured: tuple | None = None
+) -> dict[str, Any]:
+    """Every workload's writes (tally as deployed and with every counter ranked, the origin, the deduplicating
+    design and the floor), and three of them written into moto as well."""
+    if settings is None or config is None:
+        settings, config, _ = deployment()
+    if measured is None:
+        measured = (workloads.origin_mock(), workloads.steady(), workloads.hot(), workloads.fan_out(),
+                    workloads.backfill(), workloads.transitions())
+    return {
+        "writes": [timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in measured],
+        "writes_checked_against_moto": timed(
+            "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
+        ),
+        "fan_out_writes_checked_against_moto": timed(
+            "fan-out writes into moto",
+            lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
+        ),
+        "transitions_writes_checked_against_moto": timed(
+            "transitions writes into moto",
+            lambda: writes.verify_against_moto(
+                workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
+            ),
+        ),
+    }
+
+
 def run() -> dict[str, Any]:
     settings, config, described = deployment()
     mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
     fan_out, backfill, transitions = workloads.fan_out(), workloads.backfill(), workloads.transitions()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
-    results["writes"] = [
-        timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config))
-        for w in (mock, steady, hot, fan_out, backfill, transitions)
-    ]
-    results["writes_checked_against_moto"] = timed(
-        "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
-    )
-    results["fan_out_writes_checked_against_moto"] = timed(
-        "fan-out writes into moto",
-        lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
-    )
-    results["transitions_writes_checked_against_moto"] = timed(
-        "transitions writes into moto",
-        lambda: writes.verify_against_moto(
-            workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
-        ),
-    )
+    results.update(write_results(settings, config, (mock, steady, hot, fan_out, backfill, transitions)))
     results.update(timed("histogram rule", lambda: histogram_results(settings, config)))
     results.update(timed("distinct rule", distinct_results))
     results.update(timed("reads", read_results))
@@ -292,9 +312,11 @@ def alert_results() -> dict[str, Any]:
 
 
 def top_results() -> dict[str, Any]:
-    """A 24 h top-10's reads over 10^4 to 10^6 modeled counters, and the writes its rank records add."""
+    """A 24 h top-10's reads over 10^4 to 10^6 modeled counters, the writes its rank records add (the pages'
+    prefix ranked), and the trade between the two for a few level factors."""
     settings, config, _ = deployment()
-    return {"top": top.costs(settings), "top_writes": top.write_costs(settings, config)}
+    ranked = replace(settings, ranked_prefixes=(top.PREFIX,))
+    return {"top": top.costs(settings), "top_writes": top.write_costs(ranked, config), "top_trade": top.trade(settings)}
 
 
 def scale_results() -> dict[str, Any]:
@@ -383,32 +405,26 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "distinct": (distinct_results, lambda out, results: report_distinct(out, results)),
          "alerts": (alert_results, lambda out, results: report_alerts(out, results)),
          "top": (top_results, lambda out, results: report_top(out, results)),
-         "backfill-scale": (backfill_scale_results, lambda out, results: report_backfill_scale(out, results))}
+         "backfill-scale": (backfill_scale_results, lambda out, results: report_backfill_scale(out, results)),
+         "writes": (write_results, lambda out, results: (report_writes(out, results), report_targets(out, results)))}
 
 
-def report(results: dict[str, Any]) -> None:
-    out = Console(width=150)  # the tables are wide; keep them whole when the output is not a terminal
-    s = results["settings"]
-    m = results["machine"]
-    out.print(
-        f"[bold]tally vs origin[/bold] - batch {s['batch_size']}, window {s['tumbling_window_seconds']} s, "
-        f"skew {s['max_clock_skew_seconds']} s ({s['source']}); {m['cpu']}, {m['cores']} cores, Python {m['python']}"
-    )
-
+def report_writes(out: Console, results: dict[str, Any]) -> None:
     table = Table(title="Write cost per 1,000 events (WCU)")
-    for column in ("workload", "events", "origin", "dedup", "tally", "floor", "tally/floor", "origin/tally",
-                   "dedup/tally", "directory WCU (share of tally)", "rank records WCU (share of floor)",
-                   "busiest item writes/s: origin -> tally"):
+    for column in ("workload", "events", "origin", "dedup", "tally", "floor", "tally/floor", "ranked/floor",
+                   "origin/tally", "dedup/tally", "directory WCU (share of tally)",
+                   "rank records WCU, all ranked (share of floor)", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
         table.add_row(
             w["workload"], f"{w['events']:,}", f"{w['origin']['write_units_per_1000_events']:,}",
             f"{w['dedup']['write_units_per_1000_events']:,}",
             f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
-            f"{w['ratios']['tally_units_over_floor_units']}x", f"{w['ratios']['origin_units_over_tally_units']:,}x",
+            f"{w['ratios']['tally_units_over_floor_units']}x", f"{w['ratios']['tally_ranked_units_over_floor_units']}x",
+            f"{w['ratios']['origin_units_over_tally_units']:,}x",
             f"{w['ratios']['dedup_units_over_tally_units']:,}x",
             f"{w['tally']['directory_write_units']:,} (+{w['ratios']['directory_units_over_counting_units']:.1%})",
-            f"{w['tally'].get('rank_write_units', 0):,} (+{w['ratios'].get('rank_units_over_floor_units', 0):.1%})",
+            f"{w['tally_ranked']['rank_write_units']:,} (+{w['ratios']['rank_units_over_floor_units']:.1%})",
             f"{w['origin']['busiest_item_writes_per_second']:,} -> {w['tally']['busiest_item_writes_per_second']}",
         )
     out.print(table)
@@ -426,6 +442,30 @@ def report(results: dict[str, Any]) -> None:
         f"transitions: {moved['description']}; {moved['counter_events']:,} counter events; moto stores what the "
         f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
     )
+
+
+def report_targets(out: Console, results: dict[str, Any]) -> None:
+    if "targets" not in results:
+        out.print("Targets: judged from a full run's figures (make bench), not these alone")
+        return
+    table = Table(title="Targets")
+    for column in ("target", "wanted", "figure", "met"):
+        table.add_column(column, justify="right")
+    for t in results["targets"]:
+        table.add_row(t["target"], t["wanted"], "not run" if t["figure"] is None else f"{t['figure']:,}", "[green]yes[/green]" if t["met"] else "[red]no[/red]")
+    out.print(table)
+
+
+def report(results: dict[str, Any]) -> None:
+    out = Console(width=150)  # the tables are wide; keep them whole when the output is not a terminal
+    s = results["settings"]
+    m = results["machine"]
+    out.print(
+        f"[bold]tally vs origin[/bold] - batch {s['batch_size']}, window {s['tumbling_window_seconds']} s, "
+        f"skew {s['max_clock_skew_seconds']} s ({s['source']}); {m['cpu']}, {m['cores']} cores, Python {m['python']}"
+    )
+
+    report_writes(out, results)
 
     report_histogram(out, results["histogram"])
     report_distinct(out, results)
@@ -457,12 +497,7 @@ def report(results: dict[str, Any]) -> None:
         out.print("The scale model has not run here: make bench-scale")
     report_read_api(out, results)
 
-    table = Table(title="Targets")
-    for column in ("target", "wanted", "figure", "met"):
-        table.add_column(column, justify="right")
-    for t in results["targets"]:
-        table.add_row(t["target"], t["wanted"], "not run" if t["figure"] is None else f"{t['figure']:,}", "[green]yes[/green]" if t["met"] else "[red]no[/red]")
-    out.print(table)
+    report_targets(out, results)
 
 
 def report_reads(out: Console, results: dict[str, Any]) -> None:
@@ -676,6 +711,20 @@ def report_top(out: Console, results: dict[str, Any]) -> None:
             f"+{ratios['ranks_over_floor']} ({writes['rank_writes']:,} puts in {writes['rank_requests']:,} requests); "
             f"in all {ratios['total_over_floor']}x the floor"
         )
+    trade = results.get("top_trade")
+    if trade:
+        table = Table(title=f"The trade: a 24 h top-10 of {trade['counters']:,} Zipf counters against its rank records' "
+                            "writes in an hour, by the factor between recorded levels above 11,623 events an hour")
+        for column in ("factor", "read units / top", "requests / top", "exact", "counted", "rank WCU / hour",
+                       "floor WCU / hour", "rank / floor"):
+            table.add_column(column, justify="right")
+        for row in trade["rows"]:
+            table.add_row(
+                f"{row['factor_above_11623']:g}", f"{row['read_units_per_top']:g}", str(row["requests_per_top"]),
+                "yes" if row["exact"] else "no", str(row["counted"]), f"{row['rank_write_units_per_hour']:,}",
+                f"{row['floor_write_units_per_hour']:,}", f"{row['rank_units_over_floor_units']:.2%}",
+            )
+        out.print(table)
 
 
 def report_read_api(out: Console, results: dict[str, Any]) -> None:
@@ -717,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths:
             results = json.loads(path.read_text()) if path.exists() else {}
             results.update(figures)
-            if "writes" in results:  # a full run's figures are there to judge the targets by
+            if judgeable(results):  # a full run's figures are there to judge the targets by
                 results["targets"] = targets(results)
             path.write_text(json.dumps(results, indent=2) + "\n")
             console.log(f"wrote the {args.part} figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
@@ -727,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["seconds"] = round(time.perf_counter() - start)
     for path in paths:  # the scale model's figures, from its own runs, stay
         results = {**(json.loads(path.read_text()) if path.exists() else {}), **figures}
-        if "writes" in results:
+        if judgeable(results):
             results["targets"] = targets(results)
         path.write_text(json.dumps(results, indent=2) + "\n")
         console.log(f"wrote {path.relative_to(ROOT)} in {figures['seconds']} s")

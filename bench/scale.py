@@ -763,7 +763,8 @@ class Simulation:
         directory: str | None = None,
     ) -> None:
         self.scenario, self.table, self.workers = scenario, table, workers
-        self.settings = Settings(counts_table=TABLE, bucket_lanes=lanes)
+        # Every counter ranked: the most a deployment's commits write (and wait for) at this scale.
+        self.settings = Settings(counts_table=TABLE, bucket_lanes=lanes, ranked_prefixes=("",))
         self.alert = (scenario_alert(scenario), alerted_counters(scenario)) if scenario.alert_above else None
         self.alert_states: dict[str, AlertState] = {}
         self.alert_put_at: dict[str, float] = {}  # when each counter's ALARM event was put (simulated seconds)

@@ -25,10 +25,11 @@ the same top reads the same answer at the same cost from both.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
 from typing import Any
@@ -39,7 +40,7 @@ from bench.writes import run_tally
 from tally.core.buckets import Bucket
 from tally.core.commit import THROUGH, Writer, order_preserving
 from tally.core.directory import DIRECTORY_PREFIX, entry_item, partition_of
-from tally.core.ranking import RANK_PREFIX, level_floor, level_of, rank_item
+from tally.core.ranking import LADDER, RANK_PREFIX, Ladder, level_floor, rank_item
 from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
 from tally.core.windows import now_ms
@@ -99,6 +100,7 @@ class TrafficModel:
     prefix: str = PREFIX
     jitter: float = 0.2
     first_hour: int | None = None  # the first hour with events (default: the start of yesterday)
+    ladder: Ladder = LADDER  # the levels its commits recorded
 
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:
@@ -188,17 +190,12 @@ class TrafficModel:
         return total // 60 * minutes + min(minutes, total % 60)
 
     def levels(self, rank: int, hour: int) -> list[int]:
-        """The levels of the rank records its hour item got, one commit per minute: the level its first
-        minute carried it into, then every level it crossed (a minute adds at most what the item already
-        holds, and levels grow threefold, so none is skipped after the first)."""
-        count = self.hour_count(rank, hour)
-        top = level_of(count)
-        if top is None:
+        """The levels of the rank records its hour item got, one commit per minute: the highest recorded level
+        each minute's update carried it into (``Ladder.crossed``)."""
+        last = self.last_written(rank, hour)
+        if last is None:
             return []
-        total = self.hour_total(rank, hour)
-        first = level_of(total // 60 + (1 if total % 60 else 0))
-        lowest = 0 if first is None else first
-        return list(range(lowest, top + 1))
+        return recorded_levels(self.hour_total(rank, hour), last - hour * 60 + 1, self.ladder)
 
     def days(self, rank: int) -> list[int]:
         """The UTC days the counter has events on (its directory entries)."""
@@ -236,6 +233,22 @@ class TrafficModel:
         per_hour = self.events_per_second * 3600
         last = math.floor(per_hour * (1 + self.jitter) / (self._harmonic * max(floor - 1, 1e-9)))
         return range(min(self.counters, last))
+
+
+@functools.cache
+def recorded_levels(total: int, minutes: int, ladder: Ladder) -> list[int]:
+    """The records of an hour item whose ``total`` events fall evenly on its minutes (the first ``total % 60``
+    one more), after ``minutes`` commits of one minute each."""
+    levels, count = [], 0
+    for minute in range(minutes):
+        added = total // 60 + (1 if minute < total % 60 else 0)
+        if added == 0:
+            break
+        count += added
+        level = ladder.crossed(count, added)
+        if level is not None:
+            levels.append(level)
+    return levels
 
 
 def _position(minute: int) -> bytes:
@@ -302,8 +315,12 @@ class ModelClient:
 
     def _rank_keys(self, partition: str, start: str | None) -> Iterator[str]:
         day = _day_of(partition, RANK_PREFIX)
-        highest = level_of(self.model.most(0))
-        for level in range(-1 if highest is None else highest, -1, -1):
+        ladder = self.model.ladder
+        highest = ladder.level_of(self.model.most(0))
+        recorded = [ladder.lowest]
+        while highest is not None and recorded[-1] < highest:
+            recorded.append(ladder.above(recorded[-1]))
+        for level in reversed([level for level in recorded if highest is not None and level <= highest]):
             if start is not None and level > int(start.split("#", 1)[0]):
                 continue
             yield from self._level_keys(partition, day, level, start)
@@ -437,13 +454,24 @@ class ReadMeter:
         return response
 
 
-def measure(counters: int, distribution: str, settings: Settings, *, n: int = TOP_N, window: str = WINDOW) -> dict[str, Any]:
-    """One top N over a model of ``counters`` counters, read by the real Reader: its cost and its answer."""
+def measure(
+    counters: int,
+    distribution: str,
+    settings: Settings,
+    *,
+    n: int = TOP_N,
+    window: str = WINDOW,
+    ladder: Ladder = LADDER,
+) -> dict[str, Any]:
+    """One top N over a model of ``counters`` counters (their prefix ranked), read by the real Reader: its cost
+    and its answer."""
     from tally.reader import Reader
 
-    model = TrafficModel(counters, distribution, now_ms(), settings)
+    settings = replace(settings, ranked_prefixes=(PREFIX,))
+    model = TrafficModel(counters, distribution, now_ms(), settings, ladder=ladder)
     meter = ReadMeter(ModelClient(model, settings.counts_table))
     reader = Reader(settings.counts_table, client=meter, settings=settings)
+    reader.rank_ladder = ladder
     started = time.perf_counter()
     answer = reader.top(PREFIX, n, window=window)
     return {
@@ -477,7 +505,8 @@ def costs(settings: Settings) -> dict[str, Any]:
 
 def write_costs(settings: Settings, config: DeliveryConfig, workload: Workload | None = None) -> dict[str, Any]:
     """What a top N adds to the writes, in one run of the fan-out with a per-page rule (or ``workload``) through
-    tally's real write path: its rank records and the directory's entries beside its bucket updates and the floor."""
+    tally's real write path with ``settings`` (their ranked prefixes): its rank records and the directory's entries
+    beside its bucket updates and the floor."""
     workload = fan_out_pages() if workload is None else workload
     meter = run_tally(workload, settings, config).meter
     floor = floor_writes(workload.counted_arrivals(), config.window_seconds, settings)
@@ -501,4 +530,52 @@ def write_costs(settings: Settings, config: DeliveryConfig, workload: Workload |
             "ranks_and_directory_over_floor": round(meter.batch_units / floor, 3),
             "total_over_floor": round(meter.units / floor, 3),
         },
+    }
+
+
+# The ladders the trade compares: above 11,623 events an hour, every level (1.5-fold, the default), every 2nd
+# (2.25-fold) or every 5th (7.6-fold, as below it).
+TRADE_LADDERS = (Ladder(fine_every=1), Ladder(fine_every=2), Ladder(fine_every=5))
+
+
+def hour_writes(model: TrafficModel, hour: int) -> tuple[int, int]:
+    """The floor's writes in one whole hour of the model (a minute item and the hour item, each minute a counter
+    has events) and the rank records its commits put in that hour."""
+    floor = records = 0
+    for rank in range(model.counters):
+        total = model.hour_total(rank, hour)
+        if total == 0:
+            continue
+        floor += 2 * min(60, total)
+        records += len(recorded_levels(total, 60, model.ladder))
+    return floor, records
+
+
+def trade(settings: Settings, ladders: tuple[Ladder, ...] = TRADE_LADDERS, counters: int = COUNTERS[-1]) -> dict[str, Any]:
+    """For each ladder: what a 24 h top-10 of ``counters`` Zipf counters reads, and what its rank records add to
+    an hour's writes (read units are eventually consistent; a write unit costs five times a read unit)."""
+    rows = []
+    for ladder in ladders:
+        read = measure(counters, "zipf", settings, ladder=ladder)
+        model = TrafficModel(counters, "zipf", now_ms(), settings, ladder=ladder)
+        floor, records = hour_writes(model, model.now_ms // HOUR_MS - 2)
+        rows.append({
+            "factor_above_11623": round(1.5**ladder.fine_every, 2),
+            "lowest_floor": level_floor(ladder.lowest),
+            "read_units_per_top": read["read_units"],
+            "requests_per_top": read["requests"],
+            "exact": read["exact"],
+            "counted": read["counted"],
+            "rank_records_read": read["rank_records"],
+            "floor_write_units_per_hour": floor,
+            "rank_write_units_per_hour": records,
+            "rank_units_over_floor_units": round(records / floor, 4),
+        })
+    return {
+        "counters": counters,
+        "distribution": "zipf",
+        "events_per_second": EVENTS_PER_SECOND,
+        "window": WINDOW,
+        "n": TOP_N,
+        "rows": rows,
     }

@@ -353,6 +353,24 @@ def test_a_bad_top_is_a_400_naming_its_parameter(environment, query, parameter, 
     assert body["parameter"] == parameter and fix in body["message"]
 
 
+def test_a_top_of_a_prefix_that_is_not_ranked_and_too_crowded_to_count_whole_is_a_400_and_one_cli_line(
+    environment, monkeypatch, capsys
+):
+    from tally import reader as reader_module
+    from tally.core.ranking import TopBudget
+
+    monkeypatch.setattr(reader_module, "TopBudget", lambda: TopBudget(directory_names=2))  # "crowded" from 3 names
+    http_api.reader.cache_clear()
+    status, _, raw = call("/top?prefix=views/&n=3")
+    body = json.loads(raw)
+    assert status == 400 and "\n" not in raw and body["parameter"] == "prefix"
+    assert body["message"].startswith("prefix 'views/' is not ranked and names more than 2 counters")
+    assert "rankedPrefixes" in body["message"]
+    assert load_script("query_window").main(["--top", "3", "--prefix", "views/"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "TALLY_RANKED_PREFIXES" in captured.err
+
+
 def test_public_top_answers_under_a_public_prefix_only(environment):
     status, headers, body = get("/public/top?prefix=views/posts/&n=2")
     hidden, _, refusal = get("/public/top?prefix=load/&n=2")

@@ -360,13 +360,14 @@ def test_notes_name_the_read_settings_that_differ_from_what_the_function_publish
     reader = world[0]
     client = reader.table.client
     create_tables(client, "published-events", "published-counts")
-    function_settings = Settings(bucket_lanes=4, minute_retention_ms=72 * HOUR_MS)
+    function_settings = Settings(bucket_lanes=4, minute_retention_ms=72 * HOUR_MS, ranked_prefixes=("views/",))
     CountsTable(client, "published-counts", function_settings).publish_settings("Tally-Counter", NOW)
     mine = Reader("published-counts", client=client, settings=SETTINGS)
     note, empty = mine.notes(mine.count_many(["page-views"]))  # this table has no buckets at all
     assert "no bucket of 'page-views' exists at all" in empty
     assert note.startswith("Tally-Counter counts into published-counts with TALLY_BUCKET_LANES='4' (here '1'), ")
     assert "TALLY_MINUTE_RETENTION_HOURS='72' (here '48')" in note and "TALLY_RULES" not in note
+    assert """TALLY_RANKED_PREFIXES='["views/"]' (here '')""" in note  # a top list of views/ would be refused here
     agreeing = Reader("published-counts", client=client, settings=function_settings)
     assert agreeing.settings_differences() == []
 

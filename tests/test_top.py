@@ -1,4 +1,9 @@
-"""Reader.top on moto, fed through the handler's commit path: certified top N and rising against brute force."""
+"""Reader.top on moto, fed through the commit path: certified top N and rising against brute force.
+
+Events carry a weight (how many events of that counter at that instant), folded into segments and committed
+with ``CountsTable.commit`` and the counter directory as the handler does: counts that pass the rank levels
+without a stream record per event. One test takes the handler's own path, redelivered.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,14 @@ from moto import mock_aws
 
 from backends import BACKENDS, count_on_server
 from documents import code_block
-from factories import SHARD_ID, counter_record, window_event
+from factories import SHARD_ID, STREAM_ARN, counter_record, window_event
 from faults.checks import rank_levels
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader
-from tally.core.ranking import RANK_FLOOR, TopBudget, level_of
+from tally.core.buckets import counted_buckets
+from tally.core.commit import Writer
+from tally.core.ranking import RANK_PREFIX, TopBudget, UnrankedPrefix, level_floor, level_of, lowest_level
+from tally.core.segments import MAX_SEGMENT_ITEMS, Segment
 from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
@@ -25,7 +33,7 @@ from tally.invocation import process
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"
 NOW = parse_instant(NOW_TEXT)
-SETTINGS = Settings(counts_table=COUNTS, events_table=EVENTS)
+SETTINGS = Settings(counts_table=COUNTS, events_table=EVENTS, ranked_prefixes=("views/",))
 NO_DIRECTORY = TopBudget(directory_names=0)  # certified from the rank records alone
 
 
@@ -53,15 +61,34 @@ def deliver(client, settings: Settings, batches: list[dict]) -> None:
         process(event, directory.recording(table.commit), settings)
 
 
-def commit_events(client, settings: Settings, events: list[tuple[str, int]], shards: int = 1) -> None:
-    deliver(client, settings, stream_batches(events, shards))
+def commit_events(client, settings: Settings, events: list[tuple[str, int, int]], shards: int = 1) -> None:
+    """Weighted events (counter, time, how many), each shard's share folded into segments of at most
+    MAX_SEGMENT_ITEMS bucket items in time order and committed as the handler commits them."""
+    table = CountsTable(client, settings.counts_table, settings, backoff=no_sleep_backoff)
+    commit = CounterDirectory(client, settings.counts_table, settings).recording(table.commit)
+    ordered = sorted(events, key=lambda event: event[1])
+    for shard in range(shards):
+        writer = Writer.of_shard(STREAM_ARN, f"{SHARD_ID}-{shard}")
+        segment = None
+        for sequence, (name, ms, weight) in enumerate(ordered[shard::shards]):
+            items = [(name, bucket) for bucket in counted_buckets(ms, NOW, settings)]
+            if segment is None or len(segment.deltas.keys() | set(items)) > MAX_SEGMENT_ITEMS:
+                if segment is not None:
+                    commit(segment, writer)
+                first = str(10**20 + sequence)
+                segment = Segment(first_sequence=first, first_arrival_ms=NOW, last_sequence=first)
+            for item in items:
+                segment.deltas[item] = segment.deltas.get(item, 0) + weight
+            segment.records += 1
+        if segment is not None:
+            commit(segment, writer)
 
 
 def truth(events, prefix: str, window: Window) -> dict[str, int]:
     totals: dict[str, int] = {}
-    for name, ms in events:
+    for name, ms, weight in events:
         if name.startswith(prefix) and window.first_minute <= ms // MINUTE_MS <= window.last_minute:
-            totals[name] = totals.get(name, 0) + 1
+            totals[name] = totals.get(name, 0) + weight
     return totals
 
 
@@ -75,15 +102,17 @@ def at_some_minute(rng: random.Random, hours: int) -> int:
     return min(NOW - 1, hour + rng.choice([7, 31]) * MINUTE_MS + rng.randrange(MINUTE_MS))
 
 
-def workload() -> list[tuple[str, int]]:
-    """Pages read Zipf-like over 9 hours (two with the very same count), a few jobs, one counter a day old."""
+def workload() -> list[tuple[str, int, int]]:
+    """Pages read Zipf-like over 9 hours, 1,000 at a time (the top ten pass 11,623 events an hour, where every
+    level is recorded; two with the very same count), a few jobs (a prefix that is not ranked), one counter a
+    day old."""
     rng = random.Random(27)
     events = []
     for rank in range(1, 121):
-        events += [(f"views/p{rank:03d}", at_some_minute(rng, 9)) for _ in range(int(4000 / rank**1.1))]
-    events += [(f"views/tie-{name}", at_some_minute(random.Random(5), 9)) for name in "ab" for _ in range(150)]
-    events += [(f"jobs/{name}", at_some_minute(rng, 20)) for name in ("acme", "zeta") for _ in range(40)]
-    events += [("views/old", NOW - 30 * HOUR_MS - k) for k in range(500)]
+        events += [(f"views/p{rank:03d}", at_some_minute(rng, 9), 1000) for _ in range(int(4000 / rank**1.1))]
+    events += [(f"views/tie-{name}", at_some_minute(random.Random(5), 9), 1000) for name in "ab" for _ in range(150)]
+    events += [(f"jobs/{name}", at_some_minute(rng, 20), 1) for name in ("acme", "zeta") for _ in range(40)]
+    events += [("views/old", NOW - 30 * HOUR_MS - k, 1000) for k in range(500)]
     return events
 
 
@@ -128,7 +157,7 @@ def test_counters_below_the_rank_floor_bound_an_answer_that_cannot_list_them(wor
     reader.top_budget = NO_DIRECTORY
     answer = reader.top("views/", 100, window="6h", at="2026-11-22T13:00Z")
     expected = ranked(truth(events, "views/", answer.window))
-    assert not answer.exact and 0 < answer.bound and len(answer.entries) < 100
+    assert not answer.exact and 0 < answer.bound
     assert [e for e in expected if e[1] > answer.bound] == [(e.counter, e.total) for e in answer.entries if e.total > answer.bound]
     assert all(total <= answer.bound for name, total in expected if name not in {e.counter for e in answer.entries})
     reader.top_budget = TopBudget()  # the prefix's 123 names on the window's days: counted whole, exact
@@ -142,7 +171,37 @@ def test_n_larger_than_the_prefix_lists_every_counter_that_counted_exactly(world
     reader.top_budget = TopBudget()
     answer = reader.top("jobs/", 50)
     assert answer.exact and [(e.counter, e.total) for e in answer.entries] == ranked(truth(events, "jobs/", answer.window))
+    assert answer.rank_records == 0  # jobs/ is not ranked: its two counters are counted whole
     assert reader.top("nothing/", 5).as_json()["top"] == [] and reader.top("nothing/", 5).exact
+
+
+@freeze_time(NOW_TEXT)
+def test_a_prefix_that_is_not_ranked_with_more_counters_than_a_top_counts_whole_is_refused_in_one_line(world):
+    reader, _ = world
+    reader.top_budget = TopBudget(directory_names=100)
+    with pytest.raises(UnrankedPrefix, match=r"^prefix '' is not ranked and names more than 100 counters") as refused:
+        reader.top("", 10)  # views/ is ranked, but not every counter is
+    assert refused.value.parameter == "prefix" and "\n" not in str(refused.value)
+    assert "rankedPrefixes" in str(refused.value) and "TALLY_RANKED_PREFIXES" in str(refused.value)
+    reader.top_budget = TopBudget()
+    assert reader.top("views/p00", 3).exact  # a longer prefix of a ranked one is ranked
+
+
+@freeze_time(NOW_TEXT)
+def test_a_table_that_ranks_nothing_writes_no_rank_record_and_answers_a_small_prefix_exactly():
+    events = [(f"v/{k}", NOW - k * MINUTE_MS, 500 * (k + 1)) for k in range(6)]
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, "unranked-events", "unranked-counts")
+        settings = Settings(counts_table="unranked-counts", events_table="unranked-events")
+        commit_events(client, settings, events)
+        stored = client.scan(TableName="unranked-counts")["Items"]
+        answer = Reader("unranked-counts", client=client, settings=settings).top("v/", 3)
+        client.delete_table(TableName="unranked-counts")
+        client.delete_table(TableName="unranked-events")
+    assert not any(item["pk"]["S"].startswith(RANK_PREFIX) for item in stored)
+    assert any(item["sk"]["S"].startswith("H#") for item in stored)  # 500 to 3,000 events an hour item: no record
+    assert answer.exact and [(e.counter, e.total) for e in answer.entries] == [("v/5", 3000), ("v/4", 2500), ("v/3", 2000)]
 
 
 @freeze_time(NOW_TEXT)
@@ -236,11 +295,13 @@ def test_certification_holds_against_brute_force(table, seed, counters, n, lanes
     both plans, lanes: an exact answer is brute force; an inexact one lists every counter above its bound."""
     clear(table)
     rng = random.Random(seed)
-    settings = Settings(counts_table=PROPERTY_COUNTS, events_table=PROPERTY_EVENTS, bucket_lanes=lanes)
+    settings = Settings(
+        counts_table=PROPERTY_COUNTS, events_table=PROPERTY_EVENTS, bucket_lanes=lanes, ranked_prefixes=("v/",)
+    )
     events = []
     for index in range(counters):
-        size = rng.choice([0, 3, 9, 9, 40, 120])
-        events += [(f"v/{index:02d}", NOW - rng.randrange(5 * HOUR_MS)) for _ in range(size)]
+        size, weight = rng.choice([0, 3, 9, 9, 40, 120]), rng.choice([1, 7, 30, 30, 90])
+        events += [(f"v/{index:02d}", NOW - rng.randrange(5 * HOUR_MS), weight) for _ in range(size)]
     with freeze_time(NOW_TEXT):
         commit_events(table, settings, events, shards=rng.choice([1, 3]))
         reader = Reader(PROPERTY_COUNTS, client=table, settings=settings)
@@ -274,20 +335,22 @@ def test_the_documented_top_example_runs_against_either_server_and_prints_the_br
     events += [("jobs/big", now_ms - HOUR_MS)] * 500  # another prefix: never listed
     count_on_server(local_server, monkeypatch, events, now_ms, "readme-top")
     exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
-    brute = ranked(truth(events, "views/", Window.ending(now_ms)))[:3]
+    brute = ranked(truth([(name, ms, 1) for name, ms in events], "views/", Window.ending(now_ms)))[:3]
     assert capsys.readouterr().out.strip() == f"True {brute}"
 
 
 @freeze_time(NOW_TEXT)
 def test_redelivered_and_retried_commits_over_several_shards_keep_the_ranking_invariant_without_double_levels():
-    """Every hour item counting at least the floor has a record of exactly its level, none below it; a
-    redelivered batch (found applied) puts the same records again and changes nothing."""
+    """Every hour item counting at least the lowest recorded floor has a record of exactly its level, none below
+    it; a redelivered batch (found applied) puts the same records again and changes nothing."""
     rng = random.Random(3)
-    events = [(f"r/{k}", NOW - rng.randrange(3 * HOUR_MS)) for k in range(6) for _ in range(2 + 13 * k)]
+    events = [(f"r/{k}", NOW - rng.randrange(30 * MINUTE_MS)) for k in range(6) for _ in range(2 + 120 * k)]
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, PROPERTY_EVENTS, PROPERTY_COUNTS)
-        settings = Settings(counts_table=PROPERTY_COUNTS, events_table=PROPERTY_EVENTS, bucket_lanes=2)
+        settings = Settings(
+            counts_table=PROPERTY_COUNTS, events_table=PROPERTY_EVENTS, bucket_lanes=2, ranked_prefixes=("r/",)
+        )
         batches = stream_batches(events, shards=3)
         deliver(client, settings, batches)
         first = rank_levels(client, PROPERTY_COUNTS)
@@ -296,5 +359,6 @@ def test_redelivered_and_retried_commits_over_several_shards_keep_the_ranking_in
     counts, recorded = first
     assert again == first  # no count doubled, no level added
     assert sum(counts.values()) == len(events)
-    assert {key: level_of(count) for key, count in counts.items() if count >= RANK_FLOOR} == recorded
-    assert any(level >= 1 for level in recorded.values()) and any(c < RANK_FLOOR for c in counts.values())
+    floor = level_floor(lowest_level())
+    assert {key: level_of(count) for key, count in counts.items() if count >= floor} == recorded
+    assert recorded and any(count < floor for count in counts.values())

@@ -36,6 +36,7 @@ from tally.core.settings import (
     ENV_HOUR_RETENTION_DAYS,
     ENV_MAX_CLOCK_SKEW_SECONDS,
     ENV_MINUTE_RETENTION_HOURS,
+    ENV_RANKED_PREFIXES,
     Settings,
 )
 from tally.core.windows import (
@@ -51,12 +52,14 @@ from tally.core.windows import (
 from tally.core.directory import RESERVED_PREFIX, after_cursor, cursor_of, days_between
 from tally.core.plans import align_to_retention, make_plan
 from tally.core.ranking import (
+    LADDER,
     MAX_TOP,
     CountExactly,
     Ranked,
     ReadRanks,
     TopBudget,
     TopResult,
+    prefix_is_ranked,
     top_steps,
     whole_hours,
     window_hours,
@@ -67,9 +70,15 @@ from tally.stack_outputs import table_names_from_stack
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
 PUBLISHED_SETTINGS_SECONDS = 60  # how long a Reader trusts the published settings it read
-# The published settings a read depends on: which items hold a bucket, which are alive, which counters sum.
+# The published settings a read depends on: which items hold a bucket, which are alive, which counters sum,
+# which are ranked.
 READ_VARIABLES = (
-    ENV_BUCKET_LANES, ENV_MINUTE_RETENTION_HOURS, ENV_HOUR_RETENTION_DAYS, ENV_MAX_CLOCK_SKEW_SECONDS, ENV_RULES
+    ENV_BUCKET_LANES,
+    ENV_MINUTE_RETENTION_HOURS,
+    ENV_HOUR_RETENTION_DAYS,
+    ENV_MAX_CLOCK_SKEW_SECONDS,
+    ENV_RULES,
+    ENV_RANKED_PREFIXES,
 )
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -252,6 +261,7 @@ class Reader:
         self.directory = CounterDirectory(client, self.table_name, self.settings)
         self.ranks = RankIndex(client, self.table_name)
         self.top_budget = TopBudget()  # how far a top N reads before it answers with a bound
+        self.rank_ladder = LADDER  # the levels commits record (a bench compares others)
         self._published: PublishedSettings | None = None
         self._published_read_at: float | None = None
 
@@ -341,10 +351,13 @@ class Reader:
         a counter for 24 h, where its minutes would be up to 83. An explicit
         ``at`` without ``align`` is answered as asked.
 
-        Reads the rank records of the window's days from the highest level
+        A ranked prefix (one starting with a ranked prefix of the settings)
+        reads the rank records of the window's days from the highest level
         down, counts the counters that may be in the top exactly, and stops
         when nothing unread can reach the n-th total; a prefix with at most a
         few hundred counters on the window's days is counted whole (exact).
+        A prefix that is not ranked is counted whole when it has that few
+        counters, and refused (UnrankedPrefix, saying how to rank it) otherwise.
         """
         top_n = _top_n(n)
         if not isinstance(prefix, str) or prefix.startswith(RESERVED_PREFIX):
@@ -374,7 +387,15 @@ class Reader:
                 raise type(error)(f"the previous window {previous}, which a rising top compares with: {error}") from None
         hours, full = window_hours(window.first_minute, window.last_minute, now, self.settings)
         steps = top_steps(
-            prefix, top_n, hours=hours, full_hours=full, lanes=self.settings.bucket_lanes, rising=rising, budget=self.top_budget
+            prefix,
+            top_n,
+            hours=hours,
+            full_hours=full,
+            lanes=self.settings.bucket_lanes,
+            rising=rising,
+            budget=self.top_budget,
+            ranked=prefix_is_ranked(prefix, self.settings),
+            ladder=self.rank_ladder,
         )
         requests = 0
         reply: Any = None

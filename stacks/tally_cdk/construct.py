@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -348,6 +349,11 @@ class Tally(Construct):
             tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
             tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
             tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
+            **(
+                {tally_settings.ENV_RANKED_PREFIXES: json.dumps(list(handler_settings.ranked_prefixes))}
+                if handler_settings.ranked_prefixes
+                else {}
+            ),
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),

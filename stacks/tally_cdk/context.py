@@ -33,6 +33,7 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "hourRetentionDays": 90,
     "maxClockSkewSeconds": 300,
     "bucketLanes": 1,
+    "rankedPrefixes": [],
     "eventsTableRemovalPolicy": "retain",
     "countsTableRemovalPolicy": "destroy",
     "powertoolsLayerVersion": 27,
@@ -78,6 +79,7 @@ HANDLER_SETTING_KEYS = {
     "hour_retention_ms": "hourRetentionDays",
     "max_clock_skew_ms": "maxClockSkewSeconds",
     "count_from_ms": "countFrom",
+    "ranked_prefixes": "rankedPrefixes",
 }
 
 REMOVAL_POLICIES = ("retain", "destroy")
@@ -142,6 +144,7 @@ class StackSettings:
                 count_from_ms=reader.count_from("countFrom"),
                 bucket_lanes=bucket_lanes,
                 rules=parse_rules(rules_json) if rules_json else None,
+                ranked_prefixes=reader.text_list("rankedPrefixes"),
             )
         except SettingsError as error:
             named = error.naming({field: f"{key}={reader.shown(key)}" for field, key in HANDLER_SETTING_KEYS.items()})

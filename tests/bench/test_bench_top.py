@@ -20,7 +20,7 @@ from tally.core.windows import Window, now_ms
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.reader import Reader
 
-SETTINGS = Settings(counts_table="bench-top-counts", events_table="bench-top-events")
+SETTINGS = Settings(counts_table="bench-top-counts", events_table="bench-top-events", ranked_prefixes=(top.PREFIX,))
 
 
 def utc(ms: int) -> datetime:
@@ -98,7 +98,8 @@ def stored(client) -> dict[tuple[str, str], dict]:
 
 def test_moto_stores_what_the_model_says_and_a_top_reads_the_same_answer_at_the_same_cost_from_both():
     now = a_recent_instant(37)
-    model = top.TrafficModel(12, "zipf", now, SETTINGS, events_per_second=0.025, first_hour=now // HOUR_MS - 25)
+    # Busy enough that hour items pass 202 events (the top one 11,623, where every level is recorded).
+    model = top.TrafficModel(6, "zipf", now, SETTINGS, events_per_second=20, first_hour=now // HOUR_MS - 3)
     with freeze_time(utc(now)), mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, SETTINGS.events_table, SETTINGS.counts_table)
@@ -116,6 +117,7 @@ def test_moto_stores_what_the_model_says_and_a_top_reads_the_same_answer_at_the_
     for n, window in ((3, "24h"), (5, "90m"), (12, "24h")):
         assert answers[("moto", n, window)] == answers[("model", n, window)]
     assert answers[("model", 3, "24h")][0]["exact"] is True
+    assert {level for (pk, sk) in model_items(model) if pk.startswith("#ranks#") for level in [int(sk[:3])]} >= {8, 13, 18, 19}
 
 
 @pytest.mark.parametrize("distribution", top.DISTRIBUTIONS)

@@ -172,9 +172,9 @@ def run(steps, answer, put=lambda step: []):
         return done.value, log
 
 
-def steps_of(seg, after_previous_release=False, attempts=8, lanes=1):
+def steps_of(seg, after_previous_release=False, attempts=8, lanes=1, ranked=("",)):
     backoff = lambda: Backoff(attempts=attempts, rng=random.Random(0))  # noqa: E731
-    settings = Settings(bucket_lanes=lanes)
+    settings = Settings(bucket_lanes=lanes, ranked_prefixes=ranked)
     return commit_steps(seg, WRITER, "t", settings, backoff, after_previous_release=after_previous_release)
 
 
@@ -282,32 +282,34 @@ def test_an_update_naming_the_most_bins_a_segment_allows_fits_in_dynamodbs_expre
     assert len(update.request["UpdateExpression"].encode()) <= 4096 - 512  # room to spare for other terms
 
 
-def test_hour_items_carried_into_a_higher_level_get_their_rank_record_before_the_minutes_are_sent():
-    def answer(step):  # a: 76 added to 0 (level 5); b: 5 added to 23 -> 28 (level 2 -> 3); minutes never ranked
-        counts = {("a", HOUR): 76, ("b", HOUR): 28, ("a", MINUTE): 76}
+def test_hour_items_carried_into_a_higher_level_get_one_record_of_it_before_the_minutes_are_sent():
+    def answer(step):  # a: 76 added to 1,524 -> 1,600 (level 8 -> 13); b: 5 added to 200 -> 205 (none -> 8)
+        counts = {("a", HOUR): 1600, ("b", HOUR): 205, ("a", MINUTE): 76}
         return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
 
     result, log = run(steps_of(segment()), answer)
     kinds = [type(step).__name__ for step in log]
     assert kinds == ["Send", "Put", "Send"]  # hours, their rank records, minutes
-    assert [item["sk"]["S"] for item in log[1].items] == [f"005#{HOD}#00#a", f"003#{HOD}#00#b"]
+    assert [item["sk"]["S"] for item in log[1].items] == [f"013#{HOD}#00#a", f"008#{HOD}#00#b"]
     assert result.ranked == 2
 
 
-def test_with_sixteen_lanes_an_hour_item_is_ranked_from_90_so_a_day_partition_takes_fewer_records():
-    def answer(step):  # a: 76 added to 0 (level 5, under 16 lanes' lowest, 6); b: 5 added to 88 -> 93 (level 6)
-        counts = {("a", HOUR): 76, ("b", HOUR): 93, ("a", MINUTE): 76}
+def test_only_counters_under_a_ranked_prefix_get_records_and_a_table_ranking_nothing_puts_none():
+    def answer(step):
+        counts = {("a", HOUR): 11_650, ("b", HOUR): 11_625, ("a", MINUTE): 76}  # each carried into level 18
         return [Answer(Outcome.APPLIED, counts[u.item]) for u in step.updates]
 
-    result, log = run(steps_of(segment(), lanes=16), answer)
+    result, log = run(steps_of(segment(), lanes=16, ranked=("b", "x/")), answer)
     [put] = [step for step in log if isinstance(step, Put)]
     lane = f"{WRITER.lane(16):02d}"
-    assert [item["sk"]["S"] for item in put.items] == [f"006#{HOD}#{lane}#b"] and result.ranked == 1
+    assert [item["sk"]["S"] for item in put.items] == [f"018#{HOD}#{lane}#b"] and result.ranked == 1
+    result, log = run(steps_of(segment(), ranked=()), answer)
+    assert result.ranked == 0 and [type(step).__name__ for step in log] == ["Send", "Send"]
 
 
 def test_an_update_within_its_level_puts_no_record_and_one_found_applied_puts_its_items_level_again():
     result, log = run(steps_of(segment()), lambda step: [Answer(Outcome.APPLIED, 460 + u.added) for u in step.updates])
-    assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 460 -> 536 and 465: level 10 still
+    assert not any(isinstance(step, Put) for step in log) and result.ranked == 0  # 460 -> 536 and 465: level 8 still
     result, log = run(steps_of(segment()), lambda step: [taken(300) for _ in step.updates])
     [put] = [step for step in log if isinstance(step, Put)]
     assert [item["sk"]["S"] for item in put.items] == [f"008#{HOD}#00#a", f"008#{HOD}#00#b"]  # its lost try may have
@@ -320,7 +322,7 @@ def test_reserved_counters_are_never_ranked():
 
 
 def test_rank_records_left_unprocessed_are_put_again_after_a_pause_until_every_try_is_spent():
-    answer = lambda step: [Answer(Outcome.APPLIED, 7 + u.added) for u in step.updates]  # noqa: E731
+    answer = lambda step: [Answer(Outcome.APPLIED, 200 + u.added) for u in step.updates]  # noqa: E731
     left = [1]
 
     def put(step):

@@ -11,6 +11,19 @@ def test_defaults_are_documented_values():
     assert settings.minute_retention_ms == 48 * HOUR_MS
     assert settings.hour_retention_ms == 90 * DAY_MS
     assert settings.max_clock_skew_ms == 300_000
+    assert settings.ranked_prefixes == ()  # no rank record unless a table asks for top lists
+
+
+def test_ranked_prefixes_are_a_json_list_and_rank_the_counters_starting_with_one():
+    from tally.core.ranking import is_ranked, prefix_is_ranked
+
+    settings = Settings.from_env({"TALLY_RANKED_PREFIXES": '["views/", "jobs/", "views/"]'})
+    assert settings.ranked_prefixes == ("views/", "jobs/")
+    assert is_ranked("views/p1", settings) and not is_ranked("pages/p1", settings)
+    assert prefix_is_ranked("views/p", settings) and not prefix_is_ranked("", settings) and not prefix_is_ranked("v", settings)
+    everything = Settings(ranked_prefixes=("",))
+    assert is_ranked("anything", everything) and prefix_is_ranked("", everything)
+    assert not is_ranked("#rejected#late_event", everything)  # tally's own counters never are
 
 
 def test_environment_overrides_every_setting():
@@ -48,6 +61,7 @@ def test_environment_overrides_every_setting():
             "TALLY_BUCKET_LANES": "8",
             "TALLY_COUNT_FROM": "2026-11-23T10:00:00Z",
             "TALLY_RULES": '[{"name": "jobs", "counter": "jobs/{providerId}", "when": {"status": {"equals": 1.50}}}]',
+            "TALLY_RANKED_PREFIXES": '["jobs/", ""]',
         },
     ],
     ids=["defaults", "everything set"],
@@ -76,6 +90,10 @@ def test_a_minute_retention_of_one_day_answers_the_default_window():
         ({"TALLY_COUNTER_ATTRIBUTE": ""}, "TALLY_COUNTER_ATTRIBUTE='': attribute name must not be empty"),
         ({"TALLY_BUCKET_LANES": "0"}, "TALLY_BUCKET_LANES='0': bucket lanes must be between 1 and 32"),
         ({"TALLY_BUCKET_LANES": "33"}, "bucket lanes must be between 1 and 32"),
+        ({"TALLY_RANKED_PREFIXES": "views/"}, r'TALLY_RANKED_PREFIXES must be a JSON list of strings like \["views/"\]'),
+        ({"TALLY_RANKED_PREFIXES": '["#x"]'}, "TALLY_RANKED_PREFIXES='\\[\"#x\"\\]': ranked prefixes must not start with '#'"),
+        ({"TALLY_RANKED_PREFIXES": "[1]"}, "must be a JSON list of strings"),
+        ({"TALLY_RANKED_PREFIXES": str([f"p{n}/" for n in range(21)]).replace("'", '"')}, "at most 20 ranked prefixes"),
     ],
 )
 def test_bad_settings_fail_fast_with_the_variable_named(env, message):

@@ -24,7 +24,7 @@ from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, TTL_ATTRIBUTE, 
 from tally.core.windows import Window
 
 from tally.core.directory import DIRECTORY_PREFIX, partition_of
-from tally.core.ranking import RANK_PREFIX, RankRecord, level_of
+from tally.core.ranking import RANK_PREFIX, RankRecord, is_ranked, level_of
 
 from .harness import STATS, FaultStats
 from .streams import Expected
@@ -182,15 +182,21 @@ def rank_levels(client: Any, table_name: str) -> tuple[dict[tuple[str, int, int]
     return counts, recorded
 
 
-def check_ranks(client: Any, table_name: str, lanes: int, context: str) -> None:
-    """The ranking index's invariant: every hour item (lane) counting at least the floor of ``lanes`` has a
-    record of exactly its level, and no record names an item that is not there or a level above its count's.
-    Levels are read from counts, so a retried, redelivered or raced update can neither add a level nor lose one."""
+def check_ranks(client: Any, table_name: str, settings: Settings, context: str) -> int:
+    """The ranking index's invariant: every hour item (lane) of a ranked counter counting at least the lowest
+    recorded floor has a record of exactly its level, and no record names an item that is not there, a counter
+    that is not ranked or a level above its count's. Levels are read from counts, so a retried, redelivered or
+    raced update can neither add a level nor lose one."""
     counts, recorded = rank_levels(client, table_name)
-    truth = {key: level_of(count, lanes) for key, count in counts.items() if level_of(count, lanes) is not None}
+    truth = {
+        key: level
+        for key, count in counts.items()
+        if is_ranked(key[0], settings) and (level := level_of(count)) is not None
+    }
     wrong = {key: (recorded.get(key), truth.get(key)) for key in truth.keys() | recorded.keys() if recorded.get(key) != truth.get(key)}
     STATS.add("rank_records_compared", len(truth.keys() | recorded.keys()))
     assert not wrong, f"rank levels (recorded, of the count) differ: {sorted(wrong.items())[:5]}; {context}"
+    return len(truth)
 
 
 def check_summaries(summaries: list[Summary], records: int, expected: Expected, context: str) -> None:

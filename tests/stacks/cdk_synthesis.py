@@ -61,6 +61,7 @@ CONTEXT_OVERRIDES = {
     "apiCorsOrigins": '["https://blog.example.com", "http://localhost:3000"]',
     "apiDashboard": "true",
     "apiLatencyAlarmMs": "800",
+    "rankedPrefixes": "jobs/,revenue/",  # top lists of these two, certified from rank records
 }
 
 

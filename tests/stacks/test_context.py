@@ -57,6 +57,16 @@ def test_bad_values_name_their_key(key: str, value: Any, message: str):
         settings_with(**{key: value})
 
 
+def test_ranked_prefixes_are_a_list_from_cdk_json_or_the_command_line():
+    assert StackSettings.from_context({}.get).handler_settings.ranked_prefixes == ()
+    assert settings_with(rankedPrefixes=["views/", "jobs/"]).handler_settings.ranked_prefixes == ("views/", "jobs/")
+    assert settings_with(rankedPrefixes="views/,jobs/").handler_settings.ranked_prefixes == ("views/", "jobs/")
+    with pytest.raises(ContextError, match=r"context rankedPrefixes=.*must not start with '#'"):
+        settings_with(rankedPrefixes=["#rejected#"])
+    with pytest.raises(ContextError, match="context rankedPrefixes must be a list of strings"):
+        settings_with(rankedPrefixes=[1])
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -448,6 +448,8 @@ def test_context_overrides_reach_the_template(overridden_synthesis):
     assert mapping["Properties"]["BatchSize"] == 250
     assert variables[tally_settings.ENV_COUNTER_ATTRIBUTE] == "metric"
     assert variables[tally_settings.ENV_MINUTE_RETENTION_HOURS] == "72"
+    ranked = tally_settings.Settings.from_env({"TALLY_RANKED_PREFIXES": variables["TALLY_RANKED_PREFIXES"]})
+    assert ranked.ranked_prefixes == ("jobs/", "revenue/")
     rules = tally_settings.Settings.from_env({"TALLY_RULES": variables["TALLY_RULES"]}).counter_rules
     assert [(rule.name, rule.counter.text, rule.sum) for rule in rules.rules] == [
         ("jobs", "jobs/{providerId}", None),

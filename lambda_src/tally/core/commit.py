@@ -536,7 +536,7 @@ def commit_steps(
                 if update.item[1].kind == "H":
                     if is_born(update, answer):
                         born.append(update.item)
-                    level = rank_level(update, answer, settings.bucket_lanes)
+                    level = rank_level(update, answer, settings)
                     if level is not None:
                         ranks.append(rank_item(update.item[0], update.item[1], lane, level, settings))
             retries += sum(not update.resumes for update in retry)
@@ -568,14 +568,15 @@ def _rest_of(
     return dataclasses.replace(resend, resumes=update.resumes + 1)
 
 
-def rank_level(update: Update, answer: Answer, lanes: int) -> int | None:
+def rank_level(update: Update, answer: Answer, settings: Settings) -> int | None:
     """The level to record for an hour item an update answered: the one it carried the item into, or, found
-    already applied, the item's own (its lost first try may have crossed it); None for nothing to record."""
-    if answer.count is None or not is_ranked(update.item[0]):
+    already applied, the item's own (its lost first try may have crossed it); None for nothing to record,
+    and always for a counter outside the ranked prefixes."""
+    if answer.count is None or not is_ranked(update.item[0], settings):
         return None
     if answer.outcome is Outcome.ALREADY_APPLIED:
-        return level_of(answer.count, lanes)
-    return crossed_level(answer.count, update.added, lanes)
+        return level_of(answer.count)
+    return crossed_level(answer.count, update.added)
 
 
 def put_steps(

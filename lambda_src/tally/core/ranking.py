@@ -1,16 +1,22 @@
 """The ranking index, and the certified top N of a prefix over a window read from it. No I/O.
 
-**What is written.** An hour item's count, once it reaches ``RANK_FLOOR``,
-has a *level*: level k holds the counts from ``floor(k)`` to
-``cap(k) = floor(k + 1) - 1``, where ``floor(0) = 8`` and each floor is half as
-much again as the last, rounded down (8, 12, 18, 27, 40, 60, ...): a level
-spans at most 1.5 times its floor, so a record bounds its item's count
-within a factor of 1.5. With more than two bucket lanes, items are ranked
-from a higher level, the first with 4 events a lane (``lowest_level``: 90
-at 16 lanes), so that a day's one partition is not flooded by the low
-levels of many lanes. Whenever a commit's update carries an hour
-item (one lane of an hour bucket) into a higher level, the writer puts a rank
-record of that level, learned from the count the update returns:
+**What is ranked.** Only counters under the table's ranked prefixes
+(``Settings.ranked_prefixes``: context ``rankedPrefixes``,
+``TALLY_RANKED_PREFIXES``), the way a table declares the index it will
+query: a table that never asks for a top list writes no rank record. A top
+list of a prefix that is not ranked counts the prefix whole from the counter
+directory when it names few counters, and is refused otherwise.
+
+**What is written.** Levels form a ladder: level k holds the counts from
+``floor(k)``, where ``floor(0) = 8`` and each floor is half as much again as the
+last, rounded down (8, 12, 18, 27, 40, 60, ...). Commits record only some of
+its levels (``Ladder``): the first from 202 events (level 8), then every 5th
+(1,531, 11,623, 88,258, ...), each 7.6 times the last. An hour item (one lane
+of an hour bucket) that holds fewer than 202 events is not worth a record: a
+24 h top bounds every counter without one below 24 x 202 per lane, far under
+what a top 10 of a busy prefix totals. Whenever a commit's update carries an
+hour item into a higher recorded level, the writer puts one rank record, of
+the highest recorded level reached, learned from the count the update returns:
 
     pk = "#ranks#2026-11-23"    sk = "<level, 3 digits>#<hour of day>#<lane>#<counter>"    ttl = the hour item's
 
@@ -19,16 +25,18 @@ item's highest record is its level, so a retry, a redelivery or a racing shard
 can neither lose a level nor count one twice (levels are read from counts, not
 added up). A retry cannot tell whether its lost first try crossed a level, so
 an item found already applied puts the record of its level again. An hour
-item gets at most one record per update, and no more than its levels: a
-commit a minute brings the hottest about a dozen in its hour (its count grows
-60-fold from its first minute, log1.5(60) = 10 levels), whatever the number of
-writers: the update that crosses a level is one update.
+item gets at most one record per update and one per recorded level: a counter
+that commits every minute gets one record an hour from 202 events, a second
+once it passes 7.6 times that (a busy counter's hour grows 60-fold from its
+first minute: three records at most).
 
-**Invariant** (once the segments in flight are applied): every hour item with a
-count of at least the floor of its lanes' lowest level has a record of exactly
-its level; every other has none. So an item whose record a reader has not
-seen counts less than that floor, or its level is at most the lowest level
-read so far.
+**Invariant** (once the segments in flight are applied): every hour item
+holding at least 202 events has a record of its recorded level; an item
+whose highest record is of level k counts less than the floor of the next
+recorded level above k (``Ladder.cap``). 0.2.x wrote a record of every level
+from 8 (or from its lanes' lowest level) and its records keep both promises:
+read with this release's ladder, a record of any level bounds its item from
+below by its floor and from above by the next recorded floor.
 
 **The top N** (``top_steps``): read a window's day partitions from the highest
 level down, in pages; each record bounds its item's count from both sides
@@ -49,24 +57,26 @@ import heapq
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
 
 from tally.core.buckets import Bucket
 from tally.core.directory import RESERVED_PREFIX
 from tally.core.settings import DAY_MS, HOUR_MS, Settings
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
-from tally.core.windows import Window
+from tally.core.windows import QueryError, Window
 
 RANK_PREFIX = "#ranks#"
-# The smallest count an hour item is ranked from: items below it are never written, and bound as < RANK_FLOOR.
+# The ladder's first floor: level k's floor is RANK_FLOOR times 1.5^k, rounded down at each step (8, 12, 18, ...).
 RANK_FLOOR = 8
-# With lanes, an item is ranked from the first level whose floor reaches this many events per lane
-# (``lowest_level``): lanes split a counter's events over items that each cross every level, and all of a day's
-# records go to one partition, which takes 1,000 a second.
-EVENTS_PER_LANE_RANKED = 4
-# Each level's floor is 3/2 of the last (rounded down): a record bounds its count within a factor of 1.5, so a
-# top N counts few candidates besides its N, and an item gets at most log1.5(count / 8) + 1 records in its hour.
+# Each level's floor is 3/2 of the last (rounded down). Records name a level of this ladder, which is the format
+# 0.2.x wrote every level of; this release records every RECORDED_EVERY-th level only.
 RANK_GROWTH = (3, 2)
+# The lowest level recorded: an hour item (one lane of an hour bucket) is ranked once it holds 202 events.
+LOWEST_RECORDED = 8
+# Below FINE_FROM every 5th level is recorded (202, 1,531), each 7.6 times the last: most hour items live there,
+# and get one record or two in their hour. From FINE_FROM (11,623 events an hour) every level is: a top N of
+# busy counters tells them apart within a factor of 1.5 and counts few candidates besides its N.
+RECORDED_EVERY = 5
+FINE_FROM = 18
 
 
 def _floors() -> list[int]:
@@ -81,34 +91,69 @@ _FLOORS = _floors()  # over 200 levels: three digits in a record's sort key keep
 MAX_TOP = 1_000
 
 
-@cache  # asked twice for every hour update a commit makes
-def lowest_level(lanes: int) -> int:
-    """The lowest level recorded with ``lanes`` bucket lanes: the first whose floor reaches
-    ``EVENTS_PER_LANE_RANKED`` events a lane (8 up to 2 lanes, 18 at 4, 40 at 8, 90 at 16, 135 at 32).
+@dataclass(frozen=True)
+class Ladder:
+    """Which levels of the 1.5-fold ladder a table records: ``lowest``, every ``every``-th above it up to
+    ``fine_from``, and every ``fine_every``-th from there.
 
-    At 1,000 shards (16 lanes) and 10^6 counters, levels from 8 put about
-    6,800 records a minute into the day's partition, all as the shards commit
-    at the end of their windows: several seconds of throttling every minute
-    (``make bench-scale``, ``scale_day_boundary``). From 90, a few hundred.
-    A counter needs about as many events in an hour for a record with any
-    number of lanes. Lanes are only ever raised, so records written with fewer
-    lanes start lower and still bound their items; a reader bounds the items
-    without records by its own lanes' floor, which is the higher one.
+    The trade: a record bounds its item within the factor from its level to
+    the next recorded one, so coarse levels make a top N count more
+    candidates; each recorded level an item's count passes in its hour is a
+    write. Coarse low levels cost the many modest items one record; fine high
+    levels cost the few busy ones a record per 1.5-fold growth and let a top N
+    of busy counters certify after counting few candidates.
     """
-    level = 0
-    while _FLOORS[level] < EVENTS_PER_LANE_RANKED * lanes:
-        level += 1
-    return level
+
+    lowest: int = LOWEST_RECORDED
+    every: int = RECORDED_EVERY
+    fine_from: int = FINE_FROM
+    fine_every: int = 1
+
+    def __post_init__(self) -> None:
+        if (self.fine_from - self.lowest) % self.every or min(self.lowest, self.every, self.fine_every) < 0:
+            raise ValueError(f"{self}: fine_from must be lowest plus a whole number of steps")
+
+    def above(self, level: int) -> int:
+        """The first recorded level above ``level`` (any level of the ladder, recorded or written by 0.2.x)."""
+        if level < self.lowest:
+            return self.lowest
+        if level < self.fine_from:
+            return min(self.fine_from, self.lowest + ((level - self.lowest) // self.every + 1) * self.every)
+        return self.fine_from + ((level - self.fine_from) // self.fine_every + 1) * self.fine_every
+
+    def level_of(self, count: int) -> int | None:
+        """The recorded level of an hour item's count: the highest recorded floor it reaches; None below all."""
+        if count < _FLOORS[self.lowest]:
+            return None
+        level = self.lowest
+        while _FLOORS[self.above(level)] <= count:
+            level = self.above(level)
+        return level
+
+    def cap(self, level: int) -> int:
+        """The most an item whose highest record is at ``level`` can count: one less than the next recorded floor."""
+        return _FLOORS[self.above(level)] - 1
+
+    def crossed(self, count_after: int, added: int) -> int | None:
+        """The level an update that added ``added`` to reach ``count_after`` carried its item into, or None."""
+        after = self.level_of(count_after)
+        if after is None:
+            return None
+        before = self.level_of(count_after - added)
+        return after if before is None or before < after else None
 
 
-def level_of(count: int, lanes: int = 1) -> int | None:
-    """The level of an hour item's count; None below the lowest level recorded with ``lanes``."""
-    if count < _FLOORS[lowest_level(lanes)]:
-        return None
-    level = 0
-    while _FLOORS[level + 1] <= count:
-        level += 1
-    return level
+LADDER = Ladder()
+
+
+def level_of(count: int, ladder: Ladder = LADDER) -> int | None:
+    """The recorded level of an hour item's count; None below the lowest level recorded."""
+    return ladder.level_of(count)
+
+
+def lowest_level(ladder: Ladder = LADDER) -> int:
+    """The lowest level recorded: an item without a record counts less than its floor."""
+    return ladder.lowest
 
 
 def level_floor(level: int) -> int:
@@ -116,18 +161,14 @@ def level_floor(level: int) -> int:
     return _FLOORS[level]
 
 
-def level_cap(level: int) -> int:
-    """The largest count of a level."""
-    return _FLOORS[level + 1] - 1
+def level_cap(level: int, ladder: Ladder = LADDER) -> int:
+    """The largest count an item whose highest record is of ``level`` can have."""
+    return ladder.cap(level)
 
 
-def crossed_level(count_after: int, added: int, lanes: int = 1) -> int | None:
+def crossed_level(count_after: int, added: int, ladder: Ladder = LADDER) -> int | None:
     """The level an update that added ``added`` to reach ``count_after`` carried its item into, or None."""
-    after = level_of(count_after, lanes)
-    if after is None:
-        return None
-    before = level_of(count_after - added, lanes)
-    return after if before is None or before < after else None
+    return ladder.crossed(count_after, added)
 
 
 def rank_partition(day: int) -> str:
@@ -168,9 +209,20 @@ def whole_hours(window: Window) -> Window:
     return Window(last + 1 - 60 * hours, last)
 
 
-def is_ranked(counter: str) -> bool:
-    """tally's own reserved counters are never ranked."""
-    return not counter.startswith(RESERVED_PREFIX)
+def is_ranked(counter: str, settings: Settings) -> bool:
+    """Whether commits put rank records for a counter: it starts with a ranked prefix (tally's own never do)."""
+    return not counter.startswith(RESERVED_PREFIX) and any(counter.startswith(p) for p in settings.ranked_prefixes)
+
+
+def prefix_is_ranked(prefix: str, settings: Settings) -> bool:
+    """Whether every counter starting with ``prefix`` is ranked: it starts with a ranked prefix itself."""
+    return any(prefix.startswith(ranked) for ranked in settings.ranked_prefixes)
+
+
+class UnrankedPrefix(QueryError):
+    """A top N of a prefix that is not ranked, with too many counters to count whole."""
+
+    parameter = "prefix"
 
 
 @dataclass(frozen=True)
@@ -291,6 +343,8 @@ def top_steps(
     lanes: int,
     rising: bool = False,
     budget: TopBudget = TopBudget(),
+    ranked: bool = True,
+    ladder: Ladder = LADDER,
 ) -> Generator[TopStep, object, TopResult]:
     """The certified top ``n`` of the counters starting with ``prefix`` over a window.
 
@@ -300,9 +354,16 @@ def top_steps(
     by the increase over the previous window of the same length (bounded from
     above by the window's total). The answer ranks by value, descending, then
     by name; it lists counters whose value is above 0 only.
+
+    ``ranked`` False: the prefix's counters have no rank records (it is not
+    a ranked prefix); the answer counts the prefix whole from the directory,
+    exact, or raises UnrankedPrefix when it names more than
+    ``budget.directory_names`` counters on the window's days.
     """
     if not 1 <= n <= MAX_TOP:
         raise ValueError(f"n must be from 1 to {MAX_TOP}, got {n}")
+    if not ranked:
+        return (yield from _counted_whole(prefix, n, rising, budget))
     full = set(full_hours)
     hour_set = set(hours)
     partitions = {day: _Partition(rank_partition(day)) for day in sorted({hour * HOUR_MS // DAY_MS for hour in hours})}
@@ -314,8 +375,8 @@ def top_steps(
         """The most an hour item of ``hour`` without a record read can count; None: no bound yet."""
         partition = partitions[hour * HOUR_MS // DAY_MS]
         if partition.exhausted:
-            return level_floor(lowest_level(lanes)) - 1
-        return None if partition.frontier is None else level_cap(partition.frontier)
+            return level_floor(ladder.lowest) - 1
+        return None if partition.frontier is None else ladder.cap(partition.frontier)
 
     def unseen_bound() -> int | None:
         """The most a counter without any record read can total in the window."""
@@ -329,7 +390,7 @@ def top_steps(
         for hour in hours:
             for lane in range(lanes):
                 level = candidate.levels.get((hour, lane))
-                cap = level_cap(level) if level is not None else unseen_cap(hour)
+                cap = ladder.cap(level) if level is not None else unseen_cap(hour)
                 if cap is None:
                     return None
                 total += cap
@@ -421,6 +482,25 @@ def top_steps(
     yield from count(sorted(name for name in listed if name not in candidates or candidates[name].exact is None))
     everyone = [candidate.exact for candidate in candidates.values() if candidate.exact is not None]
     return TopResult(_ranked(everyone, n), True, None, records, counted)
+
+
+def _counted_whole(prefix: str, n: int, rising: bool, budget: TopBudget) -> Generator[TopStep, object, TopResult]:
+    """The top n of a prefix without rank records: every counter the directory names, counted; exact."""
+    names = yield ListNames(budget.directory_names)
+    listed, more = names  # type: ignore[misc]
+    if more:
+        raise UnrankedPrefix(
+            f"prefix {prefix!r} is not ranked and names more than {budget.directory_names} counters on the "
+            "window's days, too many to count whole: add it (or a prefix of it) to the ranked prefixes "
+            "(context rankedPrefixes, TALLY_RANKED_PREFIXES) to rank it from then on"
+        )
+    entries: list[Ranked] = []
+    if listed:
+        answer = yield CountExactly(sorted(listed))
+        assert isinstance(answer, Mapping)
+        for name, value in answer.items():
+            entries.append(Ranked(name, value[0], value[1]) if rising else Ranked(name, value))
+    return TopResult(_ranked(entries, n), True, None, 0, len(entries))
 
 
 def _ranked(entries: Iterable[Ranked | None], n: int) -> list[Ranked]:

@@ -8,6 +8,7 @@ miscounting later.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,9 +34,12 @@ ENV_HOUR_RETENTION_DAYS = "TALLY_HOUR_RETENTION_DAYS"
 ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
 ENV_COUNT_FROM = "TALLY_COUNT_FROM"
 ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
+ENV_RANKED_PREFIXES = "TALLY_RANKED_PREFIXES"
 
 # A query reads every lane of every bucket it needs: the batch plan's keys grow with them.
 MAX_BUCKET_LANES = 32
+# Every hour update of a commit is checked against each of them.
+MAX_RANKED_PREFIXES = 20
 
 
 # The variable each field is read from: an error names what the operator set, not a field.
@@ -48,6 +52,7 @@ ENV_NAMES = {
     "max_clock_skew_ms": ENV_MAX_CLOCK_SKEW_SECONDS,
     "bucket_lanes": ENV_BUCKET_LANES,
     "count_from_ms": ENV_COUNT_FROM,
+    "ranked_prefixes": ENV_RANKED_PREFIXES,
 }
 
 
@@ -84,6 +89,12 @@ class Settings:
     write is committed lane by lane in parallel instead of shard after shard.
     It may be raised at any time, never lowered while lanes written before
     can still be read (the hour retention).
+
+    ``ranked_prefixes``: the counters commits keep rank records for, those
+    starting with one of them ("" ranks every counter), so that top lists of
+    these prefixes (and of longer ones) are certified from the records. None
+    by default: rank records are writes paid all the time, so a table pays
+    for them only where it asks for top lists (``core/ranking.py``).
     """
 
     counts_table: str = "tally-counts"
@@ -99,6 +110,7 @@ class Settings:
     count_from_ms: int | None = None
     bucket_lanes: int = 1
     rules: Rules | None = None
+    ranked_prefixes: tuple[str, ...] = ()
     counter_rules: Rules = field(init=False, repr=False, compare=False)
     image_attributes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what a record's image needs
 
@@ -127,6 +139,13 @@ class Settings:
             )
         if not 1 <= self.bucket_lanes <= MAX_BUCKET_LANES:
             raise SettingsError(f"bucket lanes must be between 1 and {MAX_BUCKET_LANES}", ("bucket_lanes",))
+        if not isinstance(self.ranked_prefixes, tuple) or not all(isinstance(p, str) for p in self.ranked_prefixes):
+            raise SettingsError("ranked prefixes must be a list of strings", ("ranked_prefixes",))
+        if len(self.ranked_prefixes) > MAX_RANKED_PREFIXES:
+            raise SettingsError(f"at most {MAX_RANKED_PREFIXES} ranked prefixes", ("ranked_prefixes",))
+        if any(prefix.startswith("#") for prefix in self.ranked_prefixes):
+            raise SettingsError("ranked prefixes must not start with '#': tally's own counters are never ranked",
+                                ("ranked_prefixes",))
         # Built once: every record goes through these rules.
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
         object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
@@ -151,6 +170,8 @@ class Settings:
             environment[ENV_COUNT_FROM] = str(self.count_from_ms // 1000)
         if self.rules is not None:
             environment[ENV_RULES] = self.rules.text
+        if self.ranked_prefixes:
+            environment[ENV_RANKED_PREFIXES] = json.dumps(list(self.ranked_prefixes))
         return environment
 
     @classmethod
@@ -177,6 +198,7 @@ class Settings:
             count_from_ms=_count_from(env.get(ENV_COUNT_FROM)),
             bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
             rules=_rules(env),
+            ranked_prefixes=_ranked_prefixes(env.get(ENV_RANKED_PREFIXES)),
         )
 
 
@@ -223,3 +245,16 @@ def _rules(env: Mapping[str, str]) -> Rules | None:
         return parse_rules(raw)
     except RulesError as error:
         raise SettingsError(f"{ENV_RULES}: {error}") from None
+
+
+def _ranked_prefixes(raw: str | None) -> tuple[str, ...]:
+    """TALLY_RANKED_PREFIXES: a JSON list of strings, e.g. ["views/", "jobs/"]; unset or empty ranks nothing."""
+    if raw is None or not raw.strip():
+        return ()
+    try:
+        prefixes = json.loads(raw)
+    except ValueError:
+        prefixes = None
+    if not isinstance(prefixes, list) or not all(isinstance(prefix, str) for prefix in prefixes):
+        raise SettingsError(f'{ENV_RANKED_PREFIXES} must be a JSON list of strings like ["views/"], got {raw!r}')
+    return tuple(dict.fromkeys(prefixes))
