@@ -344,7 +344,7 @@ def test_a_counter_left_out_that_could_tie_the_nth_total_leaves_the_answer_uncer
     """Ties rank by name: a counter without a record that could equal the n-th total might list before it."""
     hours = [H0]
     world = World(random.Random(1), 0, hours, set(), 1, 1.0)  # the hour is covered in part
-    cap = level_floor(lowest_level(1)) - 1  # the most an hour item without a record can hold
+    cap = level_floor(lowest_level()) - 1  # the most an hour item without a record can hold
     world.items = {("b", H0, 0): cap + 1, ("a", H0, 0): cap}  # only b's item has a record
     world.records = [RankRecord("b", H0, 0, level_of(cap + 1))]
     world.total = {"b": cap, "a": cap}  # b's window share ties a's whole hour; a wins the tie by name

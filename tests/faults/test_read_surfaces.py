@@ -11,6 +11,8 @@ to have a rank record.
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 from collections import Counter
 from datetime import UTC, datetime
@@ -21,7 +23,7 @@ from freezegun import freeze_time
 from moto import mock_aws
 from tally import Reader
 from tally.core.commit import order_preserving
-from tally.core.ranking import level_floor, lowest_level
+from tally.core.ranking import TopBudget, level_floor, lowest_level
 from tally.core.settings import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.dynamo import create_tables
@@ -155,16 +157,18 @@ def test_series_and_listings_across_midnight_are_brute_force():
 def test_a_top_whose_last_place_is_tied_by_a_counter_without_records_lists_the_tie_by_name():
     """b reaches the rank floor in the hour (a record) but holds one event fewer in the window; a stays just
     below the floor (no record): they tie within the window, and a comes first."""
-    floor = level_floor(lowest_level(1))
+    floor = level_floor(lowest_level())
     hour = MIDNIGHT_MS + HOUR_MS
     events = [("tie/a", hour + (20 + i) * MINUTE_MS) for i in range(floor - 1)]
     events += [("tie/b", hour + 5 * MINUTE_MS)] + [("tie/b", hour + (30 + i) * MINUTE_MS) for i in range(floor - 1)]
     events += [("tie/c", hour + (40 + i % 10) * MINUTE_MS) for i in range(3 * floor)]  # first, far ahead
     stream = designed_stream(events, shards=2, first_sequence=10**20)
+    ranked = dataclasses.replace(SETTINGS, ranked_prefixes=("",))
     with mock_aws():
-        client, context = drained(stream, FAULTY)
+        client, context = drained(stream, FAULTY, ranked)
         with freeze_time(iso(stream.expected.last_arrival_ms + MINUTE_MS)):
-            reader = Reader(COUNTS_TABLE, client=client, settings=SETTINGS)
+            reader = Reader(COUNTS_TABLE, client=client, settings=ranked)
+            reader.top_budget = dataclasses.replace(TopBudget(), directory_names=0)  # never counted whole
             at_ms = hour + HOUR_MS
             for n in (1, 2, 3):
                 check_top(reader, stream.expected, n, at_ms, 50, context)  # from minute 10: b's first is out
