@@ -154,19 +154,7 @@ def test_every_crossing_is_delivered_once_under_retries_races_and_lost_answers(s
         client = FaultyClient(raw, schedule)
         table = CountsTable(client, COUNTS, settings, backoff=quick_backoff(seed))
         bus = RecordingBus(schedule, delivered, crashes)
-        config = DeliveryConfig(batch_size=rng.randint(1, 6), window_seconds=60)
-        shards = [
-            LambdaShard(
-                records,
-                shard_id=f"shardId-{index}",
-                stream_arn=STREAM_ARN,
-                config=config,
-                handler=AlertingHandler(table, settings, schedule, bus),
-                schedule=schedule,
-            )
-            for index, records in enumerate(shard_records(rng, minute, counts, 3))
-        ]
-        interleave(shards, rng)
+        deliver_alerting(shard_records(rng, minute, counts, 3), table, settings, schedule, bus, rng)
 
         states = AlertStates(raw, COUNTS).listing("hot")
         for k, n in counts.items():
@@ -239,6 +227,24 @@ def timed_records(rng: random.Random, counts: dict[tuple[str, int], int], shards
     return ordered
 
 
+def deliver_alerting(shards, table, settings, schedule, bus, rng: random.Random) -> None:
+    """Each shard's records through Lambda's cuts (one random batch size, 60 s windows) into the alerting
+    handler, the shards' invocations interleaved at random."""
+    config = DeliveryConfig(batch_size=rng.randint(1, 6), window_seconds=60)
+    lambda_shards = [
+        LambdaShard(
+            records,
+            shard_id=f"shardId-{index}",
+            stream_arn=STREAM_ARN,
+            config=config,
+            handler=AlertingHandler(table, settings, schedule, bus),
+            schedule=schedule,
+        )
+        for index, records in enumerate(shards)
+    ]
+    interleave(lambda_shards, rng)
+
+
 def run_episodes(seed: int, counts: dict[tuple[str, int], int], shards: int, late: float = 0.0):
     """Deliver the records through faulty shards and a faulty client; the events put (in order, repeats
     included), the crashes around puts, the final states and the schedule."""
@@ -252,13 +258,7 @@ def run_episodes(seed: int, counts: dict[tuple[str, int], int], shards: int, lat
         schedule = FaultSchedule(seed, {**CLIENT_FAULTS, **DELIVERY_FAULTS}, budget=120)
         table = CountsTable(FaultyClient(raw, schedule), COUNTS, settings, backoff=quick_backoff(seed))
         bus = RecordingBus(schedule, delivered, crashes)
-        config = DeliveryConfig(batch_size=rng.randint(1, 6), window_seconds=60)
-        lambda_shards = [
-            LambdaShard(records, shard_id=f"shardId-{index}", stream_arn=STREAM_ARN, config=config,
-                        handler=AlertingHandler(table, settings, schedule, bus), schedule=schedule)
-            for index, records in enumerate(timed_records(rng, counts, shards, late))
-        ]
-        interleave(lambda_shards, rng)
+        deliver_alerting(timed_records(rng, counts, shards, late), table, settings, schedule, bus, rng)
         states = AlertStates(raw, COUNTS).listing("hot")
     return delivered, crashes, states, schedule
 

@@ -24,10 +24,9 @@ from tally.core.rules import parse_rules
 from tally.core.settings import MINUTE_MS, Settings
 from tally.core.windows import now_ms
 from tally.dynamo import CountsTable, create_tables
-from tally.local.delivery import DeliveryConfig
 
-from .harness import FaultKind, FaultSchedule, FaultyClient, LambdaShard, interleave, quick_backoff
-from .test_alert_faults import RULES, STREAM_ARN, THRESHOLD, AlertingHandler, RecordingBus, check_deliveries, shard_records
+from .harness import FaultKind, FaultSchedule, FaultyClient, quick_backoff
+from .test_alert_faults import RULES, THRESHOLD, RecordingBus, check_deliveries, deliver_alerting, shard_records
 
 FAULTS = {FaultKind.CONFLICT: 0.05, FaultKind.RESPONSE_LOST: 0.08, FaultKind.TIMEOUT_AFTER_COMMIT: 0.1, FaultKind.RETRY_RECUT: 0.3}
 
@@ -62,19 +61,7 @@ def test_a_stale_evaluation_changes_no_state_another_has_moved_on(seed):
         schedule = FaultSchedule(seed, FAULTS, budget=30)
         table = CountsTable(FaultyClient(raw, schedule), COUNTS, settings, backoff=quick_backoff(seed))
         bus = RecordingBus(FaultSchedule.quiet(), delivered, crashes)
-        config = DeliveryConfig(batch_size=rng.randint(1, 6), window_seconds=60)
-        shards = [
-            LambdaShard(
-                records,
-                shard_id=f"shardId-{index}",
-                stream_arn=STREAM_ARN,
-                config=config,
-                handler=AlertingHandler(table, settings, schedule, bus),
-                schedule=schedule,
-            )
-            for index, records in enumerate(shard_records(rng, minute, counts, 3))
-        ]
-        interleave(shards, rng)
+        deliver_alerting(shard_records(rng, minute, counts, 3), table, settings, schedule, bus, rng)
         raised = AlertStates(raw, COUNTS).listing("hot")
         assert {c: (s.state, s.transitions) for c, s in raised.items()} == {f"hits/{k}": (ALARM, 1) for k in counts}
 
