@@ -57,7 +57,7 @@ from tally.core.segments import Segment
 from tally.core.settings import DAY_MS, MINUTE_MS
 from tally.core.tables import COUNTS_TABLE
 from tally.core.windows import QueryError, now_ms
-from tally.dynamo import BATCH_GET_LIMIT, CounterDirectory, CountsTable, RetriesExhausted, _code, _throttled
+from tally.dynamo import BATCH_GET_LIMIT, CounterDirectory, CountsTable, RetriesExhausted, error_code, retried_while_throttled
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class AlertStates:
         for start in range(0, len(names), BATCH_GET_LIMIT):
             pending = [_key(alert, name) for name in names[start : start + BATCH_GET_LIMIT]]
             for _ in self.backoff().pauses():
-                response = _throttled(
+                response = retried_while_throttled(
                     self.backoff,
                     self.client.batch_get_item,
                     RequestItems={self.table_name: {"Keys": pending, "ConsistentRead": True}},
@@ -139,7 +139,7 @@ class AlertStates:
         }
         states: dict[str, AlertState] = {}
         while True:
-            response = _throttled(self.backoff, self.client.query, **request)
+            response = retried_while_throttled(self.backoff, self.client.query, **request)
             if summary is not None:
                 summary.reads += 1
             for item in response.get("Items", []):
@@ -171,7 +171,7 @@ class AlertStates:
             condition = "#transitions = :read AND attribute_not_exists(#pending)"
             values[":read"] = {"N": str(read.transitions)}
         try:
-            _throttled(
+            retried_while_throttled(
                 self.backoff,
                 self.client.update_item,
                 TableName=self.table_name,
@@ -186,7 +186,7 @@ class AlertStates:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
+            if error_code(error) != "ConditionalCheckFailedException":
                 raise
             return state_of(_plain(error.response.get("Item") or {}))
         return None
@@ -194,7 +194,7 @@ class AlertStates:
     def delivered(self, crossing: Crossing) -> None:
         """Clear ``pending`` once the crossing's event is put (nothing, if it already was or the item moved on)."""
         try:
-            _throttled(
+            retried_while_throttled(
                 self.backoff,
                 self.client.update_item,
                 TableName=self.table_name,
@@ -205,7 +205,7 @@ class AlertStates:
                 ExpressionAttributeValues={":transitions": {"N": str(crossing.transitions)}},
             )
         except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
+            if error_code(error) != "ConditionalCheckFailedException":
                 raise
 
 

@@ -267,7 +267,7 @@ class CountsTable:
         try:
             self.client.update_item(**write.request)
         except ClientError as error:
-            code = _code(error)
+            code = error_code(error)
             if code == "ConditionalCheckFailedException":
                 now_held = error.response.get("Item", {}).get(SKETCH_ATTRIBUTE, {}).get("B")
                 return SketchOutcome.CONFLICT, None if now_held is None else bytes(now_held)
@@ -286,7 +286,7 @@ class CountsTable:
             try:
                 response = self.client.batch_write_item(RequestItems=request)
             except ClientError as error:
-                if _code(error) not in _RETRYABLE_CODES:
+                if error_code(error) not in _RETRYABLE_CODES:
                     raise
                 logger.warning("puts throttled, sent again after a pause: %s", _describe(error))
                 left.extend(chunk)
@@ -320,7 +320,7 @@ class CountsTable:
         try:
             response = self.client.update_item(**update.request)
         except ClientError as error:
-            code = _code(error)
+            code = error_code(error)
             if code == "ConditionalCheckFailedException":
                 answer = condition_failed(error.response.get("Item"), update.tag, update.position)
                 if answer.outcome is Outcome.FAIL:
@@ -380,7 +380,7 @@ class CountsTable:
                 ExpressionAttributeValues={":export": {"S": export_arn}, ":protocol": {"S": protocol}},
             )
         except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
+            if error_code(error) != "ConditionalCheckFailedException":
                 raise
             claimed = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item", {})
             other = claimed.get("export", {}).get("S", "?")
@@ -544,7 +544,7 @@ class CountsTable:
         return bool(response.get("Items"))
 
     def _call(self, operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
-        return _throttled(self.backoff, operation, **kwargs)
+        return retried_while_throttled(self.backoff, operation, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -629,7 +629,7 @@ class CounterDirectory:
                 if limit is not None:
                     request["Limit"] = page_size
                     page_size = min(4 * page_size, _LARGEST_PAGE)
-                response = _throttled(self.backoff, self.client.query, **request)
+                response = retried_while_throttled(self.backoff, self.client.query, **request)
                 requests[0] += 1
                 for item in response.get("Items", []):
                     yield item[COUNTS_TABLE.sort_key]["S"]
@@ -660,7 +660,7 @@ class CounterDirectory:
         listing reads every partition of every day. False says nothing about the other partitions."""
         partition = day_partitions(max(days))[0]
         request = {**self._names_request(partition, prefix, consistent), "Limit": limit + 1}
-        response = _throttled(self.backoff, self.client.query, **request)
+        response = retried_while_throttled(self.backoff, self.client.query, **request)
         return len(response.get("Items", [])) > limit, 1
 
 
@@ -696,7 +696,7 @@ class RankIndex:
             request["ExclusiveStartKey"] = _key(partition, start_key)
         requests = 0
         while True:
-            response = _throttled(self.backoff, self.client.query, **request)
+            response = retried_while_throttled(self.backoff, self.client.query, **request)
             requests += 1
             records = [RankRecord.parse(partition, item[COUNTS_TABLE.sort_key]["S"]) for item in response.get("Items", [])]
             last = response.get("LastEvaluatedKey")
@@ -706,13 +706,13 @@ class RankIndex:
             request["ExclusiveStartKey"] = last
 
 
-def _throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+def retried_while_throttled(backoff: Callable[[], Backoff], operation: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
     """One request, retried while DynamoDB throttles it."""
     for attempt in backoff().pauses():
         try:
             return operation(**kwargs)
         except ClientError as error:
-            if _code(error) not in _RETRYABLE_CODES:
+            if error_code(error) not in _RETRYABLE_CODES:
                 raise
             logger.warning("request throttled (attempt %d): %s", attempt + 1, _describe(error))
     raise RetriesExhausted("requests still throttled after every retry")
@@ -732,7 +732,7 @@ def batch_write(
         pending = requests[start : start + BATCH_WRITE_LIMIT]
         done = len(pending)
         for _ in backoff().pauses():
-            response = _throttled(backoff, client.batch_write_item, RequestItems={table: pending})
+            response = retried_while_throttled(backoff, client.batch_write_item, RequestItems={table: pending})
             pending = response.get("UnprocessedItems", {}).get(table, [])
             if not pending:
                 break
@@ -769,18 +769,19 @@ def _create_table(client: Any, description: TableDescription, name: str) -> None
             TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
         )
     except ClientError as error:
-        if _code(error) != "UnknownOperationException":
+        if error_code(error) != "UnknownOperationException":
             raise
 
 
-def _code(error: ClientError) -> str:
+def error_code(error: ClientError) -> str:
+    """The error's code, as DynamoDB names it (``ConditionalCheckFailedException``, ``ThrottlingException``, ...)."""
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _describe(error: ClientError) -> str:
     reasons = error.response.get("CancellationReasons")
     detail = f" reasons={[r.get('Code') for r in reasons]}" if reasons else ""
-    return f"{_code(error)}: {error.response.get('Error', {}).get('Message', '')}{detail}"
+    return f"{error_code(error)}: {error.response.get('Error', {}).get('Message', '')}{detail}"
 
 
 def _key(pk: str, sk: str) -> dict[str, dict[str, str]]:
