@@ -64,7 +64,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import Enum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from tally.core.amounts import decimal_of, text_of
@@ -93,7 +93,7 @@ RESUME_CONDITION = "#w = :seen"
 # Ends every watermark this release writes: the position before it is the last record taken. The previous
 # release wrote the bare position of the first record of the last segment taken.
 THROUGH = b"\x01"
-# Rounds of "the item moved on meanwhile, judge again" before a resumed update gives up (CommitFailed).
+# Rounds of "the item moved on meanwhile, judge again" before a resumed update gives up (RetriesExhausted).
 MAX_RESUMES = 8
 
 
@@ -226,6 +226,7 @@ def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
+@lru_cache(maxsize=1024)
 def lane_of(source: str, lanes: int) -> int:
     """The lane a writer adds to: fixed per writer, so its retries write where its first try did."""
     return int(hashlib.sha256(source.encode("utf-8")).hexdigest()[:8], 16) % lanes
@@ -346,30 +347,37 @@ def segment_updates(
 ) -> tuple[list[Update], list[Update]]:
     """The segment's updates in two phases, hour items first, then minute items; ``skip`` leaves items out."""
     skipped = set(skip)
+    position, watermark = writer.position(segment), writer.watermark(segment)  # once a segment, not an item
     hours: list[Update] = []
     minutes: list[Update] = []
     for delta in segment.ordered_deltas():
         if delta[0] in skipped:
             continue
-        update = item_update(delta, segment, writer, table_name, settings)
+        update = item_update(delta, writer, table_name, settings, position, watermark)
         (hours if delta[0][1].kind == "H" else minutes).append(update)
     return hours, minutes
 
 
 def item_update(
-    delta: Delta, segment: Segment, writer: Writer, table_name: str, settings: Settings, seen: bytes | None = None
+    delta: Delta,
+    writer: Writer,
+    table_name: str,
+    settings: Settings,
+    position: bytes,
+    watermark: bytes,
+    seen: bytes | None = None,
 ) -> Update:
-    """One bucket item's update for ``delta`` of ``segment`` (the rest of it, on the watermark ``seen``)."""
+    """One bucket item's update for ``delta`` of the segment at ``position`` that leaves ``watermark`` (the rest
+    of it, on the watermark ``seen``)."""
     counter, bucket = delta[0]
     key = {
         COUNTS_TABLE.partition_key: counter,
         COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, writer.lane(settings.bucket_lanes)),
     }
-    tag, position = writer.tag, writer.position(segment)
     request = bucket_update(
-        table_name, key, additions(delta), bucket.ttl_seconds(settings), tag, position, writer.watermark(segment), seen
+        table_name, key, additions(delta), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen
     )
-    return Update(delta[0], request, tag, position, delta[1])
+    return Update(delta[0], request, writer.tag, position, delta[1])
 
 
 def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) -> Delta | None:
@@ -564,7 +572,9 @@ def _rest_of(
     rest = untaken(segment, update.item, Watermark.decode(answer.watermark), writer)
     if rest is None:
         return None
-    resend = item_update(rest, segment, writer, table_name, settings, seen=answer.watermark)
+    resend = item_update(
+        rest, writer, table_name, settings, update.position, writer.watermark(segment), seen=answer.watermark
+    )
     return dataclasses.replace(resend, resumes=update.resumes + 1)
 
 
