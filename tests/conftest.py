@@ -109,3 +109,12 @@ def dynamodb():
 @pytest.fixture
 def counts_table(dynamodb, settings) -> CountsTable:
     return CountsTable(dynamodb, COUNTS, settings, backoff=no_sleep_backoff)
+
+
+@pytest.fixture
+def s3():
+    """moto's S3 with the bucket exports are written to (the backfill's stages and export reading)."""
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="exports")
+        yield client

@@ -5,21 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tally import exports
 
 COUNT_FROM = 1_795_000_000_000
-
-
-@pytest.fixture
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="exports")
-        yield client
 
 
 def put_gzip_lines(s3, key: str, lines: list[str]) -> None:

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
 
 from tally.local.cli import ScriptError, load_script
 from tally import parallel_backfill
@@ -59,14 +58,6 @@ def expect_poll(stubber: Stubber, status: str, fold_done: int, commit_done: int,
              "toleratedFailurePercentage": 0.0, "toleratedFailureCount": 0, "itemCounts": counts, "executionCounts": counts},
             {"mapRunArn": arn},
         )
-
-
-@pytest.fixture
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="exports")
-        yield client
 
 
 def put_summary(s3, key: str, **fields) -> None:
