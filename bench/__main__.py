@@ -48,7 +48,8 @@ from rich.table import Table
 
 from bench import aggregates, alerts, backfill_scale, latency, read_api, reads, scale, speed, top, workloads, writes
 from tally.local.delivery import DeliveryConfig
-from tally.core.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = Path(__file__).resolve().parent / "results.json"

@@ -27,7 +27,8 @@ from bench.workloads import START_MS
 from tally.core.buckets import Bucket, bucket_item_keys, lane_sort_keys, sketch_counter
 from tally.core.histograms import GAMMA, bin_of, is_bin
 from tally.core.plans import Plan, PlanKind, make_plan
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.local.delivery import DeliveryConfig
 

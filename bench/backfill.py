@@ -29,7 +29,8 @@ from tally.backfill import (
     export_outcomes,
 )
 from tally.core.segments import SegmentFolder
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.dynamo import CountsTable
 from tally.local.workload import Workload
 

@@ -50,7 +50,8 @@ from tally.backfill import (
 )
 from tally.core.commit import Writer
 from tally.core.segments import Segment, SegmentFolder
-from tally.core.settings import DAY_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
 from tally.dynamo import CounterDirectory, CountsTable
 from tally.parallel_backfill import COMMIT_CHUNK_ITEMS, commit_chunks, fold_images, merge
 

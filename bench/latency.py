@@ -28,7 +28,8 @@ from tally.local.aws import OFFLINE_ENVIRONMENT
 from tally.dynamo import CountsTable, create_tables
 from tally.core.plans import PlanKind
 from tally.query import count_windows
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 
 NOW_MS = START_MS + 40 * HOUR_MS + 17 * MINUTE_MS + 30_000  # minute offset 17: a typical, not a best, case
 PER_MINUTE = 2  # every stored minute holds this many events

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
 KEY_ATTRIBUTE = "id"
 COUNT_ATTRIBUTE = "count"

@@ -31,7 +31,8 @@ from urllib.parse import urlencode, urlsplit
 import boto3
 
 from bench.latency import PER_MINUTE, stored_buckets
-from tally.core.settings import MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import MINUTE_MS
 from tally.local.aws import OFFLINE_ENVIRONMENT, MotoServer
 
 COUNTS_TABLE = "bench-read-api-counts"

@@ -24,7 +24,8 @@ from tally.core.buckets import Bucket, lane_sort_key
 from tally.core.commit import Writer, order_preserving
 from tally.dynamo import BATCH_GET_LIMIT
 from tally.core.plans import Plan, PlanKind, make_plan
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.sums import sum_plan
 from tally.core.windows import Window
 

@@ -111,7 +111,8 @@ from tally.core.sketches import Sketch, hash_of
 from tally.core.records import CounterEvent
 from tally.core.retry import Backoff, commit_backoff, directory_backoff, sketch_backoff
 from tally.core.segments import Segment, SegmentFolder
-from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, MINUTE_MS, Settings
+from tally.core.settings import MAX_BUCKET_LANES, Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
 from tally.dynamo import COMMIT_WORKERS, DIRECTORY_MEMORY
 

@@ -41,7 +41,8 @@ from tally.core.buckets import Bucket
 from tally.core.commit import THROUGH, Writer, order_preserving
 from tally.core.directory import DIRECTORY_PREFIX, entry_item, partition_of
 from tally.core.ranking import LADDER, RANK_PREFIX, Ladder, level_floor, rank_item
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, TTL_ATTRIBUTE
 from tally.core.windows import now_ms
 from tally.local.delivery import DeliveryConfig

@@ -26,7 +26,8 @@ from typing import Any
 
 from bench import origin
 from tally.core.buckets import counted_buckets
-from tally.core.settings import DAY_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
 from tally.local.workload import JOB_RULES, Change, Event as JobEvent, job_history, job_truth
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"

@@ -33,7 +33,8 @@ from typing import Any
 
 
 from tally.core.buckets import iso_minute, iso_second
-from tally.core.settings import ENV_COUNT_FROM, ENV_EVENTS_TABLE, MINUTE_MS, Settings
+from tally.core.settings import ENV_COUNT_FROM, ENV_EVENTS_TABLE, Settings
+from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
 from tally.dynamo import create_tables
 from tally import exports

@@ -49,7 +49,8 @@ from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve
 from tally.local.cli import console as make_console
 from tally.local.cli import ScriptError, entry_point, is_missing_table, require_table, where
 from tally.core.records import InvalidCounter, validate_counter
-from tally.core.settings import ENV_COUNTER_ATTRIBUTE, ENV_TIME_ATTRIBUTE, HOUR_MS, Settings, SettingsError
+from tally.core.settings import ENV_COUNTER_ATTRIBUTE, ENV_TIME_ATTRIBUTE, Settings, SettingsError
+from tally.core.units import HOUR_MS
 from tally.core.windows import InvalidWindow, now_ms, parse_instant
 from tally.local.workload import (
     BAD_KINDS,

@@ -110,7 +110,8 @@ from tally.core.records import Reason
 from tally.core.segments import rejected_counter
 from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.tables import events_table_for
-from tally.core.settings import DAY_MS, ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
+from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
+from tally.core.units import DAY_MS, HOUR_MS
 from tally.local.stream_reader import StreamReader
 from tally.core.windows import Window, now_ms, utc_of
 from tally.local.workload import (

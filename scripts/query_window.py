@@ -53,7 +53,8 @@ from tally.core.buckets import iso_minute
 from tally.core.histograms import Histogram, percentile_label
 from tally.core.sketches import Sketch
 from tally.core.plans import PlanKind, Series
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.core.windows import utc_of
 from tally.local.aws import ArgumentParser, client, resolve_tables
 from tally.local.cli import console, entry_point, is_missing_table, missing_table

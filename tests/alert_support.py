@@ -9,7 +9,8 @@ from tally.alerting import EventBus, Watcher
 from tally.core.buckets import Bucket
 from tally.core.commit import Writer
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.dynamo import CountsTable
 
 ALERT_RULES = (

@@ -8,7 +8,8 @@ from factories import image
 from tally.backfill import BackfillSummary, WriteRateLimit, backfill_export, chunks, export_outcomes, place, write_units
 from tally.core.records import CounterEvent, Reason
 from tally.core.rules import parse_rules
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.core.buckets import Bucket
 from tally.core.commit import CommitResult, Writer
 

@@ -19,7 +19,8 @@ from tally.core.buckets import legacy_sketch_sort_key
 from tally.core.commit import lane_of, source_id
 from tally.core.plans import PlanKind
 from tally.core.rules import parse_rules
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.sketches import STANDARD_ERROR
 from tally.core.windows import Window
 from tally.dynamo import CountsTable, create_tables

@@ -18,7 +18,7 @@ from tally.core.retry import Backoff, commit_backoff, directory_backoff
 from tally.core.directory import DIRECTORY_PARTITIONS, day_partitions, legacy_partition, partition_of
 from tally.dynamo import CommitFailed, CounterDirectory, CountsTable, DirectoryPage, RetriesExhausted
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 MINUTE = Bucket.of_minute(T0 // MINUTE_MS)

@@ -31,7 +31,8 @@ import tally
 from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES
 from tally.core.rules import ENV_RULES, parse_rules
-from tally.core.settings import ENV_TIME_ATTRIBUTE, HOUR_MS, Settings
+from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
+from tally.core.units import HOUR_MS
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process

@@ -6,7 +6,7 @@ from moto_tables import read_counts
 from factories import counter_record, image, one_invocation_window, stream_record, window_event
 from tally.invocation import WindowRequired, process
 from tally.core.records import Reason
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR_KEY = "H#2026-11-18T11"

@@ -15,7 +15,7 @@ from moto_tables import COUNTS, read_counts
 from tally.core.buckets import Bucket
 from tally.core.plans import PlanKind, WindowUnavailable
 from tally.core.records import Reason
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, parse_instant
 from tally.invocation import process
 from tally.query import count_windows

@@ -17,7 +17,8 @@ from tally import parallel_backfill
 from tally.backfill import BackfillSummary, WriteRateLimit, backfill_export
 from tally.core.records import Reason
 from tally.core.rules import parse_rules
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.core.tables import COUNTS_TABLE
 from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
 from tally.parallel_backfill import (

@@ -17,7 +17,8 @@ from tally.core.commit import lane_of, source_id
 from tally.core.histograms import MAX_MAGNITUDE, RELATIVE_ACCURACY
 from tally.core.plans import PlanKind
 from tally.core.rules import parse_rules
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process

@@ -16,7 +16,8 @@ from tally.invocation import process
 from tally.core.plans import PlanKind, Series, WindowUnavailable
 from tally.query import count_windows, validate_query_counter
 
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.buckets import iso_minute
 from tally.core.rules import parse_rules
 from tally.core.windows import QueryError, Window, parse_instant

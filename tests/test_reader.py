@@ -20,7 +20,8 @@ from backends import BACKENDS, count_on_server
 from factories import counter_record, window_event
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally import QueryError, Reader, Series, read_options
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.buckets import iso_minute
 from tally.core.rules import parse_rules
 from tally.core.windows import now_ms, parse_instant, utc_of

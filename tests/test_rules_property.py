@@ -16,7 +16,8 @@ from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from tally.core.amounts import average_of
 from tally.core.plans import PlanKind
 from tally.core.rules import parse_rules
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.dynamo import CountsTable, create_tables
 from tally.invocation import process

@@ -26,7 +26,8 @@ from tally.core.buckets import counted_buckets
 from tally.core.commit import Writer
 from tally.core.ranking import RANK_PREFIX, TopBudget, UnrankedPrefix, level_floor, level_of, lowest_level
 from tally.core.segments import MAX_SEGMENT_ITEMS, Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, parse_instant
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process

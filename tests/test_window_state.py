@@ -11,7 +11,7 @@ from moto_tables import COUNTS, read_counts
 from tally.core.buckets import lane_sort_key
 from tally.core.commit import Writer, legacy_marker_key, legacy_parts
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.invocation import outcomes_of, process, writer_of
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS

@@ -54,7 +54,7 @@ from tally.core.directory import days_between
 from tally.core.plans import PlanKind
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
-from tally.core.settings import DAY_MS, MINUTE_MS
+from tally.core.units import DAY_MS, MINUTE_MS
 from tally.core.tables import COUNTS_TABLE
 from tally.core.windows import QueryError, now_ms
 from tally.dynamo import BATCH_GET_LIMIT, CounterDirectory, CountsTable, RetriesExhausted, error_code, retried_while_throttled

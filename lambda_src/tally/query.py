@@ -28,7 +28,8 @@ from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_pl
 from tally.core.records import InvalidCounter, Reason, validate_counter
 from tally.core.rules import Rules
 from tally.core.segments import REJECTED_COUNTER_PREFIX
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.core.sums import Point, PlanTotals, series_of, sum_plan
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, utc_of
 from tally.dynamo import CountsTable, Fetched

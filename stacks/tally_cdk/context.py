@@ -19,7 +19,8 @@ from typing import Any
 from tally.core.rules import RulesError, parse_rules
 from tally_cdk.backfill import BackfillSettings
 from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
-from tally.core.settings import DAY_MS, HOUR_MS, MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
+from tally.core.settings import MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
+from tally.core.units import DAY_MS, HOUR_MS
 
 DEFAULT_CONTEXT: dict[str, Any] = {
     "stackName": "Tally",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bench import workloads, writes
-from tally.core.settings import DAY_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
 from tally.local.delivery import DeliveryConfig
 
 SETTINGS = Settings()

@@ -7,7 +7,7 @@ import pytest
 from bench import origin
 from bench.cost import MeteredClient
 from bench.workloads import stream_record
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 
 HOUR = 498_611  # an hour index: 2026-11-18T11:00Z

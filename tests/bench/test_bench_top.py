@@ -15,7 +15,8 @@ from tally.core.buckets import Bucket
 from tally.core.directory import entry_item
 from tally.core.ranking import rank_item
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.reader import Reader

@@ -27,7 +27,8 @@ from tally.core.commit import Outcome, Writer, segment_updates
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.sketch_writes import sketch_key
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
 T0 = 1_795_428_000_000
 MINUTE = Bucket.of_minute(T0 // MINUTE_MS)

@@ -28,7 +28,7 @@ from tally.core.alerts import (
 )
 from tally.core.buckets import Bucket
 from tally.core.rules import RulesError, parse_rules
-from tally.core.settings import MINUTE_MS
+from tally.core.units import MINUTE_MS
 
 
 def rule_with(alerts, **fields):

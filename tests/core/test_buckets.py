@@ -21,7 +21,8 @@ from tally.core.buckets import (
     stored_bucket,
 )
 from tally.core.settings import MAX_BUCKET_LANES
-from tally.core.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS
 
 
 def ms(text: str) -> int:

@@ -33,7 +33,8 @@ from tally.core.commit import (
 from tally.core.histograms import bin_of
 from tally.core.retry import Backoff
 from tally.core.segments import MAX_ITEM_BINS, Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR, MINUTE = Bucket.of_hour(T0 // HOUR_MS), Bucket.of_minute(T0 // MINUTE_MS)

@@ -15,7 +15,8 @@ from tally.core.directory import (
     legacy_partition,
     partition_of,
 )
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.windows import parse_instant
 
 MIDNIGHT = parse_instant("2026-11-23T00:00:00Z")

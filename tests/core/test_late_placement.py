@@ -20,7 +20,8 @@ from tally.core.buckets import Bucket, counted_buckets
 from tally.core.plans import PlanKind, WindowUnavailable, make_plan
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
 from tally.core.segments import contribution
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, STREAM_RETENTION_MS, Settings
+from tally.core.settings import STREAM_RETENTION_MS, Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.sums import sum_plan
 from tally.core.windows import Window, parse_instant
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 from tally.core.buckets import buckets_of
 from tally.core.plans import PlanKind, WindowUnavailable, make_plan
 from tally.core.sketches import Sketch, hash_of
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.sums import sum_plan
 from tally.core.windows import Window, parse_instant
 

@@ -28,7 +28,8 @@ from tally.core.ranking import (
     top_steps,
     window_hours,
 )
-from tally.core.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS
 from tally.core.windows import parse_instant
 
 MIDNIGHT = parse_instant("2026-11-23T00:00:00Z")

@@ -6,7 +6,8 @@ import pytest
 from factories import counter_record, image, parse_one, stream_record
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record, validate_counter
 from tally.core.rules import parse_rules
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
 ARRIVAL_MS = 1_795_000_000_000
 SETTINGS = Settings()

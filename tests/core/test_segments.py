@@ -17,7 +17,8 @@ from tally.core.segments import (
     UnreadableState,
     contribution,
 )
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS  # an hour boundary
 

@@ -1,6 +1,7 @@
 import pytest
 
-from tally.core.settings import DAY_MS, HOUR_MS, Settings, SettingsError
+from tally.core.settings import Settings, SettingsError
+from tally.core.units import DAY_MS, HOUR_MS
 
 
 def test_defaults_are_documented_values():

@@ -6,7 +6,8 @@ from tally.core.buckets import Bucket, sketch_partition
 from tally.core.commit import Pause, RetriesExhausted
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.core.sketch_writes import (
     ReadSketches,
     SketchOutcome,

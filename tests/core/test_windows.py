@@ -1,7 +1,7 @@
 import pytest
 from freezegun import freeze_time
 
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.windows import InvalidWindow, Window, now_ms, parse_instant, parse_length
 
 AT = parse_instant("2024-03-28T13:17:42.5Z")

@@ -17,7 +17,8 @@ from tally.core.plans import PlanKind, WindowUnavailable, align_to_retention
 from tally.query import count_windows
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.amounts import decimal_of, stored_units
 from tally.core.sketches import Sketch
 from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, TTL_ATTRIBUTE, SUM_ATTRIBUTE

@@ -23,7 +23,8 @@ from typing import Any
 
 from tally.core.records import Reason
 from tally.core.rules import parse_rules
-from tally.core.settings import MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import MINUTE_MS
 
 from .streams import (
     AMOUNTS,

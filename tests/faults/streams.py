@@ -29,7 +29,8 @@ from tally.core.histograms import bin_of
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Outcome, Reason
 from tally.core.rules import parse_rules
 from tally.core.segments import rejected_counter
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.sketches import Sketch, hash_of
 from tally.core.windows import Window
 

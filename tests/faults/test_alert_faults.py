@@ -36,7 +36,8 @@ from tally.alerting import AlertStates, EventBus, Watcher
 from tally.core.alerts import ABOVE, ALARM, OK, Alert
 from tally.core.buckets import iso_minute
 from tally.core.rules import parse_rules
-from tally.core.settings import MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
 from tally.dynamo import CountsTable, create_tables
 from tally.local.delivery import DeliveryConfig

@@ -21,7 +21,8 @@ from moto_tables import COUNTS, EVENTS
 from tally.alerting import AlertStates, Watcher
 from tally.core.alerts import ALARM, OK
 from tally.core.rules import parse_rules
-from tally.core.settings import MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
 from tally.dynamo import CountsTable, create_tables
 

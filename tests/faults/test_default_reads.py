@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from freezegun import freeze_time
 from moto_tables import COUNTS, no_sleep_backoff
 from tally import Reader
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
 from tally.dynamo import CountsTable
 from tally.query import count_windows

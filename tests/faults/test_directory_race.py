@@ -18,7 +18,8 @@ from factories import STREAM_ARN, counter_record, window_event
 from moto import mock_aws
 from moto.dynamodb import models
 from tally.core.directory import partition_of
-from tally.core.settings import DAY_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
 from tally.dynamo import CounterDirectory, CountsTable, create_tables
 from tally.invocation import process
 

@@ -17,7 +17,7 @@ from moto import mock_aws
 from tally import Reader
 from tally.core.commit import Writer
 from tally.core.rules import parse_rules
-from tally.core.settings import MINUTE_MS
+from tally.core.units import MINUTE_MS
 from tally.core.windows import Window
 
 from .streams import STREAM_ARN, Expected, Stream, StreamSpec, _record

@@ -21,7 +21,8 @@ from tally.local.delivery import DeliveryConfig
 from tally.dynamo import CountsTable, create_tables
 from tally.core.records import Reason, parse_record
 from tally.core.segments import MAX_SEGMENT_ITEMS
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 
 from . import profiles
 from .checks import check_directory, check_ranks, check_summaries, check_table, check_windows

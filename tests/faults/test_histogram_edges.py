@@ -19,7 +19,7 @@ from moto import mock_aws
 from tally import Reader
 from tally.core.histograms import GAMMA, _edges
 from tally.core.rules import parse_rules
-from tally.core.settings import MINUTE_MS
+from tally.core.units import MINUTE_MS
 
 from .streams import Expected, Stream, StreamSpec, _record, hash_shard
 from .test_exact_counts import COUNTS_TABLE, SETTINGS, Deployment

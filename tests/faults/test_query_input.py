@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from tally.dynamo import create_tables
 from tally.query import validate_query_counter
-from tally.core.settings import MINUTE_MS
+from tally.core.units import MINUTE_MS
 from tally.core.windows import QueryError, Window, parse_instant, parse_length
 from tally.reader import read_options
 

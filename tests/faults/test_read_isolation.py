@@ -19,7 +19,8 @@ from tally.core.buckets import Bucket
 from tally.core.commit import Writer
 from tally.core.plans import PlanKind, Series
 from tally.core.segments import Segment
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
 from tally.dynamo import CountsTable, create_tables
 from tally.local.aws import MotoServer, client

@@ -24,7 +24,7 @@ from moto import mock_aws
 from tally import Reader
 from tally.core.commit import order_preserving
 from tally.core.ranking import TopBudget, level_floor, lowest_level
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.dynamo import create_tables
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.core.settings import HOUR_MS
+from tally.core.units import HOUR_MS
 
 from . import profiles
 from .harness import STATS, WRITE_FAULTS

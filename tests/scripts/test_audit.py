@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 from script_support import load_script
 
-from tally.core.settings import HOUR_MS, MINUTE_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import now_ms
 from tally.local.aws import LocalContext, client, local_handler, stream_arn_of, write_items
 from tally.local.delivery import DeliveryConfig

@@ -14,7 +14,8 @@ from tally.core.buckets import buckets_of, iso_second
 from tally.core.plans import PlanKind
 from tally.core.records import Reason
 from tally.core.segments import rejected_counter
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
 from tally.dynamo import CountsTable
 from tally import exports

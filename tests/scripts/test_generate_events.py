@@ -12,7 +12,8 @@ from tally.dynamo import CountsTable
 from tally.local.agreement import judge
 from tally.local.aws import client, scan_items
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
-from tally.core.settings import HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS
 from tally.core.histograms import bin_of
 from tally.core.sketches import hash_of
 from tally.core.amounts import decimal_of

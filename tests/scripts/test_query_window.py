@@ -11,7 +11,7 @@ from freezegun import freeze_time
 from script_support import load_script
 
 from tally.core.buckets import iso_minute
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.local.aws import client, scan_items
 from tally.core.windows import Window, now_ms, parse_instant
 from tally.core.settings import Settings

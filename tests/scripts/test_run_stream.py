@@ -17,7 +17,8 @@ from tally.core.plans import PlanKind
 from tally.query import count_windows
 from tally.core.segments import rejected_counter
 from tally.core.records import Reason
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.local.stream_reader import StreamReader
 from tally.core.windows import Window, now_ms
 from tally.local.workload import brute_force_counts

@@ -9,7 +9,7 @@ import pytest
 
 from stacks import TallyStack
 from tally_cdk.context import DEFAULT_CONTEXT, ContextError, StackSettings, stack_name_from_context
-from tally.core.settings import HOUR_MS
+from tally.core.units import HOUR_MS
 
 
 def settings_with(**overrides: Any) -> StackSettings:

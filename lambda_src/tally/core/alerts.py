@@ -39,7 +39,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.core.buckets import Bucket, iso_minute
-from tally.core.settings import DAY_MS, MINUTE_MS
+from tally.core.units import DAY_MS, MINUTE_MS
 from tally.core.windows import InvalidWindow, parse_length
 
 ABOVE, BELOW = "above", "below"

@@ -12,12 +12,24 @@ import math
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from enum import Enum
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from tally.core.instants import InvalidInstant, in_range, iso_ms
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.units import HOUR_MS, MINUTE_MS, MINUTES_PER_HOUR
 
-MINUTES_PER_HOUR = 60
+
+class Retentions(Protocol):
+    """How long buckets are kept (``Settings`` is one): all the bucket math needs of the settings.
+
+    The settings parse the rules, and the rules' alerts use this module: a ``Settings`` import here
+    would make a circle of them.
+    """
+
+    @property
+    def minute_retention_ms(self) -> int: ...
+
+    @property
+    def hour_retention_ms(self) -> int: ...
 
 
 
@@ -74,13 +86,13 @@ class Bucket(NamedTuple):
             return self.index
         return self.index // MINUTES_PER_HOUR
 
-    def ttl_seconds(self, settings: Settings) -> int:
+    def ttl_seconds(self, settings: Retentions) -> int:
         """Expiry (epoch seconds): bucket end plus the retention of its granularity."""
         if self.kind == "M":
             return ((self.index + 1) * MINUTE_MS + settings.minute_retention_ms) // 1000
         return ((self.index + 1) * HOUR_MS + settings.hour_retention_ms) // 1000
 
-    def alive_at(self, instant_ms: int, settings: Settings) -> bool:
+    def alive_at(self, instant_ms: int, settings: Retentions) -> bool:
         """Whether the bucket is still within its retention at ``instant_ms``.
 
         Until its TTL a query may read it; from its TTL on DynamoDB may delete it
@@ -114,7 +126,7 @@ def buckets_of(event_ms: int) -> tuple[Bucket, Bucket]:
     return Bucket("M", event_ms // MINUTE_MS), Bucket("H", event_ms // HOUR_MS)
 
 
-def counted_buckets(event_ms: int, arrival_ms: int, settings: Settings) -> tuple[Bucket, ...]:
+def counted_buckets(event_ms: int, arrival_ms: int, settings: Retentions) -> tuple[Bucket, ...]:
     """The buckets an event counts in, decided by its stream record's arrival.
 
     - minute and hour while the minute is within the minute retention;

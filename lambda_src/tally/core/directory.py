@@ -40,7 +40,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from tally.core.buckets import Bucket
-from tally.core.settings import DAY_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
 from tally.core.windows import QueryError
 

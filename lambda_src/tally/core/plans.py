@@ -30,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tally.core.buckets import MINUTES_PER_HOUR, Bucket, iso_minute
-from tally.core.settings import HOUR_MS, MINUTE_MS, Settings
+from tally.core.buckets import Bucket, iso_minute
+from tally.core.units import HOUR_MS, MINUTES_PER_HOUR, MINUTE_MS
+from tally.core.settings import Settings
 from tally.core.windows import QueryError, Window
 
 

@@ -60,7 +60,8 @@ from datetime import UTC, datetime
 
 from tally.core.buckets import Bucket
 from tally.core.directory import RESERVED_PREFIX
-from tally.core.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
 from tally.core.windows import QueryError, Window
 

@@ -41,7 +41,8 @@ from tally.core.rules import (
     Rule,
     validate_counter,
 )
-from tally.core.settings import DAY_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
 
 __all__ = [
     "MAX_COUNTER_LENGTH",

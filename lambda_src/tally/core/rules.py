@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+from tally.core.alerts import AlertsError, parse_alerts
 from tally.core.amounts import InvalidAmount, units_of
 from tally.core.histograms import InvalidValue, bin_of
 from tally.core.sketches import InvalidValue as InvalidDistinct
@@ -549,8 +550,6 @@ def _alerts(where: str, entry: dict[str, Any], rule: str) -> tuple[Any, ...]:
     """``alerts``: threshold alerts on the rule's counters (alerts.py)."""
     if "alerts" not in entry:
         return ()
-    from tally.core.alerts import AlertsError, parse_alerts  # alerts reads windows, which read settings, which read rules
-
     try:
         return parse_alerts(entry["alerts"], rule)
     except AlertsError as error:

@@ -15,10 +15,7 @@ from dataclasses import dataclass, field
 
 from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
-
-MINUTE_MS = 60_000
-HOUR_MS = 3_600_000
-DAY_MS = 86_400_000
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
 # Lambda keeps a DynamoDB stream record for 24 hours; a retried invocation can
 # arrive that much later than the record did.

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tally.core.buckets import MINUTES_PER_HOUR, Bucket
+from tally.core.buckets import Bucket
+from tally.core.units import HOUR_MS, MINUTES_PER_HOUR
 from tally.core.histograms import signed_sum
 from tally.core.plans import Plan, Series
 from tally.core.sketches import Sketch, union
-from tally.core.settings import HOUR_MS
 
 
 @dataclass(frozen=True)

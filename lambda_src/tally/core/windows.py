@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from tally.core import instants
 from tally.core.buckets import iso_minute
 from tally.core.instants import MAX_EPOCH_MS, InvalidInstant
-from tally.core.settings import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
 DEFAULT_LENGTH_MS = DAY_MS
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*$")

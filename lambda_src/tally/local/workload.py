@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 from tally.core.amounts import average_of
 
 from tally.core.records import Reason
-from tally.core.settings import DAY_MS, HOUR_MS, Settings
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS, HOUR_MS
 from tally.core.windows import Window
 
 DEFAULT_COUNTERS = ("page-views", "sign-ups", "checkouts")
