@@ -61,7 +61,7 @@ def test_the_release_is_named_once_and_the_changelog_says_how_to_upgrade_to_it_a
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["dynamic"] == ["version"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tally.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tally.version.__version__"}
     changelog = (ROOT / "CHANGELOG.md").read_text()
     release = changelog.split(f"## [{tally.__version__}]", 1)[1].split("\n## [", 1)[0]
     assert "### Upgrade from" in release and "### Rollback to" in release

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# The release: published with the counting settings, sent with every HTTP answer (X-Tally-Version), and the
-# distribution's version (tally-dynamodb on PyPI; pyproject.toml reads it from here). CHANGELOG.md says what
-# each release changes, and how to upgrade to it and roll back from it.
-__version__ = "0.2.0"
+from tally.version import __version__  # the release (see tally.version)
 
 if TYPE_CHECKING:
     from tally.core.plans import PlanKind, Series

@@ -20,7 +20,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally import __version__
+from tally.version import __version__
 from tally.core.commit import (
     Answer,
     CommitResult,

@@ -59,7 +59,7 @@ from tally.core.api_access import (
     PUBLIC_PREFIX_PATH,
     ApiSettings,
 )
-from tally import __version__
+from tally.version import __version__
 from tally.api_schema import (
     AlertName,
     AlertsAnswer,

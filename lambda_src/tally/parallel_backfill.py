@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tally import exports
+import tally.exports as exports
 from tally.backfill import (
     BackfillSummary,
     WriteRateLimit,

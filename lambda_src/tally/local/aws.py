@@ -207,7 +207,7 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", log_level)
     warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
-    from tally import handler as handler_module
+    import tally.handler as handler_module
 
     handler_module.logger.setLevel(log_level)
     handler_module.logger.registered_handler.setStream(_CurrentStderr())

@@ -158,7 +158,7 @@ class LocalApi:
         require_signature: bool = False,
     ) -> None:
         if handler is None:
-            from tally import http_api
+            import tally.http_api as http_api
 
             handler = http_api.handler
         self.handler = handler

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from tally import parallel_backfill
+import tally.parallel_backfill as parallel_backfill
 from tally.parallel_backfill import STAGES, Stage
 
 CHILD_ATTEMPTS = 3  # a child that fails is tried again, as the map's retrier does
