@@ -34,7 +34,8 @@ from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import now_ms
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 
 ALERTED_COUNTERS = (1, 100, 10_000)
 EVENTS = 1_000

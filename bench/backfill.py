@@ -31,7 +31,7 @@ from tally.backfill import (
 from tally.core.segments import SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.local.workload import Workload
 
 COUNT_FROM_MS = 1_795_428_000_000

@@ -52,7 +52,8 @@ from tally.core.commit import Writer
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS
-from tally.dynamo import CounterDirectory, CountsTable
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 from tally.parallel_backfill import COMMIT_CHUNK_ITEMS, commit_chunks, fold_images, merge
 
 COUNT_FROM_MS = 1_795_428_000_000

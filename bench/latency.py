@@ -25,7 +25,8 @@ from bench import origin
 from bench.workloads import START_MS
 from tally.core.buckets import Bucket, Granularity
 from tally.local.aws import OFFLINE_ENVIRONMENT
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.core.plans import PlanKind
 from tally.query import count_windows
 from tally.core.settings import Settings

@@ -48,7 +48,7 @@ EXPECTED_TOTAL = PER_MINUTE * 24 * 60
 
 def serve_moto() -> None:
     """moto's server with a day of buckets; prints its endpoint and the window's end, then runs until stdin closes."""
-    from tally.dynamo import create_tables
+    from tally.dynamo.tables import create_tables
 
     with MotoServer() as server:
         os.environ.update(server.environment())

@@ -22,7 +22,7 @@ from bench.cost import batch_get_read_units, item_size, query_read_units
 from bench.workloads import START_MS, STREAM_ARN, Event
 from tally.core.buckets import Bucket, lane_sort_key
 from tally.core.commit import Writer, order_preserving
-from tally.dynamo import BATCH_GET_LIMIT
+from tally.dynamo.calls import BATCH_GET_LIMIT
 from tally.core.plans import Plan, PlanKind, make_plan
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS

@@ -114,7 +114,8 @@ from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import MAX_BUCKET_LANES, Settings
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE
-from tally.dynamo import COMMIT_WORKERS, DIRECTORY_MEMORY
+from tally.dynamo.commit import COMMIT_WORKERS
+from tally.dynamo.directory import DIRECTORY_MEMORY
 
 TABLE = "tally-counts"
 # Lanes bound the watermarks an item collects: one per shard that writes it.
@@ -635,9 +636,9 @@ def directory_schedule(design: str) -> Callable[[], Backoff]:
 
 @dataclass
 class DirectoryWrites:
-    """A warm function's directory writes after each commit (``dynamo.CounterDirectory.record``): the entries
+    """A warm function's directory writes after each commit (``dynamo.directory.CounterDirectory.record``): the entries
     it has not put yet, in BatchWriteItem requests of 25, each request's unprocessed items sent again after a
-    pause (``dynamo.batch_write``), remembered once all are in."""
+    pause (``dynamo.calls.batch_write``), remembered once all are in."""
 
     design: str
     settings: Settings

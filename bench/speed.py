@@ -25,7 +25,7 @@ from bench.workloads import SHARD_ID, STREAM_ARN, Workload, record_chunks
 from bench.writes import ORIGIN_TABLE
 from tally.local.delivery import DeliveryConfig, cut_invocations
 from tally.local.aws import OFFLINE_ENVIRONMENT
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.core.records import parse_record
 from tally.core.segments import SegmentFolder
 from tally.core.settings import Settings

@@ -29,7 +29,8 @@ from bench.workloads import (
     hour_only_events,
 )
 from tally.local.delivery import DeliveryConfig, ShardDelivery
-from tally.dynamo import CounterDirectory, CountsTable
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 from tally.core.tables import COUNTS_TABLE
 from tally.invocation import process
 from tally.core.rules import parse_rules

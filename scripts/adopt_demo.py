@@ -36,7 +36,7 @@ from tally.core.buckets import iso_minute, iso_second
 from tally.core.settings import ENV_COUNT_FROM, ENV_EVENTS_TABLE, Settings
 from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally import exports
 from tally.parallel_audit import AUDIT_STAGES, audit_work_prefix, gathered_items
 from tally.parallel_backfill import ENV_BUCKET, ENV_PREFIX, ENV_RANGES, STAGES, BackfillConfig, summary_from_json

@@ -43,7 +43,9 @@ from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms
 from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
-from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
+from tally.dynamo.backfill import BackfillClaimed
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 from tally import exports
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, entry_point, explain

@@ -43,7 +43,7 @@ from tally.core.buckets import bucket_sort_key
 from tally.core.records import InvalidCounter
 from tally.core.segments import REJECTED_COUNTER_PREFIX
 from tally.core.settings import Settings
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import ScriptError, console, entry_point, is_missing_table, missing_table, where
 from tally.query import validate_query_counter

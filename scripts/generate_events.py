@@ -43,7 +43,7 @@ from botocore.exceptions import ClientError
 
 from tally.core.buckets import iso_minute, iso_second
 from tally.core.rules import ENV_RULES, parse_rules
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.local.agreement import differences, judge
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables, write_histories, write_items
 from tally.local.cli import console as make_console

@@ -83,7 +83,7 @@ from tally.core.buckets import iso_minute
 from tally.local.delivery import DeliveryConfig
 from tally.core.histograms import RELATIVE_ACCURACY, percentile_label
 from tally.core.sketches import SPARSE_LIMIT, STANDARD_ERROR
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.local.aws import (
     ArgumentParser,
     LocalContext,

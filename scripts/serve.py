@@ -52,7 +52,7 @@ from tally.core.api_access import ENV_DASHBOARD
 from tally.core.rules import ENV_RULES
 from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
 from tally.core.windows import now_ms
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.local.alert_sink import AlertSink
 from tally.local.aws import (
     DUMMY_CREDENTIALS,

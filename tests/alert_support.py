@@ -11,7 +11,7 @@ from tally.core.commit import Writer
 from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 
 ALERT_RULES = (
     '[{"name": "logins", "counter": "logins/{ip}", "alerts": [{"name": "burst", "window": "10m", "above": 2}]},'

@@ -10,7 +10,9 @@ import boto3
 import pytest
 from factories import counter_record, window_event
 from tally.core.settings import Settings
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 
 BACKENDS = ["moto", pytest.param("dynamodb-local", marks=pytest.mark.dynamodb_local)]

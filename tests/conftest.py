@@ -15,7 +15,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.local.aws import OFFLINE_ENVIRONMENT, MotoServer
 from tally.local.cli import ScriptError
 from tally.local.dynamodb_local import DynamoDBLocalServer

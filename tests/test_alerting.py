@@ -19,7 +19,9 @@ from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import now_ms
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.tables import create_tables
 from tally.local.alert_sink import AlertSink
 from tally.query import count_windows
 

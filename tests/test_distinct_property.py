@@ -23,7 +23,8 @@ from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.sketches import STANDARD_ERROR
 from tally.core.windows import Window
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.query import count_windows
 
 NOW_MS = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS + 23 * MINUTE_MS + 5_000

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from tally import handler as handler_module
 from tally.core.commit import OverlapRefused
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.core.units import HOUR_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS

@@ -34,7 +34,9 @@ from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
 from tally.core.units import HOUR_MS
 from tally.core.windows import Window, parse_instant
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 from tally.local.cli import load_script
 from tally.local.http_adapter import LocalApi, http_api_event

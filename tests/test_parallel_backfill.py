@@ -20,7 +20,9 @@ from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS
 from tally.core.tables import COUNTS_TABLE
-from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
+from tally.dynamo.backfill import BackfillClaimed
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 from tally.parallel_backfill import (
     Backfill,
     BackfillConfig,

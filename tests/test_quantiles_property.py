@@ -20,7 +20,8 @@ from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 from tally.query import count_windows
 

@@ -11,7 +11,8 @@ from moto import mock_aws
 
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 from factories import counter_record, image, stream_record, window_event
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 from tally.core.plans import PlanKind, Series, WindowUnavailable
 from tally.query import count_windows, validate_query_counter

@@ -25,7 +25,9 @@ from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.buckets import iso_minute
 from tally.core.rules import parse_rules
 from tally.core.windows import now_ms, parse_instant, utc_of
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"

@@ -29,7 +29,9 @@ from tally.core.segments import MAX_SEGMENT_ITEMS, Segment
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, parse_instant
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 
 NOW_TEXT = "2026-11-22T14:37:12.250Z"

@@ -7,7 +7,8 @@ Layout (the Lambda asset ships everything but ``local``):
 - ``core/``: pure rules. Write path: stream record -> event (records) -> segment
   (segments) -> commit items (commit). Read path: window (windows) -> plan
   (plans) -> sum (sums).
-- ``dynamo``: the one module that talks to DynamoDB (commits and fetches).
+- ``dynamo/``: the one package that talks to DynamoDB, a module for each thing it serves (commit,
+  fetch, directory, ranking, settings, backfill, tables).
 - ``invocation``, ``handler``: the Lambda edge; ``query``: window -> plan -> fetch -> sum;
   ``reader``: the public read API over it.
 - ``local/``: the local toolkit (moto server, stream runner, workload), not deployed.

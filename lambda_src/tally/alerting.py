@@ -49,7 +49,7 @@ from tally.core.alerts import (
     state_of,
 )
 from tally.core.buckets import Bucket
-from tally.core.commit import CommitResult, Writer
+from tally.core.commit import CommitResult, RetriesExhausted, Writer
 from tally.core.directory import days_between
 from tally.core.plans import PlanKind
 from tally.core.retry import Backoff
@@ -57,7 +57,9 @@ from tally.core.segments import Segment
 from tally.core.units import DAY_MS, MINUTE_MS
 from tally.core.tables import COUNTS_TABLE
 from tally.core.windows import QueryError, now_ms
-from tally.dynamo import BATCH_GET_LIMIT, CounterDirectory, CountsTable, RetriesExhausted, error_code, retried_while_throttled
+from tally.dynamo.calls import BATCH_GET_LIMIT, error_code, retried_while_throttled
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 
 logger = logging.getLogger(__name__)
 

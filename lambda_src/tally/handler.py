@@ -24,7 +24,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.alerting import ENV_ALERT_BUS, AlertSummary, EventBus, Watcher
 from tally.core.commit import OverlapRefused
-from tally.dynamo import COMMIT_WORKERS, CounterDirectory, CountsTable
+from tally.dynamo.commit import COMMIT_WORKERS
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
 

@@ -52,7 +52,9 @@ from tally.core.segments import Item, Segment, contribution
 from tally.core.settings import Settings
 from tally.core.commit import Writer
 from tally.core.windows import now_ms
-from tally.dynamo import BackfillClaimed, CounterDirectory, CountsTable
+from tally.dynamo.backfill import BackfillClaimed
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
 
 RANGES_PROTOCOL = "ranges"
 # The whole export is one segment at the place of its first item; its parts share that position.

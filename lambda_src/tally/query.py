@@ -32,7 +32,8 @@ from tally.core.settings import Settings
 from tally.core.units import HOUR_MS
 from tally.core.sums import Point, PlanTotals, series_of, sum_plan
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, utc_of
-from tally.dynamo import CountsTable, Fetched
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.fetch import Fetched
 
 
 class InvalidQueryCounter(QueryError, InvalidCounter):

@@ -64,7 +64,10 @@ from tally.core.ranking import (
     whole_hours,
     window_hours,
 )
-from tally.dynamo import CounterDirectory, CountsTable, PublishedSettings, RankIndex
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.ranking import RankIndex
+from tally.dynamo.settings import PublishedSettings
 from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
 from tally.stack_outputs import table_names_from_stack
 

@@ -40,7 +40,8 @@ from constructs import Construct
 from tally.alerting import ALERTS_PREFIX
 from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.ranking import RANK_PREFIX
-from tally.dynamo import BACKFILL_PREFIX, SETTINGS_KEY
+from tally.dynamo.backfill import BACKFILL_PREFIX
+from tally.dynamo.settings import SETTINGS_KEY
 from tally import parallel_backfill
 from tally.core.settings import ENV_EVENTS_TABLE
 from tally.parallel_audit import AUDIT_STAGES

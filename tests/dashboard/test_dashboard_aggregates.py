@@ -24,7 +24,7 @@ from tally.core.api_access import ENV_DASHBOARD
 from tally.core.rules import ENV_RULES
 from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
 from tally.core.windows import now_ms
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.local.aws import LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
 from tally.local.http_adapter import LocalApi
 from tally.local.stream_reader import StreamReader

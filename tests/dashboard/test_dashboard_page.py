@@ -21,7 +21,7 @@ from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD
 from tally.core.settings import Settings
 from tally.core.windows import now_ms, parse_instant
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.local.aws import LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
 from tally.local.http_adapter import LocalApi
 from tally.local.stream_reader import StreamReader

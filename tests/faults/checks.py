@@ -11,7 +11,7 @@ from typing import Any
 from tally.core.buckets import Bucket, bucket_sort_key, sketch_counter, stored_bucket
 from tally.core.commit import LEGACY_MARKER_PREFIX, WATERMARK_PREFIX
 from tally.core.histograms import RELATIVE_ACCURACY, bin_of, is_bin
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.invocation import Summary
 from tally.core.plans import PlanKind, WindowUnavailable, align_to_retention
 from tally.query import count_windows

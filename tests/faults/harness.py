@@ -36,9 +36,11 @@ from unittest import mock
 from botocore.exceptions import ClientError
 from tally.core import segments
 from tally.local.delivery import DeliveryConfig, cut_invocations
-from tally.dynamo import CommitFailed, CounterDirectory, CountsTable, RetriesExhausted
+from tally.dynamo.commit import CommitFailed
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.core.commit import RetriesExhausted, Writer
 from tally.invocation import Summary, process
-from tally.core.commit import Writer
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.settings import Settings

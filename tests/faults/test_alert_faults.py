@@ -39,7 +39,8 @@ from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.local.delivery import DeliveryConfig
 from tally.invocation import process
 

@@ -24,7 +24,8 @@ from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 
 from .harness import FaultKind, FaultSchedule, FaultyClient, quick_backoff
 from .test_alert_faults import RULES, THRESHOLD, RecordingBus, check_deliveries, deliver_alerting, shard_records

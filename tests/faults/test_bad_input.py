@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from tally import handler as lambda_handler
 from tally.core.commit import WATERMARK_PREFIX, Writer
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.invocation import WindowRequired, process
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Rejection, parse_record
 from tally.core.segments import REJECTED_COUNTER_PREFIX

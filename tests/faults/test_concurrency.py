@@ -20,7 +20,8 @@ import pytest
 from backends import BACKENDS
 from moto.server import ThreadedMotoServer
 from tally.local.delivery import DeliveryConfig
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.core.buckets import bucket_sort_key
 from tally.core.retry import sketch_backoff
 from tally.core.tables import SKETCH_ATTRIBUTE

@@ -23,7 +23,7 @@ from moto_tables import COUNTS, no_sleep_backoff
 from tally import Reader
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.query import count_windows
 
 from .test_read_isolation import COUNTERS, WRITER, PausesBeforeMinutes, segment_of, truth

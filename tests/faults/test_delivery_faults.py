@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 from tally.local.delivery import DeliveryConfig, ShardDelivery
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 
 from . import profiles
 from .checks import check_summaries, check_table

@@ -20,7 +20,9 @@ from moto.dynamodb import models
 from tally.core.directory import partition_of
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS
-from tally.dynamo import CounterDirectory, CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 
 from .harness import quick_backoff

@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 from tally.local.delivery import DeliveryConfig
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.core.records import Reason, parse_record
 from tally.core.segments import MAX_SEGMENT_ITEMS
 from tally.core.settings import Settings

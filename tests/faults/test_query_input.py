@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from moto import mock_aws
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.query import validate_query_counter
 from tally.core.units import MINUTE_MS
 from tally.core.windows import QueryError, Window, parse_instant, parse_length

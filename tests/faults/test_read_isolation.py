@@ -22,7 +22,8 @@ from tally.core.segments import Segment
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.local.aws import MotoServer, client
 from tally.local.delivery import DeliveryConfig
 from tally.query import count_windows

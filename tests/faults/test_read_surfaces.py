@@ -26,7 +26,7 @@ from tally.core.commit import order_preserving
 from tally.core.ranking import TopBudget, level_floor, lowest_level
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 
 from .checks import check_directory, check_table
 from .streams import Expected, Stream, StreamSpec, _record, hash_shard

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from tally.core.commit import OverlapRefused
 from tally.core.settings import Settings
-from tally.dynamo import CountsTable, create_tables
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
 from tally.invocation import process
 from tally.local.delivery import DeliveryConfig, DeliveryFailed, ShardDelivery
 

@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally import exports
 from tally.local.dynamodb_local import DynamoDBLocalServer
 from tally.local.stream_reader import lambda_record

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from handler_state import handler_state_restored
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.local.aws import MotoServer, Tables, client
 
 

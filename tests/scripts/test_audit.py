@@ -70,7 +70,7 @@ def test_a_query_on_an_index_recounts_the_same(server_env, capsys, monkeypatch):
     import uuid
 
     from tally.core.tables import COUNTS_TABLE
-    from tally.dynamo import _create_table
+    from tally.dynamo.tables import create_table
 
     dynamodb = client("dynamodb")
     events, counts = f"ev-{uuid.uuid4().hex[:8]}", f"co-{uuid.uuid4().hex[:8]}"
@@ -96,7 +96,7 @@ def test_a_query_on_an_index_recounts_the_same(server_env, capsys, monkeypatch):
             },
         ],
     )
-    _create_table(dynamodb, COUNTS_TABLE, counts)
+    create_table(dynamodb, COUNTS_TABLE, counts)
     monkeypatch.setenv("EVENTS_TABLE", events)
     monkeypatch.setenv("COUNTS_TABLE", counts)
     end = now_ms() - 10 * MINUTE_MS
@@ -295,7 +295,7 @@ def test_transitions_audit_equal_until_an_item_goes_back_and_deletions_are_not_r
 ):
     from tally.core.rules import parse_rules
     from tally.core.tables import events_table_for
-    from tally.dynamo import create_tables
+    from tally.dynamo.tables import create_tables
     from tally.local.aws import Tables
 
     monkeypatch.setenv("TALLY_RULES", TRANSITION_RULES)

@@ -17,7 +17,7 @@ from tally.core.segments import rejected_counter
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window, now_ms
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally import exports
 from tally.local.aws import LocalContext, client, local_handler, stream_arn_of, write_items
 from tally.local.delivery import DeliveryConfig

@@ -7,7 +7,8 @@ import io
 import pytest
 from script_support import load_script
 
-from tally.dynamo import SETTINGS_KEY, CountsTable
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.settings import SETTINGS_KEY
 from tally.core.settings import Settings
 from tally.local.aws import client
 

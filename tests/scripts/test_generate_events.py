@@ -8,7 +8,7 @@ import pytest
 from factories import image, stream_record
 from script_support import load_script
 
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.local.agreement import judge
 from tally.local.aws import client, scan_items
 from tally.core.records import CounterEvent, Reason, Rejection, parse_record

@@ -11,7 +11,7 @@ import pytest
 from script_support import load_script
 
 from tally.local.delivery import DeliveryConfig
-from tally.dynamo import CountsTable
+from tally.dynamo.counts_table import CountsTable
 from tally.local.aws import LocalContext, client, local_handler, scan_items, stream_arn_of, write_items
 from tally.core.plans import PlanKind
 from tally.query import count_windows

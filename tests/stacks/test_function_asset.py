@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tally.dynamo import create_tables
+from tally.dynamo.tables import create_tables
 from tally.local.aws import MotoServer, client
 
 pytestmark = [pytest.mark.cdk, pytest.mark.server]

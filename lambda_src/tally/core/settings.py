@@ -151,7 +151,7 @@ class Settings:
         """The variables that decide what a record counts as and where, as ``from_env`` reads them.
 
         Table names are left out: they say where, not how. What the pipeline
-        publishes (``dynamo.CountsTable.publish_settings``) so that others can
+        publishes (``CountsTable.publish_settings``, dynamo/settings.py) so that others can
         check they agree with it.
         """
         environment = {

@@ -27,7 +27,7 @@ from tally.local import moto_fixes
 from tally.local.dynamodb_local import BACKENDS, ENV_BACKEND, DynamoDBLocalServer, LoopbackBackend
 from tally.local.cli import DEFAULT_REGION, DUMMY_CREDENTIALS, ScriptError, preflight, region, require_table
 from tally.core.retry import Backoff
-from tally.dynamo import batch_write
+from tally.dynamo.calls import batch_write
 from tally.core.settings import ENV_COUNTS_TABLE, ENV_EVENTS_TABLE, Settings
 
 # Everything an in-process moto run needs from the environment (tests, benchmarks):
@@ -116,7 +116,7 @@ def write_items(
     backoff: Callable[[], Backoff] = Backoff,
     on_written: Callable[[int], None] | None = None,
 ) -> int:
-    """Put items with BatchWriteItem (``dynamo.batch_write``): unprocessed items are retried with backoff, never dropped."""
+    """Put items with BatchWriteItem (``dynamo.calls.batch_write``): unprocessed items are retried with backoff, never dropped."""
     requests = [{"PutRequest": {"Item": serialize(item)}} for item in items]
     return batch_write(dynamodb_client, table, requests, backoff=backoff, on_written=on_written)
 

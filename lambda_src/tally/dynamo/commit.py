@@ -1,0 +1,236 @@
+"""Record -> event -> segment -> commit: a segment's updates and sketch merges sent to the counts table.
+
+The policy (which updates, in what order, what an answer means) is ``core/commit.py`` and
+``core/sketch_writes.py``; this module runs its steps against DynamoDB, with real pauses. A lost
+write surfaces as ``CommitFailed`` (the invocation fails and Lambda retries it), never as a
+silently low count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Generator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tally.core.commit import (
+    Answer,
+    CommitResult,
+    Outcome,
+    Pause,
+    Put,
+    ReadMarkers,
+    RetriesExhausted,
+    Send,
+    Update,
+    Writer,
+    commit_steps,
+    condition_failed,
+    count_of,
+)
+from tally.core.retry import Backoff
+from tally.core.segments import Segment
+from tally.core.sketch_writes import (
+    ReadSketches,
+    SketchOutcome,
+    SketchWrite,
+    WriteSketches,
+    sketch_steps,
+)
+from tally.core.tables import COUNTS_TABLE, SKETCH_ATTRIBUTE
+from tally.dynamo.calls import (
+    BATCH_GET_LIMIT,
+    BATCH_WRITE_LIMIT,
+    RETRYABLE_CODES,
+    Key,
+    TableAccess,
+    describe,
+    error_code,
+    key_of,
+    retried_while_throttled,
+)
+
+logger = logging.getLogger(__name__)
+
+# Updates of one segment in flight at once: a 4,950-item segment commits in about
+# 4,950 / 32 round trips. The client's connection pool must be at least as large.
+COMMIT_WORKERS = 32
+# Segments whose first record arrived before this process started (plus a margin for
+# invocations of the previous release still running then) may have been committed in part
+# by the previous release: their commit first reads its markers.
+PREVIOUS_RELEASE_MARGIN_MS = 15 * 60_000
+
+
+class CommitFailed(RuntimeError):
+    """A segment could not be committed; the invocation must fail so Lambda retries it."""
+
+
+class SegmentCommits(TableAccess):
+    """The commit path of ``CountsTable``: a segment's updates, ``workers`` at a time, then its sketch merges."""
+
+    commit_backoff: Callable[[], Backoff]
+    sketch_backoff: Callable[[], Backoff]
+    workers: int
+    previous_release_until_ms: int
+
+    def commit(self, segment: Segment, writer: Writer) -> CommitResult:
+        """Commit a segment exactly once (the policy is ``commit_steps``), then merge its sketches into their
+        items (``sketch_steps``: a union, so a retry merging again changes nothing)."""
+        counts = self._drive(
+            commit_steps(
+                segment,
+                writer,
+                self.table_name,
+                self.settings,
+                self.commit_backoff,
+                after_previous_release=segment.first_arrival_ms < self.previous_release_until_ms,
+            )
+        )
+        lane = writer.lane(self.settings.bucket_lanes)
+        sketches = self._drive(sketch_steps(segment, lane, self.table_name, self.settings, self.sketch_backoff))
+        return dataclasses.replace(counts, sketches_written=sketches.written, sketch_conflicts=sketches.conflicts)
+
+    def _drive(self, steps: Generator[Any, Any, Any]) -> Any:
+        """Run a policy's steps against DynamoDB, with real pauses; its result once done."""
+        sleep = self.commit_backoff().sleep
+        reply: Any = None
+        try:
+            while True:
+                step = steps.send(reply)
+                if isinstance(step, Pause):
+                    sleep(step.seconds)
+                    reply = None
+                elif isinstance(step, ReadMarkers):
+                    reply = self._markers_exist(step.keys)
+                elif isinstance(step, ReadSketches):
+                    reply = self._read_sketches(step.keys)
+                elif isinstance(step, WriteSketches):
+                    reply = [self._write_sketch(write) for write in step.writes]
+                elif isinstance(step, Put):
+                    reply = self._put(step.items)
+                else:
+                    reply = self._send(step)
+        except StopIteration as done:
+            return done.value
+
+    def _read_sketches(self, keys: list[Key]) -> dict[Key, bytes | None]:
+        """The stored bytes of sketch items, strongly consistent (a merge must start from the latest)."""
+        stored: dict[Key, bytes | None] = dict.fromkeys(keys)
+        for start in range(0, len(keys), BATCH_GET_LIMIT):
+            pending = [key_of(pk, sk) for pk, sk in keys[start : start + BATCH_GET_LIMIT]]
+            for _ in self.backoff().pauses():
+                request = {
+                    self.table_name: {
+                        "Keys": pending,
+                        "ConsistentRead": True,
+                        "ProjectionExpression": "#pk, #sk, #sketch",
+                        "ExpressionAttributeNames": {
+                            "#pk": COUNTS_TABLE.partition_key,
+                            "#sk": COUNTS_TABLE.sort_key,
+                            "#sketch": SKETCH_ATTRIBUTE,
+                        },
+                    }
+                }
+                response = retried_while_throttled(self.backoff, self.client.batch_get_item, RequestItems=request)
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    if SKETCH_ATTRIBUTE in item:
+                        stored[(item["pk"]["S"], item["sk"]["S"])] = bytes(item[SKETCH_ATTRIBUTE]["B"])
+                pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+                if not pending:
+                    break
+            else:
+                raise RetriesExhausted(f"{len(pending)} sketch keys still unprocessed after every retry")
+        return stored
+
+    def _write_sketch(self, write: SketchWrite) -> tuple[SketchOutcome, bytes | None]:
+        """One conditional write of a merged sketch: written, lost to another writer (with what it wrote), or again."""
+        try:
+            self.client.update_item(**write.request)
+        except ClientError as error:
+            code = error_code(error)
+            if code == "ConditionalCheckFailedException":
+                now_held = error.response.get("Item", {}).get(SKETCH_ATTRIBUTE, {}).get("B")
+                return SketchOutcome.CONFLICT, None if now_held is None else bytes(now_held)
+            if code in RETRYABLE_CODES:
+                logger.warning("sketch write of %s retried: %s", write.key, describe(error))
+                return SketchOutcome.RETRY, None
+            raise CommitFailed(f"sketch write of {write.key}: {describe(error)}") from error
+        return SketchOutcome.WRITTEN, None
+
+    def _put(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """BatchWriteItem puts, 25 a request: the items left unprocessed, a throttled request's all of them."""
+        left: list[dict[str, Any]] = []
+        for start in range(0, len(items), BATCH_WRITE_LIMIT):
+            chunk = items[start : start + BATCH_WRITE_LIMIT]
+            request = {self.table_name: [{"PutRequest": {"Item": item}} for item in chunk]}
+            try:
+                response = self.client.batch_write_item(RequestItems=request)
+            except ClientError as error:
+                if error_code(error) not in RETRYABLE_CODES:
+                    raise
+                logger.warning("puts throttled, sent again after a pause: %s", describe(error))
+                left.extend(chunk)
+                continue
+            left.extend(r["PutRequest"]["Item"] for r in response.get("UnprocessedItems", {}).get(self.table_name, []))
+        return left
+
+    def _send(self, step: Send) -> list[Answer]:
+        """Every update of the step, ``workers`` at a time; the first failure stops the rest and is raised."""
+        updates = step.updates
+        if self.workers <= 1 or len(updates) <= 1:
+            answers = [self._update(update) for update in updates]
+        else:
+            with ThreadPoolExecutor(min(self.workers, len(updates)), thread_name_prefix="tally-commit") as pool:
+                futures: list[Future[Answer]] = [pool.submit(self._update, update) for update in updates]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = next((f for f in futures if f in done and f.exception() is not None), None)
+                if failed is not None:
+                    for future in futures:
+                        future.cancel()  # those not started yet; the running ones finish as the pool closes
+                    raise failed.exception()  # type: ignore[misc]
+                answers = [future.result() for future in futures]
+        retried = sum(answer.outcome is Outcome.RETRY for answer in answers)
+        if retried:
+            logger.warning("%d of %d bucket updates throttled, sent again after a pause", retried, len(updates))
+        return answers
+
+    def _update(self, update: Update) -> Answer:
+        """One UpdateItem: applied, already applied (with the count it returned), worth another try, or
+        CommitFailed."""
+        try:
+            response = self.client.update_item(**update.request)
+        except ClientError as error:
+            code = error_code(error)
+            if code == "ConditionalCheckFailedException":
+                answer = condition_failed(error.response.get("Item"), update.tag, update.position)
+                if answer.outcome is Outcome.FAIL:
+                    raise CommitFailed(
+                        f"update of {update.name} refused by a condition its watermark does not explain"
+                    ) from error
+                return answer
+            if code in RETRYABLE_CODES:
+                return Answer(Outcome.RETRY)
+            raise CommitFailed(f"update of {update.name}: {describe(error)}") from error
+        return Answer(Outcome.APPLIED, count_of(response.get("Attributes")))
+
+    def _markers_exist(self, keys: list[dict[str, str]]) -> list[bool]:
+        """Which of the previous release's marker items exist, read strongly consistent."""
+        fetched: set[tuple[str, str]] = set()
+        pk, sk = COUNTS_TABLE.partition_key, COUNTS_TABLE.sort_key
+        for start in range(0, len(keys), BATCH_GET_LIMIT):
+            pending = [key_of(key[pk], key[sk]) for key in keys[start : start + BATCH_GET_LIMIT]]
+            for _ in self.backoff().pauses():
+                request = {self.table_name: {"Keys": pending, "ConsistentRead": True, "ProjectionExpression": "#pk, #sk"}}
+                request[self.table_name]["ExpressionAttributeNames"] = {"#pk": pk, "#sk": sk}
+                response = retried_while_throttled(self.backoff, self.client.batch_get_item, RequestItems=request)
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    fetched.add((item[pk]["S"], item[sk]["S"]))
+                pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
+                if not pending:
+                    break
+            else:
+                raise RetriesExhausted(f"{len(pending)} marker keys still unprocessed after every retry")
+        return [(key[pk], key[sk]) in fetched for key in keys]

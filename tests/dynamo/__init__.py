@@ -1,0 +1,1 @@
+"""Tests of tally.dynamo, one module for each of its modules."""
