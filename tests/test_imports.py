@@ -129,8 +129,8 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
-def circles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """One shortest circle through each strongly connected group of modules (Tarjan's algorithm, then a breadth-first walk)."""
+def groups_of(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm): each module of one reaches every other."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -161,9 +161,13 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     for module in sorted(edges):
         if module not in index:
             connect(module)
+    return groups
 
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest circle through each strongly connected group of modules (a breadth-first walk from its first)."""
     found = []
-    for group in groups:
+    for group in groups_of(edges):
         start, members = group[0], set(group)
         paths = {start: [start]}
         queue = [start]
@@ -193,8 +197,12 @@ def test_a_circle_is_found_where_there_is_one():
 
 
 def test_no_module_imports_another_that_imports_it_back():
-    found = circles(graph())
-    assert found == [], "import circles:\n" + "\n".join(" -> ".join(circle) for circle in found)
+    edges = graph()
+    found = [
+        " -> ".join(circle) + f"  (of the modules {', '.join(group)}, each reached from the others)"
+        for circle, group in zip(circles(edges), groups_of(edges), strict=True)
+    ]
+    assert found == [], "import circles:\n" + "\n".join(found)
 
 
 def test_no_module_inside_the_package_imports_the_package_face():
