@@ -47,7 +47,8 @@ from tally.core.windows import now_ms
 from tally.local import moto_deploy
 from tally.local.aws import ArgumentParser, MotoServer, client, region
 from tally.local.cli import DUMMY_CREDENTIALS, ScriptError, entry_point
-from tally.local.workload import DEMO_WINDOW_SECONDS
+from tally.local.delivery import MAX_WINDOW_SECONDS, MIN_WINDOW_SECONDS
+from tally.local.workload import DEFAULT_RATE, DEMO_WINDOW_SECONDS
 from tally.local.cli import console as make_console
 from tally.local.http_adapter import LocalApi
 from tally.stack_outputs import table_names_from_stack
@@ -69,12 +70,29 @@ def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep-running", action="store_true", help="keep moto's server (and the stack) up until Ctrl-C")
     parser.add_argument("--port", type=loopback_port, default=0, help="moto's server's loopback port (default: a free one)")
+    parser.add_argument(
+        "--window-seconds",
+        type=window_seconds,
+        default=DEMO_WINDOW_SECONDS,
+        help=f"tumbling window of both readers of the stream, 1-900 s (default {DEMO_WINDOW_SECONDS})",
+    )
+    parser.add_argument(
+        "--rate",
+        nargs=2,
+        type=events_per_hour,
+        default=list(DEFAULT_RATE),
+        metavar=("LOW", "HIGH"),
+        help=f"the demo's events per hour per counter (default {DEFAULT_RATE[0]} {DEFAULT_RATE[1]})",
+    )
     return parser
 
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    command = parser()
+    args = command.parse_args(argv)
+    if args.rate[0] > args.rate[1]:
+        command.error(f"argument --rate: LOW must not be above HIGH, not {args.rate[0]} {args.rate[1]}")
     stack = json.loads((REPO / "cdk.json").read_text())["context"].get("stackName", "Tally")
     started = time.monotonic()
     moto_deploy.install()
@@ -95,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"   outputs: {', '.join(f'{key}={value}' for key, value in tables.items())}")
 
         console.print(f"3/5 the demo on stack {stack} (local_pipeline.py --stack {stack}):")
-        window = ["--window-seconds", str(DEMO_WINDOW_SECONDS)]  # the same windows for both readers of the stream
-        matched = script(["local_pipeline.py", "--stack", stack, *window], environment, show=True).returncode == 0
+        window = ["--window-seconds", str(args.window_seconds)]  # the same windows for both readers of the stream
+        rate = ["--rate", *map(str, args.rate)]
+        matched = script(["local_pipeline.py", "--stack", stack, *window, *rate], environment, show=True).returncode == 0
         at = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(now_ms() // 60_000 * 60))
         before = counts(stack, at, environment)
         script(["run_stream.py", "--stack", stack, "--until-idle", *window], environment)
@@ -124,6 +143,21 @@ def loopback_port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"expected a port number from 1 to 65535, not {text!r}")
     return port
+
+
+def window_seconds(text: str) -> int:
+    seconds = int(text) if text.isdigit() else -1
+    if not MIN_WINDOW_SECONDS <= seconds <= MAX_WINDOW_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a tumbling window of {MIN_WINDOW_SECONDS} to {MAX_WINDOW_SECONDS} seconds, not {text!r}"
+        )
+    return seconds
+
+
+def events_per_hour(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of events per hour from 1, not {text!r}")
+    return int(text)
 
 
 def step(title: str, command: list[str], environment: dict[str, str]) -> None:

@@ -24,6 +24,31 @@ def test_a_port_that_is_none_is_one_line_and_status_2(port, capsys):
     assert error.count("\n") == 1 and f"expected a port number from 1 to 65535, not '{port}'" in error
 
 
+@pytest.mark.parametrize("seconds", ["0", "901", "ten", "-5"])
+def test_a_window_lambda_cannot_have_is_one_line_and_status_2(seconds, capsys):
+    with pytest.raises(SystemExit) as exited:
+        load_script("deploy_local").parser().parse_args(["--window-seconds", seconds])
+
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"expected a tumbling window of 1 to 900 seconds, not '{seconds}'" in error
+
+
+@pytest.mark.parametrize(
+    ("rate", "message"),
+    [(["0", "5"], "expected a whole number of events per hour from 1, not '0'"),
+     (["9", "x"], "expected a whole number of events per hour from 1, not 'x'"),
+     (["9", "5"], "LOW must not be above HIGH, not 9 5")],
+)
+def test_a_rate_that_is_none_is_one_line_and_status_2(rate, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        load_script("deploy_local").main(["--rate", *rate])
+
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and message in error
+
+
 @pytest.mark.server
 def test_the_server_listens_on_the_port_given():
     with socket.socket() as probe:  # a port free now
@@ -39,8 +64,11 @@ def test_the_server_listens_on_the_port_given():
 
 @pytest.fixture(scope="module")
 def deployed() -> subprocess.CompletedProcess:
+    # 1 s windows and a fifth of the demo's events: both readers still cut the stream alike, and every step runs,
+    # in a quarter of the time.
     return subprocess.run(
-        [sys.executable, str(SCRIPTS / "deploy_local.py")], capture_output=True, text=True, timeout=1500, cwd=SCRIPTS.parent
+        [sys.executable, str(SCRIPTS / "deploy_local.py"), "--window-seconds", "1", "--rate", "4", "20"],
+        capture_output=True, text=True, timeout=1500, cwd=SCRIPTS.parent,
     )
 
 
