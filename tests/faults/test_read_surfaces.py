@@ -23,7 +23,7 @@ from freezegun import freeze_time
 from moto import mock_aws
 from tally import Reader
 from tally.core.commit import order_preserving
-from tally.core.ranking import TopBudget, level_floor, lowest_level
+from tally.core.ranking import TopBudget, level_floor, level_of, lowest_level
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.dynamo.tables import create_tables
@@ -159,8 +159,9 @@ def test_a_top_whose_last_place_is_tied_by_a_counter_without_records_lists_the_t
     below the floor (no record): they tie within the window, and a comes first."""
     floor = level_floor(lowest_level())
     hour = MIDNIGHT_MS + HOUR_MS
-    events = [("tie/a", hour + (20 + i) * MINUTE_MS) for i in range(floor - 1)]
-    events += [("tie/b", hour + 5 * MINUTE_MS)] + [("tie/b", hour + (30 + i) * MINUTE_MS) for i in range(floor - 1)]
+    # Several events a minute: all of each counter's events in the one hour, whatever the ladder's floor.
+    events = [("tie/a", hour + (20 + i % 40) * MINUTE_MS) for i in range(floor - 1)]
+    events += [("tie/b", hour + 5 * MINUTE_MS)] + [("tie/b", hour + (30 + i % 30) * MINUTE_MS) for i in range(floor - 1)]
     events += [("tie/c", hour + (40 + i % 10) * MINUTE_MS) for i in range(3 * floor)]  # first, far ahead
     stream = designed_stream(events, shards=2, first_sequence=10**20)
     ranked = dataclasses.replace(SETTINGS, ranked_prefixes=("",))
@@ -173,6 +174,10 @@ def test_a_top_whose_last_place_is_tied_by_a_counter_without_records_lists_the_t
             for n in (1, 2, 3):
                 check_top(reader, stream.expected, n, at_ms, 50, context)  # from minute 10: b's first is out
             check_top(reader, stream.expected, 2, at_ms, 60, context)
+        # The scenario holds as designed: the tie is in the window, b has a record and a has none.
+        window = Window.ending(at_ms, 50 * MINUTE_MS)
+        assert stream.expected.count("tie/a", window) == stream.expected.count("tie/b", window) == floor - 1
+        assert level_of(floor) == lowest_level() and level_of(floor - 1) is None
 
 
 @pytest.mark.parametrize("power", [9, 10, 16])
