@@ -56,13 +56,20 @@ NOTABLE_LENGTHS_MIN = (
 QUANTILES = ("0", "0.5", "0.9", "0.99", "1")
 
 
+def scanned(client: Any, table_name: str) -> list[dict[str, Any]]:
+    """Every item of a table, read once with a strongly consistent scan: the checks of one drained table share it
+    (a scan of a whole table through moto is the slow part of a check)."""
+    return [item for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True)
+            for item in page["Items"]]
+
+
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     """Every bucket of the counts table, its lanes summed (segment markers left out)."""
     return table_contents(client, table_name)[0]
 
 
 def table_contents(
-    client: Any, table_name: str
+    client: Any, table_name: str, items: list[dict[str, Any]] | None = None
 ) -> tuple[
     dict[tuple[str, str], int],
     dict[tuple[str, str], int],
@@ -72,28 +79,27 @@ def table_contents(
 ]:
     """Every bucket's count, its lanes summed, the sum (in units) of those that keep one, the histogram bins of
     those that keep them, the sketch of those a distinct rule writes, its lanes merged, and the watermark
-    attributes of every stored count item (lane by lane)."""
+    attributes of every stored count item (lane by lane). ``items``: the table's items, scanned already."""
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], int] = {}
     bins: dict[tuple[str, str], Counter[str]] = {}
     sketches: dict[tuple[str, str], Sketch] = {}
     watermarks: dict[tuple[str, str], set[str]] = {}
-    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
-        for item in page["Items"]:
-            if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX)):
-                key = stored_bucket(item["pk"]["S"], item["sk"]["S"])  # a sketch lane's partition names its counter
-                if SKETCH_ATTRIBUTE in item:
-                    assert sketch_counter(item["pk"]["S"]) is not None, f"a sketch outside its lane's partition: {item}"
-                    sketches.setdefault(key, Sketch()).merge(Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"]))
-                    continue
-                counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
-                if SUM_ATTRIBUTE in item:
-                    sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
-                for name, value in item.items():
-                    if is_bin(name):
-                        bins.setdefault(key, Counter())[name] += int(value["N"])
-                stored = (item["pk"]["S"], item["sk"]["S"])
-                watermarks[stored] = {name for name in item if name.startswith(WATERMARK_PREFIX)}
+    for item in scanned(client, table_name) if items is None else items:
+        if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX)):
+            key = stored_bucket(item["pk"]["S"], item["sk"]["S"])  # a sketch lane's partition names its counter
+            if SKETCH_ATTRIBUTE in item:
+                assert sketch_counter(item["pk"]["S"]) is not None, f"a sketch outside its lane's partition: {item}"
+                sketches.setdefault(key, Sketch()).merge(Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"]))
+                continue
+            counts[key] = counts.get(key, 0) + int(item[COUNT_ATTRIBUTE]["N"])
+            if SUM_ATTRIBUTE in item:
+                sums[key] = sums.get(key, 0) + stored_units(item[SUM_ATTRIBUTE]["N"])
+            for name, value in item.items():
+                if is_bin(name):
+                    bins.setdefault(key, Counter())[name] += int(value["N"])
+            stored = (item["pk"]["S"], item["sk"]["S"])
+            watermarks[stored] = {name for name in item if name.startswith(WATERMARK_PREFIX)}
     return counts, sums, bins, sketches, watermarks
 
 
@@ -105,6 +111,7 @@ def check_table(
     context: str,
     stats: FaultStats = STATS,
     writers: set[str] | None = None,
+    items: list[dict[str, Any]] | None = None,
 ) -> None:
     """Exact: every bucket the events make, with its count, and nothing else (a bucket at 0 must not exist);
     sketches hold each distinct value once, however often a record was delivered, retried or duplicated.
@@ -112,7 +119,7 @@ def check_table(
     ``writers``: the watermark tags of the shards that fed the table. Every
     count item then holds one to each shard that wrote it, and no other.
     """
-    actual, actual_sums, actual_bins, actual_sketches, watermarks = table_contents(client, table_name)
+    actual, actual_sums, actual_bins, actual_sketches, watermarks = table_contents(client, table_name, items)
     if writers is not None:
         strangers = {key: tags - writers for key, tags in watermarks.items() if not tags or tags - writers}
         sample = dict(sorted(strangers.items())[:4])
@@ -153,42 +160,47 @@ def check_table(
     assert not wrong, f"{len(wrong)} buckets differ (actual, expected), e.g. {sample}; {context}"
 
 
-def check_directory(client: Any, table_name: str, expected: Expected, context: str) -> None:
+def check_directory(
+    client: Any, table_name: str, expected: Expected, context: str, items: list[dict[str, Any]] | None = None
+) -> None:
     """The counter directory holds one entry per UTC day and counter that counted, and nothing else."""
-    entries = set()
-    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
-        entries.update(
-            (item["pk"]["S"], item["sk"]["S"]) for item in page["Items"] if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
-        )
+    entries = {
+        (item["pk"]["S"], item["sk"]["S"])
+        for item in (scanned(client, table_name) if items is None else items)
+        if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
+    }
     truth = {(partition_of(event_ms // DAY_MS, name), name) for name, event_ms, _ in expected.events}
     assert entries == truth, f"directory: extra {sorted(entries - truth)[:5]}, missing {sorted(truth - entries)[:5]}; {context}"
 
 
-def rank_levels(client: Any, table_name: str) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int]]:
+def rank_levels(
+    client: Any, table_name: str, items: list[dict[str, Any]] | None = None
+) -> tuple[dict[tuple[str, int, int], int], dict[tuple[str, int, int], int]]:
     """Every hour item's count and the highest level recorded for it in the ranking index, keyed by
     (counter, hour since the epoch, lane)."""
     counts: dict[tuple[str, int, int], int] = {}
     recorded: dict[tuple[str, int, int], int] = {}
-    for page in client.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
-        for item in page["Items"]:
-            pk, sk = item["pk"]["S"], item["sk"]["S"]
-            if pk.startswith(RANK_PREFIX):
-                record = RankRecord.parse(pk, sk)
-                key = (record.counter, record.hour, record.lane)
-                recorded[key] = max(recorded.get(key, -1), record.level)
-            elif sk.startswith("H#") and not pk.startswith("#") and COUNT_ATTRIBUTE in item and SKETCH_ATTRIBUTE not in item:
-                _, _, lane = sk.partition("#")[2].partition("#")
-                hour = Bucket.from_sort_key(bucket_sort_key(sk)).index
-                counts[(pk, hour, int(lane or 0))] = int(item[COUNT_ATTRIBUTE]["N"])
+    for item in scanned(client, table_name) if items is None else items:
+        pk, sk = item["pk"]["S"], item["sk"]["S"]
+        if pk.startswith(RANK_PREFIX):
+            record = RankRecord.parse(pk, sk)
+            key = (record.counter, record.hour, record.lane)
+            recorded[key] = max(recorded.get(key, -1), record.level)
+        elif sk.startswith("H#") and not pk.startswith("#") and COUNT_ATTRIBUTE in item and SKETCH_ATTRIBUTE not in item:
+            _, _, lane = sk.partition("#")[2].partition("#")
+            hour = Bucket.from_sort_key(bucket_sort_key(sk)).index
+            counts[(pk, hour, int(lane or 0))] = int(item[COUNT_ATTRIBUTE]["N"])
     return counts, recorded
 
 
-def check_ranks(client: Any, table_name: str, settings: Settings, context: str) -> int:
+def check_ranks(
+    client: Any, table_name: str, settings: Settings, context: str, items: list[dict[str, Any]] | None = None
+) -> int:
     """The ranking index's invariant: every hour item (lane) of a ranked counter counting at least the lowest
     recorded floor has a record of exactly its level, and no record names an item that is not there, a counter
     that is not ranked or a level above its count's. Levels are read from counts, so a retried, redelivered or
     raced update can neither add a level nor lose one."""
-    counts, recorded = rank_levels(client, table_name)
+    counts, recorded = rank_levels(client, table_name, items)
     truth = {
         key: level
         for key, count in counts.items()
@@ -223,6 +235,7 @@ def check_windows(
     instants: int,
     context: str,
     stats: FaultStats = STATS,
+    items: list[dict[str, Any]] | None = None,
 ) -> None:
     """Windows after the stream drained, by both plans, against the brute-force count.
 
@@ -233,6 +246,7 @@ def check_windows(
     ahead of their arrival may lie in later minutes of the current hour).
     The instants go forward in time, and before each one DynamoDB's TTL
     deletion is played on ``client``: any item whose TTL has passed may be gone.
+    ``items``: the drained table's items, scanned already.
     """
     counters = sorted({name for name, _, _ in expected.events}) + ["never-written"]
     counters += sorted({rejected_counter(reason) for reason, _ in expected.rejections})
@@ -242,7 +256,7 @@ def check_windows(
     moments = [(*_instant(rng, expected.last_arrival_ms), None) for _ in range(instants - instants // 2)]
     moments += [_anchored_instant(rng, expected) for _ in range(anchored)]
     moments.append((expected.last_arrival_ms, None, rng.choice(NOTABLE_LENGTHS_MIN) * MINUTE_MS, None))
-    expiring = expiry_times(client, table.table_name)
+    expiring = expiry_times(client, table.table_name, items)
     for now, at, length_ms, anchor in sorted(moments, key=lambda moment: moment[0]):
         stats.add("items_expired", expire(client, table.table_name, expiring, now, rng))
         chosen = rng.sample(counters, min(len(counters), 5))
@@ -342,16 +356,13 @@ def _engine_window(end_ms: int, length_ms: int, aligned_at: int | None, settings
     return window if aligned_at is None else align_to_retention(window, aligned_at, settings)
 
 
-def expiry_times(client: Any, table_name: str) -> dict[tuple[str, str], int]:
+def expiry_times(client: Any, table_name: str, items: list[dict[str, Any]] | None = None) -> dict[tuple[str, str], int]:
     """Every item's key and TTL (epoch ms), read once: the table takes no writes while windows are checked."""
-    expiring = {}
-    request = {"TableName": table_name, "ConsistentRead": True, "ProjectionExpression": "pk, sk, #ttl"}
-    request["ExpressionAttributeNames"] = {"#ttl": TTL_ATTRIBUTE}
-    for page in client.get_paginator("scan").paginate(**request):
-        for item in page["Items"]:
-            if TTL_ATTRIBUTE in item:
-                expiring[(item["pk"]["S"], item["sk"]["S"])] = int(item[TTL_ATTRIBUTE]["N"]) * 1000
-    return expiring
+    return {
+        (item["pk"]["S"], item["sk"]["S"]): int(item[TTL_ATTRIBUTE]["N"]) * 1000
+        for item in (scanned(client, table_name) if items is None else items)
+        if TTL_ATTRIBUTE in item
+    }
 
 
 def expire(client: Any, table_name: str, expiring: dict[tuple[str, str], int], now_ms: int, rng: random.Random) -> int:

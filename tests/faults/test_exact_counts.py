@@ -26,7 +26,7 @@ from tally.core.settings import Settings
 from tally.core.units import HOUR_MS
 
 from . import profiles
-from .checks import check_directory, check_ranks, check_summaries, check_table, check_windows
+from .checks import check_directory, check_ranks, check_summaries, check_table, check_windows, scanned
 from .harness import (
     READ_FAULTS,
     REQUEST_FAULTS,
@@ -167,9 +167,10 @@ def check_stream(
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         summaries, schedule = drain(stream, deployment, client, settings, write_faults)
         context += f"; {schedule!r}"
-        check_table(client, COUNTS_TABLE, stream.expected, settings, context, writers=stream.writer_tags())
-        check_directory(client, COUNTS_TABLE, stream.expected, context)
-        check_ranks(client, COUNTS_TABLE, settings, context)
+        items = scanned(client, COUNTS_TABLE)  # the drained table, read once for every check below
+        check_table(client, COUNTS_TABLE, stream.expected, settings, context, writers=stream.writer_tags(), items=items)
+        check_directory(client, COUNTS_TABLE, stream.expected, context, items)
+        check_ranks(client, COUNTS_TABLE, settings, context, items)
         check_summaries(summaries, stream.records, stream.expected, context)
 
         read_rates = {kind: 0.3 for kind in READ_FAULTS}
@@ -177,7 +178,9 @@ def check_stream(
         table = CountsTable(
             FaultyClient(client, reads), COUNTS_TABLE, settings, backoff=quick_backoff(deployment.query_seed)
         )
-        check_windows(table, client, stream.expected, settings, random.Random(deployment.query_seed), instants, context)
+        check_windows(
+            table, client, stream.expected, settings, random.Random(deployment.query_seed), instants, context, items=items
+        )
 
 
 @profiles.for_test(weight=0.5)

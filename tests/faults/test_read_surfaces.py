@@ -28,7 +28,7 @@ from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import Window
 from tally.dynamo.tables import create_tables
 
-from .checks import check_directory, check_table
+from .checks import check_directory, check_table, scanned
 from .streams import Expected, Stream, StreamSpec, _record, hash_shard
 from .test_exact_counts import COUNTS_TABLE, EVENTS_TABLE, SETTINGS, Deployment, drain
 from .harness import WRITE_FAULTS
@@ -65,8 +65,9 @@ def drained(stream: Stream, deployment: Deployment, settings=SETTINGS):
     create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
     _, schedule = drain(stream, deployment, client, settings, WRITE_FAULTS)
     context = f"reproduce with {stream.spec!r}, {deployment!r}; {schedule!r}"
-    check_table(client, COUNTS_TABLE, stream.expected, settings, context, writers=stream.writer_tags())
-    check_directory(client, COUNTS_TABLE, stream.expected, context)
+    items = scanned(client, COUNTS_TABLE)
+    check_table(client, COUNTS_TABLE, stream.expected, settings, context, writers=stream.writer_tags(), items=items)
+    check_directory(client, COUNTS_TABLE, stream.expected, context, items)
     return client, context
 
 
