@@ -132,3 +132,73 @@ def test_moto_still_needs_each_patch():
     assert found["two_adds_of_one"] == "1"  # a lost update: DynamoDB applies writes to an item one at a time
     assert found["answers"] == ["2", "2"]  # the first add answered with the second's: DynamoDB answers ["1", "2"]
     assert found["expired_kept"] is True  # no TTL process
+
+
+def dynamodb_answers() -> list[dict]:
+    """Answers of every shape tally reads: items holding each kind of attribute value, pages, unprocessed keys,
+    consumed capacity, a failed condition's item, a stream's records, a table's description."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    client.create_table(
+        TableName="shapes", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST", StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    )
+    every_kind = {
+        "s": {"S": "ünï"}, "n": {"N": "12.5"}, "b": {"B": b"\x00\xff"}, "ss": {"SS": ["a", "b"]}, "ns": {"NS": ["1", "2"]},
+        "bs": {"BS": [b"\x01", b"\x02"]}, "m": {"M": {"inner": {"L": [{"S": "x"}, {"NULL": True}, {"BOOL": False}]}}},
+    }
+    for index in range(30):
+        client.put_item(TableName="shapes", Item={"pk": {"S": f"p{index % 3}"}, "sk": {"S": f"{index:03d}"}, **every_kind})
+    answers = [
+        client.scan(TableName="shapes", Limit=7, ReturnConsumedCapacity="TOTAL"),
+        client.query(
+            TableName="shapes", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "p1"}},
+            ProjectionExpression="sk, m, bs", ConsistentRead=True, ReturnConsumedCapacity="INDEXES",
+        ),
+        client.batch_get_item(RequestItems={"shapes": {"Keys": [{"pk": {"S": "p0"}, "sk": {"S": "000"}}, {"pk": {"S": "p9"}, "sk": {"S": "x"}}]}}),
+        client.update_item(
+            TableName="shapes", Key={"pk": {"S": "p0"}, "sk": {"S": "000"}}, UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": {"N": "1"}}, ReturnValues="ALL_NEW", ReturnConsumedCapacity="TOTAL",
+        ),
+        client.describe_table(TableName="shapes")["Table"]["KeySchema"],
+    ]
+    try:
+        client.update_item(
+            TableName="shapes", Key={"pk": {"S": "p0"}, "sk": {"S": "000"}}, UpdateExpression="SET s = :s",
+            ConditionExpression="attribute_not_exists(s)", ExpressionAttributeValues={":s": {"S": "y"}},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except client.exceptions.ConditionalCheckFailedException as failed:
+        answers.append(failed.response["Item"])
+    stream_arn = client.describe_table(TableName="shapes")["Table"]["LatestStreamArn"]
+    shard = streams.describe_stream(StreamArn=stream_arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    records = streams.get_records(ShardIterator=iterator)["Records"]
+    # When each was written, its place among the process's records and moto's size of it (the length of the
+    # record as JSON, time and sequence number included) differ from run to run; the rest may not.
+    varying = ("ApproximateCreationDateTime", "SequenceNumber", "SizeBytes")
+    answers.append([{k: v for k, v in r["dynamodb"].items() if k not in varying} for r in records])
+    for answer in answers:
+        if isinstance(answer, dict):
+            answer.pop("ResponseMetadata", None)
+    return answers
+
+
+def test_remembered_member_keys_give_the_answers_moto_gives_without_them():
+    """Fix 5 changes how long an answer takes, never what it says: every shape tally reads, both ways."""
+    from moto.core.serialize import AttributePicker
+
+    remembering = AttributePicker.__call__
+    assert remembering.__wrapped__ is not remembering  # installed by the suite's conftest
+    with mock_aws():
+        remembered = dynamodb_answers()
+    AttributePicker.__call__ = remembering.__wrapped__
+    try:
+        with mock_aws():
+            plain = dynamodb_answers()
+    finally:
+        AttributePicker.__call__ = remembering
+    assert remembered == plain
+    assert remembered[0]["Items"][0]["b"] == {"B": b"\x00\xff"} and remembered[2]["UnprocessedKeys"] == {}
+    assert len(remembered[-1]) == 31  # 30 inserts and a modify
