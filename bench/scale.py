@@ -218,7 +218,6 @@ class SimulatedTable:
         self.partition_capacity: dict[str, TokenBucket] = {}
         self.stats = TableStats()
         self.counting = True  # whether write units count now (set by the simulation, window by window)
-        self._parsed: dict[int, tuple[Update, _Parsed]] = {}
         self.sketches: dict[Key, bytes] = {}  # sketch items' stored bytes
         self.stored: dict[Key, dict[str, Any]] = {}  # items put: directory entries, rank records
 
@@ -260,7 +259,6 @@ class SimulatedTable:
         self.watermarks.setdefault(key, {})[parsed.tag] = parsed.watermark
         stats.applied += 1
         stats.largest_item_bytes = max(stats.largest_item_bytes, after)
-        self._parsed.pop(id(update), None)
         return answer_at, Answer(outcome, self.counts[key])
 
     def read_sketches(self, now: float, keys: Sequence[Key]) -> tuple[float, dict[Key, bytes | None]]:
@@ -339,18 +337,14 @@ class SimulatedTable:
             )
 
     def _parse(self, update: Update) -> _Parsed:
-        """Read once per update, however often it is sent again (kept until applied)."""
-        cached = self._parsed.get(id(update))
-        if cached is not None and cached[0] is update:
-            return cached[1]
+        """What the model reads of an update, each time it is sent: kept between sends, the updates of an
+        invocation that failed (sent again by its retry as new ones) would never be let go."""
         request = update.request
         names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
         if list(names) != ["#ttl", "#w", "#a0"] or names["#a0"] != "count" or ":w" not in values:
             raise ValueError(f"the model only runs tally's count updates, not {request['UpdateExpression']!r}")
         key = (request["Key"]["pk"]["S"], request["Key"]["sk"]["S"])
-        parsed = _Parsed(key, int(values[":a0"]["N"]), update.tag, update.position, values[":to"]["B"], request)
-        self._parsed[id(update)] = (update, parsed)
-        return parsed
+        return _Parsed(key, int(values[":a0"]["N"]), update.tag, update.position, values[":to"]["B"], request)
 
     def _item_bucket(self, key: Key) -> TokenBucket:
         bucket = self.item_capacity.get(key)
