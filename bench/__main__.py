@@ -6,14 +6,16 @@ bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
 README quotes, so a plain run never leaves a clone dirty. Settings come from
 cdk.json's context, so the figures describe what ``cdk deploy`` would run.
 
-The scale model (1 to 1,000 shards, minutes of simulated traffic, about ten
-minutes) is not part of a plain run: ``python -m bench scale`` (``make
-bench-scale``) runs it, and its figures join the same file(s); the targets it
-judges are reported from the figures there, marked missing until it has run.
-``python -m bench scale`` runs the scale model alone (``python -m bench
-day-boundary`` only its windows across a UTC midnight, ``python -m bench
-alert-latency`` only its alert timing, ``python -m bench scale-distinct`` only
-its distinct rule on the hot counter),
+The scale model (1 to 1,000 shards, minutes of simulated traffic) is not part
+of a plain run: ``make bench-scale`` runs its parts, each in a process of its
+own, and their figures join the same file(s); the targets it judges are
+reported from the figures there, marked missing until it has run.
+``python -m bench scale`` runs the whole scale model in one process; ``python
+-m bench scale-shards`` only its shard counts, ``python -m bench scale-lanes``
+only its lanes at 1,000 shards, ``python -m bench scale-fixed-rate`` only its
+fixed rate over more shards, ``python -m bench day-boundary`` only its windows
+across a UTC midnight, ``python -m bench alert-latency`` only its alert timing,
+``python -m bench scale-distinct`` only its distinct rule on the hot counter;
 ``python -m bench read-api`` the read API's load test alone (about two
 minutes), ``python -m bench histogram`` the histogram rule beside the same
 rule without it (under two minutes), and ``python -m bench distinct`` a
@@ -331,8 +333,18 @@ def scale_results() -> dict[str, Any]:
 
 
 def scale_shards_results() -> dict[str, Any]:
-    """The scale model's shard counts, lanes and fixed rate, without its distinct, midnight and alert runs."""
-    return {"scale_model": scale.model_description(), **scale.results()}
+    """The scale model's shard counts (5 events/s per shard, recommended lanes and one lane)."""
+    return {"scale_model": scale.model_description(), **scale.shard_results()}
+
+
+def scale_lanes_results() -> dict[str, Any]:
+    """The scale model's lane choices at 1,000 shards."""
+    return {"scale_model": scale.model_description(), **scale.lane_results()}
+
+
+def scale_fixed_rate_results() -> dict[str, Any]:
+    """The scale model's fixed 5,000 events/s over more shards, beside the origin's write units."""
+    return {"scale_model": scale.model_description(), **scale.fixed_rate_results()}
 
 
 def scale_distinct_results() -> dict[str, Any]:
@@ -396,7 +408,9 @@ def _duration(seconds: float) -> str:
 
 
 PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results)),
-         "scale-shards": (scale_shards_results, lambda out, results: report_scale(out, results)),
+         "scale-shards": (scale_shards_results, lambda out, results: report_scale_shards(out, results)),
+         "scale-lanes": (scale_lanes_results, lambda out, results: report_scale_lanes(out, results)),
+         "scale-fixed-rate": (scale_fixed_rate_results, lambda out, results: report_scale_fixed_rate(out, results)),
          "scale-distinct": (scale_distinct_results, lambda out, results: report_scale_distinct(out, results)),
          "day-boundary": (day_boundary_results, lambda out, results: report_day_boundary(out, results)),
          "alert-latency": (alert_latency_results, lambda out, results: report_alert_latency(out, results)),
@@ -572,6 +586,15 @@ def report_distinct(out: Console, results: dict[str, Any]) -> None:
 
 
 def report_scale(out: Console, results: dict[str, Any]) -> None:
+    report_scale_shards(out, results)
+    report_scale_lanes(out, results)
+    report_scale_distinct(out, results)
+    report_scale_fixed_rate(out, results)
+    report_day_boundary(out, results)
+    report_alert_latency(out, results)
+
+
+def report_scale_shards(out: Console, results: dict[str, Any]) -> None:
     model = results["scale_model"]
     table = Table(title=f"Scale: shards committing {model['window_seconds']} s windows at once ({model['mix']}, "
                         f"{model['events_per_shard_second']:g} events/s per shard)")
@@ -589,6 +612,8 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
             )
     out.print(table)
 
+
+def report_scale_lanes(out: Console, results: dict[str, Any]) -> None:
     table = Table(title="Scale: lanes at 1,000 shards, 5,000 events/s")
     for column in ("lanes", "WCU/1k events", "largest item (B)", "throttled", "p99 s", "failed invocations"):
         table.add_column(column, justify="right")
@@ -598,8 +623,8 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       str(figures["p99_commit_seconds"]), f"{figures['failed_invocations']:,}")
     out.print(table)
 
-    report_scale_distinct(out, results)
 
+def report_scale_fixed_rate(out: Console, results: dict[str, Any]) -> None:
     table = Table(title="Scale: write cost at a fixed 5,000 events/s over more shards (WCU per 1,000 events)")
     for column in ("mix", "shards", "lanes", "tally", "origin", "dedup", "origin/tally", "dedup/tally",
                    "largest item (B)", "p99 s", "failed invocations"):
@@ -611,8 +636,6 @@ def report_scale(out: Console, results: dict[str, Any]) -> None:
                       f"{entry['dedup_over_tally']}x", f"{entry['largest_item_bytes']:,}",
                       str(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
     out.print(table)
-    report_day_boundary(out, results)
-    report_alert_latency(out, results)
 
 
 def report_scale_distinct(out: Console, results: dict[str, Any]) -> None:

@@ -42,6 +42,42 @@ def test_the_scale_models_distinct_rule_runs_alone_and_replaces_only_its_figures
     assert "a distinct rule on the hot counter" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("part", "key", "title"),
+    [
+        ("scale-shards", "scale", "Scale: shards committing"),
+        ("scale-lanes", "scale_lanes_at_1000_shards", "Scale: lanes at 1,000 shards"),
+        ("scale-fixed-rate", "scale_fixed_rate", "Scale: write cost at a fixed"),
+    ],
+)
+def test_each_part_of_the_scale_models_shard_runs_publishes_alone_and_keeps_the_others(
+    outputs, monkeypatch, capsys, part, key, title
+):
+    run = {"shards": 1000, "bucket_lanes": 16, "events_per_second": 5000.0, "updates": 5, "throttled": 0,
+           "retries": 0, "write_units_per_1000_events": 800.0, "largest_item_bytes": 1300, "p50_commit_seconds": 0.5,
+           "p99_commit_seconds": 2.5, "all_shards_committed_seconds": 3.0, "failed_invocations": 0}
+    rows = {
+        "scale": [{**run, "one_lane": run}],
+        "scale_lanes_at_1000_shards": [run],
+        "scale_fixed_rate": [{**run, "mix": "mix", "origin_write_units_per_1000_events": 2000,
+                              "dedup_write_units_per_1000_events": 6000, "origin_over_tally": 2.5,
+                              "dedup_over_tally": 7.5}],
+    }
+    functions = {"scale": "shard_results", "scale_lanes_at_1000_shards": "lane_results",
+                 "scale_fixed_rate": "fixed_rate_results"}
+    for name, function in functions.items():
+        figures = {name: rows[name]}
+        monkeypatch.setattr(bench_main.scale, function,
+                            (lambda figures=figures: figures) if name == key else lambda: pytest.fail(f"{function} ran"))
+    monkeypatch.setattr(bench_main.scale, "results", lambda: pytest.fail("the whole scale model ran"))
+    others = {name: "published before" for name in rows if name != key}
+    (outputs / "results.json").write_text(json.dumps({"published": True, **others}))
+    bench_main.main([part, "--publish"])
+    published = json.loads((outputs / "results.json").read_text())
+    assert published == {"published": True, **others, key: rows[key], "scale_model": bench_main.scale.model_description()}
+    assert title in capsys.readouterr().out
+
+
 def test_publish_writes_both_and_keeps_the_figures_of_parts_run_apart(outputs):
     bench_main.main(["--publish"])
     published = json.loads((outputs / "results.json").read_text())
