@@ -203,8 +203,10 @@ def test_the_per_page_fan_out_puts_rank_records_as_moto_stores_them_each_hour_it
     settings, config = Settings(ranked_prefixes=("",)), DeliveryConfig(batch_size=100, window_seconds=60)
     workload = workloads.fan_out_pages(providers=3, per_second=4, seconds=240)
     with mock_aws():
-        checked = writes.verify_stored(workload, settings, config, boto3.client("dynamodb", region_name="us-east-1"))
-    assert checked["tally"]["stored_matches_meter"]
+        checked = writes.verify_stored(
+            workload, settings, config, boto3.client("dynamodb", region_name="us-east-1"), designs=("tally",)
+        )
+    assert checked["tally"]["stored_matches_meter"] and set(checked) == {"workload", "tally"}
     items = writes.run_tally(workload, settings, config).items
     ranks = {key for key in items if key[0].startswith(RANK_PREFIX)}
     hours = {key: int(item["count"]["N"]) for key, item in items.items() if key[1].startswith("H#")}
