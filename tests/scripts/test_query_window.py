@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
 from freezegun import freeze_time
+from handler_state import handler_state_restored
 from script_support import load_script
 
 from tally.core.buckets import iso_minute
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
-from tally.local.aws import client, scan_items
+from tally.dynamo.tables import create_tables
+from tally.local.aws import Tables, client, scan_items
 from tally.core.windows import Window, now_ms, parse_instant
 from tally.core.settings import Settings
 from tally.core.sketches import STANDARD_ERROR, Sketch
@@ -23,13 +26,40 @@ query_window = load_script("query_window")
 A_DAY_AGO_INSIDE_AN_HOUR = iso_minute((now_ms() // HOUR_MS - 24) * HOUR_MS + 17 * MINUTE_MS)
 
 
+def counted_world(moto_server, generate: list[str], rules_of: str | None = None) -> dict[str, str]:
+    """Events generated and run through the stream into fresh tables, once for the module's tests, which only
+    read them: the environment that points the query command at them."""
+    suffix = uuid.uuid4().hex[:8]
+    tables = Tables(events=f"events-{suffix}", counts=f"counts-{suffix}")
+    environment = {**moto_server.environment(), "EVENTS_TABLE": tables.events, "COUNTS_TABLE": tables.counts}
+    if rules_of is not None:
+        shape = SHAPES[rules_of]
+        environment |= {"TALLY_RULES": shape.rules_json, "TALLY_TIME_ATTRIBUTE": shape.time_attribute}
+    with pytest.MonkeyPatch.context() as patch, handler_state_restored():
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        create_tables(client("dynamodb"), tables.events, tables.counts)
+        generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
+        assert generate_events.main(generate) == 0
+        assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]) == 0
+    return environment
+
+
+def pointed_at(environment: dict[str, str], monkeypatch) -> Tables:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return Tables(events=environment["EVENTS_TABLE"], counts=environment["COUNTS_TABLE"])
+
+
+@pytest.fixture(scope="module")
+def counted_environment(moto_server):
+    return counted_world(moto_server, ["--seed", "3", "--counters", "alpha", "beta", "--hours", "2"])
+
+
 @pytest.fixture
-def counted(tables, fresh_handler_cache):
+def counted(counted_environment, monkeypatch):
     """A small workload, generated and run through the stream into the counts table."""
-    generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
-    assert generate_events.main(["--seed", "3", "--counters", "alpha", "beta", "--hours", "2"]) == 0
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]) == 0
-    return tables
+    return pointed_at(counted_environment, monkeypatch)
 
 
 @pytest.mark.server
@@ -137,27 +167,21 @@ def test_piped_tables_are_not_wrapped_at_80_columns(counted, capsys):
     assert any(long_name in line for line in out.splitlines())
 
 
-def count_shape(name, seed, monkeypatch):
-    """Two hours of a shape's items, counted by its rules (set in the environment, as the stack does)."""
-    shape = SHAPES[name]
-    monkeypatch.setenv("TALLY_RULES", shape.rules_json)
-    monkeypatch.setenv("TALLY_TIME_ATTRIBUTE", shape.time_attribute)
-    generate_events, run_stream = load_script("generate_events"), load_script("run_stream")
-    assert generate_events.main(["--seed", str(seed), "--shape", name, "--hours", "2"]) == 0
-    assert run_stream.main(["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1"]) == 0
-
-
 def truth_now(name, tables, time_of):
     """Brute force over the shape's items in the 24 h window ending now; ``time_of`` reads an item's time."""
     items = scan_items(client("dynamodb"), tables.events)
     return shaped_truth(SHAPES[name], [(time_of(i), i) for i in items], Window.ending(now_ms()), {}, Settings())
 
 
+@pytest.fixture(scope="module")
+def origin_environment(moto_server):
+    return counted_world(moto_server, ["--seed", "5", "--shape", "origin", "--hours", "2"], rules_of="origin")
+
+
 @pytest.fixture
-def counted_by_rules(tables, fresh_handler_cache, monkeypatch):
-    """The origin's jobs, counted by its rules."""
-    count_shape("origin", 5, monkeypatch)
-    return tables
+def counted_by_rules(origin_environment, monkeypatch):
+    """The origin's jobs, counted by its rules (set in the environment, as the stack does)."""
+    return pointed_at(origin_environment, monkeypatch)
 
 
 @pytest.mark.server
@@ -261,11 +285,15 @@ def test_counters_and_prefix_exclude_each_other(capsys):
     assert exited.value.code == 2 and "not both" in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def blog_environment(moto_server):
+    return counted_world(moto_server, ["--seed", "8", "--shape", "blog", "--hours", "2"], rules_of="blog")
+
+
 @pytest.fixture
-def blog_views(tables, fresh_handler_cache, monkeypatch):
+def blog_views(blog_environment, monkeypatch):
     """A blog's page views, counted by its rules: load times keep a histogram."""
-    count_shape("blog", 8, monkeypatch)
-    return tables
+    return pointed_at(blog_environment, monkeypatch)
 
 
 @pytest.mark.server
