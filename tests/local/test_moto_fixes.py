@@ -202,3 +202,60 @@ def test_remembered_member_keys_give_the_answers_moto_gives_without_them():
     assert remembered == plain
     assert remembered[0]["Items"][0]["b"] == {"B": b"\x00\xff"} and remembered[2]["UnprocessedKeys"] == {}
     assert len(remembered[-1]) == 31  # 30 inserts and a modify
+
+
+def update_answers() -> list[object]:
+    """Updates of every kind an expression can make, texts sent again with other names and values, and a text
+    that does not parse, sent twice: each answer, the error's message, and the items they left."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName="updates", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+    )
+    updates = [
+        ("SET #a = if_not_exists(#a, :zero) + :v, #l = list_append(if_not_exists(#l, :empty), :items)", "x", "1"),
+        ("SET #a = if_not_exists(#a, :zero) + :v, #l = list_append(if_not_exists(#l, :empty), :items)", "y", "7"),
+        ("ADD #a :v SET #m = :map", "x", "2"),
+        ("ADD #a :v SET #m = :map", "z", "-3"),
+        ("SET #m.#i = :v REMOVE #l[0]", "x", "5"),
+        ("REMOVE #a", "y", "0"),
+    ]
+    answers: list[object] = []
+    for expression, name, value in updates:
+        names = {"#a": "a" + name, "#l": "list", "#m": "map", "#i": "inner"}
+        values = {":v": {"N": value}, ":zero": {"N": "0"}, ":empty": {"L": []}, ":items": {"L": [{"S": name}, {"N": value}]},
+                  ":map": {"M": {"inner": {"S": name}}}}
+        used_values = {k: v for k, v in values.items() if k in expression}
+        answers.append(client.update_item(
+            TableName="updates", Key={"pk": {"S": name}}, UpdateExpression=expression, ReturnValues="ALL_NEW",
+            ExpressionAttributeNames={k: v for k, v in names.items() if k in expression},
+            **({"ExpressionAttributeValues": used_values} if used_values else {}),
+        ).get("Attributes"))
+    for _ in range(2):
+        try:
+            client.update_item(TableName="updates", Key={"pk": {"S": "x"}}, UpdateExpression="SET a = = :v",
+                               ExpressionAttributeValues={":v": {"N": "1"}})
+        except client.exceptions.ClientError as refused:
+            answers.append(refused.response["Error"])
+    answers.append(sorted(client.scan(TableName="updates")["Items"], key=lambda item: item["pk"]["S"]))
+    return answers
+
+
+def test_remembered_update_expressions_give_the_answers_moto_gives_without_them():
+    """Fix 6 changes how long an update takes, never what it does: the same texts with other names and values,
+    a text that does not parse, sent again, both ways."""
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    remembering = UpdateExpressionParser.make
+    assert hasattr(remembering, "cache_info")  # installed by the suite's conftest
+    with mock_aws():
+        remembered = update_answers()
+    UpdateExpressionParser.make = staticmethod(remembering.__wrapped__)
+    try:
+        with mock_aws():
+            plain = update_answers()
+    finally:
+        UpdateExpressionParser.make = staticmethod(remembering)
+    assert remembered == plain
+    assert remembered[1] == {"pk": {"S": "y"}, "ay": {"N": "7"}, "list": {"L": [{"S": "y"}, {"N": "7"}]}}
+    assert remembered[-3]["Code"] == "ValidationException" and remembered[-3] == remembered[-2]
