@@ -36,8 +36,9 @@ install-scripts: $(DEMO_STAMP)
 install: $(DEV_STAMP)
 
 # One pytest worker per core (pytest-xdist): the suite takes minutes instead of several times that. Each test
-# file runs whole in one worker, so a module's shared fixture (a deployed stack, a counted world) is built once.
-PYTEST_ARGS ?= -n auto --dist loadfile
+# file runs whole in one worker, so a module's shared fixture (a deployed stack, a counted world) is built once;
+# files go out in collection order, the longest first (tests/conftest.py), not by their number of tests.
+PYTEST_ARGS ?= -n auto --dist loadfile --no-loadscope-reorder
 
 test: $(DEV_STAMP) $(DASHBOARD) test-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -10,6 +10,7 @@ worker has its own) and needs Java and ``npm ci``.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import boto3
 import pytest
@@ -44,12 +45,49 @@ def pytest_configure(config):
     moto_fixes.install()
 
 
+# The test files that take longest, longest first. `make test` hands whole files to its workers
+# (--dist loadfile --no-loadscope-reorder) in collection order: started first, they no longer leave one
+# worker running a long file alone at the end. The order changes only how long the suite takes.
+LONGEST_FILES_FIRST = (
+    "faults/test_exact_counts.py",
+    "test_top.py",
+    "scripts/test_local_pipeline.py",
+    "faults/test_read_isolation.py",
+    "bench/test_bench_stored.py",
+    "stacks/test_wheel.py",
+    "scripts/test_deploy_local.py",
+    "bench/test_bench_cost.py",
+    "dashboard/test_dashboard_aggregates.py",
+    "scripts/test_serve.py",
+    "test_reader.py",
+    "scripts/test_run_stream.py",
+    "faults/test_reread.py",
+    "scripts/test_query_window.py",
+    "scripts/test_script_errors.py",
+    "scripts/test_backfill_command.py",
+    "dashboard/test_dashboard_page.py",
+)
+
+
+def longest_files_first(items: list[pytest.Item]) -> None:
+    """Put the tests of LONGEST_FILES_FIRST first, in its order, each file's tests kept in theirs."""
+    here = Path(__file__).parent
+    missing = [name for name in LONGEST_FILES_FIRST if not (here / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FILES_FIRST names files that are gone: {missing}")
+    rank = {str(here / name): place for place, name in enumerate(LONGEST_FILES_FIRST)}
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(str(item.path), len(rank)), order[id(item)]))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every test that runs on DynamoDB Local is in the dynamodb_local tier, however it reaches the server.
+    """The longest test files first (LONGEST_FILES_FIRST). Every test that runs on DynamoDB Local is in the
+    dynamodb_local tier, however it reaches the server.
 
     Under `make test-anytime` the DynamoDB Local tier is skipped: DynamoDB Local stamps stream records with its
     own Java clock, which the moved clock does not reach (libfaketime, the one way to move it, sets Java spinning);
     the same code runs under the moved clock on moto."""
+    longest_files_first(items)
     for item in items:
         if "dynamodb_local" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.dynamodb_local)
