@@ -8,9 +8,11 @@ import pytest
 
 from bench.cost import item_size, number_size, write_units
 from bench.scale import (
+    SECONDS_FOLLOWED_AFTER_LAST_WINDOW,
     SHARDS_PER_LANE,
     START_MS,
     TABLE,
+    WINDOW_SECONDS,
     CounterMix,
     Latency,
     Limits,
@@ -135,6 +137,28 @@ def test_an_invocation_past_the_function_timeout_fails_and_is_retried():
     stats = simulation.run()
     assert stats.failed_timeout >= 1 and stats.failed_retries_exhausted == 0
     assert len(stats.commit_seconds) == 4
+
+
+def test_a_run_that_does_not_keep_up_stops_after_its_last_window_counting_what_it_left_uncommitted():
+    # Two units a second for a hot counter's items: each window needs more than the run is followed for.
+    table = SimulatedTable(FIXED, Limits(item_write_units_per_second=2, partition_write_units_per_second=2))
+    scenario = Scenario(shards=40, events_per_second=400, windows=2, mix=HOT_ONLY)
+    stats = Simulation(scenario, table, 1).run()  # raises if any event were doubled
+    assert stats.stopped_at_seconds == 2 * WINDOW_SECONDS + SECONDS_FOLLOWED_AFTER_LAST_WINDOW
+    assert 0 < stats.uncommitted_shard_windows < 80
+    assert len(stats.commit_seconds) == 80 - stats.uncommitted_shard_windows
+    stored = sum(count for (_, sk), count in table.counts.items() if sk.startswith("M#"))
+    assert 0 < stored < stats.events  # applied in part, none twice
+
+
+def test_a_stopped_runs_figures_say_never_where_a_shard_window_had_not_committed():
+    slow = Limits(item_write_units_per_second=2, partition_write_units_per_second=2)
+    figures = measure(Scenario(shards=40, events_per_second=400, windows=2, mix=HOT_ONLY), 1, latency=FIXED, limits=slow)
+    assert figures["uncommitted_shard_windows"] > 0 and figures["stopped_at_seconds"] is not None
+    assert figures["all_shards_committed_seconds"] is None and figures["p99_commit_seconds"] is None
+    assert figures["exact"] is None
+    whole = measure(Scenario(shards=4, events_per_second=40, windows=2, mix=HOT_ONLY), 1, latency=FIXED)
+    assert whole["uncommitted_shard_windows"] == 0 and whole["stopped_at_seconds"] is None and whole["exact"] is True
 
 
 def test_write_units_count_the_windows_after_the_first():
