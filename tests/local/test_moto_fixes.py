@@ -259,3 +259,71 @@ def test_remembered_update_expressions_give_the_answers_moto_gives_without_them(
     assert remembered == plain
     assert remembered[1] == {"pk": {"S": "y"}, "ay": {"N": "7"}, "list": {"L": [{"S": "y"}, {"N": "7"}]}}
     assert remembered[-3]["Code"] == "ValidationException" and remembered[-3] == remembered[-2]
+
+
+def query_answers() -> dict[tuple, object]:
+    """Queries of every kind tally and its tests send, and then some, on tables keyed by string, number and binary
+    partitions: sort key conditions, both directions, pages, filters, projections, a partition with no items."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    answers: dict[tuple, object] = {}
+    for kind, partitions in (("S", ["a", "b", "ü"]), ("N", ["1", "2.50", "-3"]), ("B", [b"\x00", b"\xff"])):
+        name = f"partitions-{kind}"
+        client.create_table(
+            TableName=name, BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": kind}, {"AttributeName": "sk", "AttributeType": "S"}],
+        )
+        for number, partition in enumerate(partitions):
+            for sort in ("H#01", "M#0001", "M#0002", "M#0010", "M#0100", "Z"):
+                client.put_item(TableName=name, Item={"pk": {kind: partition}, "sk": {"S": sort}, "n": {"N": str(number)}})
+        asked = [*partitions, "1.0" if kind == "N" else ("zz" if kind == "S" else b"\x01")]  # "1.0" is the partition "1"
+        for partition in asked:
+            key = {":p": {kind: partition}}
+            for condition, values in (
+                ("", {}), (" AND begins_with(sk, :m)", {":m": {"S": "M#"}}),
+                (" AND sk BETWEEN :lo AND :hi", {":lo": {"S": "M#0002"}, ":hi": {"S": "M#0100"}}),
+                (" AND sk > :lo", {":lo": {"S": "M#0002"}}),
+            ):
+                for forward in (True, False):
+                    request = {"TableName": name, "KeyConditionExpression": "pk = :p" + condition,
+                               "ExpressionAttributeValues": {**key, **values}, "ScanIndexForward": forward, "Limit": 2}
+                    for number in range(10):
+                        page = client.query(**request)
+                        answers[(kind, partition, condition, forward, number)] = (
+                            [item["sk"]["S"] for item in page["Items"]], page["Items"], page.get("LastEvaluatedKey")
+                        )
+                        if "LastEvaluatedKey" not in page:
+                            break
+                        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            answers[(kind, partition, "filtered")] = (client.query(
+                TableName=name, KeyConditionExpression="pk = :p", FilterExpression="n > :zero",
+                ProjectionExpression="sk", ExpressionAttributeValues={**key, ":zero": {"N": "0"}},
+            )["Items"])
+    client.create_table(
+        TableName="hash-only", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+    )
+    client.put_item(TableName="hash-only", Item={"pk": {"S": "a"}})
+    answers[("hash-only",)] = client.query(TableName="hash-only", KeyConditionExpression="pk = :p",
+                                           ExpressionAttributeValues={":p": {"S": "a"}})["Items"]
+    return answers
+
+
+def test_partitions_read_alone_give_the_answers_moto_gives_without_them():
+    """Fix 7 changes how long a Query takes, never what it answers: every kind of Query, both ways."""
+    from moto.dynamodb.models.table import Table
+
+    partition_query, all_items = Table.query, Table.all_items
+    assert partition_query.__wrapped__ is not partition_query  # installed by the suite's conftest
+    with mock_aws():
+        alone = query_answers()
+    Table.query, Table.all_items = partition_query.__wrapped__, all_items.__wrapped__
+    try:
+        with mock_aws():
+            whole = query_answers()
+    finally:
+        Table.query, Table.all_items = partition_query, all_items
+    assert alone == whole
+    assert alone[("S", "a", "", True, 0)][0] == ["H#01", "M#0001"] and alone[("S", "a", "", True, 2)][0] == ["M#0100", "Z"]
+    assert alone[("N", "1.0", " AND begins_with(sk, :m)", False, 0)][0] == ["M#0100", "M#0010"]  # the partition "1"
+    assert alone[("S", "zz", "", True, 0)][0] == [] and alone[("hash-only",)] == [{"pk": {"S": "a"}}]
