@@ -112,7 +112,7 @@ def test_the_page_shows_the_apis_total_and_draws_the_minute_series(served, brows
     Select(browser.find_element(By.ID, "series")).select_by_value("minute")
     Select(browser.find_element(By.ID, "counters")).select_by_value("page-views")
     wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-chart-points") == "1440")
-    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-counter="page-views"]')
+    row = browser.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"]')
     shown_total = int(row.find_element(By.CSS_SELECTOR, "td.total").text.replace(",", ""))
     start, end = row.find_elements(By.TAG_NAME, "td")[-1].text.split(" – ")
     browser.save_screenshot(str(tmp_path / "dashboard.png"))
@@ -154,8 +154,8 @@ def test_counters_in_alarm_are_marked_with_their_alerts(served, browser):
         alarms = json.loads(response.read())["alerts"]
     assert [(a["alert"], a["counter"]) for a in alarms] == [("busy", "page-views")]
     # A render whose /alerts read failed leaves the marks out until the next live refresh: wait for a marked one.
-    views = wait.until(lambda driver: driver.find_element(By.CSS_SELECTOR, 'tr[data-counter="page-views"].in-alarm'))
-    signups = browser.find_element(By.CSS_SELECTOR, 'tr[data-counter="sign-ups"]')
+    views = wait.until(lambda driver: driver.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"].in-alarm'))
+    signups = browser.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="sign-ups"]')
     assert "in-alarm" not in (signups.get_attribute("class") or "")
     assert views.find_element(By.CSS_SELECTOR, "td.alarm").text.startswith("busy: ")
     assert signups.find_elements(By.CSS_SELECTOR, "td.alarm") == []
