@@ -641,7 +641,7 @@ def report_scale_fixed_rate(out: Console, results: dict[str, Any]) -> None:
                       f"{entry['write_units_per_1000_events']:,}", f"{entry['origin_write_units_per_1000_events']:,}",
                       f"{entry['dedup_write_units_per_1000_events']:,}", f"{entry['origin_over_tally']}x",
                       f"{entry['dedup_over_tally']}x", f"{entry['largest_item_bytes']:,}",
-                      str(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
+                      _commit_seconds(entry["p99_commit_seconds"]), f"{entry['failed_invocations']:,}")
     out.print(table)
 
 
@@ -655,8 +655,8 @@ def report_scale_distinct(out: Console, results: dict[str, Any]) -> None:
         table.add_row(
             f"{figures['shards']:,}", str(figures["bucket_lanes"]), f"{figures['updates']:,}",
             f"{figures['throttled']:,}", f"{figures['sketch_writes']:,}", f"{figures['sketch_conflicts']:,}",
-            f"{figures['sketch_throttled']:,}", f"{figures['sketch_write_units']:,}", str(figures["p50_commit_seconds"]),
-            str(figures["p99_commit_seconds"]), str(figures["all_shards_committed_seconds"]),
+            f"{figures['sketch_throttled']:,}", f"{figures['sketch_write_units']:,}", _commit_seconds(figures["p50_commit_seconds"]),
+            _commit_seconds(figures["p99_commit_seconds"]), _commit_seconds(figures["all_shards_committed_seconds"]),
             f"{figures['failed_invocations']:,}",
         )
     out.print(table)
@@ -679,8 +679,8 @@ def report_day_boundary(out: Console, results: dict[str, Any]) -> None:
             f"{row['previous_release_puts_first_window_after_midnight']:,}",
             " / ".join(f"{n:,}" for n in row["directory_puts_by_window"]), f"{row['directory_puts_throttled']:,}",
             f"{row['directory_write_units_per_day']:,}",
-            f"{row.get('rank_puts', 0):,} ({row.get('rank_puts_throttled', 0):,})", str(row["p99_commit_seconds_before_midnight"]),
-            str(row["p99_commit_seconds_after_midnight"]), f"{row['failed_invocations']:,}",
+            f"{row.get('rank_puts', 0):,} ({row.get('rank_puts_throttled', 0):,})", _commit_seconds(row["p99_commit_seconds_before_midnight"]),
+            _commit_seconds(row["p99_commit_seconds_after_midnight"]), f"{row['failed_invocations']:,}",
         )
     out.print(table)
 
@@ -693,7 +693,7 @@ def report_alert_latency(out: Console, results: dict[str, Any]) -> None:
         f"Scale: an above alert ({figures['alert_window']} window, above {figures['alert_above']:,}) on "
         f"{figures['alerted_counters']} counters at {figures['shards']:,} shards: {figures['alerts_put']} alerts, "
         f"event arrival to alert put p50 {figures['p50_arrival_to_alert_seconds']} s, "
-        f"p99 {figures['p99_arrival_to_alert_seconds']} s (window end to committed p99 {figures['p99_commit_seconds']} s, "
+        f"p99 {figures['p99_arrival_to_alert_seconds']} s (window end to committed p99 {_commit_seconds(figures['p99_commit_seconds'])} s, "
         f"{figures['failed_invocations']} failed invocations)"
     )
 

@@ -738,8 +738,12 @@ class RunStats:
     # the put of its ALARM event.
     alert_seconds: list[float] = field(default_factory=list)
     all_shards_seconds: list[float] = field(default_factory=list)  # per window: its last shard
-    uncommitted_shard_windows: int = 0  # still uncommitted when the run stopped
+    uncommitted_by_window: Counter[int] = field(default_factory=Counter)  # shard windows still uncommitted at the stop
     stopped_at_seconds: float | None = None  # when the run stopped with shard windows uncommitted
+
+    @property
+    def uncommitted_shard_windows(self) -> int:
+        return sum(self.uncommitted_by_window.values())
 
 
 class Simulation:
@@ -818,7 +822,8 @@ class Simulation:
                 self.stats.stopped_at_seconds = stop_at
                 break
             action(now, *arguments)
-        self.stats.uncommitted_shard_windows = len(prepared.windows) - len(self.done_at)
+        committed = Counter(window for _shard, window in self.done_at)
+        self.stats.uncommitted_by_window = Counter(window for _shard, window, _ in prepared.windows) - committed
         self._check_exact(complete=not self.stats.uncommitted_shard_windows)
         if self.alert is not None and not self.stats.uncommitted_shard_windows:
             self.stats.alert_seconds = self._alert_seconds(prepared.arrivals)
@@ -1019,6 +1024,11 @@ def _seconds(value: float) -> float | None:
     return None if math.isinf(value) else round(value, 2)
 
 
+def _slowest(seconds: list[float | None]) -> float | None:
+    """The longest of published times; None if any is (a shard window that never committed)."""
+    return None if None in seconds else max(seconds)  # type: ignore[type-var]
+
+
 def _seeded(schedule: Callable[[], Backoff], seed: int, shard: int) -> Callable[[], Backoff]:
     """The schedule with each shard's own seeded jitter, and no sleeping."""
     rng = random.Random(seed * 1_000_003 + shard)
@@ -1101,7 +1111,10 @@ def measure(
                 "rank_puts": t.puts.get("ranks", 0),
                 "rank_puts_throttled": t.put_throttled.get("ranks", 0),
                 "p99_commit_seconds_by_window": [
-                    round(percentile(stats.commit_seconds_by_window.get(w, []), 0.99), 2) for w in range(scenario.windows)
+                    _seconds(percentile(
+                        stats.commit_seconds_by_window.get(w, []) + [math.inf] * stats.uncommitted_by_window[w], 0.99
+                    ))
+                    for w in range(scenario.windows)
                 ],
             }
             if directory is not None
@@ -1303,8 +1316,8 @@ def day_boundary_row(shards: int, mix: CounterMix, design: str) -> dict[str, Any
         "events": run["events"],
         "failed_invocations": run["failed_invocations"],
         "p99_commit_seconds": run["p99_commit_seconds"],
-        "p99_commit_seconds_before_midnight": max(run["p99_commit_seconds_by_window"][:split]),
-        "p99_commit_seconds_after_midnight": max(run["p99_commit_seconds_by_window"][split:]),
+        "p99_commit_seconds_before_midnight": _slowest(run["p99_commit_seconds_by_window"][:split]),
+        "p99_commit_seconds_after_midnight": _slowest(run["p99_commit_seconds_by_window"][split:]),
         "all_shards_committed_seconds": run["all_shards_committed_seconds"],
         "counters_in_first_window_after_midnight": len(first_after),
         # What the previous release would put into its one partition then: every function, every counter it saw.

@@ -10,6 +10,7 @@ from bench.cost import item_size, number_size, write_units
 from bench.scale import (
     SECONDS_FOLLOWED_AFTER_LAST_WINDOW,
     SHARDS_PER_LANE,
+    SPREAD_DIRECTORY,
     START_MS,
     TABLE,
     WINDOW_SECONDS,
@@ -153,10 +154,13 @@ def test_a_run_that_does_not_keep_up_stops_after_its_last_window_counting_what_i
 
 def test_a_stopped_runs_figures_say_never_where_a_shard_window_had_not_committed():
     slow = Limits(item_write_units_per_second=2, partition_write_units_per_second=2)
-    figures = measure(Scenario(shards=40, events_per_second=400, windows=2, mix=HOT_ONLY), 1, latency=FIXED, limits=slow)
+    figures = measure(Scenario(shards=40, events_per_second=400, windows=2, mix=HOT_ONLY), 1, latency=FIXED, limits=slow,
+                      directory=SPREAD_DIRECTORY)
     assert figures["uncommitted_shard_windows"] > 0 and figures["stopped_at_seconds"] is not None
     assert figures["all_shards_committed_seconds"] is None and figures["p99_commit_seconds"] is None
     assert figures["exact"] is None
+    # Each window's p99 counts its uncommitted shard windows too, not only those that committed.
+    assert None in figures["p99_commit_seconds_by_window"]
     whole = measure(Scenario(shards=4, events_per_second=40, windows=2, mix=HOT_ONLY), 1, latency=FIXED)
     assert whole["uncommitted_shard_windows"] == 0 and whole["stopped_at_seconds"] is None and whole["exact"] is True
 
@@ -261,7 +265,6 @@ def counters_written(simulation, day: int) -> set[str]:
 
 
 def test_across_midnight_the_directory_gets_an_entry_per_new_day_counter_only_from_the_new_day():
-    from bench.scale import SPREAD_DIRECTORY
     from tally.core.directory import partition_of
 
     scenario, new_day = midnight_scenario(8, CounterMix("tail of 300", hot_share=0.3, tail=300))

@@ -48,9 +48,9 @@ tests/local/test_backends.py. Checked with moto 5.2.5:
 
 6. **An update expression is parsed once.** moto parses each UpdateItem's
    expression twice per request (the handler reads its placeholders, the
-   backend validates it), a third of the time of a small update. The parsed
-   tree is only ever read, and copied before the validator fills it in, so
-   ``install()`` keeps the tree of each expression text it has parsed (a
+   backend validates it), about a seventh of the time of a small update. The
+   parsed tree is only ever read, and copied before the validator fills it in,
+   so ``install()`` keeps the tree of each expression text it has parsed (a
    commit sends the same few texts all day). Also about time alone, it is
    checked as equal answers with and without it
    (``test_remembered_update_expressions_give_the_answers_moto_gives_without_them``).
@@ -74,6 +74,7 @@ The embedded pipeline and the tests use it; the Lambda function never imports it
 from __future__ import annotations
 
 import copy
+import inspect
 import threading
 from collections import defaultdict
 from decimal import Context, Decimal, Inexact, Overflow, Subnormal
@@ -234,8 +235,6 @@ def _remember_update_expressions() -> None:
 
 def _query_one_partition() -> None:
     """A Query of a table with a sort key is handed its partition's items alone (see 7. above)."""
-    import inspect
-
     from moto.dynamodb.models.table import Table
 
     query, every_item = Table.query, Table.all_items
