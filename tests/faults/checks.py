@@ -63,6 +63,11 @@ def scanned(client: Any, table_name: str) -> list[dict[str, Any]]:
             for item in page["Items"]]
 
 
+def given_or_scanned(items: list[dict[str, Any]] | None, client: Any, table_name: str) -> list[dict[str, Any]]:
+    """The table's items as a caller scanned them already, or scanned now."""
+    return scanned(client, table_name) if items is None else items
+
+
 def table_buckets(client: Any, table_name: str) -> dict[tuple[str, str], int]:
     """Every bucket of the counts table, its lanes summed (segment markers left out)."""
     return table_contents(client, table_name)[0]
@@ -85,7 +90,7 @@ def table_contents(
     bins: dict[tuple[str, str], Counter[str]] = {}
     sketches: dict[tuple[str, str], Sketch] = {}
     watermarks: dict[tuple[str, str], set[str]] = {}
-    for item in scanned(client, table_name) if items is None else items:
+    for item in given_or_scanned(items, client, table_name):
         if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX)):
             key = stored_bucket(item["pk"]["S"], item["sk"]["S"])  # a sketch lane's partition names its counter
             if SKETCH_ATTRIBUTE in item:
@@ -166,7 +171,7 @@ def check_directory(
     """The counter directory holds one entry per UTC day and counter that counted, and nothing else."""
     entries = {
         (item["pk"]["S"], item["sk"]["S"])
-        for item in (scanned(client, table_name) if items is None else items)
+        for item in given_or_scanned(items, client, table_name)
         if item["pk"]["S"].startswith(DIRECTORY_PREFIX)
     }
     truth = {(partition_of(event_ms // DAY_MS, name), name) for name, event_ms, _ in expected.events}
@@ -180,7 +185,7 @@ def rank_levels(
     (counter, hour since the epoch, lane)."""
     counts: dict[tuple[str, int, int], int] = {}
     recorded: dict[tuple[str, int, int], int] = {}
-    for item in scanned(client, table_name) if items is None else items:
+    for item in given_or_scanned(items, client, table_name):
         pk, sk = item["pk"]["S"], item["sk"]["S"]
         if pk.startswith(RANK_PREFIX):
             record = RankRecord.parse(pk, sk)
@@ -360,7 +365,7 @@ def expiry_times(client: Any, table_name: str, items: list[dict[str, Any]] | Non
     """Every item's key and TTL (epoch ms), read once: the table takes no writes while windows are checked."""
     return {
         (item["pk"]["S"], item["sk"]["S"]): int(item[TTL_ATTRIBUTE]["N"]) * 1000
-        for item in (scanned(client, table_name) if items is None else items)
+        for item in given_or_scanned(items, client, table_name)
         if TTL_ATTRIBUTE in item
     }
 
