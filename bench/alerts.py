@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from typing import Any
 
 import boto3
@@ -44,10 +45,12 @@ TABLE = "bench-alerts"
 
 
 class ReadMeter:
-    """A DynamoDB client that counts the requests and units of what passes through it."""
+    """A DynamoDB client that counts the requests and units of what passes through it. The watcher sends its
+    Queries from several threads at once, so each count is added under a lock."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.counting = threading.Lock()
         self.read_requests = 0
         self.read_units = 0.0
         self.write_requests = 0
@@ -65,26 +68,30 @@ class ReadMeter:
         unprocessed = len(response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", []))
         consistent = bool(spec.get("ConsistentRead"))
         missing = len(spec["Keys"]) - len(found) - unprocessed
-        self.read_requests += 1
-        self.read_units += batch_get_read_units([item_size(item) for item in found], consistent=consistent)
-        self.read_units += missing * (1.0 if consistent else 0.5)
+        units = batch_get_read_units([item_size(item) for item in found], consistent=consistent)
+        with self.counting:
+            self.read_requests += 1
+            self.read_units += units + missing * (1.0 if consistent else 0.5)
         return response
 
     def query(self, **request: Any) -> dict[str, Any]:
         """A Query is charged by the size of all it read, in 4 KB units (at least one)."""
         response = self.client.query(**request)
-        self.query_requests += 1
         sizes = [item_size(item) for item in response.get("Items", [])]
-        self.read_units += max(query_read_units(sizes, consistent=bool(request.get("ConsistentRead"))), 1.0)
+        units = max(query_read_units(sizes, consistent=bool(request.get("ConsistentRead"))), 1.0)
+        with self.counting:
+            self.query_requests += 1
+            self.read_units += units
         return response
 
     def update_item(self, **request: Any) -> dict[str, Any]:
-        self.write_requests += 1
         try:
             return self.client.update_item(**request)
         finally:  # a refused condition is charged too
             stored = self.client.get_item(TableName=request["TableName"], Key=request["Key"]).get("Item", {})
-            self.write_units += write_units(item_size(stored or request["Key"]))
+            with self.counting:
+                self.write_requests += 1
+                self.write_units += write_units(item_size(stored or request["Key"]))
 
 
 def measure(counters: int, *, crossing: bool) -> dict[str, Any]:

@@ -25,3 +25,24 @@ def test_every_crossing_costs_a_conditional_write_a_put_and_the_write_that_clear
 
 def test_a_boolean_weighs_one_byte():
     assert value_size({"BOOL": True}) == 1
+
+
+def test_the_meter_counts_every_read_of_queries_sent_at_once():
+    """The watcher sends a commit's minute Queries from a pool of threads: the meter must lose none of them,
+    however the threads interleave (switching as often as Python allows makes a lost update likely)."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Empty:
+        def query(self, **request):
+            return {"Items": []}
+
+    meter = alerts.ReadMeter(Empty())
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: meter.query(TableName="t"), range(20_000)))
+    finally:
+        sys.setswitchinterval(interval)
+    assert (meter.query_requests, meter.read_units) == (20_000, 20_000.0)  # an empty Query costs one unit
