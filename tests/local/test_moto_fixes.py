@@ -261,6 +261,82 @@ def test_remembered_update_expressions_give_the_answers_moto_gives_without_them(
     assert remembered[-3]["Code"] == "ValidationException" and remembered[-3] == remembered[-2]
 
 
+def validation_answers() -> list[object]:
+    """Updates whose texts pass or fail moto's checks, each sent again where the outcome must change: the same text
+    with names that make two actions one path, two clauses of one kind, a key attribute set, a path into a map
+    that is not there, then is, then is not on another item, a function of a list; a transaction's Update too. Each answer or error, and
+    the items left."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName="checked", BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+    )
+    two = "SET #a = :v, #b = :w"
+    updates = [
+        (two, {"#a": "x", "#b": "y"}, "one"),
+        (two, {"#a": "x", "#b": "x"}, "one"),  # the same text, now two actions on one path
+        (two, {"#a": "x", "#b": "y"}, "two"),
+        ("SET m = :v, m.inner = :w", {}, "two"),  # overlapping paths
+        ("SET #a = :v SET #b = :w", {"#a": "x", "#b": "y"}, "one"),  # two SET clauses
+        ("SET #a = :v SET #b = :w", {"#a": "x", "#b": "y"}, "one"),
+        ("ADD #a :v REMOVE #b", {"#a": "n", "#b": "x"}, "one"),
+        ("SET #a = :v", {"#a": "sk"}, "one"),  # a key attribute
+        ("SET #a.#b = :v", {"#a": "m", "#b": "inner"}, "three"),  # no map m on a new item
+        ("SET #a = :map", {"#a": "m"}, "three"),
+        ("SET #a.#b = :v", {"#a": "m", "#b": "inner"}, "three"),  # and now there is
+        ("SET #a.#b = :v", {"#a": "m", "#b": "inner"}, "four"),  # passed, and fails on another item
+        ("SET #a = list_append(if_not_exists(#a, :empty), :list), #b = :v", {"#a": "l", "#b": "y"}, "one"),
+        ("SET #a = list_append(if_not_exists(#a, :empty), :list), #b = :v", {"#a": "l", "#b": "y"}, "one"),
+        ("ADD #a :w", {"#a": "x"}, "two"),  # x holds a string: ADD refuses it
+    ]
+    values = {":v": {"N": "3"}, ":w": {"S": "w"}, ":map": {"M": {"other": {"N": "1"}}}, ":empty": {"L": []},
+              ":list": {"L": [{"N": "1"}]}}
+    answers: list[object] = []
+    for expression, names, sort in updates:
+        used = {k: v for k, v in values.items() if k in expression}
+        request = {"TableName": "checked", "Key": {"pk": {"S": "p"}, "sk": {"S": sort}}, "UpdateExpression": expression,
+                   "ExpressionAttributeNames": {k: v for k, v in names.items() if k in expression},
+                   "ExpressionAttributeValues": used}
+        try:
+            answers.append(client.update_item(**request, ReturnValues="ALL_NEW").get("Attributes"))
+        except client.exceptions.ClientError as refused:
+            answers.append(refused.response["Error"])
+        try:
+            client.transact_write_items(TransactItems=[{"Update": {**request, "Key": {"pk": {"S": "t"}, "sk": {"S": sort}}}}])
+            answers.append(client.get_item(TableName="checked", Key={"pk": {"S": "t"}, "sk": {"S": sort}}).get("Item"))
+        except client.exceptions.ClientError as refused:
+            answers.append(refused.response["Error"]["Code"])
+    answers.append(sorted(client.scan(TableName="checked")["Items"], key=lambda item: (item["pk"]["S"], item["sk"]["S"])))
+    return answers
+
+
+def test_validations_made_once_give_the_answers_moto_gives_without_them():
+    """Fix 8 changes how long a validation takes, never its outcome: texts that pass, fail, and pass again with
+    other names or on another item, both ways, alone and in a transaction."""
+    from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
+
+    patched = [(DepthFirstTraverser, "nodes_to_be_processed"), (DepthFirstTraverser, "process"),
+               (validators, "deepcopy"), (validators.UpdateExpressionValidator, "__init__"),
+               (validators.UpdateExpressionValidator, "validate")]
+    fixed = [getattr(owner, name) for owner, name in patched]
+    assert all(hasattr(function, "__wrapped__") for function in fixed)  # installed by the suite's conftest
+    with mock_aws():
+        once = validation_answers()
+    for (owner, name), function in zip(patched, fixed):
+        setattr(owner, name, function.__wrapped__)
+    try:
+        with mock_aws():
+            every_time = validation_answers()
+    finally:
+        for (owner, name), function in zip(patched, fixed):
+            setattr(owner, name, function)
+    assert once == every_time
+    refused = [answer.get("Code") for answer in once[:-1:2] if isinstance(answer, dict) and "Code" in answer]
+    assert refused.count("ValidationException") == 8, once  # each refusal above, as moto words it
+
+
 def query_answers() -> dict[tuple, object]:
     """Queries of every kind tally and its tests send, and then some, on tables keyed by string, number and binary
     partitions: sort key conditions, both directions, pages, filters, projections, a partition with no items."""
