@@ -9,6 +9,7 @@ worker has its own) and needs Java and ``npm ci``.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -43,6 +44,12 @@ def pytest_configure(config):
     from tally.local import moto_fixes
 
     moto_fixes.install()
+    # The suite allocates millions of short-lived objects (moto's items and parse trees, botocore's requests)
+    # beside a large long-lived heap (the CDK's jsii bindings, botocore's models): at Python's default
+    # thresholds the collector spent about a twelfth of a worker's time rescanning that heap. Collecting
+    # the young generation every 10,000 allocations instead of 700 and the old ones rarer frees the same
+    # cycles, later.
+    gc.set_threshold(10_000, 20, 20)
 
 
 # The test files that take longest, longest first. `make test` hands whole files to its workers
