@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         account = client("sts").get_caller_identity()["Account"]
         with tempfile.TemporaryDirectory(prefix="tally-cdk-out-") as assembly:
             step("1/5 cdk bootstrap", [*CDK, "bootstrap", f"aws://{account}/{region()}", *CDK_FLAGS, "--output", assembly], environment)
-            deploy = [*CDK, "deploy", stack, "--require-approval", "never", *CDK_FLAGS, "--output", assembly]
+            # The bootstrap synthesized the app into the assembly: the deploy reads it there instead of again.
+            deploy = [*CDK, "deploy", stack, "--app", assembly, "--require-approval", "never", *CDK_FLAGS]
             step(f"2/5 cdk deploy {stack}", deploy, environment)
         tables = table_names_from_stack(stack, client("cloudformation"))
         console.print(f"   outputs: {', '.join(f'{key}={value}' for key, value in tables.items())}")
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         matched = script(["local_pipeline.py", "--stack", stack, *window, *rate], environment, show=True).returncode == 0
         at = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(now_ms() // 60_000 * 60))
         before = counts(stack, at, environment)
-        script(["run_stream.py", "--stack", stack, "--until-idle", *window], environment)
+        script(["run_stream.py", "--stack", stack, "--until-idle", "--idle-polls", "2", "--poll-interval", "0.2", *window], environment)
         after = counts(stack, at, environment)
         unchanged = before == after
         matched &= unchanged

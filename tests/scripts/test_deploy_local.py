@@ -49,10 +49,10 @@ def test_the_server_listens_on_the_port_given():
 
 @pytest.fixture(scope="module")
 def deployed() -> subprocess.CompletedProcess:
-    # 1 s windows and a fifth of the demo's events: both readers still cut the stream alike, and every step runs,
-    # in a quarter of the time.
+    # 1 s windows and a twentieth of the demo's events: both readers still cut the stream alike, and every step
+    # runs, in a third of the time.
     return subprocess.run(
-        [sys.executable, str(SCRIPTS / "deploy_local.py"), "--window-seconds", "1", "--rate", "4", "20"],
+        [sys.executable, str(SCRIPTS / "deploy_local.py"), "--window-seconds", "1", "--rate", "1", "5"],
         capture_output=True, text=True, timeout=1500, cwd=SCRIPTS.parent,
     )
 
