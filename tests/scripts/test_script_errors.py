@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
+from botocore.retries.standard import ExponentialBackoff
 from script_support import SCRIPTS, load_script
 
 from tally.local.cli import explain, is_permanent
@@ -198,6 +199,8 @@ def failing_server(monkeypatch):
     thread.start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    # botocore still tries each request 8 times, without sleeping seconds between the tries.
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
     for name, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(name, value)
     yield endpoint
