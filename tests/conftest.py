@@ -9,11 +9,14 @@ worker has its own) and needs Java and ``npm ci``.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 from pathlib import Path
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 
@@ -44,6 +47,10 @@ def pytest_configure(config):
     from tally.local import moto_fixes
 
     moto_fixes.install()
+    # moto gives boto3 a new default session on each mock, and each new session parsed botocore's JSON
+    # models again (about 90 ms per client made in a fresh mock): the sessions share one loader instead,
+    # which reads each file once, as one session's clients always do.
+    botocore.session.create_loader = functools.lru_cache(maxsize=None)(botocore.loaders.create_loader)
     # The suite allocates millions of short-lived objects (moto's items and parse trees, botocore's requests)
     # beside a large long-lived heap (the CDK's jsii bindings, botocore's models): at Python's default
     # thresholds the collector spent about a twelfth of a worker's time rescanning that heap. Collecting
