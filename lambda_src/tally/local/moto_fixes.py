@@ -286,8 +286,9 @@ def _validate_in_linear_time() -> None:
     @wraps(create)
     def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
         if "_tally_image" not in expression.__dict__:
-            expression.__dict__["_tally_image"] = pickle.dumps(expression, pickle.HIGHEST_PROTOCOL)
+            image = pickle.dumps(expression, pickle.HIGHEST_PROTOCOL)
             expression.__dict__["_tally_passed"] = set()  # the names with which the text alone passed
+            expression.__dict__["_tally_image"] = image  # last: a tree with an image has its set
         self._tally_parsed = expression
         create(self, expression, *args, **kwargs)
 
