@@ -70,8 +70,9 @@ tests/local/test_backends.py. Checked with moto 5.2.5:
    actions on one path) look again at the whole subtree under every action,
    though they read nothing but the text and its names. ``install()`` builds
    each pass's table once, copies a tree from a pickled image of it (taken
-   once: a parsed tree is never changed), and runs the two checks that read
-   the text alone once per text and names they passed. A quarter of the time
+   once and kept on the tree, which is otherwise never changed), and runs the
+   two checks that read the text alone once per text and names with which
+   every pass passed. A quarter of the time
    of tally's commits. Also about time alone, it is checked as equal answers
    and errors with and without it
    (``test_validations_made_once_give_the_answers_moto_gives_without_them``).
@@ -296,17 +297,14 @@ def _validate_in_linear_time() -> None:
     def validate(self: Any) -> Any:
         passed = self._tally_parsed.__dict__["_tally_passed"]
         names = frozenset((self.expression_attribute_names or {}).items())
-        known, ran = names in passed, 0
+        known = names in passed
         node = self.node_to_validate
         for processor in self.processors:
-            alone = isinstance(processor, checked_alone)
-            if alone and known:
-                continue
-            node = processor.traverse(node)
-            ran += alone
-            if ran == len(checked_alone):
-                passed.add(names)
+            if not (known and isinstance(processor, checked_alone)):
+                node = processor.traverse(node)
+        passed.add(names)  # every pass passed, the text's own checks among them
         return node
+
     DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed  # type: ignore[method-assign]
     DepthFirstTraverser.process = process  # type: ignore[method-assign]
     validators.deepcopy = copied
