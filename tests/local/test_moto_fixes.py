@@ -317,8 +317,7 @@ def test_validations_made_once_give_the_answers_moto_gives_without_them():
     from moto.dynamodb.parsing import validators
     from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
 
-    patched = [(DepthFirstTraverser, "nodes_to_be_processed"), (DepthFirstTraverser, "process"),
-               (validators, "deepcopy"), (validators.UpdateExpressionValidator, "__init__"),
+    patched = [(DepthFirstTraverser, "traverse_node_recursively"), (validators, "deepcopy"), (validators.UpdateExpressionValidator, "__init__"),
                (validators.UpdateExpressionValidator, "validate")]
     fixed = [getattr(owner, name) for owner, name in patched]
     assert all(hasattr(function, "__wrapped__") for function in fixed)  # installed by the suite's conftest
@@ -403,3 +402,74 @@ def test_partitions_read_alone_give_the_answers_moto_gives_without_them():
     assert alone[("S", "a", "", True, 0)][0] == ["H#01", "M#0001"] and alone[("S", "a", "", True, 2)][0] == ["M#0100", "Z"]
     assert alone[("N", "1.0", " AND begins_with(sk, :m)", False, 0)][0] == ["M#0100", "M#0010"]  # the partition "1"
     assert alone[("S", "zz", "", True, 0)][0] == [] and alone[("hash-only",)] == [{"pk": {"S": "a"}}]
+
+
+def condition_answers() -> list[object]:
+    """Conditions and filters of every form moto lexes: comparisons, functions, BETWEEN, IN, NOT, parentheses,
+    paths into maps and lists; each text sent again with other names and values, where the outcome must change;
+    a text that does not lex, sent twice. Each answer or error, and the items left."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName="conditions", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+    )
+    for index in range(6):
+        client.put_item(TableName="conditions", Item={
+            "pk": {"S": f"k{index}"}, "n": {"N": str(index)}, "s": {"S": "ab" * index},
+            "m": {"M": {"inner": {"N": str(index)}}}, "l": {"L": [{"N": str(index)}]},
+        })
+    texts = [
+        ("#a >= :v", {"#a": "n"}, {":v": {"N": "3"}}),
+        ("#a >= :v", {"#a": "n"}, {":v": {"N": "9"}}),  # the same text, now false
+        ("#a >= :v", {"#a": "s"}, {":v": {"S": "abab"}}),  # and with another name
+        ("attribute_exists(#a) AND NOT begins_with(#b, :p)", {"#a": "m", "#b": "s"}, {":p": {"S": "abab"}}),
+        ("(#a BETWEEN :lo AND :hi) OR #b.#c IN (:x, :y)", {"#a": "n", "#b": "m", "#c": "inner"},
+         {":lo": {"N": "1"}, ":hi": {"N": "2"}, ":x": {"N": "4"}, ":y": {"N": "5"}}),
+        ("size(#a) > :v AND #b[0] <> :w", {"#a": "s", "#b": "l"}, {":v": {"N": "4"}, ":w": {"N": "5"}}),
+        ("contains(#a, :v)", {"#a": "s"}, {":v": {"S": "ba"}}),
+    ]
+    answers: list[object] = []
+    for text, names, values in texts:
+        answers.append(sorted(item["pk"]["S"] for item in client.scan(
+            TableName="conditions", FilterExpression=text, ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+        )["Items"]))
+        for key in ("k1", "k4"):
+            try:
+                client.update_item(
+                    TableName="conditions", Key={"pk": {"S": key}}, UpdateExpression="ADD hits :one",
+                    ConditionExpression=text, ExpressionAttributeNames=names,
+                    ExpressionAttributeValues={**values, ":one": {"N": "1"}},
+                )
+                answers.append("updated")
+            except client.exceptions.ConditionalCheckFailedException as failed:
+                answers.append(failed.response["Error"]["Code"])
+    for _ in range(2):
+        try:
+            client.scan(TableName="conditions", FilterExpression="n ~ :v", ExpressionAttributeValues={":v": {"N": "1"}})
+        except client.exceptions.ClientError as refused:
+            answers.append(refused.response["Error"])
+    answers.append(sorted(client.scan(TableName="conditions")["Items"], key=lambda item: item["pk"]["S"]))
+    return answers
+
+
+def test_texts_read_once_give_the_answers_moto_gives_without_them():
+    """Fix 9 changes how long a request takes, never its outcome: every form of condition, texts sent again with
+    other names and values, a text that does not lex, both ways."""
+    from moto.core import responses
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    listing, lexing = responses.method_names_from_class, ConditionExpressionParser._lex_condition_expression
+    assert hasattr(listing, "cache_info") and lexing.__wrapped__ is not lexing  # installed by the suite's conftest
+    with mock_aws():
+        once = condition_answers()
+    responses.method_names_from_class = listing.__wrapped__
+    ConditionExpressionParser._lex_condition_expression = lexing.__wrapped__
+    try:
+        with mock_aws():
+            every_time = condition_answers()
+    finally:
+        responses.method_names_from_class, ConditionExpressionParser._lex_condition_expression = listing, lexing
+    assert once == every_time
+    assert once[0] == ["k3", "k4", "k5"] and once[3] == [] and once[6] == ["k2", "k3", "k4", "k5"]
+    assert once[-3]["Code"] == "ValidationException" and once[-3] == once[-2]
+    assert once.count("updated") >= 4 and once.count("ConditionalCheckFailedException") >= 4
