@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import TypeVar
+
 import boto3
 from moto import mock_aws
 
@@ -13,6 +17,7 @@ from tally.local.moto_fixes import expire_items
 from tally.local.stream_reader import lambda_record
 
 NOW_S = 1_795_000_000
+T = TypeVar("T")
 RULES = parse_rules('[{"name": "expired", "counter": "expired/{status}", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"}]')
 
 
@@ -185,20 +190,30 @@ def dynamodb_answers() -> list[dict]:
     return answers
 
 
+def both_ways(patched: list[tuple[object, str]], answers: Callable[[], T]) -> tuple[T, T]:
+    """``answers()`` on moto as the suite's conftest patched it, then with the named patches put back to moto's
+    own functions (each patch wraps one: ``__wrapped__``); the patches are back in place after."""
+    installed = [inspect.getattr_static(owner, name) for owner, name in patched]
+    plain = [raw.__func__ if isinstance(raw, staticmethod) else raw for raw in installed]
+    assert all(function.__wrapped__ is not function for function in plain)  # installed by the suite's conftest
+    with mock_aws():
+        fixed = answers()
+    for (owner, name), raw, function in zip(patched, installed, plain):
+        setattr(owner, name, staticmethod(function.__wrapped__) if isinstance(raw, staticmethod) else function.__wrapped__)
+    try:
+        with mock_aws():
+            unfixed = answers()
+    finally:
+        for (owner, name), raw in zip(patched, installed):
+            setattr(owner, name, raw)
+    return fixed, unfixed
+
+
 def test_remembered_member_keys_give_the_answers_moto_gives_without_them():
     """Fix 5 changes how long an answer takes, never what it says: every shape tally reads, both ways."""
     from moto.core.serialize import AttributePicker
 
-    remembering = AttributePicker.__call__
-    assert remembering.__wrapped__ is not remembering  # installed by the suite's conftest
-    with mock_aws():
-        remembered = dynamodb_answers()
-    AttributePicker.__call__ = remembering.__wrapped__
-    try:
-        with mock_aws():
-            plain = dynamodb_answers()
-    finally:
-        AttributePicker.__call__ = remembering
+    remembered, plain = both_ways([(AttributePicker, "__call__")], dynamodb_answers)
     assert remembered == plain
     assert remembered[0]["Items"][0]["b"] == {"B": b"\x00\xff"} and remembered[2]["UnprocessedKeys"] == {}
     assert len(remembered[-1]) == 31  # 30 inserts and a modify
@@ -246,16 +261,7 @@ def test_remembered_update_expressions_give_the_answers_moto_gives_without_them(
     a text that does not parse, sent again, both ways."""
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    remembering = UpdateExpressionParser.make
-    assert hasattr(remembering, "cache_info")  # installed by the suite's conftest
-    with mock_aws():
-        remembered = update_answers()
-    UpdateExpressionParser.make = staticmethod(remembering.__wrapped__)
-    try:
-        with mock_aws():
-            plain = update_answers()
-    finally:
-        UpdateExpressionParser.make = staticmethod(remembering)
+    remembered, plain = both_ways([(UpdateExpressionParser, "make")], update_answers)
     assert remembered == plain
     assert remembered[1] == {"pk": {"S": "y"}, "ay": {"N": "7"}, "list": {"L": [{"S": "y"}, {"N": "7"}]}}
     assert remembered[-3]["Code"] == "ValidationException" and remembered[-3] == remembered[-2]
@@ -317,20 +323,10 @@ def test_validations_made_once_give_the_answers_moto_gives_without_them():
     from moto.dynamodb.parsing import validators
     from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
 
-    patched = [(DepthFirstTraverser, "traverse_node_recursively"), (validators, "deepcopy"), (validators.UpdateExpressionValidator, "__init__"),
-               (validators.UpdateExpressionValidator, "validate")]
-    fixed = [getattr(owner, name) for owner, name in patched]
-    assert all(hasattr(function, "__wrapped__") for function in fixed)  # installed by the suite's conftest
-    with mock_aws():
-        once = validation_answers()
-    for (owner, name), function in zip(patched, fixed):
-        setattr(owner, name, function.__wrapped__)
-    try:
-        with mock_aws():
-            every_time = validation_answers()
-    finally:
-        for (owner, name), function in zip(patched, fixed):
-            setattr(owner, name, function)
+    once, every_time = both_ways([
+        (DepthFirstTraverser, "traverse_node_recursively"), (validators, "deepcopy"),
+        (validators.UpdateExpressionValidator, "__init__"), (validators.UpdateExpressionValidator, "validate"),
+    ], validation_answers)
     assert once == every_time
     refused = [answer.get("Code") for answer in once[:-1:2] if isinstance(answer, dict) and "Code" in answer]
     assert refused.count("ValidationException") == 8, once  # each refusal above, as moto words it
@@ -388,16 +384,7 @@ def test_partitions_read_alone_give_the_answers_moto_gives_without_them():
     """Fix 7 changes how long a Query takes, never what it answers: every kind of Query, both ways."""
     from moto.dynamodb.models.table import Table
 
-    partition_query, all_items = Table.query, Table.all_items
-    assert partition_query.__wrapped__ is not partition_query  # installed by the suite's conftest
-    with mock_aws():
-        alone = query_answers()
-    Table.query, Table.all_items = partition_query.__wrapped__, all_items.__wrapped__
-    try:
-        with mock_aws():
-            whole = query_answers()
-    finally:
-        Table.query, Table.all_items = partition_query, all_items
+    alone, whole = both_ways([(Table, "query"), (Table, "all_items")], query_answers)
     assert alone == whole
     assert alone[("S", "a", "", True, 0)][0] == ["H#01", "M#0001"] and alone[("S", "a", "", True, 2)][0] == ["M#0100", "Z"]
     assert alone[("N", "1.0", " AND begins_with(sk, :m)", False, 0)][0] == ["M#0100", "M#0010"]  # the partition "1"
@@ -458,17 +445,9 @@ def test_texts_read_once_give_the_answers_moto_gives_without_them():
     from moto.core import responses
     from moto.dynamodb.comparisons import ConditionExpressionParser
 
-    listing, lexing = responses.method_names_from_class, ConditionExpressionParser._lex_condition_expression
-    assert hasattr(listing, "cache_info") and lexing.__wrapped__ is not lexing  # installed by the suite's conftest
-    with mock_aws():
-        once = condition_answers()
-    responses.method_names_from_class = listing.__wrapped__
-    ConditionExpressionParser._lex_condition_expression = lexing.__wrapped__
-    try:
-        with mock_aws():
-            every_time = condition_answers()
-    finally:
-        responses.method_names_from_class, ConditionExpressionParser._lex_condition_expression = listing, lexing
+    once, every_time = both_ways(
+        [(responses, "method_names_from_class"), (ConditionExpressionParser, "_lex_condition_expression")], condition_answers,
+    )
     assert once == every_time
     assert once[0] == ["k3", "k4", "k5"] and once[3] == [] and once[6] == ["k2", "k3", "k4", "k5"]
     assert once[-3]["Code"] == "ValidationException" and once[-3] == once[-2]
