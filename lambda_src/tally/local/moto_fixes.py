@@ -354,19 +354,17 @@ def _read_each_text_once() -> None:
     responses.method_names_from_class = lru_cache(maxsize=None)(responses.method_names_from_class)
 
     lex = ConditionExpressionParser._lex_condition_expression
-    lexed: dict[str, tuple[tuple[Any, ...], ...]] = {}
+
+    @lru_cache(maxsize=4096)
+    def tokens_of(text: str | None) -> tuple[tuple[Any, ...], ...]:
+        """Tokens depend on the text alone; a text that does not lex raises each time, as no exception is kept."""
+        alone = ConditionExpressionParser(text, None, None)
+        return tuple((node.nonterminal, node.kind, node.text, node.value) for node in lex(alone))
 
     @wraps(lex)
     def lex_once(self: ConditionExpressionParser) -> deque[Any]:
-        text = self.condition_expression
-        tokens = lexed.get(text)
-        if tokens is None:  # a text that does not lex raises here, each time
-            tokens = tuple((node.nonterminal, node.kind, node.text, node.value) for node in lex(self))
-            if len(lexed) >= 4096:  # the texts of a long session need not all stay
-                lexed.clear()
-            lexed[text] = tokens
         # Fresh nodes each time, as lexing makes them: the parser builds its tree from them.
-        return deque(self.Node(*token, children=[]) for token in tokens)
+        return deque(self.Node(*token, children=[]) for token in tokens_of(self.condition_expression))
 
     ConditionExpressionParser._lex_condition_expression = lex_once  # type: ignore[method-assign]
 
