@@ -69,13 +69,19 @@ def test_the_asset_holds_no_local_toolkit_and_no_test_or_infrastructure_import(d
         assert not [line for line in imports if any(f" {module}" in line for module in forbidden)], name
 
 
+def asset_environment(server: MotoServer, **settings: str) -> dict[str, str]:
+    """The environment the asset's code runs in: the server's, the function's settings, nothing on PYTHONPATH (the
+    asset alone), and no bytecode written, as in Lambda, whose code folder is read-only: the asset stays as built."""
+    env = {**os.environ, **server.environment(), **settings, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)
+    return env
+
+
 def test_the_handler_runs_a_recorded_event_from_the_asset_alone(default_synthesis, tmp_path):
     folder = default_synthesis.function_asset_folder()
     counts = f"counts-{uuid.uuid4().hex[:8]}"
     with MotoServer() as server:
-        env = {**os.environ, **server.environment(), "COUNTS_TABLE": counts, "POWERTOOLS_METRICS_DISABLED": "true"}
-        env.pop("PYTHONPATH", None)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # as in Lambda, whose code folder is read-only: the asset stays as built
+        env = asset_environment(server, COUNTS_TABLE=counts, POWERTOOLS_METRICS_DISABLED="true")
         dynamodb = client("dynamodb", server.endpoint_url)
         create_tables(dynamodb, f"events-{counts}", counts)
 
@@ -127,9 +133,7 @@ def test_the_read_function_answers_from_the_asset_alone_and_serves_the_built_das
     counts = f"counts-{uuid.uuid4().hex[:8]}"
     assert (folder / "tally" / "dashboard.html").is_file(), "make dashboard builds the page into the asset"
     with MotoServer() as server:
-        env = {**os.environ, **server.environment(), "COUNTS_TABLE": counts, "TALLY_API_DASHBOARD": "true"}
-        env.pop("PYTHONPATH", None)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"  # as in Lambda, whose code folder is read-only: the asset stays as built
+        env = asset_environment(server, COUNTS_TABLE=counts, TALLY_API_DASHBOARD="true")
         dynamodb = client("dynamodb", server.endpoint_url)
         create_tables(dynamodb, f"events-{counts}", counts)
         # The hour before a whole hour a day ago, wherever the clock stands: within the hour retention.
