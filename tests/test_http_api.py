@@ -45,20 +45,22 @@ from tally.reader import Reader
 
 NOW = "2026-11-22T14:37:12Z"
 BLOG = SHAPES["blog"]
+# 30 hours of page views, one to three a minute, each counted by the blog's rules (views, readers, load times).
+BLOG_WORKLOAD = Workload(counters=BLOG.keys, hours=30, rate=(1, 3), seed=3)
 PUBLIC = '["views/"]'
 CREDENTIALS = Credentials("testing", "testing")
 
 
 @pytest.fixture(scope="module")
 def blog():
-    """A day and a half of a blog's page views, counted by its rules through the counting handler."""
+    """BLOG_WORKLOAD's page views, counted by its rules through the counting handler."""
     with mock_aws(), freeze_time(NOW):
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS, COUNTS)
         settings = Settings(counts_table=COUNTS, events_table=EVENTS, time_attribute="time", rules=parse_rules(BLOG.rules_json))
         table = CountsTable(client, COUNTS, settings, backoff=no_sleep_backoff)
         commit = CounterDirectory(client, COUNTS, settings).recording(table.commit)  # as the handler commits
-        items = BLOG.items(Workload(counters=BLOG.keys, hours=30, rate=(5, 15), seed=3), parse_instant(NOW))
+        items = BLOG.items(BLOG_WORKLOAD, parse_instant(NOW))
         records = [stream_record(image(**item), arrival_s=parse_instant(NOW) / 1000) for item in items]
         for start in range(0, len(records), 100):
             process(window_event(records[start : start + 100], final=True), commit, settings)
@@ -306,7 +308,7 @@ def test_quantiles_travel_over_a_real_socket_as_the_cli_prints_them_within_one_p
     cli = load_script("query_window")
     assert cli.main([*counters, "--window", "24h", "--at", at, "--quantiles", "0.5,0.99", "--json"]) == 0
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    items = BLOG.items(Workload(counters=BLOG.keys, hours=30, rate=(5, 15), seed=3), parse_instant(NOW))
+    items = BLOG.items(BLOG_WORKLOAD, parse_instant(NOW))
     truth = shaped_truth(
         BLOG, [(parse_instant(item["time"]), item) for item in items], Window.ending(parse_instant(at), 24 * HOUR_MS),
         {str(item["id"]): parse_instant(NOW) for item in items}, Settings(),
