@@ -122,7 +122,7 @@ def test_reads_racing_the_stream_through_moto_server_never_leave_before_and_afte
     """Two shards commit through the local delivery while a reader polls fixed windows by every plan; 20 counters
     across two hours keep every segment at its 99 items, so a segment's commit takes a while."""
     spec = StreamSpec(
-        seed=28, writes=1500, counters=20, hot_share=0.0, start_ms=now_ms() - 2 * HOUR_MS, max_gap_s=3,
+        seed=28, writes=1000, counters=20, hot_share=0.0, start_ms=now_ms() - 2 * HOUR_MS, max_gap_s=3,
         jump_share=0.0, odd_share=0.0, rewrite_share=0.0, shards=2,
     )
     with MotoServer() as server:
