@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy deploy-local destroy dashboard test-tools
+.PHONY: install install-scripts test test-sweeps test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy deploy-local destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -44,8 +44,16 @@ PYTEST_ARGS ?= -n auto --dist loadfile --no-loadscope-reorder
 # start would otherwise compile them again, and pytest would rewrite every test file's asserts again.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
+# A sweep repeats one check over every member of a list (each fault kind alone, each bench workload on both
+# servers, each setting the pipeline checks, seeds, re-read cases): `make test` runs each on its first member,
+# `make test-sweeps` the other members (marked `sweep` by tests/sweeps.py); CI runs both, and `make test-anytime`
+# runs everything. TEST_MARKS= (empty) runs the whole sweeps in `make test` too.
+TEST_MARKS ?= not sweep
 test: $(DEV_STAMP) $(DASHBOARD) test-tools
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS) -m "$(TEST_MARKS)"
+
+test-sweeps: $(DEV_STAMP) $(DASHBOARD) test-tools
+	$(PYTEST) $(PYTEST_ARGS) -m sweep
 
 # The same suite under a moved wall clock, so that no test holds only on the day it was written: one of the
 # instants where dates break (days and years ahead, a UTC year's last second, a leap day's last half minute,

@@ -56,6 +56,22 @@ def test_the_demo_after_the_dev_install_installs_nothing_more(tmp_path):
     assert "pip install" not in commands and "scripts/local_pipeline.py" in commands
 
 
+def test_make_test_leaves_out_the_sweeps_which_ci_runs_and_every_sweep_keeps_its_first_member_in_make_test(tmp_path):
+    """tests/sweeps.py marks a sweep's members after the first; a test marked whole would leave `make test`."""
+    pytest_arguments = {  # what each target hands pytest
+        target: [line.partition("-m pytest")[2] for line in dry_run(target, tmp_path / "venv").splitlines() if "-m pytest" in line]
+        for target in ("test", "test-sweeps", "test-anytime")
+    }
+    assert [arguments.endswith('-m "not sweep"') for arguments in pytest_arguments["test"]] == [True]
+    assert [arguments.endswith("-m sweep") for arguments in pytest_arguments["test-sweeps"]] == [True]
+    assert [" -m " in arguments for arguments in pytest_arguments["test-anytime"]] == [False]  # sweeps included
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make ")]
+    assert {"make test", "make test-sweeps", "make test-anytime"} <= set(ci)
+    decorator = re.compile(r"^\s*@pytest\.mark\.sweep\b", re.MULTILINE)
+    marked_whole = [str(p) for p in (ROOT / "tests").rglob("*.py") if decorator.search(p.read_text())]
+    assert marked_whole == []
+
+
 def test_the_release_is_named_once_and_the_changelog_says_how_to_upgrade_to_it_and_roll_back():
     import tally
 

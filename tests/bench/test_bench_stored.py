@@ -14,6 +14,7 @@ import boto3
 import pytest
 from backends import BACKENDS
 from moto import mock_aws
+from sweeps import sweep
 
 from bench import workloads, writes
 from tally.core.settings import Settings
@@ -21,9 +22,9 @@ from tally.local.delivery import DeliveryConfig
 
 CONFIG = DeliveryConfig(batch_size=100, window_seconds=60)
 # make bench's workloads, each small enough to write through a server in seconds.
-WORKLOADS = {
-    "origin_mock": lambda: workloads.origin_mock(hours=2),
+WORKLOADS = {  # the first, plain counting, in make test; the others are a sweep (tests/sweeps.py)
     "steady": lambda: workloads.steady(counters=5, per_second=5, seconds=60),
+    "origin_mock": lambda: workloads.origin_mock(hours=2),
     "hot": lambda: workloads.hot(per_second=10, seconds=30),
     "fan_out": lambda: workloads.fan_out(providers=4, per_second=2, seconds=90, histogram=True),
     "backfill": lambda: workloads.backfill(counters=3, days=2, total=200, per_second=50),
@@ -45,7 +46,7 @@ def server_client(backend, request):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("name", sweep(WORKLOADS))
 def test_what_the_bench_counts_each_design_writing_is_what_the_server_stored(name, backend, server_client):
     checked = writes.verify_stored(WORKLOADS[name](), Settings(), CONFIG, server_client)
     for design in writes.DESIGNS:

@@ -8,6 +8,7 @@ import boto3
 import pytest
 from freezegun import freeze_time
 from moto import mock_aws
+from sweeps import sweep
 
 from bench import top
 from bench.cost import READ_UNIT_BYTES
@@ -123,7 +124,7 @@ def test_moto_stores_what_the_model_says_and_a_top_reads_the_same_answer_at_the_
     assert {level for (pk, sk) in model_items(model) if pk.startswith("#ranks#") for level in [int(sk[:3])]} >= {8, 13, 18, 19}
 
 
-@pytest.mark.parametrize("distribution", top.DISTRIBUTIONS)
+@pytest.mark.parametrize("distribution", sweep(top.DISTRIBUTIONS))
 def test_a_top_over_ten_thousand_modeled_counters_is_brute_force_when_exact_and_above_its_bound_when_not(distribution):
     now = a_recent_instant(23)
     model = top.TrafficModel(10_000, distribution, now, SETTINGS)

@@ -19,6 +19,7 @@ import boto3
 import pytest
 from backends import BACKENDS
 from moto.server import ThreadedMotoServer
+from sweeps import sweep
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.tables import create_tables
@@ -86,7 +87,7 @@ def server_client(endpoint: str):
     )
 
 
-@pytest.mark.parametrize(("seed", "lanes"), [(1, 1), (2, 1), (3, 4)])
+@pytest.mark.parametrize(("seed", "lanes"), sweep([(1, 1), (2, 1), (3, 4)]))
 def test_shards_racing_on_hot_buckets_sum_exactly_and_retry_every_conflict(served: tuple[str, str], seed: int, lanes: int) -> None:
     endpoint, backend = served
     counts = f"hot-counts-{seed}"

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
+from sweeps import sweep
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.tables import create_tables
@@ -198,7 +199,7 @@ ALL_FAULTS = sorted(WRITE_FAULTS | READ_FAULTS, key=lambda kind: kind.value)
 WIDE_STREAM_FAULTS = READ_FAULTS | REQUEST_FAULTS
 
 
-@pytest.mark.parametrize("kind", ALL_FAULTS, ids=lambda kind: kind.value)
+@pytest.mark.parametrize("kind", sweep(ALL_FAULTS), ids=lambda kind: kind.value)
 def test_each_fault_alone_leaves_counts_exact(kind: FaultKind) -> None:
     """Every fault kind at a high rate, on its own, against invocations of several segments.
 

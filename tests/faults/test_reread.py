@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
+from sweeps import sweep
 from tally.core.commit import OverlapRefused
 from tally.core.settings import Settings
 from tally.dynamo.counts_table import CountsTable
@@ -143,7 +144,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sweep(sorted(CASES)))
 def test_fixed_rereads_on_both_backends(case: str, backend: str, request) -> None:
     plan = CASES[case]
     if backend == "moto":

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from script_support import load_script
+from sweeps import sweep
 
 from tally.local.aws import local_handler
 
@@ -56,7 +57,7 @@ def test_a_lost_record_is_a_mismatch_and_exit_status_1(capsys):
 
 @pytest.mark.parametrize(
     "setting",
-    ["TALLY_MINUTE_RETENTION_HOURS=24", "TALLY_MAX_CLOCK_SKEW_SECONDS=60", "TALLY_COUNTER_ATTRIBUTE=name"],
+    sweep(["TALLY_MINUTE_RETENTION_HOURS=24", "TALLY_MAX_CLOCK_SKEW_SECONDS=60", "TALLY_COUNTER_ATTRIBUTE=name"]),
 )
 def test_the_pipeline_checks_the_settings_it_is_given(setting, monkeypatch, capsys):
     # The handler reads its settings from the environment; so must the generator and the brute force.

@@ -1,0 +1,29 @@
+"""Sweeps: one check repeated over every member of a list (fault kinds, bench workloads, settings, seeds).
+
+``@pytest.mark.parametrize("kind", sweep(KINDS))`` leaves the first member as it is and marks the others
+``sweep``: ``make test`` runs each such test once, on its first member, and ``make test-sweeps`` runs the
+rest (CI runs both; ``make test-anytime`` runs everything).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+from _pytest.mark import ParameterSet
+
+
+def sweep(members: Iterable) -> list:
+    """``members`` as parametrize values, every one after the first marked ``sweep``. A tuple is the values of
+    several argument names; a ``pytest.param`` keeps its own id and marks."""
+    values = []
+    for index, member in enumerate(members):
+        if index == 0:
+            values.append(member)
+        elif isinstance(member, ParameterSet):
+            values.append(pytest.param(*member.values, id=member.id, marks=(*member.marks, pytest.mark.sweep)))
+        elif isinstance(member, tuple):
+            values.append(pytest.param(*member, marks=pytest.mark.sweep))
+        else:
+            values.append(pytest.param(member, marks=pytest.mark.sweep))
+    return values
