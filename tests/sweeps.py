@@ -10,18 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
-from _pytest.mark import ParameterSet
 
 
 def sweep(members: Iterable) -> list:
     """``members`` as parametrize values, every one after the first marked ``sweep``. A tuple is the values of
-    several argument names; a ``pytest.param`` keeps its own id and marks."""
+    several argument names."""
     values = []
     for index, member in enumerate(members):
         if index == 0:
             values.append(member)
-        elif isinstance(member, ParameterSet):
-            values.append(pytest.param(*member.values, id=member.id, marks=(*member.marks, pytest.mark.sweep)))
         elif isinstance(member, tuple):
             values.append(pytest.param(*member, marks=pytest.mark.sweep))
         else:
