@@ -119,8 +119,9 @@ def test_a_read_between_a_segments_hours_and_its_minutes_lies_between_before_and
 
 
 def test_reads_racing_the_stream_through_moto_server_never_leave_before_and_after():
-    """Two shards commit through the local delivery while a reader polls fixed windows by every plan; 20 counters
-    across two hours keep every segment at its 99 items, so a segment's commit takes a while."""
+    """Two shards commit through the local delivery while a reader polls fixed windows by every plan; 1,000 writes
+    to 20 counters, from two hours ago over about 27 minutes, make segments of many items, so a segment's commit
+    takes a while."""
     spec = StreamSpec(
         seed=28, writes=1000, counters=20, hot_share=0.0, start_ms=now_ms() - 2 * HOUR_MS, max_gap_s=3,
         jump_share=0.0, odd_share=0.0, rewrite_share=0.0, shards=2,
