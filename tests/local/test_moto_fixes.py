@@ -101,13 +101,22 @@ with mock_aws():
     models.copy.deepcopy = deepcopy
     found["table_copies"] = copies.count("Table")
     original_add = DynamoType.__add__
-    DynamoType.__add__ = lambda self, other: (time.sleep(0.3), original_add(self, other))[1]  # widen the race
+    both_read = threading.Barrier(2, timeout=30)  # each add reads the item before either writes: the race, every time
+    DynamoType.__add__ = lambda self, other: (both_read.wait(), original_add(self, other))[1]
     threads = [threading.Thread(target=add, args=("race", "1")) for _ in range(2)]
     [thread.start() for thread in threads]
     [thread.join() for thread in threads]
     DynamoType.__add__ = original_add
     answers, backend_update = [], models.DynamoDBBackend.update_item
-    models.DynamoDBBackend.update_item = lambda *a, **k: (backend_update(*a, **k), time.sleep(0.3))[0]  # write, then answer
+    one_write, both_written = threading.Lock(), threading.Barrier(2, timeout=30)
+
+    def write_then_answer(*args, **kwargs):  # the writes one at a time, then both answers
+        with one_write:
+            written = backend_update(*args, **kwargs)
+        both_written.wait()
+        return written
+
+    models.DynamoDBBackend.update_item = write_then_answer
     threads = [threading.Thread(target=lambda: answers.append(add("answered", "1"))) for _ in range(2)]
     [thread.start() for thread in threads]
     [thread.join() for thread in threads]
@@ -452,3 +461,4 @@ def test_texts_read_once_give_the_answers_moto_gives_without_them():
     assert once[0] == ["k3", "k4", "k5"] and once[3] == [] and once[6] == ["k2", "k3", "k4", "k5"]
     assert once[-3]["Code"] == "ValidationException" and once[-3] == once[-2]
     assert once.count("updated") >= 4 and once.count("ConditionalCheckFailedException") >= 4
+
