@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import boto3
-from moto import mock_aws
+import moto
+from moto import backends, mock_aws
 
 from tally.core.records import CounterEvent, parse_record
 from tally.core.rules import parse_rules
@@ -462,3 +465,26 @@ def test_texts_read_once_give_the_answers_moto_gives_without_them():
     assert once[-3]["Code"] == "ValidationException" and once[-3] == once[-2]
     assert once.count("updated") >= 4 and once.count("ConditionalCheckFailedException") >= 4
 
+
+def test_services_listed_once_are_the_ones_moto_lists(shared_moto_server, monkeypatch):
+    """Fix 10 changes how long a request takes to find its service, never which: moto's own list of services,
+    and DynamoDB and its stream answering over a real socket with moto's package directory not listed again."""
+    assert tuple(backends.list_of_moto_modules()) == tuple(inspect.unwrap(backends.list_of_moto_modules)())
+    assert {"dynamodb", "dynamodbstreams"} <= set(backends.list_of_moto_modules())
+    listed, listdir = [], os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": (listed.append(Path(path)), listdir(path))[1])
+    endpoint = {"endpoint_url": shared_moto_server.endpoint_url, "region_name": "us-east-1"}
+    client, streams = boto3.client("dynamodb", **endpoint), boto3.client("dynamodbstreams", **endpoint)
+    client.create_table(
+        TableName="listed-once", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
+    )
+    try:
+        client.put_item(TableName="listed-once", Item={"pk": {"S": "a"}})
+        assert client.get_item(TableName="listed-once", Key={"pk": {"S": "a"}})["Item"] == {"pk": {"S": "a"}}
+        arn = client.describe_table(TableName="listed-once")["Table"]["LatestStreamArn"]
+        assert streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    finally:
+        client.delete_table(TableName="listed-once")
+    assert Path(moto.__file__).parent not in listed

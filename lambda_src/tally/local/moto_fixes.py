@@ -89,6 +89,14 @@ tests/local/test_backends.py. Checked with moto 5.2.5:
    checked as equal answers with and without it
    (``test_texts_read_once_give_the_answers_moto_gives_without_them``).
 
+10. **A request finds its service without listing moto's package.** moto's
+   server, finding which service a request is for, lists moto's package
+   directory and looks at each of its 182 entries, on every request and
+   under the lock every request takes; the directory does not change while a
+   server runs. ``install()`` lists it once. Also about time alone, it is
+   checked as the same services, found over a real socket without listing the
+   directory again (``test_services_listed_once_are_the_ones_moto_lists``).
+
 Other moto gaps need no patch, as tally never meets them (tests/local/test_backends.py
 pins each): a MODIFY for an identical re-put and two INSERTs for an UpdateItem
 on a new key, numbers of more than 38 digits stored whole, duplicate keys in one
@@ -247,6 +255,7 @@ def install() -> None:
     _query_one_partition()
     _validate_in_linear_time()
     _read_each_text_once()
+    _list_moto_services_once()
     transact_write_items._tally_fixed = True  # type: ignore[attr-defined]
     models.copy = SimpleNamespace(deepcopy=deepcopy)  # type: ignore[assignment]
     models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
@@ -367,6 +376,20 @@ def _read_each_text_once() -> None:
         return deque(self.Node(*token, children=[]) for token in tokens_of(self.condition_expression))
 
     ConditionExpressionParser._lex_condition_expression = lex_once  # type: ignore[method-assign]
+
+
+def _list_moto_services_once() -> None:
+    """moto's services listed once, not on every request its server dispatches (see 10. above)."""
+    from moto import backends
+
+    listed = backends.list_of_moto_modules
+    services = tuple(listed())
+
+    @wraps(listed)
+    def list_of_moto_modules() -> tuple[str, ...]:
+        return services
+
+    backends.list_of_moto_modules = list_of_moto_modules
 
 
 def _query_one_partition() -> None:
