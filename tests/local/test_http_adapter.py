@@ -6,6 +6,7 @@ adapter's side of the contract (tests/test_http_api.py drives the real handler).
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -142,3 +143,24 @@ def test_with_signatures_required_an_unsigned_request_to_a_signed_route_is_refus
     assert unsigned == [(403, {"message": "Missing Authentication Token"})] * 3
     assert (public, signed) == (200, 200)
     assert [event["rawPath"] for event in handler.events] == ["/public/counts", "/counts"]
+
+
+def test_a_stopped_api_answers_nothing_more_on_a_connection_it_kept_open():
+    """stop() closes the connections kept alive, as it frees the port: a dashboard page left open used to be
+    answered on its kept connection after its API had stopped, its handler reading tables no longer there."""
+    handler = RecordingHandler()
+    api = LocalApi(handler, credentials=CREDENTIALS, settings=ApiSettings(public_prefixes=("views/",))).start()
+    host, port = api.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", "/public/counts?counter=views/a")
+        first = connection.getresponse()
+        assert (first.status, first.read()) == (200, b'{"ok":true}')
+        api.stop()
+        with pytest.raises(OSError):
+            connection.request("GET", "/public/counts?counter=views/b")
+            connection.getresponse().read()
+    finally:
+        connection.close()
+        api.stop()
+    assert [event["rawQueryString"] for event in handler.events] == ["counter=views/a"]

@@ -27,6 +27,7 @@ import hmac
 import json
 import logging
 import re
+import socket
 import sys
 import threading
 import time
@@ -169,6 +170,9 @@ class LocalApi:
         self._server = ThreadingHTTPServer((host, port), self._request_handler())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self._open: set[socket.socket] = set()  # connections kept alive between requests, closed by stop()
+        self._open_lock = threading.Lock()
+        self._stopped = False
 
     @property
     def url(self) -> str:
@@ -181,10 +185,18 @@ class LocalApi:
         return self
 
     def stop(self) -> None:
-        """Stop serving and free the port (also when it was bound but never started)."""
+        """Stop serving, close the connections kept alive and free the port (also when bound but never started).
+
+        A stopped server accepts no connection, but each kept-alive one has its own thread, which would go on
+        answering its client (a dashboard page left open) with nothing left behind the handler."""
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout=10)
+            self._thread = None
+        with self._open_lock:
+            self._stopped = True
+            for connection in self._open:
+                _end(connection)
         self._server.server_close()
 
     def __enter__(self) -> LocalApi:
@@ -222,6 +234,18 @@ class LocalApi:
             protocol_version = "HTTP/1.1"  # keep-alive, as API Gateway offers
             server_version = "tally-local-api"
 
+            def setup(self) -> None:
+                super().setup()
+                with api._open_lock:
+                    api._open.add(self.connection)
+                    if api._stopped:  # accepted just before stop(): answered by no one
+                        _end(self.connection)
+
+            def finish(self) -> None:
+                with api._open_lock:
+                    api._open.discard(self.connection)
+                super().finish()
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 self._answer("GET")
 
@@ -251,6 +275,14 @@ class LocalApi:
                 logger.debug(format, *args)
 
         return RequestHandler
+
+
+def _end(connection: socket.socket) -> None:
+    """End a connection both ways: its handler's thread reads the end and returns."""
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # the client closed it first
 
 
 def _gateway_error(status: int, message: str) -> tuple[int, dict[str, str], bytes]:
