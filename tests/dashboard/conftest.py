@@ -35,7 +35,9 @@ def chromium(tmp_path_factory):
 
 @pytest.fixture
 def browser(chromium):
-    """The process's Chromium on a blank page without cookies, as a fresh one would start."""
+    """The process's Chromium on a blank page without cookies, as a fresh one would start; left on a blank page,
+    so that no dashboard goes on polling its API (or a later test's server on the same port) after the test."""
     chromium.get("about:blank")
     chromium.delete_all_cookies()
-    return chromium
+    yield chromium
+    chromium.get("about:blank")
