@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import time
 
 import pytest
 from script_support import load_script
@@ -170,9 +171,14 @@ def test_a_runner_commits_no_window_before_its_end_and_a_run_again_adds_exactly_
 ):
     """Six events of c/a, then a seventh in the same minute, the runner run after each without a checkpoint: 7.
     The runner used to commit the window still open when it stopped, and the next run, cutting that window whole,
-    skipped the seventh. Stopped by Ctrl-C, it now commits nothing of a window that has not ended."""
+    skipped the seventh. Stopped by Ctrl-C, it now commits nothing of a window that has not ended.
+
+    Tumbling windows start at multiples of their length: the six are put as one starts, so that the window is
+    still open, whatever the machine's load, when the first run has read them."""
     minute = (now_ms() - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
-    idle = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", "10"]
+    window_seconds = 3
+    idle = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", str(window_seconds)]
+    time.sleep(window_seconds - time.time() % window_seconds + 0.05)
     put_events(tables, {"c/a": 6}, minute, "first")
     report_wait = run_stream.report_wait
 
