@@ -91,6 +91,22 @@ LONGEST_FILES_FIRST = (
 )
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to each worker (--dist loadfile), every file of tests/stacks to one: they share the session's
+    syntheses (tests/stacks/conftest.py) and the CDK's Node process, which a second worker would start and
+    synthesize again (about 10 s of CPU)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class StacksTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "tests/stacks/" if scope.startswith("tests/stacks/") else scope
+
+    return StacksTogether(config, log)
+
+
 def longest_files_first(items: list[pytest.Item]) -> None:
     """Put the tests of LONGEST_FILES_FIRST first, in its order, each file's tests kept in theirs."""
     here = Path(__file__).parent
