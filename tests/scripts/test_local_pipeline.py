@@ -44,14 +44,14 @@ def test_a_lost_record_is_a_mismatch_and_exit_status_1(capsys):
 
         def handle(event, context):
             records = event["Records"]
-            if not lost and records:  # the middle of 50 time-ordered hours: inside the long window
+            if not lost and records:  # the middle of 3 time-ordered hours: inside the window
                 lost.append(records[len(records) // 2])
                 event = {**event, "Records": [r for r in records if r is not lost[0]]}
             return handler(event, context)
 
         return handle
 
-    assert local_pipeline.main(SMALL, handler_factory=losing_one_record) == 1
+    assert local_pipeline.main([*SMALL, "--hours", "3"], handler_factory=losing_one_record) == 1
     assert "VERDICT: MISMATCH" in capsys.readouterr().out
 
 
@@ -82,7 +82,7 @@ def test_piped_output_keeps_long_lines_whole(capsys):
 @pytest.mark.parametrize("shape", ["origin", "blog"])
 def test_the_rules_demo_matches_counts_sums_and_averages(capsys, monkeypatch, shape):
     monkeypatch.setattr(local_pipeline.console, "width", 200)
-    assert local_pipeline.main(["--shape", shape, "--hours", "25", "--rate", "3", "6", "--window-seconds", "1"]) == 0
+    assert local_pipeline.main(["--shape", shape, "--hours", "25", "--rate", "1", "3", "--window-seconds", "1"]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: MATCH" in out and "MISMATCH" not in out
     assert ("revenue/provider-1" if shape == "origin" else "load/posts/about") in out
@@ -124,7 +124,7 @@ def test_the_rules_demo_sees_a_lost_record(capsys):
 def test_the_jobs_demo_matches_transitions_and_deletions(capsys, monkeypatch):
     # 26 hours: jobs placed more than a day ago expire by TTL before the stream is read.
     monkeypatch.setattr(local_pipeline.console, "width", 200)
-    assert local_pipeline.main(["--shape", "jobs", "--hours", "26", "--rate", "3", "6", "--window-seconds", "1"]) == 0
+    assert local_pipeline.main(["--shape", "jobs", "--hours", "26", "--rate", "1", "3", "--window-seconds", "1"]) == 0
     out = capsys.readouterr().out
     assert "VERDICT: MATCH" in out and "MISMATCH" not in out
     assert "stream NEW_AND_OLD_IMAGES" in out
