@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
+import threading
 import urllib.error
 import urllib.request
 
@@ -164,3 +167,26 @@ def test_a_stopped_api_answers_nothing_more_on_a_connection_it_kept_open():
         connection.close()
         api.stop()
     assert [event["rawQueryString"] for event in handler.events] == ["counter=views/a"]
+
+
+def test_a_client_gone_before_its_answer_is_no_error_on_stderr(capfd):
+    """A browser leaving a page resets the connection of a request in flight: the answer has nobody to go to,
+    which is no error of the server's (it printed a traceback for it)."""
+    reset, answered = threading.Event(), threading.Event()
+
+    def answer_once_the_client_is_gone(event: dict, context: object) -> dict:
+        if answered.is_set():
+            return {"statusCode": 200, "body": '{"ok":true}'}
+        reset.wait(10)
+        answered.set()
+        return {"statusCode": 200, "body": "x" * 1_000_000}  # larger than any socket buffer: the write must fail
+
+    with LocalApi(answer_once_the_client_is_gone, credentials=CREDENTIALS, settings=ApiSettings(public_prefixes=("views/",))) as api:
+        host, port = api.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as client:
+            client.sendall(b"GET /public/counts?counter=views/a HTTP/1.1\r\nHost: api\r\n\r\n")
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        reset.set()
+        assert answered.wait(10)
+        assert get(f"{api.url}/public/counts?counter=views/b")[0] == 200  # and it goes on serving others
+    assert "Exception occurred" not in capfd.readouterr().err

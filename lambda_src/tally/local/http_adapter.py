@@ -260,16 +260,16 @@ class LocalApi:
                 if length:
                     self.rfile.read(length)
                 status, headers, payload = api.respond(method, self.path, list(self.headers.items()), self.client_address[0])
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                if method != "HEAD":
-                    try:
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if method != "HEAD":
                         self.wfile.write(payload)
-                    except (BrokenPipeError, ConnectionResetError):
-                        self.close_connection = True  # the client gave up waiting; nobody is left to answer
+                except ConnectionError:  # a reset or a broken pipe: the client left (a page closed mid-request)
+                    self.close_connection = True  # nobody is left to answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug(format, *args)
