@@ -123,7 +123,7 @@ def test_the_fan_out_workload_costs_what_moto_stores_and_writes_each_bucket_once
     from tally.local.delivery import DeliveryConfig
     from tally.core.settings import Settings
 
-    workload = workloads.fan_out(providers=4, per_second=2, seconds=240, histogram=True)  # bins metered too
+    workload = workloads.fan_out(providers=4, per_second=2, seconds=120, histogram=True)  # bins metered too
     config = DeliveryConfig(batch_size=100, window_seconds=60)
     checked = writes.verify_against_moto(workload, Settings(), config)
     assert checked["tally_matches_moto"] and checked["origin_matches_moto"] and checked["dedup_matches_moto"]
