@@ -234,6 +234,12 @@ class LocalApi:
             protocol_version = "HTTP/1.1"  # keep-alive, as API Gateway offers
             server_version = "tally-local-api"
 
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except ConnectionError:  # a reset or a broken pipe, at an answer or between requests:
+                    pass  # the client left (a page closed mid-request), and nobody is left to answer
+
             def setup(self) -> None:
                 super().setup()
                 with api._open_lock:
@@ -260,16 +266,13 @@ class LocalApi:
                 if length:
                     self.rfile.read(length)
                 status, headers, payload = api.respond(method, self.path, list(self.headers.items()), self.client_address[0])
-                try:
-                    self.send_response(status)
-                    for name, value in headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    if method != "HEAD":
-                        self.wfile.write(payload)
-                except ConnectionError:  # a reset or a broken pipe: the client left (a page closed mid-request)
-                    self.close_connection = True  # nobody is left to answer
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if method != "HEAD":
+                    self.wfile.write(payload)
 
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug(format, *args)
