@@ -48,7 +48,7 @@ def shop(wheel, tmp_path_factory) -> tuple[dict, Path]:
     """The README's own-app example in a fresh virtualenv holding the wheel and the CDK, synthesized there."""
     root = tmp_path_factory.mktemp("own-app")
     # uv installs into it (no pip of its own to set up), without compiling the CDK's 300 MB ahead: what the app
-    # imports is compiled as it is imported, as in any venv. The same wheels as pip's, in a tenth of the time.
+    # imports is compiled as it is imported, as in any venv. The same wheels as pip's, in a quarter of the time.
     venv.EnvBuilder(with_pip=False).create(root / "venv")
     python = root / "venv" / "bin" / "python"
     installed = subprocess.run(
