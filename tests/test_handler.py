@@ -1,19 +1,22 @@
 """The Lambda entry point on moto: environment, logs and metrics."""
 
 import json
+import time
 
+import boto3
 import pytest
 
 from tally.core.directory import partition_of
 
-from moto_tables import COUNTS, read_counts
-from factories import LambdaContext, counter_record, image, stream_record, window_event
+from moto_tables import COUNTS, EVENTS, read_counts
+from factories import STREAM_ARN, LambdaContext, counter_record, image, stream_record, window_event
 from botocore.exceptions import ClientError
 
 from tally import handler as handler_module
-from tally.core.commit import OverlapRefused
+from tally.core.tables import UNRESOLVED_PARTITION
+from tally.dynamo.stream import lambda_record
 from tally.dynamo.counts_table import CountsTable
-from tally.core.units import HOUR_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 
@@ -91,23 +94,63 @@ def test_a_discarded_window_state_is_logged_as_an_error_and_published_as_a_metri
     assert (totals["WindowStatesDiscarded"], totals["RecordsCounted"]) == ([1], [1])
 
 
-@pytest.mark.filterwarnings("ignore:No application metrics to publish")
-def test_an_overlap_it_cannot_split_fails_the_invocation_with_an_error_log_and_a_metric(lambda_handler, capsys, caplog):
+def events_in_the_stream(dynamodb, counter: str, count: int) -> tuple[str, str, list[dict]]:
+    """``count`` events of ``counter`` put into moto's events table, and the records its stream holds for them, as
+    Lambda hands them over: the stream's ARN, the shard and the records."""
+    for n in range(count):  # stamped at the start of this minute: moto's stream says they arrive now
+        ts = int(time.time() * 1000) // MINUTE_MS * MINUTE_MS
+        dynamodb.put_item(TableName=EVENTS, Item={"id": {"S": f"e{n}"}, "counter": {"S": counter}, "ts": {"N": str(ts)}})
+    streams = boto3.client("dynamodbstreams", region_name="us-east-1")
+    arn = dynamodb.describe_table(TableName=EVENTS)["Table"]["LatestStreamArn"]
+    [shard] = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
+    records = streams.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    return arn, shard["ShardId"], [lambda_record(record, arn) for record in records]
+
+
+def test_an_overlap_among_carried_records_is_split_on_the_records_read_again_from_the_stream(lambda_handler, dynamodb, caplog):
     """A reader committed the first two records as a window of their own; another carried them in its window state
-    with a third, and cannot tell which part of its sums the item has taken."""
+    with a third: the handler reads the three again from the stream and sends each item exactly the rest."""
+    arn, shard, records = events_in_the_stream(dynamodb, "c", 4)
+    event = lambda batch, **kw: {**window_event(batch, **kw), "eventSourceARN": arn, "shardId": shard}  # noqa: E731
+    lambda_handler(event(records[:2], final=True), LambdaContext())
+    carried = lambda_handler(event(records[:3]), LambdaContext())["state"]
+    lambda_handler(event(records[3:], state=carried, final=True), LambdaContext())
+    counts = read_counts(dynamodb, "c")
+    assert sorted(counts.values()) == [4, 4] and sorted(key[0] for key in counts) == ["H", "M"]
+    done = [r for r in caplog.records if r.getMessage() == "invocation done"][-1]
+    assert (done.overlaps_read, done.updates_resumed, done.unresolved) == (1, 2, 0)
+    assert done.stream_requests >= 2  # GetShardIterator, then GetRecords
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_an_overlap_the_stream_no_longer_holds_is_left_unresolved_and_the_shard_moves_on(lambda_handler, dynamodb, capsys, caplog):
+    """The same cuts over records no stream holds any more (trimmed): the invocation succeeds, the items get what
+    they surely had not taken and a mark, the error log and the metric name them."""
     records = [counter_record("c", T0 + n) for n in range(4)]
-    lambda_handler(window_event(records[:2], final=True), LambdaContext())
-    carried = lambda_handler(window_event(records[:3]), LambdaContext())["state"]
+    gone = STREAM_ARN.replace("table/tally-events/", "table/tally-events-dropped/")  # the stream is no more
+    event = lambda batch, **kw: {**window_event(batch, **kw), "eventSourceARN": gone}  # noqa: E731
+    lambda_handler(event(records[:2], final=True), LambdaContext())
+    carried = lambda_handler(event(records[:3]), LambdaContext())["state"]
     capsys.readouterr()
-    with pytest.raises(OverlapRefused) as refused:
-        lambda_handler(window_event(records[3:], state=carried, final=True), LambdaContext())
-    first, third = (records[n]["dynamodb"]["SequenceNumber"] for n in (0, 2))
-    assert f"records {first}..{records[3]['dynamodb']['SequenceNumber']}" in str(refused.value)
-    [logged] = [r for r in caplog.records if r.getMessage() == "overlap refused"]
-    assert logged.levelname == "ERROR" and f"{first}..{third} came in the window state" in logged.detail
-    assert logged.shard == window_event([])["shardId"]
-    [blob] = [blob for blob in emitted(capsys) if "OverlapsRefused" in blob]
-    assert blob["OverlapsRefused"] == [1]
+    response = lambda_handler(event(records[3:], state=carried, final=True), LambdaContext())
+    assert response == {"state": {}}
+    # Low, never high: record 3 (held) is added, the carried record 2 cannot be placed.
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 3, "H#2026-11-18T11": 3}
+    marks = dynamodb.scan(TableName=COUNTS, FilterExpression="attribute_exists(unresolved)")["Items"]
+    assert sorted(item["sk"]["S"] for item in marks) == ["H#2026-11-18T11", "M#2026-11-18T11:00"]
+    recorded = dynamodb.query(TableName=COUNTS, KeyConditionExpression="pk = :pk",
+                              ExpressionAttributeValues={":pk": {"S": UNRESOLVED_PARTITION}})["Items"]
+    first, last = records[0]["dynamodb"]["SequenceNumber"], records[3]["dynamodb"]["SequenceNumber"]
+    assert {(item["counter"]["S"], item["records"]["S"]) for item in recorded} == {("c", f"{first}..{last}")}
+    logged = [r for r in caplog.records if r.getMessage() == "item left unresolved"]
+    assert len(logged) == 2 and all(r.levelname == "ERROR" and r.repair == "scripts/audit.py c --repair" for r in logged)
+    assert all("came in the window state" in r.detail and "ResourceNotFoundException" in r.detail for r in logged)
+    [blob] = [blob for blob in emitted(capsys) if "ItemsUnresolved" in blob]
+    assert blob["ItemsUnresolved"] == [2] and blob["StreamReadRequests"] == [1]
+    # Lambda's retry of the same batch changes nothing more.
+    lambda_handler(event(records[3:], state=carried, final=True), LambdaContext())
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:00": 3, "H#2026-11-18T11": 3}
 
 
 def test_a_window_cut_elsewhere_adds_exactly_what_the_items_have_not_taken(lambda_handler, dynamodb, capsys):

@@ -10,6 +10,7 @@ from factories import counter_record, window_event
 from moto_tables import COUNTS, read_counts
 from tally.core.buckets import lane_sort_key
 from tally.core.commit import Writer, legacy_marker_key, legacy_parts
+from tally.core.overlaps import RecordsAgain
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.invocation import outcomes_of, process, writer_of
@@ -184,3 +185,47 @@ def test_after_a_rollback_the_previous_release_adds_exactly_to_watermarked_items
     assert (summary.bucket_updates, summary.updates_already_applied) == (240, 0)
     for i in range(120):
         assert read_counts(dynamodb, f"c{i:03d}") == {f"M#2026-11-18T11:{i % 3:02d}": 3, "H#2026-11-18T11": 3}, i
+
+
+def stream_of(records: list[dict]):
+    """What reads the shard's records again: ``records``, as the Streams API would give a range of them."""
+    calls = []
+
+    def read_again(step):
+        calls.append(step)
+        first, through = int(step.first), int(step.through)
+        if not records or int(records[0]["dynamodb"]["SequenceNumber"]) > first:
+            return RecordsAgain(None, "TrimmedDataAccessException: trimmed", 1)
+        return RecordsAgain([r for r in records if first <= int(r["dynamodb"]["SequenceNumber"]) <= through], requests=2)
+
+    return read_again, calls
+
+
+@pytest.mark.parametrize("damage", ["another version", "a bad delta"])
+def test_an_unreadable_state_is_rebuilt_from_its_records_read_again(damage, counts_table, dynamodb, settings):
+    """The window's first invocation carried three records; its state comes back unreadable (another release's, or
+    damaged) but still names them: they are read again and counted with this invocation's, once however retried."""
+    earlier = [counter_record("c", T0 + MINUTE_MS + n) for n in range(3)]
+    state = process(window_event(earlier), counts_table.commit, settings)[0]["state"]
+    damaged = {"segment": {**state["segment"], **UNREADABLE[damage]["segment"], "first": state["segment"]["first"],
+                           "last": state["segment"]["last"]}}
+    with pytest.raises(UnreadableState):
+        Segment.from_state(damaged["segment"])
+    read_again, calls = stream_of(earlier)
+    final = window_event([counter_record("c", T0 + 2 * MINUTE_MS)], state=damaged, final=True)
+    for attempt in range(2):  # Lambda's retry of the same event
+        response, summary = process(final, counts_table.commit, settings, read_again)
+        assert response == {"state": {}}
+        assert (summary.rebuilt_states, summary.discarded_states, summary.stream_requests) == (1, 0, 2)
+        assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:01": 3, "M#2026-11-18T11:02": 1, "H#2026-11-18T11": 4}
+    assert [(step.first, step.through) for step in calls] == [(state["segment"]["first"], state["segment"]["last"])] * 2
+
+
+def test_an_unreadable_state_whose_records_left_the_stream_is_discarded_and_says_why(counts_table, dynamodb, settings):
+    read_again, _ = stream_of([])
+    state = UNREADABLE["another version"]
+    event = window_event([counter_record("c", T0 + MINUTE_MS)], state=state, final=True)
+    summary = process(event, counts_table.commit, settings, read_again)[1]
+    assert (summary.rebuilt_states, summary.discarded_states) == (0, 1)
+    assert "6 records" in summary.discarded_state_detail and "TrimmedDataAccessException" in summary.discarded_state_detail
+    assert read_counts(dynamodb, "c") == {"M#2026-11-18T11:01": 1, "H#2026-11-18T11": 1}

@@ -23,10 +23,10 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.alerting import ENV_ALERT_BUS, AlertSummary, EventBus, Watcher
-from tally.core.commit import OverlapRefused
 from tally.dynamo.commit import COMMIT_WORKERS
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
+from tally.dynamo.stream import ShardRecords
 from tally.invocation import Summary, process
 from tally.core.settings import Settings
 
@@ -56,7 +56,8 @@ def scheduled_table() -> CountsTable:
 def _new_counts_table() -> CountsTable:
     settings = Settings.from_env()
     config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
-    return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings)
+    streams = ShardRecords(boto3.client("dynamodbstreams", config=Config(retries={"mode": "standard"})))
+    return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings, read_again=streams.read)
 
 
 def _publish_settings(table: CountsTable) -> None:
@@ -93,12 +94,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if watcher.alerts:  # no alerts, no cost
         watcher.summary = AlertSummary()
         commit = watcher.watching(commit)
-    try:
-        response, summary = process(event, commit, table.settings)
-    except OverlapRefused as refused:
-        logger.error("overlap refused", extra={"detail": str(refused), "shard": event.get("shardId"), "window": event.get("window")})
-        metrics.add_metric(name="OverlapsRefused", unit=MetricUnit.Count, value=1)
-        raise
+    response, summary = process(event, commit, table.settings, table.read_again)
     _log(summary, event)
     _publish(summary)
     if watcher.alerts:
@@ -123,6 +119,20 @@ def _log(summary: Summary, event: dict[str, Any]) -> None:
         logger.error(
             "window state discarded",
             extra={"detail": summary.discarded_state_detail, "shard": event.get("shardId"), "window": event.get("window")},
+        )
+    for unresolved in summary.unresolved:
+        counter, bucket = unresolved.item
+        logger.error(
+            "item left unresolved",
+            extra={
+                "counter": counter,
+                "bucket": bucket.sort_key,
+                "records": f"{unresolved.first}..{unresolved.last}",
+                "missing_at_most": unresolved.missing_at_most,
+                "detail": unresolved.why,
+                "repair": f"scripts/audit.py {counter} --repair",
+                "shard": event.get("shardId"),
+            },
         )
     for rejection in summary.rejections[:MAX_LOGGED_REJECTIONS]:
         logger.warning(
@@ -157,6 +167,13 @@ def _publish(summary: Summary) -> None:
         metrics.add_metric(name="SketchesWritten", unit=MetricUnit.Count, value=summary.sketches_written)
         metrics.add_metric(name="SketchConflicts", unit=MetricUnit.Count, value=summary.sketch_conflicts)
     metrics.add_metric(name="WindowStatesDiscarded", unit=MetricUnit.Count, value=summary.discarded_states)
+    if summary.rebuilt_states:
+        metrics.add_metric(name="WindowStatesRebuilt", unit=MetricUnit.Count, value=summary.rebuilt_states)
+    metrics.add_metric(name="ItemsUnresolved", unit=MetricUnit.Count, value=len(summary.unresolved))
+    if summary.overlaps_read:
+        metrics.add_metric(name="OverlapsReadAgain", unit=MetricUnit.Count, value=summary.overlaps_read)
+    if summary.stream_requests:  # only an overlap or an unreadable state reads the stream again
+        metrics.add_metric(name="StreamReadRequests", unit=MetricUnit.Count, value=summary.stream_requests)
     for reason, count in summary.rejected.items():
         # One blob per reason: EMF gives all metrics of a blob the same dimensions.
         by_reason = EphemeralMetrics(service=SERVICE, namespace=NAMESPACE)

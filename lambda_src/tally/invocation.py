@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.core.commit import CommitResult, Writer
+from tally.core.commit import CommitResult, ReadAgain, ReadRecords, Unresolved, Writer
+from tally.core.overlaps import RecordsAgain
 from tally.core.records import CounterEvent, Outcome, Reason, Rejection, parse_record
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.settings import Settings
@@ -46,9 +47,13 @@ class Summary:
     commit_retries: int = 0
     sketches_written: int = 0
     sketch_conflicts: int = 0
+    overlaps_read: int = 0  # segments whose carried records were read again from the stream to split an overlap
+    stream_requests: int = 0  # the Streams API requests that took
+    unresolved: list[Unresolved] = field(default_factory=list)  # items an overlap left unresolved (commit.py)
     rejections: list[Rejection] = field(default_factory=list)
     discarded_states: int = 0
     discarded_state_detail: str = ""
+    rebuilt_states: int = 0  # unreadable window states whose records were read again from the stream instead
 
     @property
     def rejected_total(self) -> int:
@@ -68,7 +73,11 @@ class Summary:
             "commit_retries": self.commit_retries,
             "sketches_written": self.sketches_written,
             "sketch_conflicts": self.sketch_conflicts,
+            "overlaps_read": self.overlaps_read,
+            "stream_requests": self.stream_requests,
+            "unresolved": len(self.unresolved),
             "discarded_states": self.discarded_states,
+            "rebuilt_states": self.rebuilt_states,
         }
 
 
@@ -88,17 +97,24 @@ def writer_of(event: Mapping[str, Any]) -> Writer:
     return Writer.of_shard(_stream_arn(event, records), shard)
 
 
-def process(event: Mapping[str, Any], commit: Commit, settings: Settings) -> tuple[dict[str, Any], Summary]:
+def process(
+    event: Mapping[str, Any], commit: Commit, settings: Settings, read_again: ReadAgain | None = None
+) -> tuple[dict[str, Any], Summary]:
     """Handle one stream event; return the Lambda response and a summary.
 
     Raises whatever ``commit`` raises: Lambda then retries the same batch with
     the same input state, and what was committed before is skipped. Raises
     WindowRequired, before any work, for an event without a tumbling window.
+    ``read_again`` reads the shard's records again: a window state this release
+    cannot read is rebuilt from its records rather than discarded.
     """
     writer = writer_of(event)
     summary = Summary()
     records = event.get("Records") or []
-    folder = SegmentFolder(_resume(event.get("state"), summary))
+    open_segment, carried_again = _resume(event.get("state"), summary, writer, read_again)
+    folder = SegmentFolder(open_segment)
+    for segment in folder.fold(outcomes_of(carried_again, settings)):
+        _commit(segment, writer, commit, summary)
 
     outcomes = outcomes_of(records, settings)
     for record_outcomes in outcomes:
@@ -120,26 +136,48 @@ def outcomes_of(records: list[Any], settings: Settings) -> list[list[Outcome]]:
     return [parse_record(record, settings) for record in records]
 
 
-def _resume(state: Any, summary: Summary) -> Segment | None:
-    """The window's open segment from the state Lambda hands back, or None.
+def _resume(
+    state: Any, summary: Summary, writer: Writer, read_again: ReadAgain | None
+) -> tuple[Segment | None, list[Any]]:
+    """The window's open segment from the state Lambda hands back (or None), or the records it held, read again.
 
     A state this release cannot read (another release's format, or damage) is
-    discarded rather than raised on: raising would fail every retry with the
-    same state and block the shard for a day. Its records stay uncounted; the
+    never raised on: raising would fail every retry with the same state and
+    block the shard for a day. Where it still names its first and last records,
+    they are read again from the stream and folded anew, as the window's first
+    invocation folded them (WindowStatesRebuilt). Otherwise, or where they have
+    left the stream, it is discarded: its records stay uncounted, and the
     summary says so, with whatever the state tells about them, for the log,
     the WindowStatesDiscarded metric and its alarm. This invocation's own
-    records start a fresh segment, so a retry discards and commits the same.
+    records start a fresh segment, so a retry rebuilds or discards the same.
     """
     if not state:
-        return None
+        return None, []
     try:
         if not isinstance(state, Mapping):
             raise UnreadableState(f"window state is a {type(state).__name__}, not an object")
-        return Segment.from_state(state["segment"]) if "segment" in state else None
+        return (Segment.from_state(state["segment"]) if "segment" in state else None), []
     except UnreadableState as error:
+        span = _span(state)
+        again = RecordsAgain(None, "the state names no records")
+        if span is not None and read_again is not None:
+            again = read_again(ReadRecords(writer, *span))
+            summary.stream_requests += again.requests
+        if again.records is not None:
+            summary.rebuilt_states += 1
+            return None, again.records
         summary.discarded_states += 1
-        summary.discarded_state_detail = f"{error}; {_lost_records(state)}"
-        return None
+        summary.discarded_state_detail = f"{error}; {_lost_records(state)}; not read again: {again.why_not}"[:600]
+        return None, []
+
+
+def _span(state: Any) -> tuple[str, str] | None:
+    """The first and last records an unreadable state says it folded, when it says so plainly."""
+    segment = state.get("segment") if isinstance(state, Mapping) else None
+    first, last = (segment.get("first"), segment.get("last")) if isinstance(segment, Mapping) else (None, None)
+    if isinstance(first, str) and isinstance(last, str) and first.isdigit() and last.isdigit() and int(first) <= int(last):
+        return first, last
+    return None
 
 
 def _lost_records(state: Any) -> str:
@@ -171,6 +209,9 @@ def _commit(segment: Segment, writer: Writer, commit: Commit, summary: Summary) 
     summary.commit_retries += result.retries
     summary.sketches_written += result.sketches_written
     summary.sketch_conflicts += result.sketch_conflicts
+    summary.overlaps_read += result.overlaps_read
+    summary.stream_requests += result.stream_requests
+    summary.unresolved.extend(result.unresolved)
 
 
 def _stream_arn(event: Mapping[str, Any], records: list[Any]) -> str | None:

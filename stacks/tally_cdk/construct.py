@@ -83,7 +83,10 @@ HANDLER_METRICS = (
     "CommitRetries",
     "WindowStatesDiscarded",
     "UpdatesResumed",
-    "OverlapsRefused",
+    "OverlapsReadAgain",
+    "StreamReadRequests",
+    "WindowStatesRebuilt",
+    "ItemsUnresolved",
 )
 
 # The handler folds a batch in memory and commits one UpdateItem per bucket item of a
@@ -456,11 +459,12 @@ class Tally(Construct):
                 self._handler_metric("WindowStatesDiscarded"),
             ),
             self._alarm_above(
-                "OverlapRefusedAlarm",
-                "A segment overlapped what a bucket item already took from its shard, cut elsewhere by an earlier "
-                "reader, and could not be split: the invocation fails until it is resolved; the function's log names "
-                "the item and the sequence range (docs/guarantees.md, Reading a stream again)",
-                self._handler_metric("OverlapsRefused"),
+                "ItemsUnresolvedAlarm",
+                "An overlap with what an earlier reader of the shard took could not be split (its records had left "
+                "the stream): the bucket items it names are low by at most the bound the function's log gives, "
+                "reads mark their counters not exact, and the shard went on. Repair them from the events table: "
+                "scripts/audit.py COUNTER --repair (docs/guarantees.md, Reading a stream again)",
+                self._handler_metric("ItemsUnresolved"),
             ),
         ]
         if self.read_api is not None:

@@ -24,7 +24,8 @@ from typing import Any
 from boto3.dynamodb.types import TypeSerializer
 from tally.core.amounts import average_of, decimal_of
 from tally.core.buckets import Bucket, buckets_of
-from tally.core.commit import Writer
+from tally.core.commit import ReadRecords, Writer
+from tally.core.overlaps import RecordsAgain
 from tally.core.histograms import bin_of
 from tally.core.records import MAX_COUNTER_LENGTH, CounterEvent, Outcome, Reason
 from tally.core.rules import parse_rules
@@ -178,6 +179,20 @@ class Stream:
     shards: dict[str, list[dict[str, Any]]]  # shard id -> records in stream order
     expected: Expected
     identical_rewrites: int = 0
+    trimmed: dict[str, int] = field(default_factory=dict)  # shard id -> records trimmed from its start
+    reads_again: int = 0
+
+    def read_again(self, step: ReadRecords) -> RecordsAgain:
+        """A shard's records from ``step.first`` through ``step.through`` as GetRecords gives them (1,000 a page),
+        or None as the Streams API refuses a range that starts before the shard's trim horizon."""
+        self.reads_again += 1
+        shard = step.writer.shard_id or ""
+        kept = self.shards.get(shard, [])[self.trimmed.get(shard, 0):]
+        first, through = int(step.first), int(step.through)
+        if not kept or int(kept[0]["dynamodb"]["SequenceNumber"]) > first:
+            return RecordsAgain(None, "TrimmedDataAccessException: the range was trimmed", 1)
+        selected = [r for r in kept if first <= int(r["dynamodb"]["SequenceNumber"]) <= through]
+        return RecordsAgain(selected, requests=1 + len(selected) // 1000 + 1)
 
     @property
     def records(self) -> int:

@@ -24,7 +24,7 @@ from tally.core.settings import Settings
 from tally.dynamo.tables import create_tables
 from tally import exports
 from tally.local.dynamodb_local import DynamoDBLocalServer
-from tally.local.stream_reader import lambda_record
+from tally.dynamo.stream import lambda_record
 
 pytestmark = [pytest.mark.server, pytest.mark.parametrize("backend", BACKENDS)]
 

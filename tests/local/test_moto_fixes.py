@@ -17,7 +17,7 @@ from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.tables import EVENTS_TABLE, events_table_for
 from tally.local.moto_fixes import expire_items
-from tally.local.stream_reader import lambda_record
+from tally.dynamo.stream import lambda_record
 
 NOW_S = 1_795_000_000
 T = TypeVar("T")

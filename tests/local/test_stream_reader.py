@@ -8,7 +8,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tally.local.delivery import DeliveryConfig
-from tally.local.stream_reader import StreamReader, lambda_record
+from tally.dynamo.stream import lambda_record
+from tally.local.stream_reader import StreamReader
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
 ARRIVAL = datetime(2026, 11, 22, 10, 0, 5, 250_000, tzinfo=UTC)

@@ -36,7 +36,10 @@ HANDLER_METRICS = {
     "CommitRetries",
     "WindowStatesDiscarded",
     "UpdatesResumed",
-    "OverlapsRefused",
+    "OverlapsReadAgain",
+    "StreamReadRequests",
+    "WindowStatesRebuilt",
+    "ItemsUnresolved",
 }
 
 
@@ -356,7 +359,7 @@ def test_six_alarms_watch_the_failure_signals(template, ids):
         "ApproximateNumberOfMessagesVisible",
         "RecordsRejected",
         "WindowStatesDiscarded",
-        "OverlapsRefused",
+        "ItemsUnresolved",
     }
     expected = {
         "IteratorAge": ("AWS/Lambda", "Maximum", 6 * 60 * 1000, [{"Name": "FunctionName", "Value": {"Ref": ids["function"]}}]),
@@ -369,7 +372,7 @@ def test_six_alarms_watch_the_failure_signals(template, ids):
         ),
         "RecordsRejected": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
         "WindowStatesDiscarded": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
-        "OverlapsRefused": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
+        "ItemsUnresolved": ("Tally", "Sum", 0, [{"Name": "service", "Value": "tally"}]),
     }
     for metric, (namespace, statistic, threshold, dimensions) in expected.items():
         alarm = alarms[metric]

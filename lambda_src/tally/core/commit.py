@@ -21,14 +21,22 @@ watermark at or past the item's last record in the segment means applied
 before; one inside the segment means another reader cut the stream elsewhere
 and the item took the segment's first part, so it is sent exactly the rest,
 rebuilt from the records the segment holds (``untaken``), conditioned on the
-watermark it showed; where the records are not held (they came in the window
-state as sums), the commit is refused (``OverlapRefused``), loudly, with the
-range. Anything else fails the commit.
+watermark it showed. Where the records are not held (they came in the window
+state as sums), the commit reads them again from the stream, once per segment
+(``ReadRecords``, core/overlaps.py), and splits there. Where they cannot be
+read again (trimmed from the stream) or no longer add up to what the state
+carried, the item is left unresolved: it is sent the part it surely has not
+taken, its watermark moves on, it is marked (``UNRESOLVED_ATTRIBUTE``, which
+reads show) and an unresolved record names it and the range for the repair
+(``scripts/audit.py --repair``); every other item commits as usual, and the
+shard moves on. An unresolved item is low, never high. Anything else fails
+the commit.
 
 The watermark's last byte (``THROUGH``) tells it from the previous release's,
 which held the first record of the last segment taken: those are still read,
 exactly as that release did for its own segments (the same first record means
-the same segment), and a segment they cannot place is refused too.
+the same segment), and an item whose such watermark names another segment is
+left unresolved too.
 
 What a reader sees meanwhile: a segment's hour items are all written before
 any of its minute items (two phases). A window read while a segment is half
@@ -70,11 +78,19 @@ from typing import Any
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
 from tally.core.histograms import NEGATIVE, POSITIVE, ZERO_BIN, is_bin
+from tally.core.overlaps import RecordsAgain, Unmatched, with_carried_records
 from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
 from tally.core.segments import Delta, Item, Segment
 from tally.core.settings import Settings
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE
+from tally.core.tables import (
+    COUNT_ATTRIBUTE,
+    COUNTS_TABLE,
+    SUM_ATTRIBUTE,
+    TTL_ATTRIBUTE,
+    UNRESOLVED_ATTRIBUTE,
+    UNRESOLVED_PARTITION,
+)
 
 # Watermark attributes start with this character and no other attribute does, so an item's
 # writers can be told from its aggregates at a glance (and by code that prunes them).
@@ -120,8 +136,13 @@ class Answer:
     watermark: bytes | None = None
 
 
-class OverlapRefused(RuntimeError):
-    """An item took part of a segment, and the part it has not taken cannot be told from the rest."""
+class Unsplit(Exception):
+    """An item took part of a segment, and the part it has not taken cannot be told from the records the segment
+    holds; ``carried``: the records it needs came in the window state as sums, and the stream may still hold them."""
+
+    def __init__(self, why: str, *, carried: bool) -> None:
+        super().__init__(why)
+        self.carried = carried
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,11 @@ class CommitResult:
     resumed: int = 0
     sketches_written: int = 0  # the distinct counters' sketch items, merged after the counts (sketch_writes.py)
     sketch_conflicts: int = 0  # sketch writes that lost a race to another writer and merged again
+    # Carried records read again from the stream to split an overlap (at most once a segment), and the requests.
+    overlaps_read: int = 0
+    stream_requests: int = 0
+    # Items left unresolved: sent what they surely had not taken, marked, and recorded for the repair.
+    unresolved: tuple[Unresolved, ...] = ()
 
 
 class RetriesExhausted(RuntimeError):
@@ -157,11 +183,14 @@ class Writer:
     source: str
     legacy_source: str
     label: str = field(default="", compare=False)  # what an operator calls it: the shard id, the export's ARN
+    # Where its records can be read again: a stream shard's (None for an export).
+    stream_arn: str | None = field(default=None, compare=False)
+    shard_id: str | None = field(default=None, compare=False)
 
     @classmethod
     def of_shard(cls, stream_arn: str | None, shard_id: str | None) -> Writer:
         source = source_id(stream_arn, shard_id)
-        return cls(source, source, shard_id or "")
+        return cls(source, source, shard_id or "", stream_arn, shard_id)
 
     @classmethod
     def of_export(cls, export_arn: str) -> Writer:
@@ -242,11 +271,63 @@ class Update:
     position: bytes  # the segment's first record: a watermark at or past it makes the condition fail
     added: int = 0  # the count it adds
     resumes: int = 0  # how often the item was judged to hold part of the segment before this update
+    unresolved: Unresolved | None = None  # the item's part it cannot place, which this update marks
 
     @property
     def name(self) -> str:
         counter, bucket = self.item
         return f"{counter} {bucket.sort_key}"
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """An item left unresolved by a segment: the records of ``writer`` from ``first`` to ``last`` of which it
+    may lack up to ``missing_at_most`` (those past its watermark ``seen`` that could not be placed), and why."""
+
+    item: Item
+    writer: Writer
+    first: str
+    last: str
+    seen: int
+    missing_at_most: int
+    why: str
+
+    @property
+    def mark(self) -> str:
+        """What the item itself keeps in its UNRESOLVED_ATTRIBUTE string set: short, since the item is read often."""
+        return f"{self.writer.tag} {self.first}..{self.last} <={self.missing_at_most}"
+
+    def record(self, settings: Settings) -> dict[str, Any]:
+        """The unresolved record the repair lists (UNRESOLVED_PARTITION), kept as long as the bucket is."""
+        counter, bucket = self.item
+        key = f"{counter}|{bucket.sort_key}|{self.writer.tag}|{self.first}"
+        fields = {
+            COUNTS_TABLE.partition_key: UNRESOLVED_PARTITION,
+            COUNTS_TABLE.sort_key: hashlib.sha256(key.encode("utf-8")).hexdigest()[:32],
+            "counter": counter,
+            "bucket": bucket.sort_key,
+            "lane": str(self.writer.lane(settings.bucket_lanes)),
+            "writer": self.writer.tag,
+            "shard": self.writer.label,
+            "records": f"{self.first}..{self.last}",
+            "seen": str(self.seen),
+            "missing_at_most": str(self.missing_at_most),
+            "why": self.why[:1000],
+            "mark": self.mark,
+        }
+        item: dict[str, Any] = {name: {"S": value} for name, value in fields.items()}
+        item[TTL_ATTRIBUTE] = {"N": str(bucket.ttl_seconds(settings))}
+        return item
+
+
+@dataclass(frozen=True)
+class ReadRecords:
+    """Read ``writer``'s records from ``first`` through ``through`` again from its stream; the driver answers with
+    a RecordsAgain."""
+
+    writer: Writer
+    first: str
+    through: str
 
 
 @dataclass(frozen=True)
@@ -278,7 +359,9 @@ class Pause:
     seconds: float
 
 
-CommitStep = ReadMarkers | Send | Put | Pause
+CommitStep = ReadMarkers | ReadRecords | Send | Put | Pause
+# What answers a ReadRecords: dynamo/stream.py's ShardRecords over the Streams API, or a test's stream.
+ReadAgain = Callable[[ReadRecords], RecordsAgain]
 
 
 def additions(delta: Delta) -> dict[str, int | Decimal]:
@@ -302,6 +385,7 @@ def bucket_update(
     position: bytes,
     watermark: bytes,
     seen: bytes | None = None,
+    mark: str | None = None,
 ) -> dict[str, Any]:
     """The UpdateItem request that adds ``added`` (attribute -> amount, one ADD term each) to one item, once.
 
@@ -309,7 +393,8 @@ def bucket_update(
     entry of ``added``, and shares the item's watermark and its condition.
     Histogram bins (up to MAX_ITEM_BINS) take the short placeholders of
     ``bin_additions``, so that all of them fit DynamoDB's 4 KB expression.
-    ``seen``: the rest of a segment, sent only if the item still holds that watermark.
+    ``seen``: the rest of a segment, sent only if the item still holds that watermark. ``mark``: added to the
+    item's UNRESOLVED_ATTRIBUTE string set (an item left unresolved).
     """
     names = {"#ttl": TTL_ATTRIBUTE, "#w": tag}
     values: dict[str, Any] = {":ttl": {"N": str(ttl_seconds)}, ":to": {"B": watermark}}
@@ -327,6 +412,9 @@ def bucket_update(
         # DynamoDB adds numbers exactly; amounts.py keeps every bucket's sum within its 38 digits.
         values[f":a{index}"] = {"N": str(amount) if type(amount) is int else text_of(amount)}
         terms.append(f"#a{index} :a{index}")
+    if mark is not None:
+        names["#u"], values[":u"] = UNRESOLVED_ATTRIBUTE, {"SS": [mark]}
+        terms.append("#u :u")
     adds = ", ".join(terms) + (bin_additions(bins, names, values) if bins else "")
     return {
         "TableName": table_name,
@@ -366,18 +454,20 @@ def item_update(
     position: bytes,
     watermark: bytes,
     seen: bytes | None = None,
+    unresolved: Unresolved | None = None,
 ) -> Update:
     """One bucket item's update for ``delta`` of the segment at ``position`` that leaves ``watermark`` (the rest
-    of it, on the watermark ``seen``)."""
+    of it, on the watermark ``seen``; marking the item ``unresolved``)."""
     counter, bucket = delta[0]
     key = {
         COUNTS_TABLE.partition_key: counter,
         COUNTS_TABLE.sort_key: lane_sort_key(bucket.sort_key, writer.lane(settings.bucket_lanes)),
     }
+    mark = None if unresolved is None else unresolved.mark
     request = bucket_update(
-        table_name, key, additions(delta), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen
+        table_name, key, additions(delta), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen, mark
     )
-    return Update(delta[0], request, writer.tag, position, delta[1])
+    return Update(delta[0], request, writer.tag, position, delta[1], unresolved=unresolved)
 
 
 def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) -> Delta | None:
@@ -387,9 +477,9 @@ def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) 
     The item holds every record of the writer up to its watermark. The
     segment knows where each record it holds lies; those it carried in the
     window state it knows only as sums, anywhere from its first record to
-    ``unheld_through``. Raises OverlapRefused where the watermark falls among
-    records known only as sums, or where a previous release's watermark names
-    another segment that overlaps this one.
+    ``unheld_through``. Raises Unsplit where the watermark falls among records
+    known only as sums (``carried``: reading them again may resolve it), or where
+    a previous release's watermark names another segment that overlaps this one.
     """
     held = list(_held_for(segment, item))
     carried = segment.deltas[item] - len(held)
@@ -401,15 +491,14 @@ def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) 
     if not watermark.through:  # the previous release's: the first record of the segment it took last
         if at == first or at >= item_last:
             return None
-        raise OverlapRefused(_refusal(segment, item, writer, watermark, "its watermark, of the previous release, "
-                                      f"names a segment from {at} whose end it does not keep"))
+        raise Unsplit(f"its watermark, of the previous release, names a segment from {at} whose end it does not keep",
+                      carried=False)
     if at >= item_last:
         return None
     if at < item_first:
         return segment_delta(segment, item)
     if carried and at < carried_through:
-        raise OverlapRefused(_refusal(segment, item, writer, watermark, f"records {first}..{carried_through} "
-                                      "came in the window state as sums and cannot be split there"))
+        raise Unsplit(f"records {first}..{carried_through} came in the window state as sums", carried=True)
     rest = [(units, bin) for position, units, bin in held if position > at]
     units = sum(u for u, _ in rest if u is not None) if item in segment.sums else None
     bins = dict(Counter(bin for _, bin in rest if bin is not None)) or None
@@ -429,14 +518,25 @@ def _held_for(segment: Segment, item: Item) -> Iterator[tuple[int, int | None, s
                 yield position, units, bin
 
 
-def _refusal(segment: Segment, item: Item, writer: Writer, watermark: Watermark, why: str) -> str:
-    counter, bucket = item
-    return (
-        f"records {segment.first_sequence}..{segment.last_sequence} of writer {writer.label or writer.tag} "
-        f"({writer.tag}) overlap what {counter} {bucket.sort_key} already took (through {watermark.position}), "
-        f"and {why}: its count is left as it is and the invocation fails; recount {counter} with "
-        "scripts/audit.py (docs/guarantees.md, Reading a stream again)"
+def unresolved_rest(segment: Segment, item: Item, watermark: Watermark, writer: Writer, why: str) -> tuple[Delta, Unresolved]:
+    """What an item ``untaken`` could not split is sent instead: the records it surely has not taken (those held
+    past both its watermark and the records carried as sums; none past a previous release's watermark, whose
+    segment's end is unknown), and the Unresolved that bounds the rest it may lack."""
+    held = list(_held_for(segment, item))
+    at = watermark.position
+    if watermark.through:
+        unheld = segment.unheld_through if segment.unheld_through is not None else at
+        sure = [(units, bin) for position, units, bin in held if position > max(at, unheld)]
+    else:
+        sure = []
+    taken = sum(1 for position, _, _ in held if position <= at)
+    units = sum(u for u, _ in sure if u is not None) if item in segment.sums else None
+    bins = dict(Counter(bin for _, bin in sure if bin is not None)) or None
+    unresolved = Unresolved(
+        item, writer, segment.first_sequence, segment.last_sequence, at,
+        missing_at_most=segment.deltas[item] - len(sure) - taken, why=why,
     )
+    return (item, len(sure), units, bins, None), unresolved
 
 
 def count_of(item: Mapping[str, Any] | None) -> int | None:
@@ -497,6 +597,10 @@ def commit_steps(
     Each phase sends its updates; the throttled ones are sent again after a
     pause, up to ``backoff().attempts`` rounds, then RetriesExhausted is
     raised so that Lambda retries the invocation. The driver raises on FAIL.
+    An item that took part of the segment is sent the rest (``untaken``); where
+    that needs records the window state carried as sums, they are read again
+    (one ReadRecords a segment at most), and where they cannot be, the item is
+    left unresolved (its record put before the update that marks it).
     """
     skip: list[Item] = []
     if after_previous_release:
@@ -513,6 +617,7 @@ def commit_steps(
     lane = writer.lane(settings.bucket_lanes)
     ranks: list[dict[str, Any]] = []
     ranked = 0
+    overlap = _Overlap(segment)
     for phase in segment_updates(segment, writer, table_name, settings, skip):
         pending = phase
         for delay in backoff().delays():
@@ -523,11 +628,12 @@ def commit_steps(
             answers = yield Send(pending)
             if answers is None or len(answers) != len(pending):
                 raise ValueError("a Send step needs one answer per update")
+            rests = yield from overlap.rests(pending, answers, writer, table_name, settings, backoff)
             retry = []
             for update, answer in zip(pending, answers):
                 outcome = answer.outcome if isinstance(answer, Answer) else None
                 if outcome is Outcome.TAKEN:
-                    rest = _rest_of(update, answer, segment, writer, table_name, settings)
+                    rest = rests[id(update)]
                     if rest is not None:
                         resumed += update.resumes == 0
                         retry.append(rest)
@@ -536,6 +642,8 @@ def commit_steps(
                     already += 1
                 elif outcome is Outcome.APPLIED:
                     applied += 1
+                    if update.unresolved is not None:
+                        overlap.unresolved.append(update.unresolved)
                 elif outcome is Outcome.RETRY:
                     retry.append(update)
                     continue
@@ -556,26 +664,112 @@ def commit_steps(
         if ranks:  # the hours' levels, before the minutes: the index lags its counts by one round trip
             ranked += yield from put_steps(ranks, backoff, f"rank records of segment {segment.first_sequence}")
             ranks = []
-    return CommitResult(applied, already, retries, born=tuple(born), ranked=ranked, resumed=resumed)
-
-
-def _rest_of(
-    update: Update, answer: Answer, segment: Segment, writer: Writer, table_name: str, settings: Settings
-) -> Update | None:
-    """The update that sends an item what it has not taken of the segment, on the watermark it showed; None
-    when it took everything. A watermark moving on under the resumed update (another reader of the same
-    shard at work) is judged again, MAX_RESUMES times at most."""
-    if answer.watermark is None:
-        raise ValueError(f"a taken answer carries the item's watermark: {answer!r}")
-    if update.resumes >= MAX_RESUMES:
-        raise RetriesExhausted(f"{update.name}: its watermark kept moving under {MAX_RESUMES} resumed updates")
-    rest = untaken(segment, update.item, Watermark.decode(answer.watermark), writer)
-    if rest is None:
-        return None
-    resend = item_update(
-        rest, writer, table_name, settings, update.position, writer.watermark(segment), seen=answer.watermark
+    return CommitResult(
+        applied,
+        already,
+        retries,
+        born=tuple(born),
+        ranked=ranked,
+        resumed=resumed,
+        overlaps_read=overlap.reads,
+        stream_requests=overlap.stream_requests,
+        unresolved=tuple(overlap.unresolved),
     )
-    return dataclasses.replace(resend, resumes=update.resumes + 1)
+
+
+class _Overlap:
+    """How one commit sends items what they have not taken of its segment: from the records it holds, from its
+    carried records read again (once), or, where neither places them, as unresolved items."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.reads = 0
+        self.stream_requests = 0
+        self.why_not_read: str | None = None  # why the carried records could not be used, once tried
+        self.unresolved: list[Unresolved] = []
+
+    def rests(
+        self,
+        pending: Sequence[Update],
+        answers: Sequence[Any],
+        writer: Writer,
+        table_name: str,
+        settings: Settings,
+        backoff: Callable[[], Backoff],
+    ) -> Generator[CommitStep, Any, dict[int, Update | None]]:
+        """The update each taken answer leads to (None: the item took it all), by id of the update answered."""
+        rests: dict[int, Update | None] = {}
+        unsplit: list[tuple[Update, Answer, Unsplit]] = []
+        for update, answer in zip(pending, answers):
+            if isinstance(answer, Answer) and answer.outcome is Outcome.TAKEN:
+                try:
+                    rests[id(update)] = self._rest_of(update, answer, writer, table_name, settings)
+                except Unsplit as error:
+                    unsplit.append((update, answer, error))
+        if not unsplit:
+            return rests
+        if any(error.carried for _, _, error in unsplit) and self.why_not_read is None:
+            yield from self._read_carried(writer, settings)
+        marked: list[Update] = []
+        for update, answer, error in unsplit:
+            try:
+                rests[id(update)] = self._rest_of(update, answer, writer, table_name, settings)
+            except Unsplit as still:
+                why = f"{still}; {self.why_not_read}" if still.carried and self.why_not_read else str(still)
+                marked.append(self._unresolved_update(update, answer, writer, table_name, settings, why))
+                rests[id(update)] = marked[-1]
+        # The records first: an item marked and then lost to a crash would never be listed for the repair.
+        records = [update.unresolved.record(settings) for update in marked if update.unresolved is not None]
+        yield from put_steps(list({item["sk"]["S"]: item for item in records}.values()), backoff, "unresolved records")
+        return rests
+
+    def _read_carried(self, writer: Writer, settings: Settings) -> Generator[CommitStep, Any, None]:
+        segment = self.segment
+        if segment.carried_last is None or writer.shard_id is None:
+            self.why_not_read = "the records are not held (an export's segment)"
+            return
+        self.reads += 1
+        again = yield ReadRecords(writer, segment.first_sequence, segment.carried_last)
+        if not isinstance(again, RecordsAgain):
+            raise ValueError(f"a ReadRecords step needs a RecordsAgain, not {again!r}")
+        self.stream_requests += again.requests
+        if again.records is None:
+            self.why_not_read = f"reading them again from the stream failed: {again.why_not}"
+            return
+        try:
+            self.segment = with_carried_records(segment, again.records, settings)
+            self.why_not_read = ""
+        except Unmatched as error:
+            self.why_not_read = f"the records read again from the stream differ: {error}"
+
+    def _rest_of(
+        self, update: Update, answer: Answer, writer: Writer, table_name: str, settings: Settings
+    ) -> Update | None:
+        """The update that sends an item what it has not taken of the segment, on the watermark it showed; None
+        when it took everything. A watermark moving on under the resumed update (another reader of the same
+        shard at work) is judged again, MAX_RESUMES times at most."""
+        if answer.watermark is None:
+            raise ValueError(f"a taken answer carries the item's watermark: {answer!r}")
+        if update.resumes >= MAX_RESUMES:
+            raise RetriesExhausted(f"{update.name}: its watermark kept moving under {MAX_RESUMES} resumed updates")
+        rest = untaken(self.segment, update.item, Watermark.decode(answer.watermark), writer)
+        if rest is None:
+            return None
+        resend = item_update(
+            rest, writer, table_name, settings, update.position, writer.watermark(self.segment), seen=answer.watermark
+        )
+        return dataclasses.replace(resend, resumes=update.resumes + 1)
+
+    def _unresolved_update(
+        self, update: Update, answer: Answer, writer: Writer, table_name: str, settings: Settings, why: str
+    ) -> Update:
+        assert answer.watermark is not None
+        rest, unresolved = unresolved_rest(self.segment, update.item, Watermark.decode(answer.watermark), writer, why)
+        resend = item_update(
+            rest, writer, table_name, settings, update.position, writer.watermark(self.segment),
+            seen=answer.watermark, unresolved=unresolved,
+        )
+        return dataclasses.replace(resend, resumes=update.resumes + 1)
 
 
 def rank_level(update: Update, answer: Answer, settings: Settings) -> int | None:

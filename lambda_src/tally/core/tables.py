@@ -63,3 +63,8 @@ COUNT_ATTRIBUTE = "count"
 SUM_ATTRIBUTE = "sum"  # only in the buckets of summing counters
 SKETCH_ATTRIBUTE = "hll"  # only in the buckets of distinct counters: a sketch of their values (core/sketches.py)
 TTL_ATTRIBUTE = "ttl"
+# Only on a bucket item an overlap left unresolved (core/commit.py): a string set of what it may lack; reads
+# show the counters whose items carry it as not exact until the repair (scripts/audit.py --repair) clears it.
+UNRESOLVED_ATTRIBUTE = "unresolved"
+# The partition of the unresolved records, one per unresolved item and range, that the repair lists.
+UNRESOLVED_PARTITION = "#unresolved"

@@ -22,7 +22,9 @@ from tally.core.commit import (
     Outcome,
     Pause,
     Put,
+    ReadAgain,
     ReadMarkers,
+    ReadRecords,
     RetriesExhausted,
     Send,
     Update,
@@ -31,6 +33,7 @@ from tally.core.commit import (
     condition_failed,
     count_of,
 )
+from tally.core.overlaps import RecordsAgain
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
 from tally.core.sketch_writes import (
@@ -71,6 +74,7 @@ class CommitFailed(RuntimeError):
 class SegmentCommits(TableAccess):
     """The commit path of ``CountsTable``: a segment's updates, ``workers`` at a time, then its sketch merges."""
 
+    read_again: ReadAgain | None
     commit_backoff: Callable[[], Backoff]
     sketch_backoff: Callable[[], Backoff]
     workers: int
@@ -105,6 +109,8 @@ class SegmentCommits(TableAccess):
                     reply = None
                 elif isinstance(step, ReadMarkers):
                     reply = self._markers_exist(step.keys)
+                elif isinstance(step, ReadRecords):
+                    reply = self.read_again(step) if self.read_again else RecordsAgain(None, "no stream reader")
                 elif isinstance(step, ReadSketches):
                     reply = self._read_sketches(step.keys)
                 elif isinstance(step, WriteSketches):

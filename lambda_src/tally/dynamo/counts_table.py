@@ -10,6 +10,7 @@ from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.settings import Settings
 from tally.dynamo.backfill import BackfillClaims
 from tally.dynamo.calls import Key, batch_write, key_of
+from tally.core.commit import ReadAgain
 from tally.dynamo.commit import COMMIT_WORKERS, PREVIOUS_RELEASE_MARGIN_MS, SegmentCommits
 from tally.dynamo.fetch import Fetches
 from tally.dynamo.settings import PublishedSettingsItem
@@ -32,13 +33,16 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         *,
         workers: int = COMMIT_WORKERS,
         previous_release_until_ms: int | None = None,
+        read_again: ReadAgain | None = None,
     ) -> None:
         """``backoff`` paces every retry when given; by default reads use ``Backoff`` and commits ``commit_backoff``.
 
         ``workers``: updates of a segment sent at once. ``previous_release_until_ms``:
         segments whose first record arrived before it are checked for the previous
         release's markers (default: this process's start plus PREVIOUS_RELEASE_MARGIN_MS).
-        Sketch merges use ``sketch_backoff`` unless ``backoff`` is given.
+        Sketch merges use ``sketch_backoff`` unless ``backoff`` is given. ``read_again``: what reads a shard's
+        records again to split an overlap (``ShardRecords(streams_client).read``); without it such an item is
+        left unresolved.
         """
         self.client = client
         self.table_name = table_name
@@ -47,6 +51,7 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         self.commit_backoff = backoff or commit_backoff
         self.sketch_backoff = backoff or sketch_backoff
         self.workers = workers
+        self.read_again = read_again
         if previous_release_until_ms is None:
             previous_release_until_ms = int(time.time() * 1000) + PREVIOUS_RELEASE_MARGIN_MS
         self.previous_release_until_ms = previous_release_until_ms

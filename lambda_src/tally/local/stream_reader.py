@@ -23,32 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.dynamo.stream import GET_RECORDS_LIMIT, lambda_record
 from tally.local.delivery import DeliveryConfig, Handler, RetryHook, ShardDelivery
 
 logger = logging.getLogger(__name__)
-
-GET_RECORDS_LIMIT = 1000  # the Streams API maximum
-
-
-def lambda_record(record: dict[str, Any], stream_arn: str) -> dict[str, Any]:
-    """boto3's stream record -> Lambda's: arrival as epoch seconds, the stream's ARN on the record,
-    the user identity of a TTL deletion spelt as Lambda spells it (``type``, ``principalId``)."""
-    stream = dict(record["dynamodb"])
-    arrival = stream.get("ApproximateCreationDateTime")
-    if isinstance(arrival, datetime):
-        stream["ApproximateCreationDateTime"] = arrival.timestamp()
-    converted = {key: value for key, value in record.items() if key != "dynamodb"}
-    converted["dynamodb"] = stream
-    converted["eventSourceARN"] = stream_arn
-    identity = record.get("userIdentity")
-    if isinstance(identity, dict):
-        converted["userIdentity"] = {"type": identity.get("Type"), "principalId": identity.get("PrincipalId")}
-    return converted
 
 
 @dataclass
