@@ -75,6 +75,12 @@ class Count(Closed):
     distinct_by_hour: dict[Hour, int] | Absent = None
     quantiles_by_hour: dict[Hour, dict[str, DecimalText | None]] | Absent = None
     series: list[SeriesPoint] | Absent = Field(None, description="when series is asked: every minute or hour, in order")
+    unresolved: list[str] | Absent = Field(
+        None,
+        description="only when the total is not exact: buckets read that an overlap left unresolved (their records "
+        "had left the stream), each with what it may lack ('<=3' events); scripts/audit.py COUNTER --repair "
+        "recounts them from the events table",
+    )
 
 
 class CountsAnswer(Closed):

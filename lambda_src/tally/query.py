@@ -95,6 +95,14 @@ class WindowCount:
     quantiles: tuple[str, ...] = ()  # the quantiles asked, as written ("0.99"): what ``as_json`` answers
     sketch: Sketch | None = None  # for a distinct counter: its distinct values in the window
     sketch_by_hour: dict[datetime, Sketch] | None = None
+    # Buckets read whose items an overlap left unresolved: the total may be low, by at most what each mark bounds
+    # ("H#2026-11-22T13: ~tag first..last <=3"), until scripts/audit.py COUNTER --repair recounts them.
+    unresolved: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        """Whether every bucket the window read holds every event counted in it (none left unresolved)."""
+        return not self.unresolved
 
     @property
     def distinct(self) -> int | None:
@@ -167,6 +175,8 @@ class WindowCount:
             }
         if self.series is not None:
             result["series"] = [point.as_json(quantiles) for point in self.series]
+        if self.unresolved:
+            result["unresolved"] = list(self.unresolved)
         return result
 
 
@@ -305,6 +315,9 @@ def _result(counter: str, context: _Context, fetched: Fetched, rules: Rules) -> 
         quantiles=context.quantiles,
         sketch=totals.sketch,
         sketch_by_hour=_by_hour(totals.sketch_by_hour),
+        unresolved=tuple(
+            f"{sk}: {mark}" for (pk, sk), marks in sorted(fetched.unresolved.items()) if pk == counter for mark in sorted(marks)
+        ),
     )
 
 

@@ -520,6 +520,13 @@ class Reader:
                 f"({self.settings.minute_retention_ms // 3_600_000} h): answered over whole hours there, {first.window}"
             )
         notes.extend(self.settings_differences())
+        notes.extend(
+            f"{result.counter!r} is not exact: {len(result.unresolved)} bucket item(s) it read were left unresolved "
+            f"by an overlap whose records had left the stream, and may be low (e.g. {result.unresolved[0]}); "
+            f"scripts/audit.py {result.counter} --repair recounts them from the events table"
+            for result in results
+            if result.unresolved
+        )
         if first.window.start_ms > now_ms():
             notes.append(f"the window {first.window} lies entirely in the future: nothing can be counted in it yet")
             return notes

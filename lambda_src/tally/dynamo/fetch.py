@@ -16,7 +16,7 @@ from tally.core.buckets import bucket_item_keys, last_lane_bound, sketch_partiti
 from tally.core.commit import RetriesExhausted
 from tally.core.histograms import is_bin
 from tally.core.sketches import Sketch
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SKETCH_ATTRIBUTE, SUM_ATTRIBUTE
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SKETCH_ATTRIBUTE, SUM_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
 from tally.dynamo.calls import BATCH_GET_LIMIT, Key, TableAccess, key_of, retried_while_throttled
 
 
@@ -29,6 +29,8 @@ class Fetched:
     sums: dict[Key, int] = field(default_factory=dict)
     bins: dict[Key, dict[str, int]] = field(default_factory=dict)
     sketches: dict[Key, Sketch] = field(default_factory=dict)
+    # Buckets one of whose items an overlap left unresolved (core/commit.py): what their marks say.
+    unresolved: dict[Key, set[str]] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
 
@@ -43,6 +45,8 @@ class Fetched:
             if is_bin(name):
                 bins = self.bins.setdefault(key, {})
                 bins[name] = bins.get(name, 0) + int(value["N"])
+        if UNRESOLVED_ATTRIBUTE in item:
+            self.unresolved.setdefault(key, set()).update(item[UNRESOLVED_ATTRIBUTE]["SS"])
         if SKETCH_ATTRIBUTE in item:
             sketch = Sketch.from_bytes(item[SKETCH_ATTRIBUTE]["B"])
             if key in self.sketches:
@@ -57,6 +61,7 @@ class Fetched:
         self.sums.update(other.sums)
         self.bins.update(other.bins)
         self.sketches.update(other.sketches)
+        self.unresolved.update(other.unresolved)
         self.requests += other.requests
         self.items += other.items
 
