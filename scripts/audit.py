@@ -54,6 +54,15 @@ the items the filter lets through to S3; this command reads those and
 recounts them here (--here Scans from this machine instead). Give a large
 table many segments there (--segments 200). Exit status 0
 when every counter agrees, 1 on any difference, 2 on bad input.
+
+--repair recounts, instead of a window, each bucket that an overlap left
+unresolved (its records had left the stream: the function's log, the
+ItemsUnresolved alarm and every read that touches it say so), of the named
+counters or of all, and adds what it lacks in one transaction that clears
+its marks, if every lane still holds what was read. A bucket lacking more
+than its marks allow, or less than nothing, is left as it is, with the
+reason: run it once the stream has caught up. Run again, it repairs nothing
+twice. Exit status 0 when nothing is left unresolved, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -78,7 +87,11 @@ from botocore.exceptions import ClientError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tally.core.amounts import units_of
+from tally.core.buckets import Bucket
+from tally.core.histograms import bin_of
 from tally.core.instants import InvalidInstant, parse_instant
+from tally.core.repair import Recount, correction
 from tally.core.settings import Settings, SettingsError
 from tally.core.windows import InvalidWindow, parse_length
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
@@ -87,6 +100,7 @@ from tally.local.cli import console as cli_console
 from tally.parallel_audit import audit_work_prefix, gathered_items
 from tally.parallel_backfill import BackfillConfig
 from tally.stack_outputs import AUDIT_STATE_MACHINE_OUTPUT, EXPORTS_OUTPUT, StackOutputsError, stack_outputs
+from tally.dynamo.counts_table import CountsTable
 from tally.reader import Reader
 
 stderr = cli_console(stderr=True)
@@ -104,7 +118,7 @@ MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("counters", nargs="+", metavar="COUNTER", help="counter names")
+    parser.add_argument("counters", nargs="*", metavar="COUNTER", help="counter names (with --repair: all when none)")
     parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
     parser.add_argument(
         "--at",
@@ -115,7 +129,10 @@ def parser() -> argparse.ArgumentParser:
         "--here", action="store_true", help="Scan from this machine even when --stack has the audit's Scan in the account"
     )
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
-    parser.add_argument("--json", action="store_true", help="one JSON object per counter and line")
+    parser.add_argument("--json", action="store_true", help="one JSON object per counter (bucket with --repair) and line")
+    parser.add_argument(
+        "--repair", action="store_true", help="recount and repair the buckets an overlap left unresolved, then exit"
+    )
     add_table_arguments(parser)
     return parser
 
@@ -123,6 +140,12 @@ def parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.repair:
+        repaired = repair(args)
+        show_repairs(repaired, args.json)
+        return 0 if all(row["verdict"] == "repaired" for row in repaired) else 1
+    if not args.counters:
+        raise ScriptError("name at least one counter to audit (or --repair)")
     rows = audit(args)
     show(rows, args.json)
     return 0 if all(row["difference"] in (0, None) for row in rows) else 1
@@ -188,6 +211,109 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
         }
         for answer in answers
     ]
+
+
+def repair(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Recount each unresolved bucket of the counters asked (all when none) and repair those the recount explains."""
+    try:
+        settings = Settings.from_env()
+        rules_text = os.environ.get(RULES_VARIABLE, "").strip()
+        rules = read_rules(rules_text) if rules_text else [classic_rule(settings.counter_attribute)]
+        tables = resolve_tables(args)
+        dynamodb = client("dynamodb")
+        table = CountsTable(dynamodb, tables.counts, settings)
+        records = table.unresolved_records(set(args.counters))
+        if not records:
+            stderr.print("nothing to repair: no bucket is unresolved" + (" for those counters" if args.counters else ""))
+            return []
+        by_bucket: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for record in records:
+            by_bucket.setdefault((record["counter"]["S"], record["bucket"]["S"]), []).append(record)
+        spans = {key: _bucket_minutes(key[1]) for key in by_bucket}
+        counters = sorted({counter for counter, _ in by_bucket})
+        first, last = min(span[0] for span in spans.values()), max(span[1] for span in spans.values())
+        condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first, last)
+        items = scan_with_progress(dynamodb, tables.events, max(1, args.segments), condition)
+        repair_id = f"repair {datetime.now(UTC).isoformat(timespec='seconds')} {uuid.uuid4().hex[:8]}"
+        rows = []
+        for (counter, bucket), bucket_records in sorted(by_bucket.items()):
+            truth = recount_bucket(items, counter, rules, settings.time_attribute, *spans[(counter, bucket)])
+            rows.append(_repair_one(table, counter, bucket, truth, bucket_records, repair_id))
+        return rows
+    except (SettingsError, StackOutputsError, ValueError) as error:
+        raise ScriptError(str(error)) from None
+    except ClientError as error:
+        if explain(error) is not None:
+            raise
+        detail = error.response.get("Error", {})
+        raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
+
+
+REPAIR_ATTEMPTS = 5  # a lane changed between the read and the transaction: read and judge again
+
+
+def _repair_one(table: CountsTable, counter: str, bucket: str, truth: Recount, records: list[dict[str, Any]], repair_id: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"counter": counter, "bucket": bucket, "recount": truth.count}
+    for _ in range(REPAIR_ATTEMPTS):
+        lanes = table.bucket_lanes(counter, bucket)
+        fix = correction(lanes, truth)
+        row["stored"] = sum(lane.count for lane in lanes)
+        if isinstance(fix, str):
+            return {**row, "added": 0, "verdict": "left unresolved", "why": fix}
+        if table.repair_bucket(counter, bucket, lanes, fix, records, repair_id):
+            return {**row, "added": fix.count, "verdict": "repaired", "why": f"lacked {fix.count} of at most {fix.bound}"}
+    return {**row, "added": 0, "verdict": "left unresolved", "why": f"its lanes kept changing over {REPAIR_ATTEMPTS} tries"}
+
+
+def _bucket_minutes(sort_key: str) -> tuple[int, int]:
+    """The first and last minute (since the epoch) of a bucket named by its sort key."""
+    bucket = Bucket.from_sort_key(sort_key)
+    if bucket.kind == "H":
+        return bucket.index * 60, bucket.index * 60 + 59
+    return bucket.index, bucket.index
+
+
+def recount_bucket(
+    items: Iterable[dict[str, Any]], counter: str, rules: list[CounterRule], time_attribute: str, first: int, last: int
+) -> Recount:
+    """A bucket's events, their sum and histogram bins, from raw items, by the audit's reading of the rules; the
+    sums and bins in tally's units and bins (the repair adds them to tally's items)."""
+    count, units, bins, summing = 0, 0, Counter[str](), False
+    for raw in items:
+        try:
+            item = {name: _deserializer.deserialize(value) for name, value in raw.items()}
+        except (TypeError, ValueError, InvalidOperation):
+            continue
+        for rule in rules:
+            minute = event_minute(item.get(rule.time or time_attribute))
+            if minute is None or not first <= minute <= last or rule.names(item) != counter:
+                continue
+            count += 1
+            if rule.sum is not None:
+                summing = True
+                units += units_of(item[rule.sum])
+            if rule.histogram is not None:
+                bins[bin_of(item[rule.histogram])] += 1
+    return Recount(count, units if summing else None, dict(bins))
+
+
+def show_repairs(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    if not rows:
+        return
+    table = Table(title="repair of unresolved buckets")
+    for column in ("counter", "bucket", "stored", "recount", "added", ""):
+        table.add_column(column, justify="left" if column in ("counter", "bucket") else "right")
+    for row in rows:
+        verdict = "[green]REPAIRED" if row["verdict"] == "repaired" else "[red]LEFT UNRESOLVED"
+        table.add_row(row["counter"], row["bucket"], f"{row['stored']:,}", f"{row['recount']:,}", f"{row['added']:+,}", verdict)
+    cli_console().print(table)
+    for row in rows:
+        if row["verdict"] != "repaired":
+            stderr.print(f"{row['counter']} {row['bucket']}: {row['why']}", highlight=False)
 
 
 def window_minutes(text: str) -> int:

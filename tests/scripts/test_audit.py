@@ -353,3 +353,49 @@ def test_a_scan_shows_its_progress_on_stderr(tables, monkeypatch, capsys):
     output = shown.getvalue()
     assert f"scanning {tables.events}" in output and "━" in output  # the bar, drawn while the segments read
     assert f"scanned {len(items):,} items of {tables.events} in 3 segments" in output
+
+
+def test_buckets_an_overlap_left_unresolved_are_repaired_once_from_the_events_table(tables, capsys, monkeypatch):
+    """A first reader commits 60 s windows (closed early); a second reads the whole stream again in batches of 3
+    in a 900 s window, whose state carries what the first took, and the stream answers that those records are
+    trimmed. The shard moves on, reads say which counters are not exact, and the repair makes them exact, once."""
+    from tally.core.overlaps import RecordsAgain
+    from tally.dynamo.stream import ShardRecords
+    from tally.reader import Reader
+
+    end = now_ms() - 5 * MINUTE_MS
+    events = Workload(counters=COUNTERS, hours=2, rate=(20, 40), seed=9).events(end)
+    dynamodb = client("dynamodb")
+    write_items(dynamodb, tables.events, [event.item() for event in events[: len(events) // 2]])
+    run_stream(tables)
+    write_items(dynamodb, tables.events, [event.item() for event in events[len(events) // 2 :]])
+    trimmed = RecordsAgain(None, "TrimmedDataAccessException: the records were trimmed", 1)
+    monkeypatch.setattr(ShardRecords, "read", lambda self, step: trimmed)
+    StreamReader(
+        client("dynamodbstreams"),
+        stream_arn_of(dynamodb, tables.events),
+        local_handler(tables.counts, log_level="CRITICAL"),
+        config=DeliveryConfig(batch_size=3, window_seconds=900),
+        context=LocalContext(),
+    ).run(until_idle=True, idle_polls=1, poll_interval=0, commit_open_windows=True)
+
+    window = ["--window", "3h", "--at", audit._iso(end + 5 * MINUTE_MS).replace("Z", ":00Z")]
+    status, rows = audit_json(capsys, *window)
+    assert status == 1 and all(row["difference"] <= 0 for row in rows.values())  # low, never high
+    reader = Reader(tables.counts, client=dynamodb)
+    answers = reader.count_many(COUNTERS, window="3h")
+    assert any(not answer.exact for answer in answers)
+    assert all(answer.exact == (rows[answer.counter]["difference"] == 0) or not answer.exact for answer in answers)
+    assert any("is not exact" in note and "--repair" in note for note in reader.notes(answers))
+
+    assert audit.main(["--repair", "--json"]) == 0
+    repaired = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert repaired and all(row["verdict"] == "repaired" for row in repaired)
+    assert sum(row["added"] for row in repaired if row["bucket"].startswith("H#")) == -sum(r["difference"] for r in rows.values())
+    status, rows = audit_json(capsys, *window)
+    assert status == 0, rows
+    assert all(answer.exact for answer in reader.count_many(COUNTERS, window="3h"))
+    # Run again: nothing is left to repair, and nothing is added twice.
+    assert audit.main(["--repair", "--json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert audit_json(capsys, *window)[0] == 0

@@ -14,14 +14,15 @@ from tally.core.commit import ReadAgain
 from tally.dynamo.commit import COMMIT_WORKERS, PREVIOUS_RELEASE_MARGIN_MS, SegmentCommits
 from tally.dynamo.fetch import Fetches
 from tally.dynamo.settings import PublishedSettingsItem
+from tally.dynamo.unresolved import UnresolvedItems
 
 
-class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims):
+class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims, UnresolvedItems):
     """The counts table as tally uses it, over a low-level boto3 DynamoDB client.
 
     Each part is in the module of what it serves: ``commit`` in ``dynamo/commit.py``, ``batch_get``, ``query``,
     ``counter_items`` and ``has_counter`` in ``dynamo/fetch.py``, the settings item in ``dynamo/settings.py``,
-    ``claim_backfill`` in ``dynamo/backfill.py``.
+    ``claim_backfill`` in ``dynamo/backfill.py``, the unresolved records and their repair in ``dynamo/unresolved.py``.
     """
 
     def __init__(
