@@ -10,6 +10,7 @@ import time
 
 import pytest
 from script_support import load_script
+from sweeps import sweep
 
 from tally.local.delivery import DeliveryConfig
 from tally.dynamo.counts_table import CountsTable
@@ -219,3 +220,43 @@ def test_rounds_of_events_each_followed_by_a_run_from_the_trim_horizon_end_exact
         argv = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0.1", "--window-seconds", str(window)]
         assert run_stream.main(argv) == 0
         assert hour_counts(tables, counters) == expected, f"after round {round_number + 1}"
+
+
+def runner_pass(tables, rng: random.Random, *, kill_after: int | None) -> None:
+    """One run of the runner with cuts drawn from ``rng`` (batch size, window length, GetRecords limit), from the
+    trim horizon; killed (stopped, its open windows left uncommitted) after ``kill_after`` invocations, or to the
+    end of its windows. An overlap it meets is split on records read again through moto's Streams API."""
+    config = DeliveryConfig(batch_size=rng.choice([1, 2, 3, 5, 10, 1000]), window_seconds=rng.choice([1, 2, 3]))
+    handler = local_handler(tables.counts, log_level="CRITICAL")
+    invocations = 0
+
+    def counted(event, context):
+        nonlocal invocations
+        response = handler(event, context)
+        invocations += 1
+        if kill_after is not None and invocations >= kill_after:
+            reader.stop.set()
+        return response
+
+    reader = StreamReader(client("dynamodbstreams"), stream_arn_of(client("dynamodb"), tables.events), counted,
+                          config=config, context=LocalContext(), limit=rng.choice([1, 7, 100, 1000]))
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0.05)  # a run that gave up would raise DeliveryFailed
+
+
+@pytest.mark.parametrize("seed", sweep([2, 1, 3, 4, 5]))
+def test_the_runner_run_again_with_any_cuts_and_kills_never_gives_up_and_ends_exact(tables, seed):
+    """Rounds of new events over 40 counters, each followed by runs of the runner from the trim horizon with other
+    batch sizes, windows and GetRecords limits, some killed mid-window: no run gives up, and the last one leaves
+    every counter at brute force (a 1-record batch makes every window carry its earlier records as sums)."""
+    rng = random.Random(seed)
+    counters = [f"c/{n:02d}" for n in range(40)]
+    minute = (now_ms() - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
+    for round_number in range(3):
+        for chunk in range(3):  # arrivals over about two seconds: several windows, cut differently by each run
+            drawn = rng.choices(counters, k=rng.randint(10, 30))
+            put_events(tables, {c: drawn.count(c) for c in set(drawn)}, minute, f"s{seed}r{round_number}c{chunk}")
+            time.sleep(0.7)
+        for _ in range(2):
+            runner_pass(tables, rng, kill_after=rng.choice([None, 2, 5, 12]))
+    runner_pass(tables, rng, kill_after=None)
+    assert_counts_match_brute_force(tables, counters, [(now_ms(), 24 * HOUR_MS)])
