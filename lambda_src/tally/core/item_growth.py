@@ -36,8 +36,9 @@ WRITE_UNIT_BYTES = 1024
 SHARDS_PER_LANE = 64
 # Beyond this many KB (more than 4 write units an update), a bucket item holds more than about 200 watermarks:
 # three times the design's lane, and more than a full lane and a histogram's 256 bins take together (about
-# 3 KB). The warning and the stack's ItemGrowthAlarm start there, well before the commits stop keeping up
-# (1,000 shards on one lane in the scale model), while raising bucketLanes is a setting, not an incident.
+# 3 KB). The warning and the stack's ItemGrowthAlarm start there, at less than half the shards at which the
+# scale model's commits start failing on one lane (between 500 and 700), while raising bucketLanes is a
+# setting, not an incident.
 ITEM_GROWTH_KB = 4
 
 
