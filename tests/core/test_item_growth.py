@@ -1,11 +1,9 @@
 """What bucket updates cost (ReturnConsumedCapacity), summed by the commit, and the lanes it recommends."""
 
-import random
-
 import pytest
+from test_commit import HOUR, MINUTE, WRITER, run, segment, steps_of
 
-from tally.core.buckets import Bucket
-from tally.core.commit import Answer, Outcome, Send, Writer, bucket_update, commit_steps, segment_updates
+from tally.core.commit import Answer, Outcome, Send, bucket_update, segment_updates
 from tally.core.item_growth import (
     ITEM_GROWTH_KB,
     SHARDS_PER_LANE,
@@ -13,36 +11,19 @@ from tally.core.item_growth import (
     recommended_bucket_lanes,
     watermarks_in,
 )
-from tally.core.retry import Backoff
-from tally.core.segments import Segment
 from tally.core.settings import MAX_BUCKET_LANES, Settings
-from tally.core.units import HOUR_MS, MINUTE_MS
-
-T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
-HOUR, MINUTE = Bucket.of_hour(T0 // HOUR_MS), Bucket.of_minute(T0 // MINUTE_MS)
-WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/e/stream/x", "shardId-1")
-FIRST, LAST = "100000000000000000180", "100000000000000000260"
 
 
-def segment() -> Segment:
-    deltas = {("a", HOUR): 76, ("a", MINUTE): 76, ("b", HOUR): 5}
-    return Segment(first_sequence=FIRST, first_arrival_ms=T0, last_sequence=LAST, records=81, deltas=deltas)
+def committed(answer):
+    """The result of committing ``segment()``, each update answered by ``answer(update, try)``."""
+    tries = []
 
+    def answers(step):
+        assert isinstance(step, Send)
+        tries.append(step)
+        return [answer(update, len(tries) - 1) for update in step.updates]
 
-def committed(answer) -> object:
-    """The result of committing ``segment()``, each Send answered by ``answer(update, try)``."""
-    steps = commit_steps(segment(), WRITER, "t", Settings(), lambda: Backoff(attempts=4, rng=random.Random(0)))
-    reply, tries = None, 0
-    try:
-        while True:
-            step = steps.send(reply)
-            if isinstance(step, Send):
-                reply = [answer(update, tries) for update in step.updates]
-                tries += 1
-            else:
-                reply = None
-    except StopIteration as done:
-        return done.value
+    return run(steps_of(segment()), answers)[0]
 
 
 def test_every_bucket_update_asks_for_the_units_it_consumed():

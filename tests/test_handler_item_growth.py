@@ -1,20 +1,17 @@
 """What bucket updates cost, on moto: asked on every update, summed, published, and a warning naming the lanes to set
 once the items grow past ITEM_GROWTH_KB (tally.core.item_growth; the stack's ItemGrowthAlarm reads the metric)."""
 
-import json
-
 import pytest
 
 from bench.cost import item_size, write_units
 from factories import LambdaContext, counter_record, window_event
 from moto_tables import COUNTS, no_sleep_backoff
+from test_handler import T0, emitted, lambda_handler  # noqa: F401 (a fixture: the handler on moto, metrics cleared)
 
 from tally import handler as handler_module
 from tally.dynamo.counts_table import CountsTable
 from tally.invocation import process
-from tally.core.units import HOUR_MS
 
-T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
 HOUR_KEY = {"pk": {"S": "c"}, "sk": {"S": "H#2026-11-18T11"}}
 # What moto answers every UpdateItem, whatever the item's size, asked or not (docs/design.md, Running locally).
 MOTO_UPDATE_UNITS = 0.5
@@ -47,19 +44,6 @@ class ChargedByDynamoDBsRules(Recording):
         response = super().update_item(**request)
         response["ConsumedCapacity"] = {"TableName": request["TableName"], "CapacityUnits": float(write_units(max(before, size())))}
         return response
-
-
-@pytest.fixture
-def lambda_handler(dynamodb, monkeypatch):
-    monkeypatch.setenv("COUNTS_TABLE", COUNTS)
-    handler_module.counts_table.cache_clear()
-    handler_module.metrics.clear_metrics()
-    yield handler_module.handler
-    handler_module.counts_table.cache_clear()
-
-
-def emitted(capsys):
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
 
 
 def test_every_bucket_update_asks_for_its_units_and_the_commit_sums_what_dynamodb_answers(dynamodb, settings):
