@@ -190,13 +190,17 @@ class MeteredClient:
             error = {"Error": {"Code": "ConditionalCheckFailedException", "Message": "The conditional request failed"}}
             raise ClientError({**error, "Item": dict(self.items[identity])}, "UpdateItem")
         updated = self._updated(request)
+        units = self.meter.units
         self._write(request["Key"], updated, transactional=False)
         if self.forward_to is not None:
             return self.forward_to.update_item(**request)
+        answer: dict[str, Any] = {}
         if request.get("ReturnValues") == "UPDATED_NEW":  # what tally's commit reads: whether it made the item
             named = set(request.get("ExpressionAttributeNames", {}).values())
-            return {"Attributes": {name: value for name, value in updated.items() if name in named}}
-        return {}
+            answer["Attributes"] = {name: value for name, value in updated.items() if name in named}
+        if request.get("ReturnConsumedCapacity") == "TOTAL":  # and what the write cost: how large the item grew
+            answer["ConsumedCapacity"] = {"TableName": request["TableName"], "CapacityUnits": self.meter.units - units}
+        return answer
 
     def batch_get_item(self, RequestItems: dict[str, dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
         """Strongly consistent reads of sketch items, answered from the metered image, each key charged."""

@@ -73,6 +73,7 @@ from typing import Any
 
 from bench.cost import item_size, number_size, write_units
 from tally.core.buckets import Bucket, bucket_sort_key, counted_buckets, lane_sort_key, stored_bucket
+from tally.core.item_growth import SHARDS_PER_LANE, item_growth  # lanes bound the watermarks an item collects
 from tally.core.commit import (
     Answer,
     put_steps,
@@ -118,8 +119,6 @@ from tally.dynamo.commit import COMMIT_WORKERS
 from tally.dynamo.directory import DIRECTORY_MEMORY
 
 TABLE = "tally-counts"
-# Lanes bound the watermarks an item collects: one per shard that writes it.
-SHARDS_PER_LANE = 64
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-23T00:00:00.000"
 WINDOW_SECONDS = 60
 FUNCTION_TIMEOUT_SECONDS = 60.0
@@ -260,7 +259,7 @@ class SimulatedTable:
         self.watermarks.setdefault(key, {})[parsed.tag] = parsed.watermark
         stats.applied += 1
         stats.largest_item_bytes = max(stats.largest_item_bytes, after)
-        return answer_at, Answer(outcome, self.counts[key])
+        return answer_at, Answer(outcome, self.counts[key], units=cost)  # as ReturnConsumedCapacity answers
 
     def read_sketches(self, now: float, keys: Sequence[Key]) -> tuple[float, dict[Key, bytes | None]]:
         """A strongly consistent BatchGetItem of sketch items: when it answers, and what they hold now."""
@@ -678,18 +677,21 @@ def window_commit(
     """What the final invocation of a window does: commit its segments in order, each segment's counts, then
     its sketches in the writer's lane (CountsTable.commit, step by step), then its directory entries."""
     applied = already = retries = 0
+    units = largest = 0.0
     lane = writer.lane(settings.bucket_lanes)
     for segment in segments:
         result = yield from commit_steps(segment, writer, TABLE, settings, backoff)
         applied += result.applied
         already += result.already_applied
         retries += result.retries
+        units += result.write_units
+        largest = max(largest, result.largest_write_units)
         yield from sketch_steps(segment, lane, TABLE, settings, merge_backoff)
         if directory is not None:
             yield from directory.steps(segment, result)
         if alert is not None:
             yield from alert_steps(segment, *alert, settings.bucket_lanes)
-    return CommitResult(applied, already, retries)
+    return CommitResult(applied, already, retries, write_units=units, largest_write_units=largest)
 
 
 # --- the simulation -----------------------------------------------------------------------------
@@ -740,6 +742,11 @@ class RunStats:
     all_shards_seconds: list[float] = field(default_factory=list)  # per window: its last shard
     uncommitted_by_window: Counter[int] = field(default_factory=Counter)  # shard windows still uncommitted at the stop
     stopped_at_seconds: float | None = None  # when the run stopped with shard windows uncommitted
+    # What the functions would publish and log of their items' growth (tally.core.item_growth): the largest
+    # update a finished invocation measured (LargestBucketItemKB), and the lanes each "bucket items growing"
+    # warning named, by how many named them.
+    largest_item_kb: float = 0.0
+    recommended_bucket_lanes: Counter[int] = field(default_factory=Counter)
 
     @property
     def uncommitted_shard_windows(self) -> int:
@@ -875,8 +882,8 @@ class Simulation:
             return
         try:
             step = invocation.steps.send(reply)
-        except StopIteration:
-            self._finished(now, invocation)
+        except StopIteration as done:
+            self._finished(now, invocation, done.value)
             return
         except RetriesExhausted:
             self.stats.failed_retries_exhausted += 1
@@ -988,8 +995,14 @@ class Simulation:
         """
         self._at(failed_at + LAMBDA_RETRY_DELAY_SECONDS, lambda now, shard: self._invoke(now, shard), invocation.shard)
 
-    def _finished(self, now: float, invocation: Invocation) -> None:
+    def _finished(self, now: float, invocation: Invocation, result: CommitResult) -> None:
         state = self.shards[invocation.shard]
+        self.stats.largest_item_kb = max(self.stats.largest_item_kb, result.largest_write_units)
+        _window, segments = state.pending[0]  # the window this invocation committed
+        watermark_bytes = max((state.writer.watermark_bytes(segment) for segment in segments), default=0)
+        growth = item_growth(result.largest_write_units, watermark_bytes, self.settings.bucket_lanes)
+        if growth is not None:
+            self.stats.recommended_bucket_lanes[growth.recommended_bucket_lanes] += 1
         window_end = (invocation.window + 1) * WINDOW_SECONDS
         self.stats.commit_seconds.append(now - window_end)
         self.stats.commit_seconds_by_window.setdefault(invocation.window, []).append(now - window_end)
@@ -1077,6 +1090,14 @@ def measure(
         "write_units": t.write_units,
         "write_units_per_1000_events": round(t.counted_write_units * 1000 / max(1, stats.counted_events), 1),
         "largest_item_bytes": t.largest_item_bytes,
+        "largest_item_kb": stats.largest_item_kb,
+        # The value most "bucket items growing" warnings named (None: no invocation warned). The model numbers
+        # each shard's records from its own base, so its first shards' watermarks are a few bytes shorter than
+        # the others' and their estimates a lane or two higher; a stream's shards write positions of one length.
+        "warned_invocations": stats.recommended_bucket_lanes.total(),
+        "recommended_bucket_lanes": max(
+            stats.recommended_bucket_lanes, key=stats.recommended_bucket_lanes.__getitem__, default=None
+        ),
         "p50_commit_seconds": _seconds(percentile(commit_seconds, 0.50)),
         "p99_commit_seconds": _seconds(percentile(commit_seconds, 0.99)),
         # None: some shard window was still uncommitted when the run stopped

@@ -238,13 +238,13 @@ class ConsumedWrites:
         return getattr(self.client, name)
 
     def update_item(self, **request: Any) -> dict[str, Any]:
-        return self._summed(self.client.update_item(**request, ReturnConsumedCapacity="TOTAL"))
+        return self._summed(self.client.update_item(**{**request, "ReturnConsumedCapacity": "TOTAL"}))
 
     def batch_write_item(self, **request: Any) -> dict[str, Any]:
-        return self._summed(self.client.batch_write_item(**request, ReturnConsumedCapacity="TOTAL"))
+        return self._summed(self.client.batch_write_item(**{**request, "ReturnConsumedCapacity": "TOTAL"}))
 
     def transact_write_items(self, **request: Any) -> dict[str, Any]:
-        return self._summed(self.client.transact_write_items(**request, ReturnConsumedCapacity="TOTAL"))
+        return self._summed(self.client.transact_write_items(**{**request, "ReturnConsumedCapacity": "TOTAL"}))
 
     def _summed(self, response: dict[str, Any]) -> dict[str, Any]:
         consumed = response.get("ConsumedCapacity") or []

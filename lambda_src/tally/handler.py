@@ -144,6 +144,14 @@ def _log(summary: Summary, event: dict[str, Any]) -> None:
                 "sequence": rejection.sequence,
             },
         )
+    growth = summary.item_growth()
+    if growth is not None:
+        # Items this large cost their updates several write units each and grow with every shard the stream
+        # gains, until the commits stop keeping up: the value to set comes with the warning (ItemGrowthAlarm).
+        logger.warning(
+            "bucket items growing",
+            extra={**growth.as_log_fields(), "shard": event.get("shardId"), "window": event.get("window")},
+        )
     logger.info(
         "invocation done",
         extra={
@@ -163,6 +171,11 @@ def _publish(summary: Summary) -> None:
     metrics.add_metric(name="UpdatesAlreadyApplied", unit=MetricUnit.Count, value=summary.updates_already_applied)
     metrics.add_metric(name="UpdatesResumed", unit=MetricUnit.Count, value=summary.updates_resumed)
     metrics.add_metric(name="CommitRetries", unit=MetricUnit.Count, value=summary.commit_retries)
+    if summary.bucket_updates:  # what they cost: the dashboard divides by BucketUpdates, the alarm reads the largest
+        metrics.add_metric(name="BucketWriteUnits", unit=MetricUnit.Count, value=summary.bucket_write_units)
+        metrics.add_metric(
+            name="LargestBucketItemKB", unit=MetricUnit.Kilobytes, value=summary.largest_bucket_write_units
+        )
     if summary.sketches_written or summary.sketch_conflicts:  # distinct rules only: no cost for the others
         metrics.add_metric(name="SketchesWritten", unit=MetricUnit.Count, value=summary.sketches_written)
         metrics.add_metric(name="SketchConflicts", unit=MetricUnit.Count, value=summary.sketch_conflicts)

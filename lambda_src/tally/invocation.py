@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.core.commit import CommitResult, ReadAgain, ReadRecords, Unresolved, Writer
+from tally.core.item_growth import ItemGrowth, item_growth
 from tally.core.overlaps import RecordsAgain
 from tally.core.records import CounterEvent, Outcome, Reason, Rejection, parse_record
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
@@ -45,6 +46,12 @@ class Summary:
     updates_already_applied: int = 0  # found applied by an earlier try (or the previous release)
     updates_resumed: int = 0  # items that took a segment's first part from a reader that cut it elsewhere
     commit_retries: int = 0
+    # Write units the applied bucket updates consumed (as DynamoDB answered), the most one of them did (the
+    # largest item written, in started KB), and the bytes a watermark of this shard adds to an item.
+    bucket_write_units: float = 0.0
+    largest_bucket_write_units: float = 0.0
+    watermark_bytes: int = 0
+    bucket_lanes: int = 1  # the lanes they were written with
     sketches_written: int = 0
     sketch_conflicts: int = 0
     overlaps_read: int = 0  # segments whose carried records were read again from the stream to split an overlap
@@ -59,6 +66,11 @@ class Summary:
     def rejected_total(self) -> int:
         return sum(self.rejected.values())
 
+    def item_growth(self) -> ItemGrowth | None:
+        """What to tell the operator about the largest item written: None unless it grew past ITEM_GROWTH_KB
+        (core/item_growth.py)."""
+        return item_growth(self.largest_bucket_write_units, self.watermark_bytes, self.bucket_lanes)
+
     def as_log_fields(self) -> dict[str, Any]:
         return {
             "records": self.records,
@@ -71,6 +83,8 @@ class Summary:
             "updates_already_applied": self.updates_already_applied,
             "updates_resumed": self.updates_resumed,
             "commit_retries": self.commit_retries,
+            "bucket_write_units": self.bucket_write_units,
+            "largest_bucket_item_kb": self.largest_bucket_write_units,
             "sketches_written": self.sketches_written,
             "sketch_conflicts": self.sketch_conflicts,
             "overlaps_read": self.overlaps_read,
@@ -109,7 +123,7 @@ def process(
     cannot read is rebuilt from its records rather than discarded.
     """
     writer = writer_of(event)
-    summary = Summary()
+    summary = Summary(bucket_lanes=settings.bucket_lanes)
     records = event.get("Records") or []
     open_segment, carried_again = _resume(event.get("state"), summary, writer, read_again)
     folder = SegmentFolder(open_segment)
@@ -207,6 +221,10 @@ def _commit(segment: Segment, writer: Writer, commit: Commit, summary: Summary) 
     summary.updates_already_applied += result.already_applied
     summary.updates_resumed += result.resumed
     summary.commit_retries += result.retries
+    summary.bucket_write_units += result.write_units
+    if result.largest_write_units > summary.largest_bucket_write_units:
+        summary.largest_bucket_write_units = result.largest_write_units
+        summary.watermark_bytes = writer.watermark_bytes(segment)
     summary.sketches_written += result.sketches_written
     summary.sketch_conflicts += result.sketch_conflicts
     summary.overlaps_read += result.overlaps_read

@@ -54,6 +54,7 @@ from tally.core import settings as tally_settings
 from tally.alerting import ALERTS_PREFIX, ENV_ALERT_BUS
 from tally.core.alerts import alerts_of
 from tally.core.directory import DIRECTORY_PREFIX
+from tally.core.item_growth import ITEM_GROWTH_KB, SHARDS_PER_LANE
 from tally.core.ranking import RANK_PREFIX
 from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
@@ -88,6 +89,8 @@ HANDLER_METRICS = (
     "WindowStatesRebuilt",
     "ItemsUnresolved",
 )
+# What the bucket updates cost (ReturnConsumedCapacity), apart: a Maximum and a ratio, not sums.
+BUCKET_WRITE_UNITS, LARGEST_BUCKET_ITEM_KB = "BucketWriteUnits", "LargestBucketItemKB"
 
 # The handler folds a batch in memory and commits one UpdateItem per bucket item of a
 # segment, 32 at a time. 256 MB holds a full 6 MB batch plus boto3 and Powertools with
@@ -114,6 +117,9 @@ PARALLELIZATION_FACTOR = 1
 
 ITERATOR_AGE_ALARM_MINUTES = 5
 ALARM_PERIOD = Duration.minutes(5)
+# Bucket items past ITEM_GROWTH_KB for three periods in a row: a popular item that stays this large for 15
+# minutes holds the watermarks of that many shards (a lone large item, say a histogram's, does not persist).
+ITEM_GROWTH_ALARM_PERIODS = 3
 FAILURE_QUEUE_RETENTION = Duration.days(14)
 
 CDK_REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
@@ -467,6 +473,7 @@ class Tally(Construct):
                 self._handler_metric("ItemsUnresolved"),
             ),
         ]
+        alarms.append(self._item_growth_alarm())
         if self.read_api is not None:
             alarms += [self._alarm_above(*alarm) for alarm in self.read_api.alarms()]
         if self.settings.alarm_topic_arn:
@@ -490,12 +497,36 @@ class Tally(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 
-    def _handler_metric(self, name: str) -> cloudwatch.Metric:
+    def _item_growth_alarm(self) -> cloudwatch.Alarm:
+        """Fires while bucket items stay past ITEM_GROWTH_KB: before the commits stop keeping up, with what to set."""
+        return cloudwatch.Alarm(
+            self,
+            "ItemGrowthAlarm",
+            alarm_description=(
+                f"Bucket items stay larger than {ITEM_GROWTH_KB} KB: a popular bucket item holds the watermarks of "
+                f"more than about {ITEM_GROWTH_KB * 50} stream shards, each update costs {ITEM_GROWTH_KB + 1} write "
+                "units or more, and as the events stream gains shards its commits stop keeping up (1,000 shards on "
+                "one lane do not). Raise bucketLanes (CDK context bucketLanes, TALLY_BUCKET_LANES of the function "
+                f"and every reader) to about one lane per {SHARDS_PER_LANE} shards of the events stream (aws "
+                "dynamodbstreams describe-stream --stream-arn <arn> lists them): the function's warning \"bucket "
+                "items growing\" names the value to set, recommended_bucket_lanes. Raise it while the function "
+                "is not failing (a batch that failed halfway and is retried under the new value adds its applied "
+                "part again, in its new lane), never lower it (docs/performance.md, Scale)"
+            ),
+            metric=self._handler_metric(LARGEST_BUCKET_ITEM_KB, statistic="Maximum"),
+            threshold=ITEM_GROWTH_KB,
+            evaluation_periods=ITEM_GROWTH_ALARM_PERIODS,
+            datapoints_to_alarm=ITEM_GROWTH_ALARM_PERIODS,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    def _handler_metric(self, name: str, statistic: str = "Sum") -> cloudwatch.Metric:
         return cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
             metric_name=name,
             dimensions_map={"service": SERVICE_NAME},
-            statistic="Sum",
+            statistic=statistic,
             period=ALARM_PERIOD,
         )
 
@@ -544,6 +575,24 @@ class Tally(Construct):
                         statistic="Maximum", period=ALARM_PERIOD
                     )
                 ],
+                width=8,
+            ),
+        )
+        write_units_per_update = cloudwatch.MathExpression(
+            expression="units / updates",
+            using_metrics={
+                "units": self._handler_metric(BUCKET_WRITE_UNITS),
+                "updates": self._handler_metric("BucketUpdates"),
+            },
+            label="write units per bucket update",
+            period=ALARM_PERIOD,
+        )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Bucket items: largest (KB), write units per update",
+                left=[self._handler_metric(LARGEST_BUCKET_ITEM_KB, statistic="Maximum")],
+                right=[write_units_per_update],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=ITEM_GROWTH_KB, label="ItemGrowthAlarm")],
                 width=8,
             ),
         )

@@ -26,6 +26,7 @@ from bench.scale import (
     percentile,
 )
 from tally.core.buckets import Bucket
+from tally.core.item_growth import ITEM_GROWTH_KB
 from tally.core.commit import Outcome, Writer, segment_updates
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
@@ -364,3 +365,15 @@ def test_alerts_at_many_shards_fire_once_per_crossing_counter_and_never_before_t
     figures = measure(scenario, lanes_for(20))
     assert figures["alerts_put"] == len(stats.alert_seconds)
     assert 0 < figures["p50_arrival_to_alert_seconds"] <= figures["p99_arrival_to_alert_seconds"]
+
+
+def test_a_lane_of_300_shards_warns_naming_one_lane_per_64_shards_and_the_lanes_it_names_warn_no_more():
+    """What the functions would measure (ReturnConsumedCapacity, as the model charges) and log: at 300 shards on
+    one lane the hot items hold 300 watermarks, past ITEM_GROWTH_KB, and most warnings name lanes_for(300)."""
+    scenario = Scenario(shards=300, events_per_second=1500, windows=2, mix=HOT_ONLY)
+    one_lane = measure(scenario, 1)
+    assert one_lane["largest_item_kb"] == write_units(one_lane["largest_item_bytes"]) > ITEM_GROWTH_KB
+    assert one_lane["warned_invocations"] > 300 and one_lane["recommended_bucket_lanes"] == lanes_for(300) == 5
+    lanes = measure(scenario, lanes_for(300))
+    assert lanes["largest_item_kb"] <= ITEM_GROWTH_KB
+    assert (lanes["warned_invocations"], lanes["recommended_bucket_lanes"]) == (0, None)

@@ -246,6 +246,42 @@ def test_consumed_capacity_follows_dynamodbs_rules_on_dynamodb_local_but_for_tra
         assert figures != rules and one_item == three_items == []
 
 
+def test_a_bucket_updates_units_measure_its_watermarks_on_dynamodb_local_and_are_half_a_unit_on_moto(
+    backend, local_server
+):
+    """tally's bucket updates ask for the units they consumed (ReturnConsumedCapacity=TOTAL) to tell how large
+    the items grow with the shards that write them (tally.core.item_growth). Documented: a unit per started KB
+    of the larger of the item before and after. DynamoDB Local answers so: an hour item costs a unit more every
+    51 shards that wrote it (a watermark of 20 bytes each), 5 units (past ITEM_GROWTH_KB) from 204 shards on.
+    moto answers every update 0.5."""
+    from bench.cost import item_size, write_units
+    from moto_tables import no_sleep_backoff
+
+    from tally.core.buckets import Bucket
+    from tally.core.commit import Writer
+    from tally.core.segments import Segment
+    from tally.dynamo.counts_table import CountsTable
+
+    dynamodb, _ = clients(local_server)
+    suffix = uuid.uuid4().hex[:8]
+    create_tables(dynamodb, f"events-{suffix}", f"counts-{suffix}")
+    table = CountsTable(dynamodb, f"counts-{suffix}", Settings(counts_table=f"counts-{suffix}"), backoff=no_sleep_backoff)
+    hour = Bucket.of_hour(int(time.time()) // 3600)  # DynamoDB Local's TTL process deletes buckets of the past
+    measured = {}
+    for shard in range(1, 301):
+        first = f"{100_000_000_000_000_000_000 + shard:021d}"
+        segment = Segment(first, int(time.time() * 1000), first, 1, {("c", hour): 1})
+        measured[shard] = table.commit(segment, Writer.of_shard("arn:stream", f"shardId-{shard:08d}")).write_units
+    stored = dynamodb.get_item(TableName=f"counts-{suffix}", Key={"pk": {"S": "c"}, "sk": {"S": hour.sort_key}})["Item"]
+    assert sum(name.startswith("~") for name in stored) == 300
+    if backend == "dynamodb-local":
+        steps = {shards: units for shards, units in measured.items() if measured.get(shards - 1) != units}
+        assert steps == {1: 1.0, 50: 2.0, 101: 3.0, 152: 4.0, 204: 5.0, 255: 6.0}
+        assert measured[300] == write_units(item_size(stored))
+    else:
+        assert set(measured.values()) == {0.5}
+
+
 # --- Streams -------------------------------------------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ DEPLOYED_LOGICAL_IDS = {
     "WindowStateDiscardedAlarm69FD38A2",
 }
 # Resources a later release added beside them: new ids, so an update creates them and replaces nothing.
-ADDED_LOGICAL_IDS = {"ItemsUnresolvedAlarm35E650C8"}
+ADDED_LOGICAL_IDS = {"ItemsUnresolvedAlarm35E650C8", "ItemGrowthAlarmC4A1CF50"}
 
 
 @pytest.fixture(scope="module")

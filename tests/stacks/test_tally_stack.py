@@ -350,7 +350,7 @@ def alarms_by_metric(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {body["Properties"]["MetricName"]: body["Properties"] for body in resources(template, "AWS::CloudWatch::Alarm").values()}
 
 
-def test_six_alarms_watch_the_failure_signals(template, ids):
+def test_six_alarms_watch_the_failure_signals_and_one_the_items_growth(template, ids):
     alarms = alarms_by_metric(template)
 
     assert set(alarms) == {
@@ -360,6 +360,7 @@ def test_six_alarms_watch_the_failure_signals(template, ids):
         "RecordsRejected",
         "WindowStatesDiscarded",
         "ItemsUnresolved",
+        "LargestBucketItemKB",
     }
     expected = {
         "IteratorAge": ("AWS/Lambda", "Maximum", 6 * 60 * 1000, [{"Name": "FunctionName", "Value": {"Ref": ids["function"]}}]),
@@ -387,6 +388,24 @@ def test_six_alarms_watch_the_failure_signals(template, ids):
         assert "AlarmActions" not in alarm
 
 
+def test_bucket_items_past_4_kb_for_15_minutes_alarm_naming_bucket_lanes_and_how_to_choose_it(template):
+    """The largest item an invocation wrote (its update's write units), past ITEM_GROWTH_KB three periods in a
+    row: before the commits stop keeping up, with the setting to raise and how to choose its value."""
+    alarm = alarms_by_metric(template)["LargestBucketItemKB"]
+
+    assert (alarm["Namespace"], alarm["Statistic"], alarm["Dimensions"]) == (
+        "Tally", "Maximum", [{"Name": "service", "Value": "tally"}]
+    )
+    assert (alarm["Threshold"], alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (4, 300, 3, 3)
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["TreatMissingData"] == "notBreaching"
+    description = alarm["AlarmDescription"]
+    for named in ("bucketLanes", "TALLY_BUCKET_LANES", "one lane per 64 shards", "describe-stream",
+                  "bucket items growing", "recommended_bucket_lanes", "while the function is not failing",
+                  "never lower it"):
+        assert named in description, named
+    assert len(description) <= 1024  # CloudWatch's limit
+
+
 def test_dashboard_shows_alarms_handler_metrics_and_service_metrics(default_synthesis):
     template = default_synthesis.templates[STACK_NAME]
     _, dashboard = only(template, "AWS::CloudWatch::Dashboard")
@@ -399,7 +418,7 @@ def test_dashboard_shows_alarms_handler_metrics_and_service_metrics(default_synt
 
     metrics = [metric for widget in widgets for metric in widget.get("metrics", [])]
     tally_metrics = {metric[1] for metric in metrics if metric[0] == "Tally"}
-    assert tally_metrics == HANDLER_METRICS
+    assert tally_metrics == HANDLER_METRICS | {"BucketWriteUnits", "LargestBucketItemKB"}
     assert all(metric[2:4] == ["service", "tally"] for metric in metrics if metric[0] == "Tally")
     plotted = {(metric[0], metric[1]) for metric in metrics if not isinstance(metric[0], dict)}
     assert {("AWS/Lambda", "IteratorAge"), ("AWS/Lambda", "Errors"), ("AWS/SQS", "ApproximateNumberOfMessagesVisible")} <= plotted

@@ -128,12 +128,15 @@ class Answer:
     ``count`` is the count after the update (``ReturnValues=UPDATED_NEW``)
     when applied, the count the item holds (``ALL_OLD`` of the failed
     condition) when taken, None when nothing came back. ``watermark``: this
-    writer's watermark on the item, when taken.
+    writer's watermark on the item, when taken. ``units``: the write units
+    DynamoDB says the update consumed (``ReturnConsumedCapacity``), when
+    applied: a unit per started KB of the larger of the item before and after.
     """
 
     outcome: Outcome
     count: int | None = None
     watermark: bytes | None = None
+    units: float | None = None
 
 
 class Unsplit(Exception):
@@ -163,6 +166,10 @@ class CommitResult:
     stream_requests: int = 0
     # Items left unresolved: sent what they surely had not taken, marked, and recorded for the repair.
     unresolved: tuple[Unresolved, ...] = ()
+    # What the applied bucket updates consumed, as DynamoDB answered them, and the most one of them did: the
+    # largest item written, in started KB (item_growth.py).
+    write_units: float = 0.0
+    largest_write_units: float = 0.0
 
 
 class RetriesExhausted(RuntimeError):
@@ -214,6 +221,10 @@ class Writer:
         It still compares rightly with a position: the encodings are prefix-free,
         so it sorts before a later record's and after the same record's."""
         return order_preserving(int(segment.last_sequence)) + THROUGH
+
+    def watermark_bytes(self, segment: Segment) -> int:
+        """What the watermark of ``segment`` adds to an item, by DynamoDB's rules: its name and its bytes."""
+        return len(self.tag) + len(self.watermark(segment))
 
     def lane(self, lanes: int) -> int:
         return lane_of(self.source, lanes)
@@ -427,6 +438,8 @@ def bucket_update(
         # do not depend on what it returns).
         "ReturnValues": "UPDATED_NEW",
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        # The units it consumed, the item's size in started KB: how the items grow with the shards (free too).
+        "ReturnConsumedCapacity": "TOTAL",
     }
 
 
@@ -613,6 +626,7 @@ def commit_steps(
             if exists:
                 skip.extend(part)
     applied, already, retries, resumed = 0, len(skip), 0, 0
+    units, largest_units = 0.0, 0.0
     born: list[Item] = [item for item in skip if item[1].kind == "H"]  # found applied, by the previous release
     lane = writer.lane(settings.bucket_lanes)
     ranks: list[dict[str, Any]] = []
@@ -644,6 +658,8 @@ def commit_steps(
                     applied += 1
                     if update.unresolved is not None:
                         overlap.unresolved.append(update.unresolved)
+                    units += answer.units or 0.0
+                    largest_units = max(largest_units, answer.units or 0.0)
                 elif outcome is Outcome.RETRY:
                     retry.append(update)
                     continue
@@ -674,6 +690,8 @@ def commit_steps(
         overlaps_read=overlap.reads,
         stream_requests=overlap.stream_requests,
         unresolved=tuple(overlap.unresolved),
+        write_units=units,
+        largest_write_units=largest_units,
     )
 
 

@@ -220,7 +220,7 @@ class SegmentCommits(TableAccess):
             if code in RETRYABLE_CODES:
                 return Answer(Outcome.RETRY)
             raise CommitFailed(f"update of {update.name}: {describe(error)}") from error
-        return Answer(Outcome.APPLIED, count_of(response.get("Attributes")))
+        return Answer(Outcome.APPLIED, count_of(response.get("Attributes")), units=consumed_units(response))
 
     def _markers_exist(self, keys: list[dict[str, str]]) -> list[bool]:
         """Which of the previous release's marker items exist, read strongly consistent."""
@@ -240,3 +240,9 @@ class SegmentCommits(TableAccess):
             else:
                 raise RetriesExhausted(f"{len(pending)} marker keys still unprocessed after every retry")
         return [(key[pk], key[sk]) in fetched for key in keys]
+
+
+def consumed_units(response: dict[str, Any]) -> float | None:
+    """The write units an answer says its request consumed (``ReturnConsumedCapacity=TOTAL``), None if it does not."""
+    units = (response.get("ConsumedCapacity") or {}).get("CapacityUnits")
+    return None if units is None else float(units)
