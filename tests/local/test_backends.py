@@ -388,3 +388,19 @@ def test_backups_and_exports_to_s3_are_moto_only(backend, local_server):
         dynamodb.describe_continuous_backups(TableName=f"events-{suffix}")
     with pytest.raises(ClientError, match="UnknownOperation"):
         exports.start_export(dynamodb, arn, "bucket", "prefix", int(time.time() * 1000))
+
+
+def test_an_iterator_for_a_shard_the_stream_lacks_is_refused_as_not_found_by_dynamodb_local_only(backend, local_server):
+    """Documented (GetShardIterator): ResourceNotFoundException for a shard that does not exist (one gone with its
+    records). moto's server fails the request with an internal error instead, which botocore retries and then
+    raises: reading again from a shard gone would fail the invocation there instead of leaving its items
+    unresolved (dynamo/stream.py)."""
+    dynamodb, streams = clients(local_server)
+    table = new_table(dynamodb, stream=True)
+    arn = dynamodb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    request = {"StreamArn": arn, "ShardId": "shardId-00000001700000000000-00000000",
+               "ShardIteratorType": "AT_SEQUENCE_NUMBER", "SequenceNumber": "1" * 21}
+    with pytest.raises(ClientError) as refused:
+        streams.get_shard_iterator(**request)
+    code = refused.value.response["Error"]["Code"]
+    assert code == ("ResourceNotFoundException" if backend == "dynamodb-local" else "500")
