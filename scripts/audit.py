@@ -279,21 +279,15 @@ def recount_bucket(
     """A bucket's events, their sum and histogram bins, from raw items, by the audit's reading of the rules; the
     sums and bins in tally's units and bins (the repair adds them to tally's items)."""
     count, units, bins, summing = 0, 0, Counter[str](), False
-    for raw in items:
-        try:
-            item = {name: _deserializer.deserialize(value) for name, value in raw.items()}
-        except (TypeError, ValueError, InvalidOperation):
+    for name, rule, item in counted(items, rules, time_attribute, first, last):
+        if name != counter:
             continue
-        for rule in rules:
-            minute = event_minute(item.get(rule.time or time_attribute))
-            if minute is None or not first <= minute <= last or rule.names(item) != counter:
-                continue
-            count += 1
-            if rule.sum is not None:
-                summing = True
-                units += units_of(item[rule.sum])
-            if rule.histogram is not None:
-                bins[bin_of(item[rule.histogram])] += 1
+        count += 1
+        if rule.sum is not None:
+            summing = True
+            units += units_of(item[rule.sum])
+        if rule.histogram is not None:
+            bins[bin_of(item[rule.histogram])] += 1
     return Recount(count, units if summing else None, dict(bins))
 
 
@@ -510,6 +504,17 @@ def recount_items(
     """Apply the rule to raw items (DynamoDB JSON): how many count for each counter."""
     wanted = set(counters)
     found: Counter[str] = Counter({counter: 0 for counter in counters})
+    for name, _, _ in counted(items, rules, time_attribute, first_minute, last_minute):
+        if name in wanted:
+            found[name] += 1
+    return found
+
+
+def counted(
+    items: Iterable[dict[str, Any]], rules: list[CounterRule], time_attribute: str, first_minute: int, last_minute: int
+) -> Iterator[tuple[str, CounterRule, dict[str, Any]]]:
+    """Each (counter, rule, decoded item) a rule counts once, for the raw items (DynamoDB JSON) whose time under
+    that rule falls in the minutes from ``first_minute`` to ``last_minute``."""
     for raw in items:
         try:
             item = {name: _deserializer.deserialize(value) for name, value in raw.items()}
@@ -520,9 +525,8 @@ def recount_items(
             if minute is None or not first_minute <= minute <= last_minute:
                 continue
             name = rule.names(item)
-            if name in wanted:
-                found[name] += 1
-    return found
+            if name is not None:
+                yield name, rule, item
 
 
 def scan_filter(
