@@ -299,3 +299,18 @@ def datetime_of(ms):
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def test_unresolved_items_are_logged_one_by_one_up_to_twenty_then_summed_up(caplog):
+    from tally.core.buckets import Bucket
+    from tally.core.commit import Unresolved, Writer
+    from tally.invocation import Summary
+
+    writer = Writer.of_shard(STREAM_ARN, "shardId-1")
+    summary = Summary(unresolved=[
+        Unresolved((f"c{n}", Bucket.of_hour(T0 // HOUR_MS)), writer, "101", "109", 100, 3, "trimmed") for n in range(25)
+    ])
+    handler_module._log(summary, window_event([]))
+    assert len([r for r in caplog.records if r.getMessage() == "item left unresolved"]) == handler_module.MAX_LOGGED_REJECTIONS
+    [rest] = [r for r in caplog.records if r.getMessage() == "more items left unresolved"]
+    assert rest.items == 25 - handler_module.MAX_LOGGED_REJECTIONS and rest.levelname == "ERROR"

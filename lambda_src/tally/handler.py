@@ -32,7 +32,7 @@ from tally.core.settings import Settings
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "tally")
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Tally")
-# Rejected records are logged one by one up to this many per invocation, then summarized.
+# Rejected records (and unresolved items) are logged one by one up to this many per invocation, then summarized.
 MAX_LOGGED_REJECTIONS = 20
 
 logger = Logger(service=SERVICE)
@@ -56,7 +56,10 @@ def scheduled_table() -> CountsTable:
 def _new_counts_table() -> CountsTable:
     settings = Settings.from_env()
     config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
-    streams = ShardRecords(boto3.client("dynamodbstreams", config=Config(retries={"mode": "standard"})))
+    # The Streams API allows 5 reads a second a shard, shared with the mapping's own poller: adaptive retries pace
+    # a long range's pages to what it grants instead of failing the invocation after three throttled tries.
+    paced = Config(retries={"mode": "adaptive", "max_attempts": 10})
+    streams = ShardRecords(boto3.client("dynamodbstreams", config=paced))
     return CountsTable(boto3.client("dynamodb", config=config), settings.counts_table, settings, read_again=streams.read)
 
 
@@ -120,7 +123,7 @@ def _log(summary: Summary, event: dict[str, Any]) -> None:
             "window state discarded",
             extra={"detail": summary.discarded_state_detail, "shard": event.get("shardId"), "window": event.get("window")},
         )
-    for unresolved in summary.unresolved:
+    for unresolved in summary.unresolved[:MAX_LOGGED_REJECTIONS]:
         counter, bucket = unresolved.item
         logger.error(
             "item left unresolved",
@@ -133,6 +136,12 @@ def _log(summary: Summary, event: dict[str, Any]) -> None:
                 "repair": f"scripts/audit.py {counter} --repair",
                 "shard": event.get("shardId"),
             },
+        )
+    if len(summary.unresolved) > MAX_LOGGED_REJECTIONS:
+        logger.error(
+            "more items left unresolved",
+            extra={"items": len(summary.unresolved) - MAX_LOGGED_REJECTIONS, "shard": event.get("shardId"),
+                   "repair": "scripts/audit.py --repair"},
         )
     for rejection in summary.rejections[:MAX_LOGGED_REJECTIONS]:
         logger.warning(
