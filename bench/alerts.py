@@ -27,6 +27,7 @@ import boto3
 from moto import mock_aws
 
 from bench.cost import batch_get_read_units, item_size, query_read_units, write_units
+from tally.core.lanes import LaneHistory
 from tally.alerting import AlertStates, EventBus, Watcher
 from tally.core.buckets import Bucket
 from tally.core.commit import Writer
@@ -115,9 +116,10 @@ def measure(counters: int, *, crossing: bool) -> dict[str, Any]:
         segment = Segment("1", minute * MINUTE_MS, "1", events, deltas)
         writer = Writer.of_shard("arn:aws:dynamodb:us-east-1:1:table/bench/stream/x", "shard-1")
         if crossing:  # the counts the commit wrote, so that the windows hold them (not metered)
-            CountsTable(raw, TABLE, settings, workers=8).commit(segment, writer)
+            lanes = LaneHistory.always(settings.bucket_lanes)
+            CountsTable(raw, TABLE, settings, workers=8, lanes=lanes).commit(segment, writer)
         meter = ReadMeter(raw)
-        table = CountsTable(meter, TABLE, settings)
+        table = CountsTable(meter, TABLE, settings, lanes=LaneHistory.always(settings.bucket_lanes))
         bus = EventBus(boto3.client("events", region_name="us-east-1"))
         watcher = Watcher(table, bus, clock=lambda: (minute + 1) * MINUTE_MS, sleep=lambda _s: None)
         summary = watcher.after_commit(segment, writer)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.cost import MeteredClient
+from tally.core.lanes import LaneHistory
 from tally.backfill import (
     BACKFILL_SEGMENT_ITEMS,
     BACKFILL_STATE_BUDGET_BYTES,
@@ -65,7 +66,14 @@ def measure(workload: Workload) -> dict[str, float]:
     images = [{name: _serializer.serialize(value) for name, value in event.item().items()} for event in events]
     settings = Settings(count_from_ms=COUNT_FROM_MS)
     client = MeteredClient(("pk", "sk"))
-    table = CountsTable(client, settings.counts_table, settings, workers=1, previous_release_until_ms=0)
+    table = CountsTable(
+        client,
+        settings.counts_table,
+        settings,
+        workers=1,
+        previous_release_until_ms=0,
+        lanes=LaneHistory.always(settings.bucket_lanes),
+    )
     summary = BackfillSummary()
     size = math.ceil(len(images) / FILES)
     files = [

@@ -38,6 +38,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 from bench.cost import MeteredClient
 from tally import exports
+from tally.core.lanes import LaneHistory
 from tally.backfill import (
     BACKFILL_SEGMENT_ITEMS,
     BACKFILL_STATE_BUDGET_BYTES,
@@ -151,7 +152,14 @@ def _commit(partials: list[str]) -> tuple[dict, int]:
     client = MeteredClient(("pk", "sk"))
     merged = merge(Segment.from_state(json.loads(state)) for state in partials)
     if merged is not None:
-        counts = CountsTable(client, settings.counts_table, settings, workers=1, previous_release_until_ms=0)
+        counts = CountsTable(
+            client,
+            settings.counts_table,
+            settings,
+            workers=1,
+            previous_release_until_ms=0,
+            lanes=LaneHistory.always(settings.bucket_lanes),
+        )
         commit = CounterDirectory(client, settings.counts_table, settings).recording(counts.commit)
         for part in commit_chunks(merged, COMMIT_CHUNK_ITEMS):
             commit(part, _writer())
@@ -170,7 +178,14 @@ def counts_of(items: dict) -> dict:
 def single_process(paths: list[Path]) -> tuple[dict, float, int]:
     settings = Settings(count_from_ms=COUNT_FROM_MS)
     client = MeteredClient(("pk", "sk"))
-    counts = CountsTable(client, settings.counts_table, settings, workers=1, previous_release_until_ms=0)
+    counts = CountsTable(
+        client,
+        settings.counts_table,
+        settings,
+        workers=1,
+        previous_release_until_ms=0,
+        lanes=LaneHistory.always(settings.bucket_lanes),
+    )
     start = time.perf_counter()
     backfill_export(
         EXPORT_ARN,

@@ -41,8 +41,10 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 
 @cache
 def counts_table() -> CountsTable:
-    """Created once per execution environment, at the first invocation, which also publishes the settings."""
+    """Created once per execution environment, at the first invocation, which also makes its lanes the table's
+    (from a few minutes on) and publishes the settings."""
     table = _new_counts_table()
+    table.adopt_lanes(int(time.time() * 1000))  # before publishing: the first history starts with the last's lanes
     _publish_settings(table)
     return table
 

@@ -509,9 +509,9 @@ class Tally(Construct):
                 "one lane do not). Raise bucketLanes (CDK context bucketLanes, TALLY_BUCKET_LANES of the function "
                 f"and every reader) to about one lane per {SHARDS_PER_LANE} shards of the events stream (aws "
                 "dynamodbstreams describe-stream --stream-arn <arn> lists them): the function's warning \"bucket "
-                "items growing\" names the value to set, recommended_bucket_lanes. Raise it while the function "
-                "is not failing (a batch that failed halfway and is retried under the new value adds its applied "
-                "part again, in its new lane), never lower it (docs/performance.md, Scale)"
+                "items growing\" names the value to set, recommended_bucket_lanes. It counts from 5 minutes "
+                "after the deploy, and batches that arrived before keep their lanes, whatever retries them; "
+                "never lower it (docs/performance.md, Scale)"
             ),
             metric=self._handler_metric(LARGEST_BUCKET_ITEM_KB, statistic="Maximum"),
             threshold=ITEM_GROWTH_KB,

@@ -9,13 +9,18 @@ from botocore.exceptions import ClientError
 
 from moto_tables import COUNTS, no_sleep_backoff, read_counts
 
+from tally.core.buckets import lane_sort_key
 from tally.core.commit import RetriesExhausted, order_preserving
+from tally.core.lanes import LANES_LEAD_MS, LaneHistory
+from tally.core.settings import Settings
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.retry import commit_backoff
 from tally.core.sketches import Sketch, hash_of
 from tally.dynamo.commit import CommitFailed
 from tally.dynamo.counts_table import CountsTable
 
 from .support import (
+    T0,
     MINUTE,
     HOUR,
     WRITER,
@@ -263,3 +268,60 @@ def test_each_lane_merges_its_sketches_in_a_partition_of_its_own(dynamodb, setti
         assert stored_sketch(dynamodb, HOUR, lane) == stored_sketch(dynamodb, MINUTE, lane) == Sketch(map(hash_of, written))
     in_counter = dynamodb.query(TableName=COUNTS, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": "v"}})
     assert not any("hll" in item for item in in_counter["Items"])  # the counter's partition holds its counts only
+
+
+def test_a_segment_committed_in_part_and_retried_after_lanes_were_raised_adds_nothing_twice(dynamodb):
+    """The function counted with one lane; a batch's hour items were written, then its minute update failed. The
+    stack is deployed again with four lanes before Lambda's retry: the retry writes the lane of the lanes in force
+    when the batch's records arrived, where its hours already are. Without the lanes' history it wrote the writer's
+    new lane, and the hour counted twice."""
+    now = T0 + 10 * MINUTE_MS
+    writer = next(w for w in (WRITER, OTHER_SHARD) if w.lane(4) != 0)  # four lanes move it off lane 0
+    one_lane = CountsTable(Faulty(dynamodb), COUNTS, Settings(bucket_lanes=1), backoff=no_sleep_backoff)
+    assert one_lane.adopt_lanes(now) == LaneHistory.always(1)
+    one_lane.client.faults["update_item"] = [lambda real, kwargs: real(**kwargs), error("ValidationException")]
+    with pytest.raises(CommitFailed):
+        one_lane.commit(segment(), writer)  # hours first, then the minute fails
+    assert read_counts(dynamodb, "c") == {HOUR.sort_key: 3}
+
+    four_lanes = CountsTable(dynamodb, COUNTS, Settings(bucket_lanes=4), backoff=no_sleep_backoff)
+    history = four_lanes.adopt_lanes(now + MINUTE_MS)
+    assert history.changes == ((0, 1), (now + MINUTE_MS + LANES_LEAD_MS, 4))
+    result = four_lanes.commit(segment(), writer)  # the retry, arrived at T0: one lane
+    assert (result.applied, result.already_applied) == (1, 1)
+    assert read_counts(dynamodb, "c") == {HOUR.sort_key: 3, MINUTE.sort_key: 3}
+    # A batch that arrives once the four lanes are in force writes the writer's lane of four.
+    later = replace(segment("200"), first_arrival_ms=now + MINUTE_MS + LANES_LEAD_MS)
+    four_lanes.commit(later, writer)
+    stored = {item["sk"]["S"] for item in dynamodb.scan(TableName=COUNTS)["Items"] if item["pk"]["S"] == "c"}
+    assert lane_sort_key(HOUR.sort_key, writer.lane(4)) in stored
+
+
+def test_a_function_with_the_same_lanes_writes_no_history_and_the_first_starts_from_the_last_published(dynamodb):
+    table = CountsTable(dynamodb, COUNTS, Settings(bucket_lanes=2), backoff=no_sleep_backoff)
+    table.publish_settings("earlier", 0)  # the function before counted with 2 lanes
+    raised = CountsTable(dynamodb, COUNTS, Settings(bucket_lanes=8), backoff=no_sleep_backoff)
+    history = raised.adopt_lanes(T0)
+    assert history.changes == ((0, 2), (T0 + LANES_LEAD_MS, 8))
+    assert raised.lane_history(consistent=True) == (history, 1)
+    assert raised.adopt_lanes(T0 + HOUR_MS) == history  # its next cold start writes nothing
+    assert raised.lane_history(consistent=True)[1] == 1
+
+
+def test_functions_starting_at_once_agree_on_one_history(dynamodb):
+    """Two instances of the new configuration race their first write: one wins, the other reads it and agrees."""
+    tables = [CountsTable(dynamodb, COUNTS, Settings(bucket_lanes=4), backoff=no_sleep_backoff) for _ in range(2)]
+    CountsTable(dynamodb, COUNTS, Settings(bucket_lanes=1), backoff=no_sleep_backoff).adopt_lanes(0)
+    start = threading.Barrier(2)
+    results = []
+
+    def adopt(table):
+        start.wait()
+        results.append(table.adopt_lanes(T0))
+
+    threads = [threading.Thread(target=adopt, args=(table,)) for table in tables]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results[0] == results[1] == LaneHistory(((0, 1), (T0 + LANES_LEAD_MS, 4)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Generator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -33,9 +34,11 @@ from tally.core.commit import (
     condition_failed,
     count_of,
 )
+from tally.core.lanes import LANE_HISTORY_REFRESH_MS, LaneHistory
 from tally.core.overlaps import RecordsAgain
 from tally.core.retry import Backoff
 from tally.core.segments import Segment
+from tally.core.settings import Settings
 from tally.core.sketch_writes import (
     ReadSketches,
     SketchOutcome,
@@ -75,6 +78,8 @@ class SegmentCommits(TableAccess):
     """The commit path of ``CountsTable``: a segment's updates, ``workers`` at a time, then its sketch merges."""
 
     read_again: ReadAgain | None
+    lanes: LaneHistory | None  # the lanes over time as given; None: read from the table, again once a minute
+    _lanes_read: tuple[float, LaneHistory | None] | None  # when (monotonic s) the table's were read, and them
     commit_backoff: Callable[[], Backoff]
     sketch_backoff: Callable[[], Backoff]
     workers: int
@@ -83,19 +88,34 @@ class SegmentCommits(TableAccess):
     def commit(self, segment: Segment, writer: Writer) -> CommitResult:
         """Commit a segment exactly once (the policy is ``commit_steps``), then merge its sketches into their
         items (``sketch_steps``: a union, so a retry merging again changes nothing)."""
+        settings = self.segment_settings(segment)
         counts = self._drive(
             commit_steps(
                 segment,
                 writer,
                 self.table_name,
-                self.settings,
+                settings,
                 self.commit_backoff,
                 after_previous_release=segment.first_arrival_ms < self.previous_release_until_ms,
             )
         )
-        lane = writer.lane(self.settings.bucket_lanes)
-        sketches = self._drive(sketch_steps(segment, lane, self.table_name, self.settings, self.sketch_backoff))
+        lane = writer.lane(settings.bucket_lanes)
+        sketches = self._drive(sketch_steps(segment, lane, self.table_name, settings, self.sketch_backoff))
         return dataclasses.replace(counts, sketches_written=sketches.written, sketch_conflicts=sketches.conflicts)
+
+    def segment_settings(self, segment: Segment) -> Settings:
+        """The settings a segment commits with: the lanes in force when its first record arrived (core/lanes.py),
+        so that every try of it writes the same items whatever lanes the function counts with now."""
+        history = self.lanes if self.lanes is not None else self._table_lanes()
+        lanes = self.settings.bucket_lanes if history is None else history.lanes_at(segment.first_arrival_ms)
+        return self.settings if lanes == self.settings.bucket_lanes else dataclasses.replace(self.settings, bucket_lanes=lanes)
+
+    def _table_lanes(self) -> LaneHistory | None:
+        now = time.monotonic()
+        if self._lanes_read is None or now - self._lanes_read[0] >= LANE_HISTORY_REFRESH_MS / 1000:
+            found = self.lane_history()  # type: ignore[attr-defined]  # PublishedSettingsItem, beside it in CountsTable
+            self._lanes_read = (now, None if found is None else found[0])
+        return self._lanes_read[1]
 
     def _drive(self, steps: Generator[Any, Any, Any]) -> Any:
         """Run a policy's steps against DynamoDB, with real pauses; its result once done."""

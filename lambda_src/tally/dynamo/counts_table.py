@@ -11,6 +11,7 @@ from tally.core.settings import Settings
 from tally.dynamo.backfill import BackfillClaims
 from tally.dynamo.calls import Key, batch_write, key_of
 from tally.core.commit import ReadAgain
+from tally.core.lanes import LaneHistory
 from tally.dynamo.commit import COMMIT_WORKERS, PREVIOUS_RELEASE_MARGIN_MS, SegmentCommits
 from tally.dynamo.fetch import Fetches
 from tally.dynamo.settings import PublishedSettingsItem
@@ -35,6 +36,7 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         workers: int = COMMIT_WORKERS,
         previous_release_until_ms: int | None = None,
         read_again: ReadAgain | None = None,
+        lanes: LaneHistory | None = None,
     ) -> None:
         """``backoff`` paces every retry when given; by default reads use ``Backoff`` and commits ``commit_backoff``.
 
@@ -43,7 +45,8 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         release's markers (default: this process's start plus PREVIOUS_RELEASE_MARGIN_MS).
         Sketch merges use ``sketch_backoff`` unless ``backoff`` is given. ``read_again``: what reads a shard's
         records again to split an overlap (``ShardRecords(streams_client).read``); without it such an item is
-        left unresolved.
+        left unresolved. ``lanes``: the lanes over time to commit with; by default the table's history, read at
+        the first commit and again once a minute (none written: ``settings.bucket_lanes`` throughout).
         """
         self.client = client
         self.table_name = table_name
@@ -53,6 +56,8 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         self.sketch_backoff = backoff or sketch_backoff
         self.workers = workers
         self.read_again = read_again
+        self.lanes = lanes
+        self._lanes_read = None
         if previous_release_until_ms is None:
             previous_release_until_ms = int(time.time() * 1000) + PREVIOUS_RELEASE_MARGIN_MS
         self.previous_release_until_ms = previous_release_until_ms
