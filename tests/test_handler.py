@@ -314,3 +314,18 @@ def test_unresolved_items_are_logged_one_by_one_up_to_twenty_then_summed_up(capl
     assert len([r for r in caplog.records if r.getMessage() == "item left unresolved"]) == handler_module.MAX_LOGGED_REJECTIONS
     [rest] = [r for r in caplog.records if r.getMessage() == "more items left unresolved"]
     assert rest.items == 25 - handler_module.MAX_LOGGED_REJECTIONS and rest.levelname == "ERROR"
+
+
+def test_a_cold_start_makes_the_functions_lanes_the_tables_from_a_few_minutes_on(lambda_handler, dynamodb, monkeypatch):
+    from tally.core.lanes import LANES_LEAD_MS
+    from tally.core.settings import Settings
+
+    lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
+    table = CountsTable(dynamodb, COUNTS, Settings())
+    assert table.lane_history(consistent=True)[0].changes == ((0, 1),)
+    monkeypatch.setenv("TALLY_BUCKET_LANES", "4")  # deployed again with four lanes
+    handler_module.counts_table.cache_clear()
+    before = int(time.time() * 1000)
+    lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
+    (_, one), (start, four) = table.lane_history(consistent=True)[0].changes
+    assert (one, four) == (1, 4) and before + LANES_LEAD_MS <= start <= int(time.time() * 1000) + LANES_LEAD_MS
