@@ -400,7 +400,7 @@ def test_bucket_items_past_4_kb_for_15_minutes_alarm_naming_bucket_lanes_and_how
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["TreatMissingData"] == "notBreaching"
     description = alarm["AlarmDescription"]
     for named in ("bucketLanes", "TALLY_BUCKET_LANES", "one lane per 64 shards", "describe-stream",
-                  "bucket items growing", "recommended_bucket_lanes", "while the function is not failing",
+                  "bucket items growing", "recommended_bucket_lanes", "keep their lanes, whatever retries them",
                   "never lower it"):
         assert named in description, named
     assert len(description) <= 1024  # CloudWatch's limit
