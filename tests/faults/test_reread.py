@@ -140,6 +140,17 @@ WIDE = StreamSpec(
     seed=37, writes=120, counters=6, hot_share=0.5, start_ms=1_774_742_400_000, max_gap_s=5, jump_share=0.0,
     odd_share=0.1, rewrite_share=0.1, shards=2, rules=True, edge_share=0.05,
 )
+@profiles.for_test(weight=0.15)
+@given(spec=stream_specs, plan=rereads)
+def test_a_stream_read_again_with_any_cuts_ends_exact_on_dynamodb_local(dynamodb_local, spec: StreamSpec, plan: tuple) -> None:
+    spec = after_now(spec, int(time.time() * 1000))  # DynamoDB Local's TTL process deletes buckets of the past
+    settings = settings_for(spec, SETTINGS)
+    client = dynamodb_local.client("dynamodb")
+    counts = f"{COUNTS_TABLE}-{uuid.uuid4().hex[:10]}"
+    create_tables(client, f"{EVENTS_TABLE}-{counts[-10:]}", counts)
+    check_reread(client, counts, build_stream(spec, settings), plan, settings)
+
+
 # Fixed cases: the same windows read again (exact, nothing read again), windows cut elsewhere with the records in
 # hand, and windows of many invocations whose state carries what an earlier reader took in part (read again).
 CASES = {
