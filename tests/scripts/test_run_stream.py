@@ -260,3 +260,15 @@ def test_the_runner_run_again_with_any_cuts_and_kills_never_gives_up_and_ends_ex
             runner_pass(tables, rng, kill_after=rng.choice([None, 2, 5, 12]))
     runner_pass(tables, rng, kill_after=None)
     assert_counts_match_brute_force(tables, counters, [(now_ms(), 24 * HOUR_MS)])
+
+
+def test_stdout_holds_the_summary_alone_however_many_invocations_the_run_makes(tables, capsys):
+    """With metrics off (they are CloudWatch's), Powertools keeps each invocation's metric values unflushed, and
+    prints them all once one metric holds 100 values: a run of more than 100 invocations wrote that JSON to
+    stdout, and a runner following the stream kept every value in memory."""
+    put_events(tables, {"c/a": 120}, (now_ms() - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS, "many")
+    capsys.readouterr()
+    argv = ["--until-idle", "--idle-polls", "1", "--poll-interval", "0", "--window-seconds", "1", "--batch-size", "1"]
+    assert run_stream.main(argv) == 0
+    [summary] = capsys.readouterr().out.splitlines()
+    assert summary.startswith("120 records (INSERT 120)")

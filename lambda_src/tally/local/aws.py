@@ -214,7 +214,15 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     handler_module.counts_table.cache_clear()
     handler_module.counts_table()  # a cold start: publishes the settings before the first record, as runners start
 
-    return handler_module.handler
+    def handler(event: dict, context: Any) -> dict:
+        """The handler, its metric values dropped after each invocation: with metrics off Powertools keeps them,
+        and prints them all to stdout once a metric holds 100 values."""
+        try:
+            return handler_module.handler(event, context)
+        finally:
+            handler_module.metrics.clear_metrics()
+
+    return handler
 
 
 class MotoServer(LoopbackBackend):
