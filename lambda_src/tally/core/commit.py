@@ -512,10 +512,14 @@ def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) 
         return segment_delta(segment, item)
     if carried and at < carried_through:
         raise Unsplit(f"records {first}..{carried_through} came in the window state as sums", carried=True)
-    rest = [(units, bin) for position, units, bin in held if position > at]
-    units = sum(u for u, _ in rest if u is not None) if item in segment.sums else None
-    bins = dict(Counter(bin for _, bin in rest if bin is not None)) or None
-    return (item, len(rest), units, bins, None)
+    return _delta_of(segment, item, [(units, bin) for position, units, bin in held if position > at])
+
+
+def _delta_of(segment: Segment, item: Item, records: list[tuple[int | None, str | None]]) -> Delta:
+    """The delta some of the segment's held records add to ``item``: their count, units and bins."""
+    units = sum(u for u, _ in records if u is not None) if item in segment.sums else None
+    bins = dict(Counter(bin for _, bin in records if bin is not None)) or None
+    return (item, len(records), units, bins, None)
 
 
 def segment_delta(segment: Segment, item: Item) -> Delta:
@@ -543,13 +547,11 @@ def unresolved_rest(segment: Segment, item: Item, watermark: Watermark, writer: 
     else:
         sure = []
     taken = sum(1 for position, _, _ in held if position <= at)
-    units = sum(u for u, _ in sure if u is not None) if item in segment.sums else None
-    bins = dict(Counter(bin for _, bin in sure if bin is not None)) or None
     unresolved = Unresolved(
         item, writer, segment.first_sequence, segment.last_sequence, at,
         missing_at_most=segment.deltas[item] - len(sure) - taken, why=why,
     )
-    return (item, len(sure), units, bins, None), unresolved
+    return _delta_of(segment, item, sure), unresolved
 
 
 def count_of(item: Mapping[str, Any] | None) -> int | None:
