@@ -19,8 +19,7 @@ from boto3.dynamodb.types import TypeSerializer
 from rich.console import Console
 from rich.table import Table
 
-from bench.cost import MeteredClient
-from tally.core.lanes import LaneHistory
+from bench.cost import MeteredClient, metered_counts
 from tally.backfill import (
     BACKFILL_SEGMENT_ITEMS,
     BACKFILL_STATE_BUDGET_BYTES,
@@ -32,7 +31,6 @@ from tally.backfill import (
 from tally.core.segments import SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS
-from tally.dynamo.counts_table import CountsTable
 from tally.local.workload import Workload
 
 COUNT_FROM_MS = 1_795_428_000_000
@@ -66,14 +64,7 @@ def measure(workload: Workload) -> dict[str, float]:
     images = [{name: _serializer.serialize(value) for name, value in event.item().items()} for event in events]
     settings = Settings(count_from_ms=COUNT_FROM_MS)
     client = MeteredClient(("pk", "sk"))
-    table = CountsTable(
-        client,
-        settings.counts_table,
-        settings,
-        workers=1,
-        previous_release_until_ms=0,
-        lanes=LaneHistory.always(settings.bucket_lanes),
-    )
+    table = metered_counts(client, settings)
     summary = BackfillSummary()
     size = math.ceil(len(images) / FILES)
     files = [

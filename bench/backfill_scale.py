@@ -36,9 +36,8 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from bench.cost import MeteredClient
+from bench.cost import MeteredClient, metered_counts
 from tally import exports
-from tally.core.lanes import LaneHistory
 from tally.backfill import (
     BACKFILL_SEGMENT_ITEMS,
     BACKFILL_STATE_BUDGET_BYTES,
@@ -53,7 +52,6 @@ from tally.core.commit import Writer
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS
-from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.parallel_backfill import COMMIT_CHUNK_ITEMS, commit_chunks, fold_images, merge
 
@@ -152,14 +150,7 @@ def _commit(partials: list[str]) -> tuple[dict, int]:
     client = MeteredClient(("pk", "sk"))
     merged = merge(Segment.from_state(json.loads(state)) for state in partials)
     if merged is not None:
-        counts = CountsTable(
-            client,
-            settings.counts_table,
-            settings,
-            workers=1,
-            previous_release_until_ms=0,
-            lanes=LaneHistory.always(settings.bucket_lanes),
-        )
+        counts = metered_counts(client, settings)
         commit = CounterDirectory(client, settings.counts_table, settings).recording(counts.commit)
         for part in commit_chunks(merged, COMMIT_CHUNK_ITEMS):
             commit(part, _writer())
@@ -178,14 +169,7 @@ def counts_of(items: dict) -> dict:
 def single_process(paths: list[Path]) -> tuple[dict, float, int]:
     settings = Settings(count_from_ms=COUNT_FROM_MS)
     client = MeteredClient(("pk", "sk"))
-    counts = CountsTable(
-        client,
-        settings.counts_table,
-        settings,
-        workers=1,
-        previous_release_until_ms=0,
-        lanes=LaneHistory.always(settings.bucket_lanes),
-    )
+    counts = metered_counts(client, settings)
     start = time.perf_counter()
     backfill_export(
         EXPORT_ARN,

@@ -23,7 +23,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.core.lanes import LaneHistory
 from tally.core.ranking import RANK_PREFIX
+from tally.core.settings import Settings
+from tally.dynamo.counts_table import CountsTable
 
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
@@ -291,3 +294,11 @@ def _add(item: dict[str, dict[str, str]], attribute: str, amount: str) -> None:
     total = Decimal(item.get(attribute, {"N": "0"})["N"]) + Decimal(amount)
     item[attribute] = {"N": format(total, "f")}
 
+
+
+def metered_counts(client: Any, settings: Settings) -> CountsTable:
+    """tally's counts table over a ``MeteredClient`` as the bench commits: one update at a time (the meter's
+    order), no previous release's markers to look for, and the lanes fixed for the run. A deployed function also
+    reads the lanes' history once a minute (half a read unit, core/lanes.py); the write figures are writes."""
+    lanes = LaneHistory.always(settings.bucket_lanes)
+    return CountsTable(client, settings.counts_table, settings, workers=1, previous_release_until_ms=0, lanes=lanes)

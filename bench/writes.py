@@ -18,7 +18,7 @@ import boto3
 from moto import mock_aws
 
 from bench import origin
-from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient
+from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient, metered_counts
 from bench.dedup import DedupHandler
 from bench.workloads import (
     SHARD_ID,
@@ -28,9 +28,7 @@ from bench.workloads import (
     floor_writes,
     hour_only_events,
 )
-from tally.core.lanes import LaneHistory
 from tally.local.delivery import DeliveryConfig, ShardDelivery
-from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.core.tables import COUNTS_TABLE
 from tally.invocation import process
@@ -48,14 +46,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         settings = dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
     # One update at a time into the meter (it keeps one image of the table), and the steady
     # state: no segment here can predate this release, so no markers of the previous one are read.
-    table = CountsTable(
-        client,
-        settings.counts_table,
-        settings,
-        workers=1,
-        previous_release_until_ms=0,
-        lanes=LaneHistory.always(settings.bucket_lanes),
-    )
+    table = metered_counts(client, settings)
     directory = CounterDirectory(client, settings.counts_table, settings)  # one container: this shard's
 
     def handler(event: dict, context: Any) -> dict:
