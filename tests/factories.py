@@ -7,6 +7,9 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
+from tally.core.commit import ReadRecords
+from tally.core.overlaps import RecordsAgain
+
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/tally-events/stream/2026-11-22T00:00:00.000"
 SHARD_ID = "shardId-00000001700000000000-aaaaaaaa"
 
@@ -119,3 +122,13 @@ def parse_one(record: dict[str, Any], settings: Any) -> Any:
 
     [outcome] = parse_record(record, settings)
     return outcome
+
+
+def records_again(kept: list[dict[str, Any]], step: ReadRecords) -> RecordsAgain:
+    """A ReadRecords step answered from a shard's records still in the stream (``kept``, in order), as the Streams
+    API answers: the range at 1,000 records a page after an iterator, or None where it starts before them."""
+    first, through = int(step.first), int(step.through)
+    if not kept or int(kept[0]["dynamodb"]["SequenceNumber"]) > first:
+        return RecordsAgain(None, "TrimmedDataAccessException: the range was trimmed", 1)
+    selected = [r for r in kept if first <= int(r["dynamodb"]["SequenceNumber"]) <= through]
+    return RecordsAgain(selected, requests=1 + len(selected) // 1000 + 1)

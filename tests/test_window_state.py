@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from factories import counter_record, window_event
+from factories import counter_record, records_again, window_event
 from moto_tables import COUNTS, read_counts
 from tally.core.buckets import lane_sort_key
 from tally.core.commit import Writer, legacy_marker_key, legacy_parts
-from tally.core.overlaps import RecordsAgain
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.invocation import outcomes_of, process, writer_of
@@ -193,10 +192,7 @@ def stream_of(records: list[dict]):
 
     def read_again(step):
         calls.append(step)
-        first, through = int(step.first), int(step.through)
-        if not records or int(records[0]["dynamodb"]["SequenceNumber"]) > first:
-            return RecordsAgain(None, "TrimmedDataAccessException: trimmed", 1)
-        return RecordsAgain([r for r in records if first <= int(r["dynamodb"]["SequenceNumber"]) <= through], requests=2)
+        return records_again(records, step)
 
     return read_again, calls
 

@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
+from factories import records_again
 from tally.core.amounts import average_of, decimal_of
 from tally.core.buckets import Bucket, buckets_of
 from tally.core.commit import ReadRecords, Writer
@@ -187,12 +188,7 @@ class Stream:
         or None as the Streams API refuses a range that starts before the shard's trim horizon."""
         self.reads_again += 1
         shard = step.writer.shard_id or ""
-        kept = self.shards.get(shard, [])[self.trimmed.get(shard, 0):]
-        first, through = int(step.first), int(step.through)
-        if not kept or int(kept[0]["dynamodb"]["SequenceNumber"]) > first:
-            return RecordsAgain(None, "TrimmedDataAccessException: the range was trimmed", 1)
-        selected = [r for r in kept if first <= int(r["dynamodb"]["SequenceNumber"]) <= through]
-        return RecordsAgain(selected, requests=1 + len(selected) // 1000 + 1)
+        return records_again(self.shards.get(shard, [])[self.trimmed.get(shard, 0):], step)
 
     @property
     def records(self) -> int:
