@@ -1,3 +1,4 @@
+import dataclasses
 import json
 from decimal import Decimal
 
@@ -393,3 +394,100 @@ def test_a_view_shortfall_names_the_first_rule_that_lacks_an_image():
     assert Settings().counter_rules.view_shortfall("OLD_IMAGE") == (
         "the classic rule reads each new item, so the view must be NEW_IMAGE or NEW_AND_OLD_IMAGES"
     )
+
+
+# --- a rule's own countFrom and retirement --------------------------------------------------------
+
+LIFETIME_RULES = (
+    {"name": "orders", "counter": "orders/{shop}", "retiredAt": "2026-11-18T20:00:00Z"},
+    {"name": "orders-v2", "counter": "orders2/{shop}", "countFrom": "2026-11-18T20:00:00Z"},
+    {"name": "shops", "counter": "shops/all"},
+)
+RETIRED_MS = 1_795_032_000_000  # 2026-11-18T20:00:00Z
+
+
+def test_a_rule_counts_from_its_own_instant_and_stops_at_its_retirement():
+    parsed = rules(*LIFETIME_RULES)
+    old, new, always = parsed.rules
+    assert (old.count_from_ms, old.retired_ms) == (None, RETIRED_MS)
+    assert (new.count_from_ms, new.retired_ms) == (RETIRED_MS, None)
+    assert parsed.timed and not rules({"counter": "a"}).timed
+    assert old.counts_arrival(RETIRED_MS - 1000) and not old.counts_arrival(RETIRED_MS)
+    assert not new.counts_arrival(RETIRED_MS - 1000) and new.counts_arrival(RETIRED_MS)
+    assert always.counts_arrival(0)
+
+
+@pytest.mark.parametrize(
+    ("arrival_ms", "counters"),
+    [
+        (RETIRED_MS - 1000, ["orders/s1", "shops/all"]),  # the last second of the old rule
+        (RETIRED_MS, ["orders2/s1", "shops/all"]),  # the cut-over second counts in the new rule alone
+    ],
+)
+def test_each_record_counts_once_across_a_cut_over_from_a_retired_rule_to_its_successor(arrival_ms, counters):
+    settings = Settings(rules=rules(*LIFETIME_RULES), time_attribute="at")
+    outcomes = parse_item({"shop": "s1", "at": arrival_ms - 5000}, arrival_ms, "100", settings)
+    assert sorted(o.counter for o in outcomes) == counters
+
+
+def test_a_record_only_rules_outside_their_lifetime_would_count_is_a_routine_skip_naming_why():
+    settings = Settings(rules=rules(*LIFETIME_RULES[:2]), time_attribute="at")
+    (before,) = parse_item({"shop": "s1", "at": RETIRED_MS}, RETIRED_MS + 1000, "1", only(settings, "orders-v2"))
+    assert isinstance(before, CounterEvent)
+    (skipped,) = parse_item({"shop": "s1", "at": RETIRED_MS - 9000}, RETIRED_MS - 1000, "1", only(settings, "orders-v2"))
+    assert skipped.reason is Reason.BEFORE_COUNT_FROM and "rule 'orders-v2'" in skipped.detail
+    (retired,) = parse_item({"shop": "s1", "at": RETIRED_MS}, RETIRED_MS, "1", only(settings, "orders"))
+    assert retired.reason is Reason.RULE_RETIRED and not retired.reason.is_rejection
+    assert "rule 'orders'" in retired.detail
+
+
+def test_a_rule_outside_its_lifetime_refuses_nothing_for_want_of_an_image():
+    settings = Settings(rules=rules({"name": "gone", "counter": "gone", "on": "REMOVE", "retiredAt": RETIRED_MS // 1000}))
+    record = stream_record(event_name="REMOVE", arrival_s=RETIRED_MS / 1000, keys={"id": {"S": "1"}})
+    (outcome,) = parse_record(record, settings)
+    assert outcome.reason is Reason.RULE_RETIRED  # not missing_old_image: the rule no longer counts it
+
+
+def only(settings, *names):
+    return dataclasses.replace(settings, rules=settings.counter_rules.named(names))
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"counter": "a", "countFrom": "yesterday"}, "field 'countFrom': must be epoch seconds or ISO-8601"),
+        ({"counter": "a", "countFrom": True}, "field 'countFrom': must be an instant"),
+        ({"counter": "a", "retiredAt": "2026-11-18T20:00:00.500Z"}, "field 'retiredAt': must be a whole second"),
+        ({"counter": "a", "countFrom": 1795032000, "retiredAt": 1795032000}, "field 'retiredAt': must be after its countFrom"),
+    ],
+)
+def test_bad_lifetimes_are_refused_naming_the_rule_and_field(entry, message):
+    with pytest.raises(RulesError) as caught:
+        rules(entry)
+    assert message in str(caught.value) and str(caught.value).startswith("rule 1")
+
+
+def test_a_rule_may_not_count_from_before_the_deployment_so_no_history_is_counted_twice():
+    with pytest.raises(SettingsError, match=r"^TALLY_COUNT_FROM='1795032001': rule 'orders-v2' counts from before"):
+        Settings.from_env({"TALLY_RULES": json.dumps(list(LIFETIME_RULES)), "TALLY_COUNT_FROM": "1795032001"})
+    later = Settings.from_env({"TALLY_RULES": json.dumps(list(LIFETIME_RULES)), "TALLY_COUNT_FROM": "1795032000"})
+    assert later.counter_rules.rules[1].count_from_ms == later.count_from_ms
+
+
+def test_rules_are_picked_by_name_and_an_unknown_name_lists_the_rules():
+    parsed = rules(*LIFETIME_RULES)
+    assert [rule.name for rule in parsed.named(["shops", "orders"]).rules] == ["orders", "shops"]
+    with pytest.raises(RulesError, match=r"^no rule named 'refunds'; the rules are 'orders', 'orders-v2', 'shops'$"):
+        parsed.named(["refunds"])
+
+
+def test_a_counter_is_retired_once_every_rule_that_writes_it_is():
+    parsed = rules(
+        {"name": "old", "counter": "orders/{shop}", "retiredAt": RETIRED_MS // 1000},
+        {"name": "all", "counter": "all", "retiredAt": RETIRED_MS // 1000},
+        {"name": "all-too", "counter": "all"},
+    )
+    assert parsed.retired_at("orders/s1", RETIRED_MS) == RETIRED_MS
+    assert parsed.retired_at("orders/s1", RETIRED_MS - 1) is None  # retiring later: still counting
+    assert parsed.retired_at("all", RETIRED_MS + 1) is None  # another rule still writes it
+    assert parsed.retired_at("refunds/s1", RETIRED_MS) is None  # no rule writes it

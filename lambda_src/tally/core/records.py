@@ -77,7 +77,8 @@ class Reason(str, Enum):
 
     NOT_INSERT = "not_insert"  # a record kind no rule sees (without rules that ask, anything but INSERT)
     NO_RULE_MATCHED = "no_rule_matched"
-    BEFORE_COUNT_FROM = "before_count_from"  # arrived before count-from: the backfill counts it
+    BEFORE_COUNT_FROM = "before_count_from"  # arrived before count-from (the deployment's or its rules'): a backfill counts it
+    RULE_RETIRED = "rule_retired"  # arrived once the rules that would count it were retired
     MALFORMED_RECORD = "malformed_record"
     MISSING_IMAGE = "missing_image"
     MISSING_OLD_IMAGE = "missing_old_image"  # a rule needs the old image the stream view leaves out
@@ -99,7 +100,7 @@ class Reason(str, Enum):
         return self not in _ROUTINE
 
 
-_ROUTINE = frozenset({Reason.NOT_INSERT, Reason.NO_RULE_MATCHED, Reason.BEFORE_COUNT_FROM})
+_ROUTINE = frozenset({Reason.NOT_INSERT, Reason.NO_RULE_MATCHED, Reason.BEFORE_COUNT_FROM, Reason.RULE_RETIRED})
 
 
 class CounterEvent(NamedTuple):
@@ -229,24 +230,34 @@ def judge(
     that would count either counts or refuses with a reason. A bad or
     unacceptable time rejects the record once per time attribute, whatever
     the number of rules reading it, and only when some rule would have
-    counted with it.
+    counted with it. A rule with a countFrom or retiredAt of its own sees only
+    the records arriving between them.
     """
     times: dict[str, tuple[int, bool] | Rejection] = {}  # by time attribute (or ARRIVAL)
     refused_times: dict[str, Rejection] | None = None
     counted = False
     events: list[Outcome] = []
     refusals: list[Outcome] = []
-    for rule in settings.counter_rules.seeing[kind]:
+    rules = settings.counter_rules
+    outside: Rule | None = None  # a rule left out for the record's arrival, for the skip's reason
+    for rule in rules.seeing[kind]:
+        in_time = not rules.timed or rule.counts_arrival(arrival_ms)
         if kind == REMOVE:
             if not rule.counts_deletion(by_ttl):
                 continue
             image = old
             if image is None:
-                refusals.append(_missing_old_image(rule, kind, sequence, arrival_ms))
+                if in_time:
+                    refusals.append(_missing_old_image(rule, kind, sequence, arrival_ms))
+                else:
+                    outside = rule
                 continue
         else:
             image = new  # type: ignore[assignment]  # never None here: parse_record checked it
         if rule.conditions and not rule.matches(image):
+            continue
+        if not in_time:
+            outside = rule
             continue
         if kind == MODIFY and rule.becomes:
             if old is None:
@@ -274,10 +285,19 @@ def judge(
         else:
             refused_times.setdefault(source, time)
     if not counted:
-        return refusals or [Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)]
+        return refusals or [_not_counted(outside, sequence, arrival_ms)]
     if refused_times:
         return [*events, *refused_times.values(), *refusals]
     return events + refusals if refusals else events
+
+
+def _not_counted(outside: Rule | None, sequence: str, arrival_ms: int) -> Rejection:
+    """The routine skip of a record no rule counts: none matched, or the rules it concerns count at other times."""
+    if outside is None:
+        return Rejection(Reason.NO_RULE_MATCHED, "no rule matched the item", sequence, arrival_ms)
+    if outside.retired_ms is not None and arrival_ms >= outside.retired_ms:
+        return Rejection(Reason.RULE_RETIRED, f"arrived after {outside.label} was retired", sequence, arrival_ms)
+    return Rejection(Reason.BEFORE_COUNT_FROM, f"arrived before {outside.label}'s countFrom", sequence, arrival_ms)
 
 
 def _missing_old_image(rule: Rule, kind: str, sequence: str, arrival_ms: int) -> Rejection:

@@ -27,13 +27,21 @@ from an attribute of its own or from the record's arrival (``time``):
     {"name": "expired", "counter": "sessions/expired", "on": "REMOVE", "deletedBy": "ttl", "time": "@arrival"}
 
 A rule may watch the counters it writes with threshold alerts (``alerts``, see alerts.py).
+
+Rules change on a live table. A rule may count from an instant of its own
+(``countFrom``: records arriving earlier are left to a backfill of its history)
+and be retired at another (``retiredAt``: records arriving then or later are
+not counted by it, and reads say its counters will not move again):
+
+    {"name": "refunds", "counter": "refunds/{shop}", "countFrom": "2026-11-23T10:00:00Z"}
+    {"name": "orders", "counter": "orders/{shop}", "retiredAt": "2026-12-01T00:00:00Z"}
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -41,6 +49,7 @@ from typing import Any, NamedTuple
 from tally.core.alerts import AlertsError, parse_alerts
 from tally.core.amounts import InvalidAmount, units_of
 from tally.core.histograms import InvalidValue, bin_of
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.sketches import InvalidValue as InvalidDistinct
 from tally.core.sketches import hash_of
 
@@ -51,7 +60,10 @@ MAX_RULES = 25
 MAX_RULE_NAME_LENGTH = 64
 MAX_ONE_OF_VALUES = 100
 _RULE_FIELDS = frozenset(
-    {"name", "counter", "when", "sum", "histogram", "distinct", "becomes", "on", "time", "deletedBy", "alerts"}
+    {
+        "name", "counter", "when", "sum", "histogram", "distinct", "becomes", "on", "time", "deletedBy", "alerts",
+        "countFrom", "retiredAt",
+    }
 )
 # Aggregates a rule may add beside the count: each an attribute name; rules writing one counter template must agree.
 _AGGREGATES = {
@@ -285,6 +297,8 @@ class Rule:
     histogram: str | None = None
     distinct: str | None = None
     alerts: tuple[Any, ...] = ()  # alerts.Alert: threshold alerts on the counters it writes
+    count_from_ms: int | None = None  # counts records arriving at or after it (None: the deployment's countFrom)
+    retired_ms: int | None = None  # counts no record arriving at or after it
     conditions: tuple[Condition, ...] = field(init=False, compare=False, repr=False)  # when, then becomes
 
     def __post_init__(self) -> None:
@@ -311,6 +325,16 @@ class Rule:
     def counts_deletion(self, by_ttl: bool) -> bool:
         """Whether this rule counts a REMOVE made by TTL (``by_ttl``) or by a request."""
         return REMOVE in self.on and (self.deleted_by == "any" or (self.deleted_by == "ttl") == by_ttl)
+
+    def counts_arrival(self, arrival_ms: int) -> bool:
+        """Whether a record arriving at ``arrival_ms`` is this rule's to count: between its countFrom and retirement."""
+        if self.count_from_ms is not None and arrival_ms < self.count_from_ms:
+            return False
+        return self.retired_ms is None or arrival_ms < self.retired_ms
+
+    def retired_by(self, now_ms: int) -> bool:
+        """Whether the rule has stopped counting by ``now_ms``."""
+        return self.retired_ms is not None and self.retired_ms <= now_ms
 
     def held_before(self, old: Mapping[str, Any]) -> bool:
         """Whether the old image already met ``becomes``: then a change is no transition."""
@@ -385,6 +409,7 @@ class Rules:
 
     kinds: frozenset[str] = field(init=False, compare=False, repr=False)  # the record kinds some rule sees
     seeing: dict[str, tuple[Rule, ...]] = field(init=False, compare=False, repr=False)  # kind -> rules that see it
+    timed: bool = field(init=False, compare=False, repr=False)  # some rule has a countFrom or retiredAt of its own
 
     def __post_init__(self) -> None:
         # Computed once: every record reads these attributes and goes through the rules of its kind.
@@ -393,6 +418,8 @@ class Rules:
         object.__setattr__(self, "kinds", frozenset(kind for rule in self.rules for kind in rule.on))
         seeing = {kind: tuple(rule for rule in self.rules if kind in rule.on) for kind in RECORD_KINDS}
         object.__setattr__(self, "seeing", seeing)
+        timed = any(rule.count_from_ms is not None or rule.retired_ms is not None for rule in self.rules)
+        object.__setattr__(self, "timed", timed)
 
     @property
     def classic(self) -> bool:
@@ -422,6 +449,24 @@ class Rules:
                     needed, why = f"{NEW_IMAGE} or {NEW_AND_OLD_IMAGES}", "reads each new item"
                 return f"{rule.label} {why}, so the view must be {needed}"
         return None
+
+    def named(self, names: Iterable[str]) -> Rules:
+        """Only the rules of these names, in their order (what a backfill of their history counts with)."""
+        wanted = list(dict.fromkeys(names))
+        known = {rule.name for rule in self.rules}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            listed = ", ".join(repr(rule.name) for rule in self.rules if rule.name)
+            raise RulesError(f"no rule named {unknown[0]!r}; the rules are {listed or 'the classic rule alone'}")
+        return Rules(tuple(rule for rule in self.rules if rule.name in wanted))
+
+    def retired_at(self, counter: str, now_ms: int) -> int | None:
+        """When ``counter`` stopped counting: every rule that can write it retired by ``now_ms`` (the last of
+        them retired then); None while one of them counts, or when no rule can write it."""
+        writers = [rule for rule in self.rules if rule.counter.could_render(counter)]
+        if not writers or not all(rule.retired_by(now_ms) for rule in writers):
+            return None
+        return max(rule.retired_ms for rule in writers)  # type: ignore[type-var]
 
     def sums(self, counter: str) -> bool:
         """Whether a summing rule can write ``counter`` (the query then reports its sum and average)."""
@@ -543,7 +588,32 @@ def _rule(index: int, entry: Any) -> Rule:
         histogram=entry.get("histogram"),
         distinct=entry.get("distinct"),
         alerts=_alerts(where, entry, name),
+        **_lifetime(where, entry),
     )
+
+
+def _lifetime(where: str, entry: dict[str, Any]) -> dict[str, int | None]:
+    """``countFrom`` and ``retiredAt``: whole-second instants bounding the arrivals the rule counts."""
+    instants: dict[str, int | None] = {}
+    for key, field_name in (("countFrom", "count_from_ms"), ("retiredAt", "retired_ms")):
+        raw = entry.get(key)
+        if raw is None:
+            instants[field_name] = None
+            continue
+        if isinstance(raw, bool) or not isinstance(raw, str | Decimal):
+            raise RulesError(f"{where}: field {key!r}: must be an instant, ISO-8601 with an offset or epoch seconds, "
+                             f"got {_short(raw)}")
+        try:
+            instant_ms = parse_instant(str(raw))
+        except InvalidInstant as error:
+            raise RulesError(f"{where}: field {key!r}: {error}") from None
+        if instant_ms % 1000:
+            raise RulesError(f"{where}: field {key!r}: must be a whole second, got {_short(raw)}")
+        instants[field_name] = instant_ms
+    start, end = instants["count_from_ms"], instants["retired_ms"]
+    if start is not None and end is not None and end <= start:
+        raise RulesError(f"{where}: field 'retiredAt': must be after its countFrom")
+    return instants
 
 
 def _alerts(where: str, entry: dict[str, Any], rule: str) -> tuple[Any, ...]:

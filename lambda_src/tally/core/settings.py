@@ -143,6 +143,14 @@ class Settings:
         if any(prefix.startswith("#") for prefix in self.ranked_prefixes):
             raise SettingsError("ranked prefixes must not start with '#': tally's own counters are never ranked",
                                 ("ranked_prefixes",))
+        if self.count_from_ms is not None and self.rules is not None:
+            for rule in self.rules.rules:
+                if rule.count_from_ms is not None and rule.count_from_ms < self.count_from_ms:
+                    raise SettingsError(
+                        f"{rule.label} counts from before the deployment's countFrom: the table's own backfill "
+                        "counts its history up to that instant; drop the rule's countFrom or move it later",
+                        ("count_from_ms",),
+                    )
         # Built once: every record goes through these rules.
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
         object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
