@@ -24,6 +24,7 @@ from tally.backfill import (
     BACKFILL_SEGMENT_ITEMS,
     BACKFILL_STATE_BUDGET_BYTES,
     BackfillSummary,
+    HistoryScope,
     WriteRateLimit,
     backfill_export,
     export_outcomes,
@@ -74,7 +75,7 @@ def measure(workload: Workload) -> dict[str, float]:
     backfill_export(
         EXPORT_ARN,
         files,
-        count_from_ms=COUNT_FROM_MS,
+        scope=HistoryScope(COUNT_FROM_MS),
         settings=settings,
         commit=table.commit,
         limit=WriteRateLimit(1e12),

@@ -42,6 +42,7 @@ from tally.backfill import (
     BACKFILL_SEGMENT_ITEMS,
     BACKFILL_STATE_BUDGET_BYTES,
     BackfillSummary,
+    HistoryScope,
     WriteRateLimit,
     backfill_export,
     chunks,
@@ -128,7 +129,7 @@ class _Disk:
 def _fold(path: str, index: int, ranges: int) -> tuple[dict[int, str], float]:
     """One fold worker's file: its partials as the JSON it would write to S3, and the seconds it took."""
     start = time.perf_counter()
-    partials, _ = fold_images(exports.items(_Disk(), "", path), index, COUNT_FROM_MS, Settings(count_from_ms=COUNT_FROM_MS), ranges)
+    partials, _ = fold_images(exports.items(_Disk(), "", path), index, HistoryScope(COUNT_FROM_MS), Settings(count_from_ms=COUNT_FROM_MS), ranges)
     written = {number: json.dumps(segment.to_state()) for number, segment in partials.items()}
     return written, time.perf_counter() - start
 
@@ -174,7 +175,7 @@ def single_process(paths: list[Path]) -> tuple[dict, float, int]:
     backfill_export(
         EXPORT_ARN,
         [(str(path), exports.items(_Disk(), "", str(path))) for path in paths],
-        count_from_ms=COUNT_FROM_MS,
+        scope=HistoryScope(COUNT_FROM_MS),
         settings=settings,
         commit=CounterDirectory(client, settings.counts_table, settings).recording(counts.commit),
         limit=WriteRateLimit(1e12),

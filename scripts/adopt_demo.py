@@ -153,7 +153,7 @@ def adopt(args: argparse.Namespace) -> int:
         "POWERTOOLS_METRICS_DISABLED": "true",
     }
     final = state_machine.run(
-        {"exportArn": export.arn},
+        {"exportArn": export.arn, "rules": ""},
         s3=s3,
         workers=args.workers,
         environment=environment,

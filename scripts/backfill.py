@@ -3,6 +3,7 @@
     .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-to s3://my-bucket/tally-backfill
     .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-arn arn:aws:dynamodb:...:export/...
     .venv/bin/python scripts/backfill.py --stack Tally --count-from 2026-11-23T10:00:00Z --export-to s3://my-exports/orders
+    .venv/bin/python scripts/backfill.py --stack Tally --rules refunds --export-to s3://my-exports/orders
 
 With --stack naming a stack deployed with backfillExports, the export is
 counted in the account: the stack's state machine folds its files in parallel
@@ -17,6 +18,13 @@ the table as it was at that very instant, read from an export taken at it
 (--export-to starts one, which needs point-in-time recovery on the table;
 --export-arn reads one already taken). Every item goes through the handler's
 own parsing and acceptance, with the count-from instant as its arrival.
+
+--rules NAME... counts the history of rules added later instead: each has a
+countFrom of its own in TALLY_RULES (the same for all those named), the export
+is taken at it, and only those rules count its items, into their own counters
+(no other rule's counter, and no rejection counter, is written). A rule's
+history is counted once: a second export, or the rule with other companions,
+is refused.
 
 Rerunning with the same --export-arn after an interruption resumes: what was
 committed is found by its watermarks and not counted again. A backfill must run
@@ -39,7 +47,14 @@ from botocore.exceptions import ClientError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tally.backfill import BackfillSummary, WriteRateLimit, backfill_deadline_ms, backfill_export
+from tally.backfill import (
+    BackfillSummary,
+    HistoryScope,
+    ScopeRefused,
+    WriteRateLimit,
+    backfill_deadline_ms,
+    backfill_export,
+)
 from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
@@ -69,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
         help="the instant the stream counts from: ISO-8601 with an offset or epoch seconds (default TALLY_COUNT_FROM)",
     )
     parser.add_argument(
+        "--rules",
+        nargs="+",
+        metavar="NAME",
+        help="count the history of these rules only, added later with a countFrom of their own (default: the whole table)",
+    )
+    parser.add_argument(
         "--max-wcu",
         type=float,
         help=f"write units per second on the counts table at most, with --here (default {DEFAULT_MAX_WCU}; "
@@ -93,9 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> BackfillSummary:
     try:
         settings = Settings.from_env()
-        count_from_ms = _count_from(args.count_from) if args.count_from else settings.count_from_ms
-        if count_from_ms is None:
-            raise ScriptError("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
+        scope = HistoryScope.of(settings, args.rules or (), _count_from(args.count_from) if args.count_from else None)
+        count_from_ms = scope.count_from_ms
         if args.max_wcu is not None and args.max_wcu <= 0:
             raise ScriptError("--max-wcu must be positive")
         state_machine_arn = _state_machine(args.stack) if args.stack and not args.here else None
@@ -106,7 +126,7 @@ def run(args: argparse.Namespace) -> BackfillSummary:
                 f"count-from {iso_second(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
                 "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
             )
-        settings = dataclasses.replace(settings, count_from_ms=count_from_ms)
+        settings = scope.settings_for(settings)
         tables = resolve_tables(args)
         dynamodb, s3 = client("dynamodb"), client("s3")
         export = _export(args, dynamodb, tables.events, count_from_ms)
@@ -119,14 +139,14 @@ def run(args: argparse.Namespace) -> BackfillSummary:
                 f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
             )
         if state_machine_arn:  # the plan claims the export, by the in-account protocol
-            return count_in_account(client("stepfunctions"), s3, state_machine_arn, export.arn, args.poll_seconds)
+            return count_in_account(client("stepfunctions"), s3, state_machine_arn, export.arn, args.poll_seconds, scope)
         # Exported items all predate this process, but never a marker of the previous release: the claim
         # refuses an export that release began counting.
         counts = CountsTable(dynamodb, tables.counts, settings, previous_release_until_ms=0)
         expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
-        counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s)
-        return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU))
-    except (SettingsError, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
+        counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s, rules=scope.rules)
+        return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU), scope)
+    except (SettingsError, ScopeRefused, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
         raise ScriptError(str(error)) from None
     except ClientError as error:
         if explain(error) is not None:  # a missing table, refused credentials: the shared edge says it
@@ -147,9 +167,11 @@ def _state_machine(stack_name: str) -> str:
     return arn
 
 
-def count_in_account(sfn: Any, s3: Any, state_machine_arn: str, export_arn: str, poll_seconds: float) -> BackfillSummary:
+def count_in_account(
+    sfn: Any, s3: Any, state_machine_arn: str, export_arn: str, poll_seconds: float, scope: HistoryScope
+) -> BackfillSummary:
     """Start the stack's state machine on the export (or find it, or redrive it) and follow it to the end."""
-    execution_arn, how = state_machine.start_or_resume(sfn, state_machine_arn, export_arn)
+    execution_arn, how = state_machine.start_or_resume(sfn, state_machine_arn, export_arn, scope.rules)
     console.print(f"{how} {execution_arn}")
     follower = state_machine.ExecutionFollower(sfn, s3, execution_arn)
     follow(follower, poll_seconds)
@@ -203,10 +225,9 @@ def _export(args: argparse.Namespace, dynamodb: Any, events_table: str, count_fr
 
 
 def count_export(
-    s3: Any, export: exports.Export, counts: CountsTable, settings: Settings, limit: WriteRateLimit
+    s3: Any, export: exports.Export, counts: CountsTable, settings: Settings, limit: WriteRateLimit, scope: HistoryScope
 ) -> BackfillSummary:
-    """Every data file of a completed export, counted with a progress bar."""
-    assert settings.count_from_ms is not None
+    """Every data file of a completed export, counted with a progress bar (``settings``: the scope's)."""
     # One writer per export: its files are counted in one fixed order, that of their keys.
     files = sorted(exports.data_files(s3, export), key=lambda file: file.key)
     known = [file.item_count for file in files]
@@ -226,7 +247,7 @@ def count_export(
         backfill_export(
             export.arn,
             ((file.key, exports.items(s3, export.bucket, file.key)) for file in files),
-            count_from_ms=settings.count_from_ms,
+            scope=scope,
             settings=settings,
             commit=commit,
             limit=limit,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+
 import pytest
 
 from factories import image
-from tally.backfill import BackfillSummary, WriteRateLimit, backfill_export, chunks, export_outcomes, place, write_units
+from tally.backfill import BackfillSummary, HistoryScope, ScopeRefused, WriteRateLimit, backfill_export, chunks, export_outcomes, place, write_units
 from tally.core.records import CounterEvent, Reason
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
@@ -16,7 +19,7 @@ from tally.core.commit import CommitResult, Writer
 COUNT_FROM = 1_795_000_000_000
 
 
-def count_files(files, settings=Settings(count_from_ms=COUNT_FROM), summary=None):
+def count_files(files, settings=Settings(count_from_ms=COUNT_FROM), summary=None, scope=HistoryScope(COUNT_FROM)):
     """Backfill (key, images) files with a commit that records the segments it is given."""
     committed = []
 
@@ -25,7 +28,7 @@ def count_files(files, settings=Settings(count_from_ms=COUNT_FROM), summary=None
         return CommitResult(applied=len(segment.deltas), already_applied=0, retries=0)
 
     backfill_export(
-        "arn:export", files, count_from_ms=COUNT_FROM, settings=settings,
+        "arn:export", files, scope=scope, settings=settings,
         commit=commit, limit=WriteRateLimit(1e9), summary=summary or BackfillSummary(),
     )
     return committed
@@ -133,3 +136,60 @@ def test_a_file_is_committed_and_summarized():
     # 5 minutes and 1 hour of orders, a minute and an hour of the rejection: 8 plain updates, 1 WCU each.
     assert summary.write_units == write_units(committed[0][0]) == 8
     assert summary.bucket_updates == 8
+
+
+# --- what a backfill counts: the table, or rules added later ------------------------------------------------
+
+LATER = COUNT_FROM + 3_600_000
+
+
+def scoped_settings(**extra_rule):
+    rules = [
+        {"name": "orders", "counter": "orders/{shop}"},
+        {"name": "refunds", "counter": "refunds/{shop}", "countFrom": LATER // 1000, **extra_rule},
+        {"name": "returns", "counter": "returns/{shop}", "countFrom": LATER // 1000},
+    ]
+    return Settings(count_from_ms=COUNT_FROM, rules=parse_rules(json.dumps(rules)))
+
+
+def test_a_rule_scope_counts_at_the_rules_own_instant_with_those_rules_alone_as_a_writer_of_its_own():
+    settings = scoped_settings()
+    scope = HistoryScope.of(settings, ["returns", "refunds"])
+    assert scope == HistoryScope(LATER, ("refunds", "returns"))
+    scoped = scope.settings_for(settings)
+    assert [rule.name for rule in scoped.counter_rules.rules] == ["refunds", "returns"] and scoped.count_from_ms == LATER
+    table = HistoryScope.of(settings)
+    assert table == HistoryScope(COUNT_FROM) and table.key == "table"
+    writers = {table.writer("arn:export"), scope.writer("arn:export"), HistoryScope(LATER, ("refunds",)).writer("arn:export")}
+    assert len({writer.tag for writer in writers}) == 3  # one export counted for the table and for rules: three watermarks
+    assert scope.key == HistoryScope(LATER, ("returns", "refunds")).key != HistoryScope(LATER, ("refunds",)).key
+
+
+def test_a_rule_backfill_folds_its_events_and_leaves_rejections_to_the_summary():
+    settings = scoped_settings(sum="amount")
+    scope = HistoryScope.of(settings, ["refunds"])
+    summary = BackfillSummary()
+    committed = count_files(
+        [("data/1.json.gz", [image(id="1", shop="s", ts=LATER - 5000, amount=3), image(id="2", shop="s", ts=LATER - 5000)])],
+        scope.settings_for(settings), summary, scope,
+    )
+    assert summary.rejected == Counter({Reason.MISSING_SUM: 1})
+    [(segment, writer)] = committed
+    assert {counter for counter, _ in segment.deltas} == {"refunds/s"} and writer == scope.writer("arn:export")
+
+
+@pytest.mark.parametrize(
+    ("rules", "count_from", "settings", "message"),
+    [
+        (["orders"], None, scoped_settings(), "rule 'orders' has no countFrom of its own"),
+        (["refunds", "lost"], None, scoped_settings(), "--rules: no rule named 'lost'; the rules are 'orders', 'refunds', 'returns'"),
+        (["refunds", "returns"], None, scoped_settings(countFrom=LATER // 1000 + 60), "rules 'returns' and 'refunds' count from different instants"),
+        (["refunds"], COUNT_FROM, scoped_settings(), "--count-from 2026-11-18T11:06:40Z is not the countFrom of the rules named"),
+        (["refunds"], None, Settings(count_from_ms=COUNT_FROM), "--rules names rules of TALLY_RULES, and none are set"),
+        ([], None, Settings(), "give --count-from (or set TALLY_COUNT_FROM)"),
+    ],
+)
+def test_a_scope_that_would_count_history_twice_or_never_is_refused_in_one_line(rules, count_from, settings, message):
+    with pytest.raises(ScopeRefused) as refused:
+        HistoryScope.of(settings, rules, count_from)
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)

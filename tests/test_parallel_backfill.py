@@ -14,7 +14,7 @@ from moto import mock_aws
 from moto_tables import COUNTS, EVENTS
 
 from tally import parallel_backfill
-from tally.backfill import BackfillSummary, WriteRateLimit, backfill_export
+from tally.backfill import BackfillSummary, HistoryScope, ScopeRefused, WriteRateLimit, backfill_export
 from tally.core.records import Reason
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
@@ -111,17 +111,18 @@ def aws(monkeypatch):
         yield dynamodb, s3
 
 
-def run_stages(backfill: Backfill, order_seed: int = 0) -> dict:
+def run_stages(backfill: Backfill, order_seed: int = 0, rules: str = "") -> dict:
     """The state machine's stages, maps run in a shuffled order (Step Functions promises none)."""
-    planned = backfill.plan(EXPORT_ARN)
+    planned = backfill.plan(EXPORT_ARN, rules)
+    assert planned["rules"] == rules
     files = json.loads(backfill.s3.get_object(Bucket=planned["bucket"], Key=planned["filesKey"])["Body"].read())
     random.Random(order_seed).shuffle(files)
     for file in files:
-        backfill.fold_file(planned["work"], file["key"], file["index"])
+        backfill.fold_file(planned["work"], file["key"], file["index"], planned["rules"])
     ranges = list(planned["ranges"])
     random.Random(order_seed + 1).shuffle(ranges)
     for number in ranges:
-        backfill.commit_range(planned["work"], planned["exportArn"], number)
+        backfill.commit_range(planned["work"], planned["exportArn"], number, planned["rules"])
     return backfill.summarize(planned["work"])
 
 
@@ -151,7 +152,7 @@ def test_parallel_stages_count_what_one_process_counts_and_a_rerun_adds_nothing(
     backfill_export(
         EXPORT_ARN,
         [(f"f{n}", images[n::6]) for n in range(6)],
-        count_from_ms=COUNT_FROM,
+        scope=HistoryScope(COUNT_FROM),
         settings=here,
         commit=CounterDirectory(dynamodb, "counts-here", here).recording(counts_here.commit),
         limit=WriteRateLimit(1e9),
@@ -204,7 +205,7 @@ def test_a_committer_retried_after_a_timeout_resumes_after_its_last_finished_chu
     for index in range(2):
         Backfill(described, s3, SETTINGS, config).fold_file(planned["work"], f"{PREFIX}/AWSDynamoDB/01795000000000-abcdef/data/{index:03d}.json.gz", index)
 
-    whole, _ = fold_images(history(60), 0, COUNT_FROM, SETTINGS, ranges=1)
+    whole, _ = fold_images(history(60), 0, HistoryScope(COUNT_FROM), SETTINGS, ranges=1)
     first_chunk = len(next(commit_chunks(whole[0], 10)).deltas)
     failing = FailingAfter(described, allowed=first_chunk + 2)  # the timeout strikes inside the second chunk
     with pytest.raises(Interrupted):
@@ -254,7 +255,7 @@ def test_the_plan_refuses_an_export_it_must_not_count(aws, change, message):
 def test_every_counter_falls_in_one_range_and_partials_hold_disjoint_items():
     assert {counter_range(f"c{n}", 7) for n in range(500)} == set(range(7))
     assert counter_range("orders/s1", 1) == 0
-    partials, summary = fold_images(history(200), 3, COUNT_FROM, SETTINGS, ranges=4)
+    partials, summary = fold_images(history(200), 3, HistoryScope(COUNT_FROM), SETTINGS, ranges=4)
     seen = [set(segment.deltas) for segment in partials.values()]
     assert sum(map(len, seen)) == len(set().union(*seen))
     for number, segment in partials.items():
@@ -263,8 +264,8 @@ def test_every_counter_falls_in_one_range_and_partials_hold_disjoint_items():
 
 
 def test_merged_partials_are_the_sum_of_their_files_and_chunk_by_whole_counters():
-    whole, _ = fold_images(history(300), 0, COUNT_FROM, SETTINGS, ranges=1)
-    halves = [fold_images(history(300)[n::2], n, COUNT_FROM, SETTINGS, ranges=1)[0][0] for n in range(2)]
+    whole, _ = fold_images(history(300), 0, HistoryScope(COUNT_FROM), SETTINGS, ranges=1)
+    halves = [fold_images(history(300)[n::2], n, HistoryScope(COUNT_FROM), SETTINGS, ranges=1)[0][0] for n in range(2)]
     merged = merge(halves)
     assert merged.deltas == whole[0].deltas and merged.sums == whole[0].sums
     assert {item: sketch.count() for item, sketch in merged.sketches.items()} == {
@@ -286,3 +287,50 @@ def test_settings_from_the_environment_and_their_refusals():
         BackfillConfig.from_env({})
     with pytest.raises(PlanRefused, match="ranges must be 1-10000"):
         BackfillConfig.from_env({"TALLY_BACKFILL_BUCKET": "b", "TALLY_BACKFILL_RANGES": "0"})
+
+
+# --- one rule's history, added later ---------------------------------------------------------------------
+
+ADDED_RULES = parse_rules(
+    '[{"name": "orders", "counter": "orders/{shop}", "sum": "amount"},'
+    ' {"name": "buyers", "counter": "buyers/{shop}", "distinct": "buyer"},'
+    f' {{"name": "big", "counter": "big/{{shop}}", "when": {{"size": {{"equals": "big"}}}}, "countFrom": {COUNT_FROM // 1000}}}]'
+)
+ADDED = Settings(counts_table=COUNTS, events_table=EVENTS, count_from_ms=COUNT_FROM - HOUR_MS, rules=ADDED_RULES)
+
+
+def test_a_rule_added_later_gets_its_history_in_the_account_and_only_its_own_counters_are_written(aws):
+    dynamodb, s3 = aws
+    images = [dict(item, size={"S": "big" if n % 3 == 0 else "small"}) for n, item in enumerate(history(120))]
+    described = ExportsOf(dynamodb, put_export(s3, images, files=3))
+    backfill = Backfill(described, s3, ADDED, BackfillConfig(BUCKET, PREFIX, ranges=4))
+
+    summary = run_stages(backfill, rules="big")
+
+    written = table_contents(dynamodb, COUNTS)
+    counters = {pk for pk, _ in written if not pk.startswith("#")}
+    assert counters == {f"big/s{n}" for n in range(3)}  # not orders/…, buyers/…, nor #rejected#…
+    big = [item for n, item in enumerate(images) if n % 3 == 0]
+    assert sum(summary["counted"].values()) == len(big) and summary["rejected"] == {}
+    hours = sum(int(item["count"]["N"]) for (pk, sk), item in written.items() if pk.startswith("big/") and sk.startswith("H#"))
+    assert hours == len(big)
+
+    again = run_stages(backfill, rules="big")  # a redrive, or the command run twice
+    assert again["bucket_updates"] == summary["bucket_updates"] and table_contents(dynamodb, COUNTS) == written
+    claims = CountsTable(dynamodb, COUNTS, ADDED, previous_release_until_ms=0)
+    at = "2026-11-18T11:06:40Z"
+    with pytest.raises(BackfillClaimed, match=r"^rule 'big' is counted from .* together with rules big: run the backfill again with --rules big$"):
+        claims.claim_backfill(TABLE_ARN, at, EXPORT_ARN, 2_000_000_000, protocol="ranges", rules=("big", "small"))
+    with pytest.raises(BackfillClaimed, match=r"^the history of rule 'big' is counted from export .*abcdef \(at 2026-11-18T11:06:40Z\); counting .*other too"):
+        claims.claim_backfill(TABLE_ARN, at, f"{TABLE_ARN}/export/other", 2_000_000_000, protocol="ranges", rules=("big",))
+    with pytest.raises(BackfillClaimed, match=r"rule 'big' from .* was begun in the account"):
+        claims.claim_backfill(TABLE_ARN, at, EXPORT_ARN, 2_000_000_000, rules=("big",))
+
+
+def test_a_backfill_of_rules_refuses_what_it_cannot_count_exactly_once(aws):
+    dynamodb, s3 = aws
+    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
+    with pytest.raises(ScopeRefused, match=r"rule 'orders' has no countFrom of its own"):
+        backfill.plan(EXPORT_ARN, "orders")
+    with pytest.raises(ScopeRefused, match=r"no rule named 'refunds'"):
+        backfill.plan(EXPORT_ARN, "refunds")

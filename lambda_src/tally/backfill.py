@@ -23,18 +23,27 @@ instant cannot be counted on top of the first.
 Like a stream record, an exported item must be committed within a day of its
 arrival (the count-from instant): late events are judged against it
 (``backfill_deadline_ms``).
+
+A rule added to a live table counts from an instant of its own; a backfill of
+that rule alone (``HistoryScope`` with its name) counts its history from an
+export taken at that instant, with that rule only, as a writer of its own, so
+no other rule's counters are written and nothing counted before is counted again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tally.core.buckets import iso_second
 from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason
+from tally.core.rules import RulesError
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.invocation import outcomes_of
@@ -49,6 +58,91 @@ BACKFILL_SEGMENT_ITEMS = 200_000
 BACKFILL_STATE_BUDGET_BYTES = 10**9
 
 Commit = Callable[[Segment, Writer], CommitResult]
+
+
+class ScopeRefused(ValueError):
+    """A backfill asked of history it cannot count exactly once; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class HistoryScope:
+    """What one backfill counts: the whole table as it was at the deployment's countFrom (``rules`` empty), or
+    the history of some rules added later, as the table was at their own countFrom.
+
+    A rule backfill is a writer of its own (``writer``): an export counted for
+    the table, or for other rules, never hides its watermarks. It writes only
+    its rules' counters and none of the rejections' (``folded``): the table's
+    rejections were counted when each item arrived, and again here would be twice.
+    """
+
+    count_from_ms: int
+    rules: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, settings: Settings, rules: Sequence[str] = (), count_from_ms: int | None = None) -> HistoryScope:
+        """The scope of ``rules`` (none: the whole table), checked against the settings; ScopeRefused says why not."""
+        if not rules:
+            instant = count_from_ms if count_from_ms is not None else settings.count_from_ms
+            if instant is None:
+                raise ScopeRefused("give --count-from (or set TALLY_COUNT_FROM): the instant the stream counts from")
+            return cls(instant)
+        if settings.rules is None:
+            raise ScopeRefused("--rules names rules of TALLY_RULES, and none are set: the classic rule counts from "
+                               "the deployment's countFrom")
+        try:
+            named = settings.counter_rules.named(rules)
+        except RulesError as error:
+            raise ScopeRefused(f"--rules: {error}") from None
+        instants: dict[int, str] = {}
+        for rule in named.rules:
+            if rule.count_from_ms is None or rule.count_from_ms == settings.count_from_ms:
+                raise ScopeRefused(
+                    f"{rule.label} has no countFrom of its own: its history is the table's, counted by the backfill "
+                    "of the deployment's countFrom (without --rules)"
+                )
+            instants.setdefault(rule.count_from_ms, str(rule.name))
+        if len(instants) > 1:
+            (first, one), (second, other) = sorted(instants.items())[:2]
+            raise ScopeRefused(
+                f"rules {one!r} and {other!r} count from different instants ({iso_second(first)}, {iso_second(second)}): "
+                "back them up one countFrom at a time, each from an export taken at it"
+            )
+        [instant] = instants
+        if count_from_ms is not None and count_from_ms != instant:
+            raise ScopeRefused(
+                f"--count-from {iso_second(count_from_ms)} is not the countFrom of the rules named "
+                f"({iso_second(instant)}): their history is the table as it was at their own instant"
+            )
+        return cls(instant, tuple(rule.name for rule in named.rules if rule.name))
+
+    def settings_for(self, settings: Settings) -> Settings:
+        """The settings items are judged with: the scope's rules alone, arriving at its instant."""
+        if not self.rules:
+            return dataclasses.replace(settings, count_from_ms=self.count_from_ms)
+        return dataclasses.replace(settings, rules=settings.counter_rules.named(self.rules), count_from_ms=self.count_from_ms)
+
+    def writer(self, export_arn: str) -> Writer:
+        return Writer.of_export(export_arn, self.rules)
+
+    @property
+    def key(self) -> str:
+        """A short name for the scope, for work folders and execution names: "table" or "rules-<digest>"."""
+        if not self.rules:
+            return "table"
+        return "rules-" + hashlib.sha256(",".join(sorted(self.rules)).encode()).hexdigest()[:12]
+
+    @property
+    def described(self) -> str:
+        """How messages name what is counted."""
+        if not self.rules:
+            return f"the table at {iso_second(self.count_from_ms)}"
+        return f"the history of rule{'s' if len(self.rules) > 1 else ''} {', '.join(self.rules)} at {iso_second(self.count_from_ms)}"
+
+    def folded(self, outcomes: list[list[Outcome]]) -> list[list[Outcome]]:
+        """What goes into the buckets: everything for the table; a rule backfill's counted events alone."""
+        if not self.rules:
+            return outcomes
+        return [[outcome for outcome in item if type(outcome) is CounterEvent] for item in outcomes]
 
 
 def backfill_deadline_ms(count_from_ms: int) -> int:
@@ -184,7 +278,7 @@ def backfill_export(
     export_arn: str,
     files: Iterable[tuple[str, Iterable[Mapping[str, Any]]]],
     *,
-    count_from_ms: int,
+    scope: HistoryScope,
     settings: Settings,
     commit: Commit,
     limit: WriteRateLimit,
@@ -197,9 +291,10 @@ def backfill_export(
     rerun can reproduce. A segment closes at BACKFILL_SEGMENT_ITEMS buckets,
     and each bucket is written once per segment however many items fall in
     it; the fold is deterministic, so a rerun rebuilds the same segments and
-    skips what it applied before.
+    skips what it applied before. ``settings`` are the scope's
+    (``HistoryScope.settings_for``).
     """
-    writer = Writer.of_export(export_arn)
+    writer = scope.writer(export_arn)
     # An export is read in one order only, and its segments are too large to hold their records twice.
     folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES, hold_records=False)
 
@@ -214,8 +309,8 @@ def backfill_export(
             raise ValueError(f"export files must come in the order of their keys: {key!r} after {previous_key!r}")
         previous_key = key
         for first, chunk in chunks(images):
-            outcomes = export_outcomes(chunk, place(file_index, first), count_from_ms, settings)
-            for segment in folder.fold(outcomes):
+            outcomes = export_outcomes(chunk, place(file_index, first), scope.count_from_ms, settings)
+            for segment in folder.fold(scope.folded(outcomes)):
                 commit_segment(segment)
             summary.add(outcomes)
             on_items(len(chunk))

@@ -23,6 +23,10 @@ A Step Functions state machine runs ``STAGES`` (the construct renders them;
 The claim item names the export and this protocol (``RANGES_PROTOCOL``), so
 an export begun by the single-process backfill (whose segments sit at other
 positions) cannot be finished here, nor the other way round.
+
+Every stage is given ``rules``: empty for the whole table at the deployment's
+countFrom, else the names (comma-separated) of rules added later whose history
+alone is counted, at their own countFrom (``HistoryScope``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from typing import Any
 import tally.exports as exports
 from tally.backfill import (
     BackfillSummary,
+    HistoryScope,
+    ScopeRefused,
     WriteRateLimit,
     backfill_deadline_ms,
     chunks,
@@ -76,7 +82,7 @@ class PlanRefused(ValueError):
 
 
 # Failures no retry can mend (the state machine's retriers and the local run stop at them).
-REFUSALS: tuple[type[Exception], ...] = (PlanRefused, BackfillClaimed, exports.ExportError)
+REFUSALS: tuple[type[Exception], ...] = (PlanRefused, ScopeRefused, BackfillClaimed, exports.ExportError)
 
 
 @dataclass(frozen=True)
@@ -104,9 +110,9 @@ class Stage:
 
 
 STAGES = (
-    Stage("plan", "plan", ("exportArn",)),
-    Stage("fold", "fold_file", ("work",), over="files", item="file"),
-    Stage("commit", "commit_range", ("work", "exportArn"), over="ranges", item="range"),
+    Stage("plan", "plan", ("exportArn", "rules")),
+    Stage("fold", "fold_file", ("work", "rules"), over="files", item="file"),
+    Stage("commit", "commit_range", ("work", "exportArn", "rules"), over="ranges", item="range"),
     Stage("summary", "summarize", ("work",), result="summary"),
 )
 
@@ -147,11 +153,13 @@ class BackfillConfig:
         """Each committer's share of the write rate."""
         return self.max_wcu / min(self.committers, self.ranges)
 
-    def work_prefix(self, export_arn: str) -> str:
+    def work_prefix(self, export_arn: str, scope_key: str = "table") -> str:
         """Where one export's work lies: beside the exports, never inside one (the workers only read those);
-        a folder per number of ranges, so a rerun with another number never merges partials of the first."""
+        a folder per scope (the table, or a set of rules: ``HistoryScope.key``) and per number of ranges, so a
+        rerun with another number never merges partials of the first."""
         export_id = export_arn.rsplit("/", 1)[-1]
-        return "/".join(filter(None, (self.prefix, WORK_FOLDER, export_id, f"{self.ranges}-ranges")))
+        scope = None if scope_key == "table" else scope_key  # the table's work stays where it always lay
+        return "/".join(filter(None, (self.prefix, WORK_FOLDER, export_id, scope, f"{self.ranges}-ranges")))
 
     def export_root(self) -> str:
         return "/".join(filter(None, (self.prefix, exports.EXPORT_ROOT.rstrip("/")))) + "/"
@@ -167,15 +175,17 @@ def partial_key(work: str, range_number: int, file_index: int) -> str:
 
 
 def fold_images(
-    images: Iterable[Mapping[str, Any]], file_index: int, count_from_ms: int, settings: Settings, ranges: int
+    images: Iterable[Mapping[str, Any]], file_index: int, scope: HistoryScope, settings: Settings, ranges: int
 ) -> tuple[dict[int, Segment], BackfillSummary]:
-    """One data file's items -> a partial segment per counter range, and what the items counted as."""
+    """One data file's items -> a partial segment per counter range, and what the items counted as
+    (``settings``: the scope's)."""
+    count_from_ms = scope.count_from_ms
     partials: dict[int, Segment] = {}
     summary = BackfillSummary(files=1)
     for first, chunk in chunks(images):
         outcomes = export_outcomes(chunk, place(file_index, first), count_from_ms, settings)
         summary.add(outcomes)
-        for item_outcomes in outcomes:
+        for item_outcomes in scope.folded(outcomes):
             by_range: dict[int, list] = {}
             for found in item_outcomes:
                 added = contribution(found)
@@ -288,11 +298,10 @@ class Backfill:
     def __init__(self, dynamodb: Any, s3: Any, settings: Settings, config: BackfillConfig) -> None:
         self.dynamodb, self.s3, self.settings, self.config = dynamodb, s3, settings, config
 
-    def plan(self, export_arn: str) -> dict[str, Any]:
+    def plan(self, export_arn: str, rules: str = "") -> dict[str, Any]:
         """Check and claim the export, list its data files in S3: the input of the fold and commit maps."""
-        count_from_ms = self.settings.count_from_ms
-        if count_from_ms is None:
-            raise PlanRefused("the counting function has no count-from instant (countFrom): there is nothing to backfill")
+        scope = self._scope(rules)
+        count_from_ms = scope.count_from_ms
         if now_ms() > backfill_deadline_ms(count_from_ms):
             raise PlanRefused(f"count-from {iso_second(count_from_ms)} is more than a day ago: deploy again with a new countFrom")
         export = exports.describe(self.dynamodb, export_arn)
@@ -310,15 +319,18 @@ class Backfill:
             )
         counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
         expires_s = (count_from_ms + self.settings.hour_retention_ms) // 1000
-        counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s, protocol=RANGES_PROTOCOL)
+        counts.claim_backfill(
+            export.table_arn, iso_second(count_from_ms), export.arn, expires_s, protocol=RANGES_PROTOCOL, rules=scope.rules
+        )
         files = sorted(exports.data_files(self.s3, export), key=lambda file: file.key)
-        work = self.config.work_prefix(export_arn)
+        work = self.config.work_prefix(export_arn, scope.key)
         listed = [{"key": file.key, "index": index, "items": file.item_count} for index, file in enumerate(files)]
         files_key = f"{work}/files.json"
         self.s3.put_object(Bucket=self.config.bucket, Key=files_key, Body=json.dumps(listed).encode())
         known = [file.item_count for file in files]
         return {
             "exportArn": export_arn,
+            "rules": ",".join(scope.rules),
             "bucket": self.config.bucket,
             "work": work,
             "filesKey": files_key,
@@ -327,20 +339,20 @@ class Backfill:
             "ranges": list(range(self.config.ranges)),
         }
 
-    def fold_file(self, work: str, key: str, index: int) -> dict[str, Any]:
+    def fold_file(self, work: str, key: str, index: int, rules: str = "") -> dict[str, Any]:
         """Fold one data file into a partial per counter range (written even when empty: a retry writes the same)."""
-        count_from_ms = self._count_from()
+        scope = self._scope(rules)
         if not key.startswith(self.config.export_root()):
             raise PlanRefused(f"s3://{self.config.bucket}/{key} is not under the exports' prefix")
         images = exports.items(self.s3, self.config.bucket, key)
-        partials, summary = fold_images(images, index, count_from_ms, self.settings, self.config.ranges)
+        partials, summary = fold_images(images, index, scope, scope.settings_for(self.settings), self.config.ranges)
         for number, segment in sorted(partials.items()):
             body = gzip.compress(json.dumps(segment.to_state(), separators=(",", ":")).encode(), compresslevel=5)
             self.s3.put_object(Bucket=self.config.bucket, Key=partial_key(work, number, index), Body=body)
         self._put_json(f"{work}/folded/{index:07d}.json", summary_to_json(summary))
         return {"index": index, "items": summary.items, "partials": len(partials)}
 
-    def commit_range(self, work: str, export_arn: str, range_number: int) -> dict[str, Any]:
+    def commit_range(self, work: str, export_arn: str, range_number: int, rules: str = "") -> dict[str, Any]:
         """Merge one range's partials and commit them, chunk by chunk, at the export's one position."""
         prefix = f"{work}/partials/{range_number:05d}/"
         keys = [
@@ -355,7 +367,7 @@ class Backfill:
         if merged is not None:
             counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
             commit = CounterDirectory(self.dynamodb, self.settings.counts_table, self.settings).recording(counts.commit)
-            writer = Writer.of_export(export_arn)
+            writer = self._scope(rules).writer(export_arn)
             limit = WriteRateLimit(self.config.committer_wcu)
             for number, part in enumerate(commit_chunks(merged, COMMIT_CHUNK_ITEMS)):
                 if number < done["chunks"]:
@@ -378,10 +390,12 @@ class Backfill:
                     add_summaries(total, summary_from_json(json.loads(self._get(entry["Key"]))))
         return summary_to_json(total)
 
-    def _count_from(self) -> int:
-        if self.settings.count_from_ms is None:
-            raise PlanRefused("the counting function has no count-from instant (countFrom)")
-        return self.settings.count_from_ms
+    def _scope(self, rules: str) -> HistoryScope:
+        """What this execution counts: the table (``rules`` empty) or the named rules' history."""
+        names = tuple(filter(None, rules.split(",")))
+        if not names and self.settings.count_from_ms is None:
+            raise PlanRefused("the counting function has no count-from instant (countFrom): there is nothing to backfill")
+        return HistoryScope.of(self.settings, names)
 
     def _get(self, key: str) -> bytes:
         return self.s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
@@ -403,18 +417,18 @@ def _backfill() -> Backfill:
 
 
 def plan(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"exportArn"} -> the plan the maps read."""
-    return _backfill().plan(event["exportArn"])
+    """Lambda: {"exportArn", "rules"} -> the plan the maps read."""
+    return _backfill().plan(event["exportArn"], event.get("rules") or "")
 
 
 def fold_file(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work", "file": {"key", "index"}} -> that file's partials in S3."""
-    return _backfill().fold_file(event["work"], event["file"]["key"], int(event["file"]["index"]))
+    """Lambda: {"work", "rules", "file": {"key", "index"}} -> that file's partials in S3."""
+    return _backfill().fold_file(event["work"], event["file"]["key"], int(event["file"]["index"]), event.get("rules") or "")
 
 
 def commit_range(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work", "exportArn", "range"} -> that range committed."""
-    return _backfill().commit_range(event["work"], event["exportArn"], int(event["range"]))
+    """Lambda: {"work", "exportArn", "rules", "range"} -> that range committed."""
+    return _backfill().commit_range(event["work"], event["exportArn"], int(event["range"]), event.get("rules") or "")
 
 
 def summarize(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:

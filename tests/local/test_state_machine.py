@@ -104,7 +104,7 @@ def test_an_execution_per_export_started_found_running_or_redriven():
     with Stubber(sfn) as stubber:
         stubber.add_response(
             "start_execution", {"executionArn": EXECUTION, "startDate": NOW},
-            {"stateMachineArn": MACHINE, "name": execution_name(EXPORT), "input": json.dumps({"exportArn": EXPORT})},
+            {"stateMachineArn": MACHINE, "name": execution_name(EXPORT), "input": json.dumps({"exportArn": EXPORT, "rules": ""})},
         )
         assert start_or_resume(sfn, MACHINE, EXPORT) == (EXECUTION, "started")
         for status, how in (("RUNNING", "running"), ("FAILED", "redriven"), ("SUCCEEDED", "done")):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -109,7 +110,7 @@ def test_history_from_an_export_and_the_live_stream_count_every_event_once(table
     settings = Settings(count_from_ms=count_from)
     cut_short = CountsTable(FailingAfter(dynamodb, allowed=450), tables.counts, settings, workers=1)
     with pytest.raises(Interrupted):
-        backfill.count_export(s3, exports.describe(dynamodb, export.arn), cut_short, settings, backfill.WriteRateLimit(1e9))
+        backfill.count_export(s3, exports.describe(dynamodb, export.arn), cut_short, settings, backfill.WriteRateLimit(1e9), backfill.HistoryScope(count_from))
     assert sum(every_bucket(dynamodb, tables.counts, COUNTERS).values()) > 0  # something had landed
 
     resumed = backfill.run(backfill.parser().parse_args(["--export-arn", export.arn, "--count-from", str(count_from // 1000), "--max-wcu", "1000000"]))
@@ -216,3 +217,59 @@ def test_backfilled_history_follows_the_counter_rules(tables, monkeypatch, capsy
     counters = [f"jobs/p{k}" for k in range(4)] + ["jobs/all"]
     assert audit.main([*counters, "--window", "8h", "--at", at, "--json"]) == 0
     assert all(json.loads(line)["tally"] > 0 for line in capsys.readouterr().out.splitlines())
+
+
+def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_is_written(tables, monkeypatch, capsys):
+    """backfill.py --rules on moto's server: an export at the rule's own countFrom, that rule alone, run twice."""
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    old = [{"name": "orders", "counter": "orders/{shop}"}]
+    monkeypatch.setenv("TALLY_RULES", json.dumps(old))
+    items = [{"id": f"i{n}", "shop": f"s{n % 3}", "kind": "refund" if n % 4 == 0 else "order", "ts": now_ms() - n * MINUTE_MS}
+             for n in range(120)]
+    write_items(dynamodb, tables.events, items)
+    reader = StreamReader(client("dynamodbstreams"), stream_arn_of(dynamodb, tables.events),
+                          local_handler(tables.counts, log_level="ERROR"), config=DeliveryConfig(batch_size=50, window_seconds=60),
+                          context=LocalContext())
+    reader.run(until_idle=True, idle_polls=1, poll_interval=0, commit_open_windows=True)
+    before = every_bucket(dynamodb, tables.counts, [f"orders/s{n}" for n in range(3)])
+
+    added = (now_ms() // 1000 + 1) * 1000
+    monkeypatch.setenv("TALLY_RULES", json.dumps([*old, {"name": "refunds", "counter": "refunds/{shop}",
+                                                         "when": {"kind": {"equals": "refund"}}, "countFrom": str(added // 1000)}]))
+    wait_for(added)
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, "refunds", added)
+
+    for _ in range(2):  # the second run finds every watermark
+        assert backfill.main(["--rules", "refunds", "--export-arn", export.arn, "--poll-seconds", "0.05"]) == 0
+    shown = capsys.readouterr().out
+    assert "refunds" in shown and "30" in shown
+
+    refunds = every_bucket(dynamodb, tables.counts, [f"refunds/s{n}" for n in range(3)])
+    assert sum(count for (_, sk), count in refunds.items() if sk.startswith("H#")) == 30
+    assert every_bucket(dynamodb, tables.counts, [f"orders/s{n}" for n in range(3)]) == before
+
+    # The rule's history is counted once: another export of it is refused, in one line.
+    other = exports.start_export(dynamodb, table_arn, bucket, "again", added)
+    assert backfill.main(["--rules", "refunds", "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "count it twice" in error and export.arn in error
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--rules", "orders"], "rule 'orders' has no countFrom of its own"),
+        (["--rules", "nope"], "--rules: no rule named 'nope'"),
+        (["--rules"], "expected at least one argument"),
+    ],
+)
+def test_bad_rules_to_backfill_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
+    monkeypatch.setenv("TALLY_RULES", json.dumps([{"name": "orders", "counter": "orders/{shop}"}]))
+    with pytest.raises(SystemExit) if arguments == ["--rules"] else contextlib.nullcontext():
+        code = backfill.main([*arguments, "--export-arn", "arn:aws:dynamodb:us-east-1:123456789012:table/x/export/1"])
+        assert code == 2
+    error = capsys.readouterr().err
+    assert message in error and error.strip().count("\n") <= 1

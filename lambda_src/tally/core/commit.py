@@ -200,10 +200,17 @@ class Writer:
         return cls(source, source, shard_id or "", stream_arn, shard_id)
 
     @classmethod
-    def of_export(cls, export_arn: str) -> Writer:
-        """A whole export is one writer: an item touched by a thousand export files still holds one watermark."""
-        source = source_id(export_arn, None)
-        return cls(source, source, export_arn)
+    def of_export(cls, export_arn: str, rules: tuple[str, ...] = ()) -> Writer:
+        """A whole export is one writer: an item touched by a thousand export files still holds one watermark.
+
+        Counted for some rules only (a rule added later, its history backfilled), it is another writer for each
+        set of rules, so counting the same export for other rules never finds this one's watermarks.
+        """
+        if not rules:
+            source = source_id(export_arn, None)
+            return cls(source, source, export_arn)
+        source = source_id(export_arn + "#rules=" + ",".join(sorted(rules)), None)
+        return cls(source, source, f"{export_arn} (rules {', '.join(rules)})")
 
     @cached_property
     def tag(self) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tally.parallel_backfill as parallel_backfill
+from tally.backfill import HistoryScope
 from tally.parallel_backfill import STAGES, Stage
 
 CHILD_ATTEMPTS = 3  # a child that fails is tried again, as the map's retrier does
@@ -186,16 +187,18 @@ class ExecutionFollower:
         return sum(entry["bucket_updates"] + entry["updates_already_applied"] for entry in done)
 
 
-def execution_name(export_arn: str) -> str:
-    """One execution per export: starting it again while it runs finds it, and a failed one is redriven."""
-    return "backfill-" + export_arn.rsplit("/", 1)[-1][:60]
+def execution_name(export_arn: str, rules: tuple[str, ...] = ()) -> str:
+    """One execution per export and scope: starting it again while it runs finds it, and a failed one is redriven."""
+    name = "backfill-" + export_arn.rsplit("/", 1)[-1][:60]
+    return name if not rules else f"{name}-{HistoryScope(0, rules).key.removeprefix('rules-')}"
 
 
-def start_or_resume(sfn: Any, state_machine_arn: str, export_arn: str) -> tuple[str, str]:
+def start_or_resume(sfn: Any, state_machine_arn: str, export_arn: str, rules: tuple[str, ...] = ()) -> tuple[str, str]:
     """(execution ARN, what happened): started; already running; redriven after a failure; already done."""
-    name = execution_name(export_arn)
+    name = execution_name(export_arn, rules)
+    execution_input = json.dumps({"exportArn": export_arn, "rules": ",".join(rules)})
     try:
-        started = sfn.start_execution(stateMachineArn=state_machine_arn, name=name, input=json.dumps({"exportArn": export_arn}))
+        started = sfn.start_execution(stateMachineArn=state_machine_arn, name=name, input=execution_input)
         return started["executionArn"], "started"
     except sfn.exceptions.ExecutionAlreadyExists:
         pass
