@@ -2,10 +2,12 @@
 
     .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
     .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
+    .venv/bin/python scripts/audit.py --rules refunds --window 7d        # every counter of one rule of TALLY_RULES
 
 The operator's independent proof: the recount shares none of tally's parsing
 of items, bucketing or window code (only the reading of --window and --at,
-which tally is asked with too). The rule it applies, stated once:
+which tally is asked with too, and of a rule's retiredAt, an instant read like
+--at). The rule it applies, stated once:
 
   An item counts for counter C once per rule that names C for it, when its
   time attribute is a number of epoch milliseconds (a fraction is dropped) or
@@ -37,6 +39,21 @@ change ("on": "MODIFY" without "becomes") or at the record's arrival
 them may write is shown as not recountable, with the rule's name, and left out
 of the exit status (when no counter asked for can be recounted, the audit says
 so and exits 2).
+
+--rules NAME... recounts only those rules (named as tally names them: a rule's
+"name", else its template when that is a name, else rule-N for the Nth; the
+Scan's filter asks only for their attributes) and compares the counters they
+write: the counters named before --rules, each of which one of them must be
+able to write, or, with none, every counter their recount finds in the window
+and every counter tally's counter directory lists on the window's days that
+their templates can render. tally keeps one total per counter: a counter
+another rule may write too is recounted with every rule that may write it, and
+the output says so. A rule with its own countFrom counts its history only once
+a backfill of that rule alone counted it (scripts/backfill.py --rules NAME):
+the audit assumes it did. The audit sees an item's event time, not its
+arrival: a window ending after the retiredAt of a rule that may write a
+counter it covers is refused (with or without --rules); audit with --at at or
+before it.
 
 tally also refuses, by design, events whose hour was past the hour retention
 at their arrival or stamped more than the clock skew after it, and (after adoption) records that
