@@ -2,10 +2,12 @@
 
     .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
     .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
+    .venv/bin/python scripts/audit.py --rules refunds --window 7d        # every counter of one rule of TALLY_RULES
 
 The operator's independent proof: the recount shares none of tally's parsing
 of items, bucketing or window code (only the reading of --window and --at,
-which tally is asked with too). The rule it applies, stated once:
+which tally is asked with too, and of a rule's retiredAt, an instant read like
+--at). The rule it applies, stated once:
 
   An item counts for counter C once per rule that names C for it, when its
   time attribute is a number of epoch milliseconds (a fraction is dropped) or
@@ -38,6 +40,21 @@ them may write is shown as not recountable, with the rule's name, and left out
 of the exit status (when no counter asked for can be recounted, the audit says
 so and exits 2).
 
+--rules NAME... recounts only those rules (named as tally names them: a rule's
+"name", else its template when that is a name, else rule-N for the Nth; the
+Scan's filter asks only for their attributes) and compares the counters they
+write: the counters named before --rules, each of which one of them must be
+able to write, or, with none, every counter their recount finds in the window
+and every counter tally's counter directory lists on the window's days that
+their templates can render. tally keeps one total per counter: a counter
+another rule may write too is recounted with every rule that may write it, and
+the output says so. A rule with its own countFrom counts its history only once
+a backfill of that rule alone counted it (scripts/backfill.py --rules NAME):
+the audit assumes it did. The audit sees an item's event time, not its
+arrival: a window ending after the retiredAt of a rule that may write a
+counter it covers is refused (with or without --rules); audit with --at at or
+before it.
+
 tally also refuses, by design, events whose hour was past the hour retention
 at their arrival or stamped more than the clock skew after it, and (after adoption) records that
 arrived before count-from unless the backfill counted them; events the stream
@@ -68,6 +85,7 @@ twice. Exit status 0 when nothing is left unresolved, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -89,7 +107,9 @@ from rich.table import Table
 
 from tally.core.amounts import units_of
 from tally.core.buckets import Bucket
+from tally.core.directory import days_between
 from tally.core.histograms import bin_of
+from tally.core.instants import FORMS as INSTANT_FORMS
 from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.repair import Recount, correction
 from tally.core.settings import Settings, SettingsError
@@ -109,6 +129,8 @@ MINUTE_MS = 60_000
 MAX_COUNTER_LENGTH = 255
 RULES_VARIABLE = "TALLY_RULES"
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]+)\}|[^{}]+")
+_RULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")  # what tally accepts as a rule's name
+MAX_RULE_NAME_LENGTH = 64
 _deserializer = TypeDeserializer()
 _WIDE = Context(prec=100)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -128,6 +150,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--here", action="store_true", help="Scan from this machine even when --stack has the audit's Scan in the account"
     )
+    parser.add_argument(
+        "--rules",
+        nargs="+",
+        metavar="NAME",
+        help="recount only these rules of TALLY_RULES: their counters (those named before --rules, or all they write)",
+    )
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter (bucket with --repair) and line")
     parser.add_argument(
@@ -140,12 +168,14 @@ def parser() -> argparse.ArgumentParser:
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.repair and args.rules:
+        raise ScriptError("--repair recounts the unresolved buckets of counters; name counters, not --rules")
     if args.repair:
         repaired = repair(args)
         show_repairs(repaired, args.json)
         return 0 if all(row["verdict"] == "repaired" for row in repaired) else 1
-    if not args.counters:
-        raise ScriptError("name at least one counter to audit (or --repair)")
+    if not args.counters and not args.rules:
+        raise ScriptError("name at least one counter to audit (or --rules, or --repair)")
     rows = audit(args)
     show(rows, args.json)
     return 0 if all(row["difference"] in (0, None) for row in rows) else 1
@@ -161,36 +191,68 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
     at_ms = instant_ms(args.at) if args.at else int(datetime.now(UTC).timestamp() * 1000)
     last_minute = (at_ms - 1) // MINUTE_MS
     first_minute = last_minute - minutes + 1
+    end_ms = (last_minute + 1) * MINUTE_MS
     try:
         settings = Settings.from_env()
         rules_text = os.environ.get(RULES_VARIABLE, "").strip()
+        if args.rules and not rules_text:
+            raise ScriptError(f"--rules names rules of {RULES_VARIABLE}, which is not set (the classic rule has no name)")
         rules = read_rules(rules_text) if rules_text else [classic_rule(settings.counter_attribute)]
         if args.index and rules_text:
             raise ScriptError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
+        named = named_rules(rules, args.rules) if args.rules else None
+        if named is not None:
+            _written_by(counters, named)
         tables = resolve_tables(args)
         dynamodb = client("dynamodb")
         reader = Reader(tables.counts, client=dynamodb, settings=settings)
-        answers = reader.count_many(
-            counters, window=timedelta(minutes=minutes), at=EPOCH + timedelta(milliseconds=at_ms), consistent=True, align=False
-        )
-        blocked = {
-            counter: next((rule.unrecountable for rule in rules if rule.unrecountable and rule.could_name(counter)), None)
-            for counter in counters
-        }
-        if all(blocked.values()):
+        if named is not None and not counters:
+            refuse_retired(named, end_ms)
+            recounting = [rule for rule in rules if any(rule.may_share_with(other) for other in named)]
+        else:  # a counter named by a rule of --rules and another is recounted with both: tally keeps one total
+            writers = [rule for rule in rules if any(rule.could_name(counter) for counter in counters)]
+            refuse_retired(writers, end_ms)
+            recounting = writers if named is not None else rules
+
+        def tally_answers(names: list[str]) -> list[Any]:
+            at = EPOCH + timedelta(milliseconds=at_ms)
+            return reader.count_many(names, window=timedelta(minutes=minutes), at=at, consistent=True, align=False)
+
+        answers = tally_answers(counters) if counters else []
+        blocked = {counter: _blocked(counter, rules) for counter in counters}
+        if counters and all(blocked.values()):
             raise ScriptError(f"nothing to recount: {blocked[counters[0]]}")
-        rules = [rule for rule in rules if not rule.unrecountable]
+        recounting = [rule for rule in recounting if not rule.unrecountable]
         attributes = (settings.counter_attribute, settings.time_attribute)
         if args.index:
             items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
+        elif not recounting:  # only rules the table cannot recount: no item can tell anything
+            items = []
         else:
-            condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first_minute, last_minute)
+            condition = scan_filter(counters, recounting, not rules_text, settings.time_attribute, first_minute, last_minute)
             in_account = _audit_state_machine(args.stack) if args.stack and not args.here else None
             if in_account:
                 items = scan_in_account(client("stepfunctions"), client("s3"), *in_account, args.segments, condition)
             else:
                 items = scan_with_progress(dynamodb, tables.events, args.segments, condition)
-        recount = recount_items(items, counters, rules, settings.time_attribute, first_minute, last_minute)
+        if named is not None and not counters:
+            found, recount = rule_counters(items, named, recounting, settings.time_attribute, first_minute, last_minute)
+            listed = directory_counters(reader, named, first_minute * MINUTE_MS, end_ms)
+            counters = sorted(set(found) | set(listed))
+            if not counters:
+                stderr.print(
+                    f"no counter of {_listed(rule.name for rule in named)} in [{_iso(first_minute * MINUTE_MS)}, "
+                    f"{_iso(end_ms)}): nothing to compare",
+                    highlight=False,
+                )
+                return []
+            refuse_retired([rule for rule in rules if any(rule.could_name(counter) for counter in counters)], end_ms)
+            blocked = {counter: _blocked(counter, rules) for counter in counters}
+            if all(blocked.values()):
+                raise ScriptError(f"nothing to recount: {blocked[counters[0]]}")
+            answers = tally_answers(counters)
+        else:
+            recount = recount_items(items, counters, recounting, settings.time_attribute, first_minute, last_minute)
     except (SettingsError, StackOutputsError, ValueError) as error:
         raise ScriptError(str(error)) from None
     except ClientError as error:
@@ -198,8 +260,8 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
             raise
         detail = error.response.get("Error", {})
         raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
-    start, end = _iso(first_minute * MINUTE_MS), _iso((last_minute + 1) * MINUTE_MS)
-    return [
+    start, end = _iso(first_minute * MINUTE_MS), _iso(end_ms)
+    rows = [
         {
             "counter": answer.counter,
             "start": start,
@@ -211,6 +273,86 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
         }
         for answer in answers
     ]
+    if named is not None:
+        names = {rule.name for rule in named}
+        for row in rows:  # tally keeps one total per counter, whichever rules wrote it
+            row["shared_with"] = [
+                rule.name for rule in rules if rule.name not in names and rule.could_name(row["counter"])
+            ]
+    return rows
+
+
+def _blocked(counter: str, rules: list[CounterRule]) -> str | None:
+    """Why ``counter`` cannot be recounted: the first rule that may write it and that the table cannot recount."""
+    return next((rule.unrecountable for rule in rules if rule.unrecountable and rule.could_name(counter)), None)
+
+
+def named_rules(rules: list[CounterRule], names: list[str]) -> list[CounterRule]:
+    """The rules of these names, in the order of TALLY_RULES; a ValueError names the rules there are."""
+    known = [rule.name for rule in rules]
+    unknown = [name for name in dict.fromkeys(names) if name not in known]
+    if unknown:
+        raise ValueError(f"--rules: no rule named {unknown[0]!r}; the rules are {_listed(known)}")
+    return [rule for rule in rules if rule.name in names]
+
+
+def _written_by(counters: list[str], named: list[CounterRule]) -> None:
+    """Refuse a counter none of the named rules can write."""
+    for counter in counters:
+        if not any(rule.could_name(counter) for rule in named):
+            raise ValueError(f"counter {counter!r} is written by none of {_listed(rule.name for rule in named)}")
+
+
+def refuse_retired(rules: Iterable[CounterRule], end_ms: int) -> None:
+    """Refuse a window ending after a rule's retirement: the table still holds the events tally then left."""
+    for rule in rules:
+        if rule.retired_ms is not None and rule.retired_ms < end_ms:
+            retired = datetime.fromtimestamp(rule.retired_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            minute = _iso(rule.retired_ms // MINUTE_MS * MINUTE_MS)  # --at on a minute boundary is exclusive
+            raise ValueError(
+                f"rule {rule.name!r} was retired at {retired} and the window ends after it, when tally counted none "
+                f"of its events: audit a window ending at or before it (--at {minute})"
+            )
+
+
+def rule_counters(
+    items: Iterable[dict[str, Any]],
+    named: list[CounterRule],
+    rules: list[CounterRule],
+    time_attribute: str,
+    first_minute: int,
+    last_minute: int,
+) -> tuple[set[str], Counter[str]]:
+    """The counters the named rules name for some item in the window, and how many count for each counter any
+    of ``rules`` names (the named ones among them)."""
+    names = {rule.name for rule in named}
+    found: set[str] = set()
+    recount: Counter[str] = Counter()
+    for counter, rule, _ in counted(items, rules, time_attribute, first_minute, last_minute):
+        recount[counter] += 1
+        if rule.name in names:
+            found.add(counter)
+    return found, recount
+
+
+def directory_counters(reader: Reader, named: list[CounterRule], start_ms: int, end_ms: int) -> list[str]:
+    """The counters tally's directory lists on the window's days that one of the named rules could name."""
+    prefixes: list[str] = []
+    for prefix in sorted({rule.prefix for rule in named}):
+        if not any(prefix.startswith(shorter) for shorter in prefixes):
+            prefixes.append(prefix)
+    listed = {
+        counter
+        for prefix in prefixes
+        for counter in reader.directory.counters(prefix, days_between(start_ms, end_ms), consistent=True)[0]
+    }
+    return sorted(
+        counter for counter in listed if not counter.startswith("#") and any(rule.could_name(counter) for rule in named)
+    )
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(repr(name) for name in names)
 
 
 def repair(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -350,6 +492,8 @@ class CounterRule:
     unrecountable: str | None = None
     histogram: str | None = None
     distinct: str | None = None
+    name: str = ""  # as tally names it: its "name", else its template when that is a name, else rule-N
+    retired_ms: int | None = None  # its "retiredAt": tally counts no record arriving then or later
 
     @property
     def attributes(self) -> list[str]:
@@ -360,6 +504,25 @@ class CounterRule:
         """Whether some item could make this rule name ``counter``."""
         pattern = "".join(re.escape(value) if kind == "text" else "(.+)" for kind, value in self.pieces)
         return re.fullmatch(pattern, counter, re.DOTALL) is not None
+
+    def may_share_with(self, other: CounterRule) -> bool:
+        """Whether this rule and ``other`` might both name one counter: False only when their templates' fixed
+        beginnings or endings (whole texts when fixed) tell them apart."""
+        mine, theirs = _fixed_text(self.pieces), _fixed_text(other.pieces)
+        if mine is not None:
+            return other.could_name(mine)
+        if theirs is not None:
+            return self.could_name(theirs)
+        heads = _fixed_end(self.pieces), _fixed_end(other.pieces)
+        tails = _fixed_end(self.pieces, last=True), _fixed_end(other.pieces, last=True)
+        return (heads[0].startswith(heads[1]) or heads[1].startswith(heads[0])) and (
+            tails[0].endswith(tails[1]) or tails[1].endswith(tails[0])
+        )
+
+    @property
+    def prefix(self) -> str:
+        """The text every counter it names starts with."""
+        return _fixed_end(self.pieces)
 
     def names(self, item: dict[str, Any]) -> str | None:
         """The counter this rule names for a decoded item, or None when it names none."""
@@ -390,6 +553,20 @@ class CounterRule:
         return name
 
 
+def _fixed_text(pieces: tuple[tuple[str, str], ...]) -> str | None:
+    """The one counter a template without attributes names; None for a template with some."""
+    if any(kind == "attribute" for kind, _ in pieces):
+        return None
+    return "".join(value for _, value in pieces)
+
+
+def _fixed_end(pieces: tuple[tuple[str, str], ...], last: bool = False) -> str:
+    """The text before a template's first attribute (after its last one with ``last``)."""
+    ordered = pieces[::-1] if last else pieces
+    texts = [value for _, value in itertools.takewhile(lambda piece: piece[0] == "text", ordered)]
+    return "".join(texts[::-1] if last else texts)
+
+
 def classic_rule(counter_attribute: str) -> CounterRule:
     return CounterRule((("attribute", counter_attribute),), strings_only=True)
 
@@ -408,7 +585,7 @@ def _read_rules(text: str) -> list[CounterRule]:
     if not isinstance(raw, list) or not raw:
         raise ValueError("TALLY_RULES must be a non-empty JSON list")
     rules = []
-    for entry in raw:
+    for index, entry in enumerate(raw, start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("counter"), str):
             raise ValueError(f"TALLY_RULES: a rule without a counter template: {str(entry)[:80]}")
         when = []
@@ -424,9 +601,32 @@ def _read_rules(text: str) -> list[CounterRule]:
                 unrecountable=_unrecountable(entry),
                 histogram=entry.get("histogram"),
                 distinct=entry.get("distinct"),
+                name=_rule_name(index, entry),
+                retired_ms=_retired_ms(index, entry),
             )
         )
     return rules
+
+
+def _rule_name(index: int, entry: dict[str, Any]) -> str:
+    """The name tally gives a rule: its "name"; else its template, when that is a name; else rule-N."""
+    name = entry.get("name", entry["counter"])
+    if isinstance(name, str) and len(name) <= MAX_RULE_NAME_LENGTH and _RULE_NAME.fullmatch(name):
+        return name
+    return f"rule-{index}"
+
+
+def _retired_ms(index: int, entry: dict[str, Any]) -> int | None:
+    """A rule's "retiredAt" (an instant as --at reads them), in epoch milliseconds."""
+    raw = entry.get("retiredAt")
+    if raw is None:
+        return None
+    try:
+        if isinstance(raw, bool) or not isinstance(raw, str | Decimal):
+            raise InvalidInstant(f"must be {INSTANT_FORMS}")
+        return parse_instant(str(raw))
+    except InvalidInstant as error:
+        raise ValueError(f"rule {_rule_name(index, entry)!r}: retiredAt {error}") from None
 
 
 def _unrecountable(entry: dict[str, Any]) -> str | None:
@@ -713,9 +913,18 @@ def _pages(
 
 
 def show(rows: list[dict[str, Any]], as_json: bool) -> None:
+    for row in rows:
+        if row.get("shared_with"):
+            stderr.print(
+                f"{row['counter']}: also written by {_listed(row['shared_with'])}: tally keeps one total, "
+                "recounted with every rule that writes it",
+                highlight=False,
+            )
     if as_json:
         for row in rows:
             print(json.dumps(row))
+        return
+    if not rows:
         return
     table = Table(title=f"audit of [{rows[0]['start']}, {rows[0]['end']})")
     for column in ("counter", "tally", "recount", "difference", ""):

@@ -399,3 +399,197 @@ def test_buckets_an_overlap_left_unresolved_are_repaired_once_from_the_events_ta
     assert audit.main(["--repair", "--json"]) == 0
     assert capsys.readouterr().out == ""
     assert audit_json(capsys, *window)[0] == 0
+
+
+SHARING_RULES = json.dumps(
+    [
+        {"name": "jobs", "counter": "jobs/{providerId}"},
+        {"name": "all", "counter": "jobs/all", "when": {"providerId": {"exists": True}}},  # shares jobs/all with jobs
+        {"name": "paid", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
+    ]
+)
+
+
+def streamed_jobs_and_payments(tables, monkeypatch) -> tuple[int, str]:
+    """40 jobs (providers acme, zeta and one called "all") and 40 payments, half paid, streamed; their window."""
+    monkeypatch.setenv("TALLY_RULES", SHARING_RULES)
+    end = now_ms() - 5 * MINUTE_MS
+    items = []
+    for n in range(40):
+        ts = end - n * 97_000
+        items += [
+            {"id": f"j{n}", "ts": ts, "providerId": ["acme", "zeta", "all"][n % 3]},
+            {"id": f"p{n}", "ts": ts, "shop": "s1", "status": ["paid", "open"][n % 2], "amount": Decimal("12.34")},
+        ]
+    write_items(client("dynamodb"), tables.events, items)
+    run_stream(tables)
+    return end, audit._iso(end + MINUTE_MS).replace("Z", ":00Z")  # the boundary after end's minute: end is inside
+
+
+def rules_audit(capsys, *args: str) -> tuple[int, dict[str, dict], str]:
+    status = audit.main([*args, "--json", "--window", "2h"])
+    output = capsys.readouterr()
+    return status, {row["counter"]: row for row in map(json.loads, output.out.splitlines())}, output.err
+
+
+def test_rules_recount_only_the_counters_they_write_and_find_them_equal(tables, capsys, monkeypatch):
+    _, at_iso = streamed_jobs_and_payments(tables, monkeypatch)
+
+    status, rows, errors = rules_audit(capsys, "--rules", "jobs", "--at", at_iso)
+
+    assert status == 0, rows
+    # Found by the recount and listed by tally's directory (jobs/all, which "jobs" can write too); no revenue/s1.
+    assert {counter: (row["tally"], row["recount"]) for counter, row in rows.items()} == {
+        "jobs/acme": (14, 14),
+        "jobs/zeta": (13, 13),
+        "jobs/all": (40 + 13, 40 + 13),  # every job by rule "all", and the provider named "all" by rule "jobs"
+    }
+    assert rows["jobs/all"]["shared_with"] == ["all"] and rows["jobs/acme"]["shared_with"] == []
+    assert errors.splitlines()[-1] == (
+        "jobs/all: also written by 'all': tally keeps one total, recounted with every rule that writes it"
+    )
+    status, rows, _ = rules_audit(capsys, "--rules", "paid", "--at", at_iso)
+    assert status == 0 and {counter: row["recount"] for counter, row in rows.items()} == {"revenue/s1": 20}
+
+
+def test_a_shared_counter_is_recounted_with_every_rule_that_writes_it(tables, capsys, monkeypatch):
+    _, at_iso = streamed_jobs_and_payments(tables, monkeypatch)
+
+    for rule, other in (("all", "jobs"), ("jobs", "all")):
+        status, rows, errors = rules_audit(capsys, "jobs/all", "--rules", rule, "--at", at_iso)
+        assert status == 0, rows
+        assert (rows["jobs/all"]["tally"], rows["jobs/all"]["recount"]) == (53, 53)
+        assert rows["jobs/all"]["shared_with"] == [other] and f"also written by {other!r}" in errors
+    # Named alone, "all" has one counter: found by the recount, written by "jobs" too.
+    status, rows, _ = rules_audit(capsys, "--rules", "all", "--at", at_iso)
+    assert status == 0 and list(rows) == ["jobs/all"] and rows["jobs/all"]["recount"] == 53
+
+
+def test_only_the_named_rules_differences_are_shown(tables, capsys, monkeypatch):
+    end, at_iso = streamed_jobs_and_payments(tables, monkeypatch)
+    dynamodb = client("dynamodb")
+    # Events the stream never saw: tally cannot know of them, the audit can.
+    unseen_payment = {"id": "unseen-p", "ts": end, "shop": "s1", "status": "paid", "amount": Decimal(5)}
+    write_items(dynamodb, tables.events, [unseen_payment])
+
+    status, rows, _ = rules_audit(capsys, "--rules", "jobs", "--at", at_iso)
+    assert status == 0 and "revenue/s1" not in rows  # the payment rule's difference is not this audit's
+    status, rows, _ = rules_audit(capsys, "--rules", "paid", "--at", at_iso)
+    assert status == 1 and rows["revenue/s1"]["difference"] == -1
+
+    write_items(dynamodb, tables.events, [{"id": "unseen-j", "ts": end, "providerId": "zeta"}])
+    status, rows, _ = rules_audit(capsys, "--rules", "jobs", "--at", at_iso)
+    assert status == 1
+    assert {counter: row["difference"] for counter, row in rows.items()} == {"jobs/acme": 0, "jobs/zeta": -1, "jobs/all": -1}
+    status, rows, _ = rules_audit(capsys, "jobs/acme", "--rules", "jobs", "--at", at_iso)
+    assert status == 0 and list(rows) == ["jobs/acme"]
+
+
+def one_line(capsys) -> str:
+    errors = capsys.readouterr().err
+    assert errors.count("\n") == 1, errors
+    return errors.rstrip("\n")
+
+
+def test_rules_the_audit_cannot_take_are_one_line(server_env, capsys, monkeypatch):
+    monkeypatch.delenv("TALLY_RULES", raising=False)
+    assert audit.main(["--rules", "jobs"]) == 2
+    assert one_line(capsys).endswith(": --rules names rules of TALLY_RULES, which is not set (the classic rule has no name)")
+
+    monkeypatch.setenv("TALLY_RULES", SHARING_RULES)
+    assert audit.main(["--rules", "jobs", "refunds"]) == 2
+    assert one_line(capsys).endswith(": --rules: no rule named 'refunds'; the rules are 'jobs', 'all', 'paid'")
+    assert audit.main(["revenue/s1", "--rules", "jobs", "all"]) == 2
+    assert one_line(capsys).endswith(": counter 'revenue/s1' is written by none of 'jobs', 'all'")
+    assert audit.main(["revenue/s1", "--repair", "--rules", "paid"]) == 2
+    assert "--repair" in one_line(capsys)
+    # A rule without a name is named as tally names it: its template when that is a name, else by its place.
+    rules = audit.read_rules(json.dumps([{"counter": "views/all"}, {"counter": "jobs/{p}"}, {"name": "x", "counter": "x"}]))
+    assert [rule.name for rule in rules] == ["views/all", "rule-2", "x"]
+
+
+def test_a_window_past_a_retired_rules_retirement_is_refused(tables, capsys, monkeypatch):
+    retiring = json.loads(SHARING_RULES)
+    retiring[0]["retiredAt"] = "2026-12-01T00:00:30Z"
+    monkeypatch.setenv("TALLY_RULES", json.dumps(retiring))
+    # An item after the retirement: "all" finds jobs/all in the window, a counter the retired "jobs" writes too.
+    write_items(client("dynamodb"), tables.events, [{"id": "late", "ts": 1_796_085_000_000, "providerId": "acme"}])
+
+    for args in (["--rules", "jobs"], ["--rules", "all"], ["jobs/acme"], ["jobs/all", "--rules", "all"]):
+        assert audit.main([*args, "--at", "2026-12-01T01:00Z"]) == 2, args
+        assert capsys.readouterr().err.splitlines()[-1].endswith(  # after the Scan's line when "all" found jobs/all
+            ": rule 'jobs' was retired at 2026-12-01T00:00:30Z and the window ends after it, when tally counted none "
+            "of its events: audit a window ending at or before it (--at 2026-12-01T00:00Z)"
+        )
+    # The payments are no retired rule's; the window the line suggests is not refused (and holds nothing here).
+    assert audit.main(["--rules", "paid", "--at", "2026-12-01T01:00Z", "--json"]) == 0
+    assert audit.main(["--rules", "jobs", "--at", "2026-12-01T00:00Z", "--json"]) == 0
+    assert "no counter of 'jobs' in [2026-11-30T00:00Z, 2026-12-01T00:00Z): nothing to compare" in capsys.readouterr().err
+
+
+def test_in_the_account_the_workers_ship_only_what_the_named_rules_need(tables, capsys, monkeypatch):
+    import uuid
+
+    from tally.local.aws import Tables
+    from tally.parallel_audit import scan_to_s3
+
+    _, at_iso = streamed_jobs_and_payments(tables, monkeypatch)
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    client("s3").create_bucket(Bucket=bucket)
+
+    class WorkersHere:
+        """The stack's audit state machine, its segments' workers run here with the request the script sends."""
+
+        shipped = 0
+
+        def start_execution(self, stateMachineArn, name, input):
+            execution = json.loads(input)
+            for segment in execution["segments"]:
+                work = (bucket, execution["work"], execution["request"], segment, execution["total"])
+                WorkersHere.shipped += scan_to_s3(client("dynamodb"), client("s3"), tables.events, *work)["items"]
+            return {"executionArn": f"{stateMachineArn}:{name}"}
+
+        def describe_execution(self, executionArn):
+            return {"status": "SUCCEEDED"}
+
+        def list_map_runs(self, executionArn):
+            return {"mapRuns": []}
+
+    machine = ("arn:aws:states:us-east-1:123456789012:stateMachine:TallyAudit", f"s3://{bucket}/tally")
+    monkeypatch.setattr(audit, "_audit_state_machine", lambda stack: machine)
+    monkeypatch.setattr(audit, "resolve_tables", lambda args: Tables(tables.events, tables.counts))
+    monkeypatch.setattr(audit, "client", lambda name: WorkersHere() if name == "stepfunctions" else client(name))
+    in_account = ["--stack", "Tally", "--segments", "3", "--at", at_iso]
+
+    shipped = []
+    for args in (["revenue/s1"], ["--rules", "paid"], ["--rules", "jobs"]):
+        WorkersHere.shipped = 0
+        status, rows, _ = rules_audit(capsys, *args, *in_account)
+        shipped.append(WorkersHere.shipped)
+        assert status == 0 and all(row["tally"] == row["recount"] > 0 for row in rows.values()), rows
+    assert rows["jobs/all"]["recount"] == 53
+    # Every rule's attributes without --rules (the payments and the jobs of the window); a rule's own with it.
+    assert shipped == [80, 40, 40]
+
+
+def test_rules_that_might_write_one_counter_are_told_from_those_that_cannot():
+    rules = audit.read_rules(
+        json.dumps(
+            [
+                {"name": "jobs", "counter": "jobs/{p}"},
+                {"name": "all", "counter": "jobs/all"},
+                {"name": "revenue", "counter": "revenue/{shop}"},
+                {"name": "any", "counter": "{kind}/x"},  # jobs/x, revenue/x
+                {"name": "braces", "counter": "x{{y}}{z}!"},
+            ]
+        )
+    )
+    sharing = {rule.name: [other.name for other in rules if rule.may_share_with(other)] for rule in rules}
+    assert sharing == {
+        "jobs": ["jobs", "all", "any"],
+        "all": ["jobs", "all"],
+        "revenue": ["revenue", "any"],
+        "any": ["jobs", "revenue", "any"],
+        "braces": ["braces"],
+    }
+    assert [rule.prefix for rule in rules] == ["jobs/", "jobs/all", "revenue/", "", "x{y}"]
