@@ -3,6 +3,8 @@ import json
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from factories import image, stream_record
 from tally.core.amounts import InvalidAmount, average_of, decimal_of, units_of
@@ -491,3 +493,38 @@ def test_a_counter_is_retired_once_every_rule_that_writes_it_is():
     assert parsed.retired_at("orders/s1", RETIRED_MS - 1) is None  # retiring later: still counting
     assert parsed.retired_at("all", RETIRED_MS + 1) is None  # another rule still writes it
     assert parsed.retired_at("refunds/s1", RETIRED_MS) is None  # no rule writes it
+
+
+@given(
+    kinds=st.lists(st.sampled_from(["order", "refund", "reorder", None]), min_size=1, max_size=30),
+    offsets=st.lists(st.integers(1, 3 * 3600), min_size=30, max_size=30),
+    arrival_before=st.integers(1, 3600),
+    event_name=st.sampled_from(["INSERT", "MODIFY", "REMOVE"]),
+)
+def test_records_arriving_before_a_change_parse_alike_under_the_rules_before_and_after_it(kinds, offsets, arrival_before, event_name):
+    """A retried batch, a carried window state or a range read again may be parsed by the function deployed before
+    the change or by the one after: for records arriving before its instants they must give the same outcomes."""
+    before = [{"name": "orders", "counter": "orders/{shop}", "when": {"kind": {"equals": "order"}}, "on": ["INSERT", "MODIFY", "REMOVE"]}]
+    after = [
+        {**before[0], "retiredAt": RETIRED_MS // 1000},
+        {"name": "orders-v2", "counter": "orders2/{shop}", "when": {"kind": {"oneOf": ["order", "reorder"]}},
+         "on": ["INSERT", "MODIFY", "REMOVE"], "countFrom": RETIRED_MS // 1000},
+        {"name": "refunds", "counter": "refunds/{shop}", "countFrom": RETIRED_MS // 1000 + 60},
+    ]
+    old, new = (Settings(rules=rules(*entries), time_attribute="at") for entries in (before, after))
+    arrival_s = RETIRED_MS / 1000 - arrival_before
+    for n, kind in enumerate(kinds):
+        attributes = {"id": str(n), "shop": f"s{n % 2}", "at": RETIRED_MS - offsets[n] * 1000}
+        if kind is not None:
+            attributes["kind"] = kind
+        item = image(**attributes)
+        record = stream_record(
+            None if event_name == "REMOVE" else item, old_image=item if event_name != "INSERT" else None,
+            event_name=event_name, arrival_s=arrival_s, sequence=str(100 + n),
+        )
+        counted_old = [o for o in parse_record(record, old) if isinstance(o, CounterEvent)]
+        counted_new = [o for o in parse_record(record, new) if isinstance(o, CounterEvent)]
+        assert counted_new == counted_old
+        rejected_old = [o for o in parse_record(record, old) if not isinstance(o, CounterEvent) and o.reason.is_rejection]
+        rejected_new = [o for o in parse_record(record, new) if not isinstance(o, CounterEvent) and o.reason.is_rejection]
+        assert rejected_new == rejected_old
