@@ -119,6 +119,11 @@ def test_an_existing_events_table_is_named_with_its_stream():
         ({"eventsTableName": "a b", "eventsStreamArn": ORDERS_STREAM}, "not a DynamoDB table name"),
         ({"countFrom": "2026-11-23T10:00:00.250Z"}, "countFrom must be a whole second"),
         ({"countFrom": "tomorrow"}, "countFrom must be epoch seconds"),
+        (
+            {"countFrom": "1795428000", "rules": [{"name": "r", "counter": "x", "countFrom": "1795427000"}]},
+            "countFrom=1795428000: rule 'r' counts from before the deployment's countFrom",
+        ),
+        ({"rules": [{"name": "r", "counter": "x", "retiredAt": "soon"}]}, "rules: rule 1 \\('r'\\): field 'retiredAt'"),
     ],
 )
 def test_bad_adoption_context_names_the_key(overrides, message):
