@@ -121,6 +121,11 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         state_machine_arn = _state_machine(args.stack) if args.stack and not args.here else None
         if state_machine_arn and args.max_wcu is not None:
             raise ScriptError("--max-wcu caps a backfill --here; in the account the stack's backfillMaxWcu does")
+        if now_ms() < count_from_ms:
+            raise ScriptError(
+                f"{scope.described} cannot be counted yet: an export shows the table only at an instant that has passed; "
+                f"run the backfill after {iso_second(count_from_ms)}"
+            )
         if now_ms() > backfill_deadline_ms(count_from_ms):
             raise ScriptError(
                 f"count-from {iso_second(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "

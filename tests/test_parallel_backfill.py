@@ -334,3 +334,11 @@ def test_a_backfill_of_rules_refuses_what_it_cannot_count_exactly_once(aws):
         backfill.plan(EXPORT_ARN, "orders")
     with pytest.raises(ScopeRefused, match=r"no rule named 'refunds'"):
         backfill.plan(EXPORT_ARN, "refunds")
+
+
+def test_the_plan_refuses_a_rule_whose_count_from_has_not_come(aws, monkeypatch):
+    dynamodb, s3 = aws
+    monkeypatch.setattr(parallel_backfill, "now_ms", lambda: COUNT_FROM - 1000)
+    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
+    with pytest.raises(PlanRefused, match=r"^the history of rule big at 2026-11-18T11:06:40Z cannot be counted before"):
+        backfill.plan(EXPORT_ARN, "big")

@@ -302,6 +302,8 @@ class Backfill:
         """Check and claim the export, list its data files in S3: the input of the fold and commit maps."""
         scope = self._scope(rules)
         count_from_ms = scope.count_from_ms
+        if now_ms() < count_from_ms:
+            raise PlanRefused(f"{scope.described} cannot be counted before {iso_second(count_from_ms)}: run it once that has passed")
         if now_ms() > backfill_deadline_ms(count_from_ms):
             raise PlanRefused(f"count-from {iso_second(count_from_ms)} is more than a day ago: deploy again with a new countFrom")
         export = exports.describe(self.dynamodb, export_arn)

@@ -273,3 +273,11 @@ def test_bad_rules_to_backfill_are_one_line_and_exit_2(tables, monkeypatch, caps
         assert code == 2
     error = capsys.readouterr().err
     assert message in error and error.strip().count("\n") <= 1
+
+
+def test_a_rule_whose_count_from_has_not_come_is_not_backfilled_yet(tables, monkeypatch, capsys):
+    ahead = now_ms() // 1000 + 3600
+    monkeypatch.setenv("TALLY_RULES", json.dumps([{"name": "refunds", "counter": "refunds/{shop}", "countFrom": str(ahead)}]))
+    assert backfill.main(["--rules", "refunds", "--export-to", "s3://b/p"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"run the backfill after {iso_second(ahead * 1000)}" in error
