@@ -54,6 +54,7 @@ from tally.backfill import (
     WriteRateLimit,
     backfill_deadline_ms,
     backfill_export,
+    unseen_history,
 )
 from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
@@ -132,6 +133,8 @@ def run(args: argparse.Namespace) -> BackfillSummary:
                 "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
             )
         settings = scope.settings_for(settings)
+        for line in unseen_history(settings):
+            console.print(f"[yellow]note:[/yellow] {line}")
         tables = resolve_tables(args)
         dynamodb, s3 = client("dynamodb"), client("s3")
         export = _export(args, dynamodb, tables.events, count_from_ms)

@@ -8,7 +8,18 @@ from collections import Counter
 import pytest
 
 from factories import image
-from tally.backfill import BackfillSummary, HistoryScope, ScopeRefused, WriteRateLimit, backfill_export, chunks, export_outcomes, place, write_units
+from tally.backfill import (
+    BackfillSummary,
+    HistoryScope,
+    ScopeRefused,
+    WriteRateLimit,
+    backfill_export,
+    chunks,
+    export_outcomes,
+    place,
+    unseen_history,
+    write_units,
+)
 from tally.core.records import CounterEvent, Reason
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
@@ -193,3 +204,16 @@ def test_a_scope_that_would_count_history_twice_or_never_is_refused_in_one_line(
     with pytest.raises(ScopeRefused) as refused:
         HistoryScope.of(settings, rules, count_from)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+def test_what_an_export_cannot_show_is_said_rule_by_rule():
+    rules = [
+        {"name": "placed", "counter": "placed/{p}"},
+        {"name": "done", "counter": "done/{p}", "becomes": {"status": {"equals": "done"}}},
+        {"name": "deleted", "counter": "deleted", "on": "REMOVE", "time": "@arrival"},
+        {"name": "changed", "counter": "changed", "on": "MODIFY"},
+    ]
+    lines = unseen_history(Settings(rules=parse_rules(json.dumps(rules))))
+    assert [line.split(" counts ")[0] for line in lines] == ["rule 'done'", "rule 'deleted'", "rule 'deleted'", "rule 'changed'"]
+    assert "no deletion" in lines[1] and "at the instant itself" in lines[2]
+    assert unseen_history(Settings(rules=parse_rules(json.dumps(rules[:1])))) == []

@@ -43,7 +43,7 @@ from typing import Any
 from tally.core.buckets import iso_second
 from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason
-from tally.core.rules import RulesError
+from tally.core.rules import ARRIVAL, MODIFY, REMOVE, RulesError
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.invocation import outcomes_of
@@ -143,6 +143,25 @@ class HistoryScope:
         if not self.rules:
             return outcomes
         return [[outcome for outcome in item if type(outcome) is CounterEvent] for item in outcomes]
+
+
+def unseen_history(settings: Settings) -> list[str]:
+    """What an export cannot show the rules of ``settings`` (a scope's), one line per rule that misses some:
+    an export holds each item once, as it was at the instant, never its changes or deletions."""
+    lines = []
+    for rule in settings.counter_rules.rules:
+        if rule.on == frozenset({REMOVE}):
+            lines.append(f"{rule.label} counts deletions: an export holds no deletion, so its counters hold none before the instant")
+        elif REMOVE in rule.on:
+            lines.append(f"{rule.label} counts deletions too: those before the instant are not in the export")
+        if rule.becomes:
+            lines.append(f"{rule.label} counts transitions: an item in that state at the instant counts once, at its time; "
+                         "earlier transitions are not in the export")
+        elif MODIFY in rule.on:
+            lines.append(f"{rule.label} counts changes: an export holds each item once, as it was at the instant")
+        if rule.time == ARRIVAL:
+            lines.append(f"{rule.label} counts at arrival: its history counts at the instant itself")
+    return lines
 
 
 def backfill_deadline_ms(count_from_ms: int) -> int:
