@@ -75,7 +75,12 @@ class SeriesPoint:
 
 @dataclass(frozen=True)
 class WindowCount:
-    """One counter over one window: ``start``/``end`` (end exclusive) are the window answered."""
+    """One counter over one window: ``start``/``end`` (end exclusive) are the window answered.
+
+    ``retired``: when every rule that can write the counter had been retired (``retiredAt``) by the read's
+    now, the instant the last of them retired, in epoch ms; None while one of them counts. Such a counter's
+    buckets stay readable until they expire, and no more events will come.
+    """
 
     counter: str
     window: Window
