@@ -262,7 +262,7 @@ def count_windows(
 def retired_at(rules: Rules, counter: str, now: int) -> int | None:
     """When ``counter`` stopped counting, every rule that can write it retired by ``now`` (``Rules.retired_at``);
     None while one of them counts. tally's own rejection counters are no rule's, and never retire. No I/O."""
-    if counter.startswith(REJECTED_COUNTER_PREFIX):
+    if not rules.timed or counter.startswith(REJECTED_COUNTER_PREFIX):  # no rule retires at all: no regex to run
         return None
     return rules.retired_at(counter, now)
 
