@@ -3,6 +3,8 @@
 // page is served to anonymous visitors (the config the function writes into the page says which).
 // Signed pages also read /alerts and mark the counters in alarm (alert states are never public).
 // Above them, the certified top N of a prefix (/top): a click on a counter of the list charts it.
+// A counter whose rules are all retired (the answers' "retired") is marked retired wherever it shows: its counts
+// stay readable until they expire, and no more events will come.
 import uPlot from "uplot";
 
 const REFRESH_MS = 10_000;
@@ -35,13 +37,29 @@ function chosenCounters() {
   return Array.from(elements.counters.selectedOptions, (option) => option.value);
 }
 
-function addCounterOption(name, selected) {
+function addCounterOption(name, selected, retired) {
   let option = Array.from(elements.counters.options).find((existing) => existing.value === name);
   if (!option) {
     option = new Option(name, name);
     elements.counters.add(option);
   }
+  if (retired) {
+    option.text = `${name} (retired)`;
+    option.dataset.retired = retired;
+    option.title = retiredTitle(retired);
+  }
   if (selected) option.selected = true;
+}
+
+function retiredTitle(retired) {
+  return `its rules are retired: no more events since ${retired}`;
+}
+
+// The mark of a counter whose rules are all retired; an empty cell for one that counts.
+function retiredCell(retired) {
+  const shown = cell(retired ? `retired ${retired}` : "", "retired");
+  if (retired) shown.title = retiredTitle(retired);
+  return shown;
 }
 
 async function getJson(path, parameters) {
@@ -56,7 +74,7 @@ async function loadCounterNames() {
   const prefixes = config.prefixes && config.prefixes.length ? config.prefixes : [""];
   for (const prefix of prefixes) {
     const listing = await getJson("/counters", { prefix, window: elements.window.value });
-    for (const item of listing.counters) addCounterOption(item.counter, false);
+    for (const item of listing.counters) addCounterOption(item.counter, false, item.retired);
   }
 }
 
@@ -131,6 +149,7 @@ function showTotals(counts, details, alarms = new Map()) {
       const alerts = alarms.get(count.counter) || [];
       row.dataset.counter = count.counter;
       row.classList.toggle("in-alarm", alerts.length > 0);
+      row.classList.toggle("is-retired", Boolean(count.retired));
       row.append(
         cell(count.counter),
         cell(count.total.toLocaleString("en-US"), "total"),
@@ -139,6 +158,7 @@ function showTotals(counts, details, alarms = new Map()) {
         distinctCell(count),
         ...quantileCells(details.get(count.counter)),
         alarmCell(alerts),
+        retiredCell(count.retired),
         cell(`${count.start} – ${count.end}`),
       );
       return row;
@@ -147,6 +167,7 @@ function showTotals(counts, details, alarms = new Map()) {
   // Columns no chosen counter has stay hidden: a page of plain counters looks as it always did.
   elements.totals.classList.toggle("no-distinct", !counts.some((count) => count.distinct !== undefined));
   elements.totals.classList.toggle("no-quantiles", ![...details.values()].some((detail) => detail.quantiles));
+  elements.totals.classList.toggle("no-retired", !counts.some((count) => count.retired));
   elements.totals.hidden = counts.length === 0;
 }
 
@@ -206,6 +227,7 @@ function showTop(answer) {
     ...answer.top.map((entry) => {
       const row = document.createElement("tr");
       row.dataset.counter = entry.counter;
+      row.classList.toggle("is-retired", Boolean(entry.retired));
       const name = cell(entry.counter, "counter");
       name.title = "chart this counter";
       name.addEventListener("click", () => {
@@ -218,11 +240,13 @@ function showTop(answer) {
         cell(entry.total.toLocaleString("en-US"), "total"),
         cell(entry.previous === undefined ? "" : entry.previous.toLocaleString("en-US"), "rising"),
         cell(entry.increase === undefined ? "" : entry.increase.toLocaleString("en-US"), "rising"),
+        retiredCell(entry.retired),
       );
       return row;
     }),
   );
   elements.top.classList.toggle("rising", Boolean(answer.rising));
+  elements.top.classList.toggle("no-retired", !answer.top.some((entry) => entry.retired));
   Object.assign(elements.top.dataset, { exact: String(answer.exact), start: answer.start, end: answer.end });
   elements.top.hidden = answer.top.length === 0;
   showStatus(topSummary(answer), false, elements.topStatus);

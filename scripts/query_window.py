@@ -28,7 +28,9 @@ series point's distinct). The table is --table,
 else COUNTS_TABLE, else a stack's outputs (--stack), else tally-counts. Bad
 input exits with status 2 and one line on stderr. A count of 0 says why on
 stderr when it can: a window that has not begun, or a counter without a
-single bucket.
+single bucket. A counter whose rules are all retired (retiredAt) says when,
+in a retired column and a note (--json: "retired", null while a rule counts
+it): its counts stay readable until they expire, and no more events will come.
 
 --top N --prefix P lists the N counters of P with the largest totals over the
 window, ties by name, each total exact; --rising ranks by the increase over
@@ -49,7 +51,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tally.core.amounts import text_of
-from tally.core.buckets import iso_minute
+from tally.core.buckets import iso_minute, iso_second
 from tally.core.histograms import Histogram, percentile_label
 from tally.core.sketches import Sketch
 from tally.core.plans import PlanKind, Series
@@ -180,11 +182,13 @@ def top(args: argparse.Namespace) -> int:
         return 0
     span = f"{iso_minute(answer.window.start_ms)} to {iso_minute(answer.window.end_ms)}"
     table = Table(title=escape(f"top {answer.n} of {args.prefix!r}{' rising' if answer.rising else ''}, {span}"))
-    for column in ["rank", "counter", "total", *(["previous", "increase"] if answer.rising else [])]:
-        table.add_column(column, justify="left" if column == "counter" else "right")
+    retired = ["retired"] if answer.retired else []
+    for column in ["rank", "counter", "total", *(["previous", "increase"] if answer.rising else []), *retired]:
+        table.add_column(column, justify="left" if column in ("counter", "retired") else "right")
     for rank, entry in enumerate(answer.entries, start=1):
         increase = [f"{entry.previous:,}", f"{entry.value:,}"] if answer.rising else []
-        table.add_row(str(rank), escape(entry.counter), f"{entry.total:,}", *increase)
+        when = [retired_text(answer.retired.get(entry.counter))] if retired else []
+        table.add_row(str(rank), escape(entry.counter), f"{entry.total:,}", *increase, *when)
     out = console()
     out.print(table)
     if answer.exact:
@@ -251,6 +255,7 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
     summing = any(result.sum is not None for result in results)
     distinct = any(result.sketch is not None for result in results)
     binning = list(quantiles) if any(result.histogram is not None for result in results) else []
+    retired = any(result.retired is not None for result in results)
     columns = (
         "counter",
         "total",
@@ -258,13 +263,14 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
         *(("sum", "average") if summing else ()),
         *map(percentile_label, binning),
         *(("low", "high") if binning else ()),
+        *(("retired",) if retired else ()),
         "plan",
         "keys",
         "requests",
         "items read",
     )
     for column in columns:
-        summary.add_column(column, justify="left" if column in ("counter", "plan") else "right")
+        summary.add_column(column, justify="left" if column in ("counter", "plan", "retired") else "right")
     for result in results:
         sums = (text_of(result.sum) or "", text_of(result.average) or "") if summing else ()
         histogram = result.histogram
@@ -278,6 +284,7 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
             *sums,
             *quantile_cells(histogram, binning),
             *bounds,
+            *((retired_text(result.retired),) if retired else ()),
             result.plan.value,
             str(result.keys),
             str(result.requests),
@@ -291,6 +298,11 @@ def show(results: list[WindowCount], charts: bool = True, quantiles: Sequence[st
             out.print(day_chart(result))
         else:
             out.print(hour_chart(result, binning))
+
+
+def retired_text(retired: int | None) -> str:
+    """When a counter's rules were all retired (no more events will come), or nothing while one counts it."""
+    return "" if retired is None else iso_second(retired)
 
 
 def distinct_text(sketch: Sketch | None) -> str:

@@ -133,6 +133,11 @@ def unresolved_bucket(client, counter: str) -> Iterator[None]:
         client.update_item(TableName=COUNTS, Key=key, UpdateExpression="REMOVE unresolved")
 
 
+def retired_rules(rules: str, name: str, retired_at: str) -> str:
+    """``rules`` with the rule ``name`` retired at ``retired_at``."""
+    return json.dumps([rule | ({"retiredAt": retired_at} if rule["name"] == name else {}) for rule in json.loads(rules)])
+
+
 @pytest.fixture
 def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
     """The document, and (path, status, headers, body) of every request above and of the failures and
@@ -158,6 +163,12 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
         with unresolved_bucket(blog[0], "views/all"):  # an overlap left one of its items unresolved
             status, body = ask("/counts?counter=views/all")
             assert status == 200 and json.loads(body)["counts"][0]["unresolved"]
+        with monkeypatch.context() as patched:  # the rule writing each post's views retired an hour ago
+            patched.setenv(ENV_RULES, retired_rules(rules, "views", "2026-11-22T13:37:12Z"))
+            http_api.reader.cache_clear()
+            status, body = ask(f"/top?prefix=views/posts/&n=2&window=3h&at={AT}")
+            assert status == 200 and all(entry["retired"] for entry in json.loads(body)["top"])
+        http_api.reader.cache_clear()
         with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
             for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/alerts", "/openapi.json"):
                 status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))

@@ -339,6 +339,49 @@ def test_top_ranks_a_prefix_as_its_listing_counts_it_and_as_the_cli_prints_it(en
     assert rising == 200 and all(e["increase"] == e["total"] - e["previous"] for e in trend["top"])
 
 
+def signed_get(api: LocalApi, target: str) -> tuple[int, dict]:
+    """A GET signed as a principal allowed to invoke the API would sign it, over the adapter's socket."""
+    url = f"{api.url}{target}"
+    request = AWSRequest(method="GET", url=url)
+    SigV4Auth(CREDENTIALS, "execute-api", "us-east-1").add_auth(request)
+    with urllib.request.urlopen(urllib.request.Request(url, headers=dict(request.headers)), timeout=30) as response:
+        return response.status, json.loads(response.read())
+
+
+def test_counts_listings_and_top_lists_say_which_counters_are_retired_over_a_real_socket(environment, monkeypatch, capsys):
+    """An hour after the rule writing each post's views retired, with the load-time rule retiring an hour later:
+    the posts' views are retired; views/all is not (a live rule writes it too), nor are load times (not yet)."""
+    rules = json.loads(BLOG.rules_json)
+    retiring = {"views": "2026-11-22T15:00:00Z", "load-time": "2026-11-22T17:00:00Z"}
+    for rule in rules:
+        rule.update({"retiredAt": retiring[rule["name"]]} if rule["name"] in retiring else {})
+    monkeypatch.setenv(ENV_RULES, json.dumps(rules))
+    http_api.reader.cache_clear()
+    at, post = "2026-11-22T14:00Z", "views/posts/hello-world"
+    counters = [post, "views/all", "load/posts/about"]
+    query = urlencode([*(("counter", c) for c in counters), ("window", "24h"), ("at", at)])
+    with freeze_time("2026-11-22T16:00:00Z"), LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+        status, body = signed_get(api, f"/counts?{query}")
+        listed_status, listed = signed_get(api, f"/counters?prefix=views/&window=24h&at={at}")
+        top_status, top = signed_get(api, f"/top?prefix=views/&n=10&window=24h&at={at}")
+        assert load_script("query_window").main([*counters, "--window", "24h", "--at", at, "--json"]) == 0
+    printed = capsys.readouterr()
+
+    assert status == listed_status == top_status == 200
+    assert [(c["counter"], c["retired"]) for c in body["counts"]] == [
+        (post, "2026-11-22T15:00:00Z"), ("views/all", None), ("load/posts/about", None)
+    ]
+    assert body["counts"][0]["total"] > 0  # still readable
+    assert body["counts"] == [json.loads(line) for line in printed.out.splitlines()]  # as the CLI prints them
+    note = f"counter '{post}' stopped counting at 2026-11-22T15:00:00Z: its rule 'views' is retired; no more events will come"
+    assert note in body["notes"] and f"note: {note}" in printed.err
+    assert {c["counter"]: c["retired"] for c in listed["counters"]} == {
+        c: None if c == "views/all" else "2026-11-22T15:00:00Z" for c in (c["counter"] for c in listed["counters"])
+    }
+    assert len(listed["counters"]) > 2
+    assert {e["counter"]: e.get("retired") for e in top["top"]} == {c["counter"]: c["retired"] for c in listed["counters"]}
+
+
 @pytest.mark.parametrize(
     ("query", "parameter", "fix"),
     [

@@ -23,6 +23,7 @@ from tally import QueryError, Reader, Series, read_options
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.buckets import iso_minute
+from tally.core.records import Reason
 from tally.core.rules import parse_rules
 from tally.core.windows import now_ms, parse_instant, utc_of
 from tally.dynamo.counts_table import CountsTable
@@ -246,7 +247,9 @@ def test_results_serialize_to_json_with_decimal_free_numbers_and_iso_minutes(rea
     as_json = json.loads(json.dumps(result.as_json()))
     assert set(as_json) == {
         "counter", "start", "end", "total", "aligned", "plan", "keys", "requests", "items_read", "by_hour", "series",
+        "retired",
     }
+    assert as_json["retired"] is None  # always there: null while a rule counts it
     assert as_json["end"] == "2026-11-22T14:38Z" and as_json["start"] == "2026-11-22T13:08Z"
     assert [point["start"] for point in as_json["series"]] == ["2026-11-22T13:08Z", "2026-11-22T14:00Z"]
 
@@ -476,3 +479,106 @@ def test_the_default_read_of_a_window_ending_now_never_subtracts_minutes_still_b
         reader = Reader(settings.counts_table, client=client, settings=settings)
         assert reader.count("in-flight").total == 0
         assert reader.count("in-flight", allow_transient=True).total == 1  # the fast path, asked for, does subtract
+
+
+# --- counters whose rules are retired --------------------------------------------------------------------------
+# Rules retired after the world's events were counted (the reader judges retirement by its own clock, not by the
+# window): jobs/ stopped at 12:00, an hour before now; page-views retires at 15:00, after now; jobs/old is written
+# by a live rule as well; edge by two retired rules, the last of them at 11:00.
+RETIRING = json.dumps(
+    [
+        {"name": "jobs", "counter": "jobs/{provider}", "retiredAt": "2026-11-22T12:00:00Z"},
+        {"name": "old-jobs", "counter": "jobs/old"},
+        {"name": "views", "counter": "page-views", "retiredAt": "2026-11-22T15:00:00Z"},
+        {"name": "edges", "counter": "edge", "retiredAt": "2026-11-22T10:00:00Z"},
+        {"name": "edges-2", "counter": "ed{suffix}", "retiredAt": "2026-11-22T11:00:00Z"},
+    ]
+)
+
+
+def retiring_reader(world, rules: str = RETIRING) -> Reader:
+    """A reader of the world's table whose settings carry ``rules``."""
+    settings = Settings(counts_table=COUNTS, events_table=EVENTS, rules=parse_rules(rules))
+    return Reader(COUNTS, client=world[0].table.client, settings=settings)
+
+
+@freeze_time(NOW_TEXT)
+def test_a_counter_whose_rules_are_all_retired_says_when_and_still_reads_its_counts(world, reader):
+    names = ["jobs/acme", "jobs/old", "page-views", "edge"]
+    retiring = retiring_reader(world).count_many(names, window="27h")
+    plain = reader.count_many(names, window="27h")
+
+    assert {r.counter: r.retired for r in retiring} == {
+        "jobs/acme": parse_instant("2026-11-22T12:00:00Z"),
+        "jobs/old": None,  # a live rule writes it too
+        "page-views": None,  # retiring at 15:00, after now: it still counts
+        "edge": parse_instant("2026-11-22T11:00:00Z"),  # the last of its rules to retire
+    }
+    assert [r.total for r in retiring] == [r.total for r in plain] and retiring[0].total > 0  # readable as before
+    assert [r.requests for r in retiring] == [r.requests for r in plain]  # no request of its own
+    assert [r.as_json()["retired"] for r in retiring] == ["2026-11-22T12:00:00Z", None, None, "2026-11-22T11:00:00Z"]
+    assert all(r.retired is None for r in plain)  # the world's classic rule is never retired
+
+
+def test_a_counter_is_retired_from_the_instant_its_rule_retires_on_the_readers_clock(world):
+    reader = retiring_reader(world)
+    with freeze_time("2026-11-22T14:59:59Z"):
+        assert reader.count("page-views").retired is None
+    with freeze_time("2026-11-22T15:00:00Z"):
+        assert reader.count("page-views").retired == parse_instant("2026-11-22T15:00:00Z")
+        # The window does not matter: a window ended long before the retirement still says no more will come.
+        assert reader.count("page-views", window="1h", at="2026-11-22T09:00Z").retired == parse_instant(
+            "2026-11-22T15:00:00Z"
+        )
+
+
+@freeze_time(NOW_TEXT)
+def test_notes_say_which_counters_stopped_counting_under_which_retired_rules(world):
+    reader = retiring_reader(world)
+    notes = reader.notes(reader.count_many(["jobs/acme", "jobs/old", "page-views", "edge", "jobs/zeta"], window="27h"))
+
+    assert [note for note in notes if "stopped counting" in note] == [
+        "counters 'jobs/acme', 'jobs/zeta' stopped counting at 2026-11-22T12:00:00Z: their rule 'jobs' is retired; "
+        "no more events will come",
+        "counter 'edge' stopped counting at 2026-11-22T11:00:00Z: its rules 'edges' and 'edges-2' are retired; "
+        "no more events will come",
+    ]
+    many = [f"jobs/{letter}" for letter in "abcdef"]
+    [note] = [note for note in reader.notes(reader.count_many(many)) if "stopped counting" in note]
+    assert note.startswith("counters 'jobs/a', 'jobs/b', 'jobs/c' and 3 more stopped counting at ")
+
+
+@freeze_time(NOW_TEXT)
+def test_a_listing_marks_each_retired_counter(world):
+    listed = retiring_reader(world).list_counters("", window="27h")
+
+    assert {r.counter: r.as_json()["retired"] for r in listed} == {
+        "edge": "2026-11-22T11:00:00Z",
+        "jobs/acme": "2026-11-22T12:00:00Z",
+        "jobs/old": None,
+        "jobs/zeta": "2026-11-22T12:00:00Z",
+        "page-views": None,
+    }
+
+
+@freeze_time(NOW_TEXT)
+def test_a_top_list_marks_its_retired_counters_and_only_those(world):
+    answer = retiring_reader(world).top("jobs/", 3, window="27h").as_json()
+
+    assert {entry["counter"]: entry.get("retired") for entry in answer["top"]} == {
+        "jobs/acme": "2026-11-22T12:00:00Z",
+        "jobs/zeta": "2026-11-22T12:00:00Z",
+        "jobs/old": None,
+    }
+    live = next(entry for entry in answer["top"] if entry["counter"] == "jobs/old")
+    assert set(live) == {"rank", "counter", "total"}  # a live counter's entry keeps its shape
+
+
+@freeze_time(NOW_TEXT)
+def test_tallys_own_rejection_counters_never_retire_even_under_a_rule_that_could_write_any_name(world):
+    everything = [{"name": "all", "counter": "{name}", "retiredAt": "2026-11-22T12:00:00Z"}]
+    reader = retiring_reader(world, json.dumps(everything))
+    reason = next(reason.value for reason in Reason if reason.is_rejection)
+
+    assert reader.count("page-views").retired == parse_instant("2026-11-22T12:00:00Z")
+    assert reader.count(f"#rejected#{reason}").retired is None

@@ -81,6 +81,10 @@ class Count(Closed):
         "had left the stream), each with what it may lack ('<=3' events); scripts/audit.py COUNTER --repair "
         "recounts them from the events table",
     )
+    retired: str | None = Field(
+        description="when every rule that can write the counter was retired (retiredAt), ISO-8601 in UTC to the "
+        "second: it counts no more events, and its buckets stay readable until they expire; null while a rule counts it"
+    )
 
 
 class CountsAnswer(Closed):
@@ -100,6 +104,9 @@ class TopEntry(Closed):
     total: int = Field(description="the counter's exact count over the window (what /counts answers)")
     previous: int | Absent = Field(None, description="rising: its count over the previous window")
     increase: int | Absent = Field(None, description="rising: total minus previous, what the list ranks by")
+    retired: str | Absent = Field(
+        None, description="only for a counter whose rules are all retired: when, ISO-8601 in UTC to the second"
+    )
 
 
 class TopList(Closed):

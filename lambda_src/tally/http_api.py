@@ -3,10 +3,12 @@
     GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
         [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
+        (each count's "retired": when every rule that can write it was retired, ISO-8601 to the second, or null)
     GET /counters?prefix=views/&window=24h[&cursor=…]
         -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
     GET /top?prefix=views/&n=10&window=24h[&at=…][&rising=1]
         -> {"prefix", "start", "end", "exact": true|false, "bound": null|int, "top": [{"rank", "counter", "total"}, …]}
+        (an entry whose rules are all retired also says when: "retired": "2026-12-01T00:00:00Z")
     GET /alerts?alert=burst&state=ALARM&prefix=logins/
         -> {"alerts": [<what query_window.py --alerts --json prints for each>, …]}
     GET /public/counts, /public/counters, /public/top: the same, anonymous, for public counters only

@@ -6,6 +6,7 @@
     result.sum, result.average, result.sum_by_hour                     # exact Decimals (None when it does not sum)
     result.histogram.quantile("0.99"), result.histogram_by_hour        # for a histogram counter (else None)
     result.distinct, result.sketch.exact, result.sketch_by_hour        # for a distinct counter (else None)
+    result.retired                                                     # epoch ms its rules all retired at, else None
 
 It speaks epoch milliseconds and takes ``now`` from its caller (tests pin it);
 ``tally.Reader`` is the documented way in. With several counters the batch
@@ -16,12 +17,12 @@ is what the whole call made.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
 from tally.core.amounts import average_of, decimal_of, text_of
-from tally.core.buckets import iso_minute
+from tally.core.buckets import iso_minute, iso_second
 from tally.core.histograms import Histogram
 from tally.core.sketches import Sketch
 from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
@@ -74,7 +75,12 @@ class SeriesPoint:
 
 @dataclass(frozen=True)
 class WindowCount:
-    """One counter over one window: ``start``/``end`` (end exclusive) are the window answered."""
+    """One counter over one window: ``start``/``end`` (end exclusive) are the window answered.
+
+    ``retired``: when every rule that can write the counter had been retired (``retiredAt``) by the read's
+    now, the instant the last of them retired, in epoch ms; None while one of them counts. Such a counter's
+    buckets stay readable until they expire, and no more events will come.
+    """
 
     counter: str
     window: Window
@@ -98,6 +104,9 @@ class WindowCount:
     # Buckets read whose items an overlap left unresolved: the total may be low, by at most what each mark bounds
     # ("H#2026-11-22T13: ~tag first..last <=3"), until scripts/audit.py COUNTER --repair recounts them.
     unresolved: tuple[str, ...] = ()
+    # When every rule that can write the counter had been retired (``retiredAt``) by the read's now, the last of
+    # them retired then, in epoch ms: no more events will come, and its buckets stay readable until they expire.
+    retired: int | None = None
 
     @property
     def exact(self) -> bool:
@@ -177,6 +186,7 @@ class WindowCount:
             result["series"] = [point.as_json(quantiles) for point in self.series]
         if self.unresolved:
             result["unresolved"] = list(self.unresolved)
+        result["retired"] = None if self.retired is None else iso_second(self.retired)
         return result
 
 
@@ -243,8 +253,18 @@ def count_windows(
     }
     context_of = {counter: contexts[subtract] for counter, subtract in subtracts.items()}
     if PlanKind(plan) is PlanKind.BATCH:
-        return _by_batch(table, counters, context_of, distinct, consistent)
-    return _by_range(table, counters, context_of, distinct, consistent)
+        results = _by_batch(table, counters, context_of, distinct, consistent)
+    else:
+        results = _by_range(table, counters, context_of, distinct, consistent)
+    return [replace(result, retired=retired_at(rules, result.counter, now)) for result in results]
+
+
+def retired_at(rules: Rules, counter: str, now: int) -> int | None:
+    """When ``counter`` stopped counting, every rule that can write it retired by ``now`` (``Rules.retired_at``);
+    None while one of them counts. tally's own rejection counters are no rule's, and never retire. No I/O."""
+    if not rules.timed or counter.startswith(REJECTED_COUNTER_PREFIX):  # no rule retires at all: no regex to run
+        return None
+    return rules.retired_at(counter, now)
 
 
 def answered_window(

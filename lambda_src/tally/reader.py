@@ -6,6 +6,7 @@
     reader = Reader("tally-counts")               # or Reader.from_stack("Tally"); settings from the environment
     views = reader.count("page-views", window="24h")
     views.total, views.start, views.end           # the count, and the window answered (aware UTC datetimes)
+    views.retired                                 # epoch ms its rules were all retired at (retiredAt), else None
     reader.count_many(["a", "b"], window=timedelta(days=7), series="hour")
     reader.alerts(state="ALARM")                  # the counters in alarm, of every alert of the rules
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,7 +28,7 @@ from botocore.exceptions import ClientError
 
 from tally.alerting import AlertStates
 from tally.core.alerts import STATES, Alert, alerts_of
-from tally.core.buckets import iso_minute
+from tally.core.buckets import iso_minute, iso_second
 from tally.core.histograms import InvalidQuantile, parse_quantile
 from tally.core.plans import PlanKind, Series
 from tally.core.rules import ENV_RULES
@@ -68,7 +69,7 @@ from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.dynamo.ranking import RankIndex
 from tally.dynamo.settings import PublishedSettings
-from tally.query import WindowCount, answered_window, count_windows, validate_query_counter
+from tally.query import WindowCount, answered_window, count_windows, retired_at, validate_query_counter
 from tally.stack_outputs import table_names_from_stack
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
@@ -83,6 +84,7 @@ READ_VARIABLES = (
     ENV_RULES,
     ENV_RANKED_PREFIXES,
 )
+RETIRED_NAMES_SHOWN = 3  # a note on retired counters names this many of them, and how many more
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -179,6 +181,7 @@ class TopAnswer:
     requests: int = 0  # every request the answer made: rank records, directory, counts
     rank_records: int = 0
     counted: int = 0  # counters counted exactly
+    retired: Mapping[str, int] = field(default_factory=dict)  # listed counter -> when its rules were all retired
 
     @property
     def start(self) -> datetime:
@@ -204,6 +207,7 @@ class TopAnswer:
         answer["top"] = [
             {"rank": rank, "counter": entry.counter, "total": entry.total}
             | ({"previous": entry.previous, "increase": entry.value} if self.rising else {})
+            | ({"retired": iso_second(self.retired[entry.counter])} if entry.counter in self.retired else {})
             for rank, entry in enumerate(self.entries, start=1)
         ]
         return answer
@@ -445,6 +449,7 @@ class Reader:
             requests=requests,
             rank_records=result.rank_records,
             counted=result.counted,
+            retired=_retired_of([entry.counter for entry in result.entries], self.settings, now),
         )
 
     def _count_at(self, names: list[str], chosen: ReadOptions, window: Window, now: int) -> list[WindowCount]:
@@ -508,7 +513,8 @@ class Reader:
 
         A 0 that is an answer and a 0 that is a mistake look alike: a window
         entirely in the future, or a counter without a single bucket (one Query
-        of one key each), says so.
+        of one key each), says so; so does a counter whose rules are all retired
+        (``WindowCount.retired``: no request), which will not count again.
         """
         if not results:
             return []
@@ -527,6 +533,7 @@ class Reader:
             for result in results
             if result.unresolved
         )
+        notes.extend(self._retired_notes(results))
         if first.window.start_ms > now_ms():
             notes.append(f"the window {first.window} lies entirely in the future: nothing can be counted in it yet")
             return notes
@@ -538,6 +545,26 @@ class Reader:
         )
         return notes
 
+    def _retired_notes(self, results: Sequence[WindowCount]) -> list[str]:
+        """A line for the counters that stopped counting at one instant under the same retired rules: their
+        0 is not a quiet counter's."""
+        groups: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+        for result in results:
+            if result.retired is not None:
+                rules = tuple(str(rule.name) for rule in self.settings.counter_rules.writers(result.counter))
+                groups.setdefault((result.retired, rules), []).append(result.counter)
+        lines = []
+        for (retired, rules), counters in groups.items():
+            names = ", ".join(repr(name) for name in counters[:RETIRED_NAMES_SHOWN])
+            if len(counters) > RETIRED_NAMES_SHOWN:
+                names += f" and {len(counters) - RETIRED_NAMES_SHOWN} more"
+            ruled = " and ".join(repr(rule) for rule in rules)
+            lines.append(
+                f"counter{'s' if len(counters) > 1 else ''} {names} stopped counting at {iso_second(retired)}: "
+                f"{'their' if len(counters) > 1 else 'its'} rule{'s' if len(rules) > 1 else ''} {ruled} "
+                f"{'are' if len(rules) > 1 else 'is'} retired; no more events will come"
+            )
+        return lines
 
     def settings_differences(self) -> list[str]:
         """A line naming every read setting that differs from what the counting function published, if any.
@@ -572,6 +599,12 @@ class Reader:
                 self._published = None  # a reader allowed to read buckets but not this item: no check
             self._published_read_at = now
         return self._published
+
+
+def _retired_of(counters: Sequence[str], settings: Settings, now: int) -> dict[str, int]:
+    """The counters whose rules were all retired by ``now``, and when: what a top list marks (no I/O)."""
+    found = {counter: retired_at(settings.counter_rules, counter, now) for counter in counters}
+    return {counter: retired for counter, retired in found.items() if retired is not None}
 
 
 def _ms(moment: datetime) -> int:

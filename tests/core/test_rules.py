@@ -493,6 +493,8 @@ def test_a_counter_is_retired_once_every_rule_that_writes_it_is():
     assert parsed.retired_at("orders/s1", RETIRED_MS - 1) is None  # retiring later: still counting
     assert parsed.retired_at("all", RETIRED_MS + 1) is None  # another rule still writes it
     assert parsed.retired_at("refunds/s1", RETIRED_MS) is None  # no rule writes it
+    assert [rule.name for rule in parsed.writers("all")] == ["all", "all-too"]  # what a read's note names
+    assert parsed.writers("refunds/s1") == ()
 
 
 @given(

@@ -64,15 +64,19 @@ def served_blog():
 
 
 def rows(driver) -> dict[str, dict[str, str]]:
-    """Each counter's row: its cells by class (their exact value, the title, where the page rounds it)."""
+    """Each counter's row: its cells by class (their exact value, the title, where the page rounds it), and
+    which of them show (but the retired mark's, hidden while no chosen counter is retired)."""
     from selenium.webdriver.common.by import By
 
     table = {}
     for row in driver.find_elements(By.CSS_SELECTOR, "#totals tbody tr"):
         cells = row.find_elements(By.TAG_NAME, "td")
         quantiles = {cell.get_attribute("data-quantile"): cell.get_attribute("title") or "" for cell in cells[5:8]}
+        marks = [cell.get_attribute("class") == "retired" for cell in cells]
         table[row.get_attribute("data-counter")] = {
-            "distinct": cells[4].text, "window": cells[-1].text, **quantiles, "shown": [cell.is_displayed() for cell in cells]
+            "distinct": cells[4].text, "window": cells[-1].text, **quantiles,
+            "shown": [cell.is_displayed() for cell, mark in zip(cells, marks) if not mark],
+            "retired": [cell.is_displayed() for cell, mark in zip(cells, marks) if mark],
         }
     return table
 
@@ -107,3 +111,4 @@ def test_quantiles_and_distinct_counts_show_as_the_api_answers_them(served_blog,
     assert "distinct" not in histogram and "quantiles" not in distinct
     assert shown[HISTOGRAM]["distinct"] == "" and shown[DISTINCT]["0.5"] == ""
     assert all(shown[HISTOGRAM]["shown"])  # both columns shown: some chosen counter has each
+    assert shown[HISTOGRAM]["retired"] == [False]  # and no retired column: their rules count on

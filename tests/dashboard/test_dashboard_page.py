@@ -2,7 +2,8 @@
 
 Debian's chromium and chromium-driver (`make test-tools`) drive the page the
 read API serves at / through the local adapter, over moto's server holding a
-day of events counted by the stream runner. A screenshot is saved in the
+day of events counted by the stream runner; then the rule counting sign-ups
+is retired, as a deployment retiring it would. A screenshot is saved in the
 test's temporary folder.
 """
 
@@ -21,6 +22,7 @@ from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD
 from tally.core.settings import Settings
 from tally.core.windows import now_ms, parse_instant
+from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.tables import create_tables
 from tally.local.aws import LocalContext, MotoServer, client, local_handler, stream_arn_of, write_items
 from tally.local.http_adapter import LocalApi
@@ -67,6 +69,11 @@ def require_browser_and_page() -> None:
         pytest.fail("the dashboard page is not built: `make dashboard` builds it (make test does)")
 
 
+def retired(rules: str, name: str, retired_at_s: int) -> str:
+    """``rules`` with the rule ``name`` retired at ``retired_at_s`` (epoch seconds)."""
+    return json.dumps([rule | ({"retiredAt": retired_at_s} if rule["name"] == name else {}) for rule in json.loads(rules)])
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """moto's server with a day of counted events, and the read API (dashboard on) on a loopback port."""
@@ -86,6 +93,9 @@ def served(tmp_path_factory):
                 context=LocalContext(),
             )
             runner.run(until_idle=True, idle_polls=2, poll_interval=0.2, commit_open_windows=True)  # no one reads this stream again
+            # The day counted, sign-ups' rule is retired now, and the counting function publishes the new rules.
+            os.environ["TALLY_RULES"] = retired(RULES, "signups", now_ms() // 1000)
+            CountsTable(dynamodb, "dashboard-counts", Settings.from_env()).publish_settings("dashboard", now_ms())
             os.environ[ENV_DASHBOARD] = "true"
             http_api.reader.cache_clear()
             http_api.api_settings.cache_clear()
@@ -208,3 +218,40 @@ def test_the_top_list_ranks_the_apis_exact_totals_and_a_click_charts_a_counter(s
     wait.until(lambda driver: "error" in (driver.find_element(By.ID, "top-status").get_attribute("class") or ""))
     assert "not starting with '#'" in browser.find_element(By.ID, "top-status").text
     assert not browser.find_element(By.ID, "top").is_displayed()
+
+
+def test_a_counter_whose_rule_is_retired_is_marked_retired_in_the_list_the_totals_and_the_top_list(served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as shown
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    api, _ = served
+    with urllib.request.urlopen(f"{api.url}/counts?counter=sign-ups&counter=page-views", timeout=10) as response:
+        signups, views = json.loads(response.read())["counts"]
+    assert signups["retired"] is not None and views["retired"] is None  # views' rule counts on
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    browser.get(f"{api.url}/?window=24h&series=hour")
+
+    # The counter list says which counters are retired, from GET /counters.
+    option = wait.until(shown.presence_of_element_located((By.CSS_SELECTOR, '#counters option[value="sign-ups"]')))
+    assert option.text == "sign-ups (retired)" and option.get_attribute("data-retired") == signups["retired"]
+    assert browser.find_element(By.CSS_SELECTOR, '#counters option[value="page-views"]').text == "page-views"
+
+    # The totals mark its row, and say when; a counter that counts has no mark.
+    chosen = Select(browser.find_element(By.ID, "counters"))
+    chosen.select_by_value("page-views")
+    chosen.select_by_value("sign-ups")
+    wait.until(lambda driver: len(driver.find_elements(By.CSS_SELECTOR, "#totals tbody tr")) == 2)
+    retired_row = browser.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="sign-ups"]')
+    live_row = browser.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"]')
+    mark = retired_row.find_element(By.CSS_SELECTOR, "td.retired")
+    assert mark.is_displayed() and mark.text == f"retired {signups['retired']}"
+    assert "is-retired" in retired_row.get_attribute("class") and "is-retired" not in (live_row.get_attribute("class") or "")
+    assert live_row.find_element(By.CSS_SELECTOR, "td.retired").text == ""
+    assert int(retired_row.find_element(By.CSS_SELECTOR, "td.total").text.replace(",", "")) > 0  # readable still
+
+    # So does the top list.
+    wait.until(lambda driver: len(driver.find_elements(By.CSS_SELECTOR, "#top tbody tr")) == 2)
+    ranked = browser.find_element(By.CSS_SELECTOR, '#top tr[data-counter="sign-ups"] td.retired')
+    assert ranked.is_displayed() and ranked.text == f"retired {signups['retired']}"
+    assert browser.find_element(By.CSS_SELECTOR, '#top tr[data-counter="page-views"] td.retired').text == ""

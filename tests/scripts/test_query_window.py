@@ -12,7 +12,7 @@ from freezegun import freeze_time
 from handler_state import handler_state_restored
 from script_support import load_script
 
-from tally.core.buckets import iso_minute
+from tally.core.buckets import iso_minute, iso_second
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.dynamo.tables import create_tables
 from tally.local.aws import Tables, client, scan_items
@@ -268,6 +268,47 @@ def test_prefix_lists_the_counters_that_counted_in_the_window(counted, capsys):
     assert "alpha" in out and "beta" in out and "per hour" not in out
     assert query_window.main(["--prefix", "zz"]) == 0
     assert capsys.readouterr().err == "note: no counter starting with 'zz' counted anything\n"
+
+
+@pytest.mark.server
+def test_a_counter_whose_rules_are_retired_says_when_in_json_tables_top_lists_and_a_note(counted, monkeypatch, capsys):
+    """alpha's rule retired a minute ago; beta's retires in two hours, so it still counts."""
+    retired_ms = (now_ms() // 1000 - 60) * 1000
+    rules = [
+        {"name": "alpha", "counter": "alpha", "retiredAt": retired_ms // 1000},
+        {"name": "beta", "counter": "beta", "retiredAt": (retired_ms + 2 * HOUR_MS) // 1000},
+    ]
+    monkeypatch.setenv("TALLY_RULES", json.dumps(rules))
+    capsys.readouterr()
+    when = iso_second(retired_ms)
+
+    assert query_window.main(["alpha", "beta", "--json"]) == 0
+    out, err = capsys.readouterr()
+    results = {r["counter"]: r for r in map(json.loads, out.splitlines())}
+    assert results["alpha"]["retired"] == when and results["alpha"]["total"] > 0  # readable still
+    assert results["beta"]["retired"] is None
+    retired_notes = [line for line in err.splitlines() if "stopped counting" in line]
+    assert retired_notes == [
+        f"note: counter 'alpha' stopped counting at {when}: its rule 'alpha' is retired; no more events will come"
+    ]
+
+    assert query_window.main(["--prefix", "", "--window", "3h"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert any("retired" in line for line in rows)  # the column, there only because a listed counter is retired
+    assert when in next(line for line in rows if "│ alpha" in line) and when not in next(line for line in rows if "│ beta" in line)
+
+    assert query_window.main(["--top", "2", "--prefix", "", "--json"]) == 0
+    top = {entry["counter"]: entry for entry in json.loads(capsys.readouterr().out)["top"]}
+    assert top["alpha"]["retired"] == when and "retired" not in top["beta"]
+    assert query_window.main(["--top", "2", "--prefix", ""]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert when in next(line for line in rows if "alpha" in line) and when not in next(line for line in rows if "beta" in line)
+
+
+@pytest.mark.server
+def test_a_table_of_counters_that_all_count_has_no_retired_column(counted, capsys):
+    assert query_window.main(["--prefix", "", "--window", "3h"]) == 0
+    assert "retired" not in capsys.readouterr().out
 
 
 @pytest.mark.server

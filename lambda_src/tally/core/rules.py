@@ -463,10 +463,14 @@ class Rules:
     def retired_at(self, counter: str, now_ms: int) -> int | None:
         """When ``counter`` stopped counting: every rule that can write it retired by ``now_ms`` (the last of
         them retired then); None while one of them counts, or when no rule can write it."""
-        writers = [rule for rule in self.rules if rule.counter.could_render(counter)]
+        writers = self.writers(counter)
         if not writers or not all(rule.retired_by(now_ms) for rule in writers):
             return None
         return max(rule.retired_ms for rule in writers)  # type: ignore[type-var]
+
+    def writers(self, counter: str) -> tuple[Rule, ...]:
+        """The rules that can write ``counter`` (``Template.could_render``), in their order."""
+        return tuple(rule for rule in self.rules if rule.counter.could_render(counter))
 
     def sums(self, counter: str) -> bool:
         """Whether a summing rule can write ``counter`` (the query then reports its sum and average)."""
