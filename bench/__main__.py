@@ -28,8 +28,12 @@ two for a few level factors (about two minutes), ``python -m bench writes``
 every workload's write cost, as deployed and with every counter ranked (a few
 minutes), and ``python -m bench backfill-scale [--items N]`` the backfill in
 the account, measured here at N items (default 10^6: about a quarter of an
-hour of two cores) and modeled on AWS up to 10^9; each replaces only its own
-figures in the file(s) it writes, and the targets.
+hour of two cores) and modeled on AWS up to 10^9, ``python -m bench
+backfill-scale-model`` that model alone (with one rule's history beside the
+whole table's) from the measured figures published, in seconds, and ``python
+-m bench backfill-rule`` the write units of one rule's history against its
+floor (seconds; also part of a plain run); each replaces only its own figures
+in the file(s) it writes, and the targets.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import aggregates, alerts, backfill_scale, latency, read_api, reads, scale, speed, top, workloads, writes
+from bench import aggregates, alerts, backfill, backfill_scale, latency, read_api, reads, scale, speed, top, workloads, writes
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
@@ -133,6 +137,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     top_rows = {(row["counters"], row["distribution"]): row for row in results.get("top", {}).get("rows", [])}
     top_zipf = top_rows.get((1_000_000, "zipf"))
     top_writes = results.get("top_writes")
+    # One rule's history (bench.backfill): its bucket writes against the floor for its bucket items, no other rule's.
+    rule_rows = [
+        row
+        for entry in results.get("backfill_rule", [])
+        for row in (
+            (f"one-rule backfill, {entry['workload'].split(' (')[0]}: bucket WCU / floor WCU", "<= 1.1",
+             entry["units_over_floor"], lambda v: v <= 1.1),
+            (f"one-rule backfill, {entry['workload'].split(' (')[0]}: other rules' items written", "0",
+             entry["other_rules_items_written"], lambda v: v == 0),
+        )
+    ]
     rows = [
         ("steady: origin WCU / tally WCU", ">= 25", steady["ratios"]["origin_units_over_tally_units"], lambda v: v >= 25),
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
@@ -167,6 +182,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             if top_writes
             else ()
         ),
+        *rule_rows,
         ("origin's mock: origin WCU / tally WCU", ">= 1.15", mock["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1.15),
         *(
             (f"1,000 shards, fixed rate, {entry['mix']}: origin / tally", ">= 1.5", entry["origin_over_tally"], lambda v: v >= 1.5)
@@ -253,6 +269,7 @@ def run() -> dict[str, Any]:
     results.update(timed("reads", read_results))
     results.update(timed("alerts", alert_results))
     results.update(timed("top N", top_results))
+    results.update(timed("one rule's backfill", backfill_rule_results))
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
@@ -371,6 +388,19 @@ def backfill_scale_results(items: int = 10**6) -> dict[str, Any]:
     return backfill_scale.results(items, published.get("parse_and_fold_records_per_second"))
 
 
+def backfill_scale_model_results() -> dict[str, Any]:
+    """The backfill's model alone, from the measured figures published by backfill-scale (seconds)."""
+    published = json.loads(PUBLISHED.read_text()) if PUBLISHED.exists() else {}
+    if "backfill_scale" not in published:
+        raise SystemExit("no backfill_scale figures in bench/results.json to model from: run python -m bench backfill-scale")
+    return backfill_scale.remodel(published["backfill_scale"])
+
+
+def backfill_rule_results() -> dict[str, Any]:
+    """The backfill of one rule added later, alone, against the floor for its bucket items (bench.backfill)."""
+    return {"backfill_rule": backfill.rule_results()}
+
+
 def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
     figures = results["backfill_scale"]
     measured = figures["measured"]
@@ -400,6 +430,33 @@ def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
                       _duration(row["wall_seconds"]), _duration(row["write_bound_seconds"]), row["bound"], "",
                       "yes" if row["within_a_day"] else "NO", f"{row['cost_usd']:,.2f}")
     out.print(model)
+    report_backfill_rule_model(out, figures)
+
+
+def report_backfill_rule_model(out: Console, figures: dict[str, Any]) -> None:
+    """One rule's history beside the whole table's, row by row: the same fold, a share of the writes."""
+    if not figures.get("rule_rows"):
+        return
+    assumed = figures["rule_assumed"]
+    sizes = sorted({row["items"] for row in figures["rule_rows"]})
+    model = Table(title=f"one rule's history on AWS at {', '.join(f'{n:.0e}' for n in sizes)} items, modeled beside the "
+                        f"whole table's (one rule of {assumed['rules']}: {assumed['rule_share_of_bucket_items']:.0%} of "
+                        "its bucket items; the whole export read)")
+    for column in ("shape", "warm WCU", "workers", "counted", "bucket items", "fold s", "commit s", "wall",
+                   "bound", "export $", "Lambda $", "writes $", "SFN $", "S3 $", "cost $"):
+        model.add_column(column, justify="right")
+    for rule_row in figures["rule_rows"]:
+        table = backfill_scale.table_row(figures["rows"], rule_row)
+        for counted, row in (("table", table), ("one rule", rule_row)):
+            cost = row["cost_usd_by_service"]
+            model.add_row(
+                row["shape"] if counted == "table" else "", f"{row['warm_throughput_wcu']:,}",
+                str(row["workers"]), counted, f"{row['bucket_items']:,}", f"{row['fold_seconds']:,}",
+                f"{row['commit_seconds']:,}", _duration(row["wall_seconds"]), row["bound"], f"{cost['export']:,.2f}",
+                f"{cost['lambda']:,.2f}", f"{cost['dynamodb_writes']:,.2f}", f"{cost['step_functions']:,.2f}",
+                f"{cost['s3']:,.2f}", f"{row['cost_usd']:,.2f}",
+            )
+    out.print(model)
 
 
 def _duration(seconds: float) -> str:
@@ -421,6 +478,8 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "alerts": (alert_results, lambda out, results: report_alerts(out, results)),
          "top": (top_results, lambda out, results: report_top(out, results)),
          "backfill-scale": (backfill_scale_results, lambda out, results: report_backfill_scale(out, results)),
+         "backfill-scale-model": (backfill_scale_model_results, lambda out, results: report_backfill_scale(out, results)),
+         "backfill-rule": (backfill_rule_results, lambda out, results: backfill.report_rule(out, results["backfill_rule"])),
          "writes": (write_results, lambda out, results: (report_writes(out, results), report_targets(out, results)))}
 
 
@@ -488,6 +547,8 @@ def report(results: dict[str, Any]) -> None:
     report_reads(out, results)
     report_alerts(out, results)
     report_top(out, results)
+    if results.get("backfill_rule"):
+        backfill.report_rule(out, results["backfill_rule"])
 
     table = Table(title="Speed")
     for column in ("measure", "tally", "origin", "origin/tally"):

@@ -8,12 +8,25 @@ the floor (one plain write per bucket item the export fills) and what the
 previous release paid: it folded each file on its own and committed a
 transaction per 99 buckets with a marker, 2 write units per item. Nothing
 reaches DynamoDB.
+
+**One rule's history** (``measure_rule``): a table counted by four rules, one
+of them (``refunds``) added later with a countFrom of its own, exported at that
+instant; the backfill of that rule alone (``HistoryScope.of(settings,
+["refunds"])``, as ``scripts/backfill.py --rules refunds`` runs it, the counter
+directory recorded) against the floor for that rule's bucket items alone: the
+bucket items of ``refunds`` that a backfill of the whole table, all four rules
+counting from the same instant, writes. It must write exactly those, with the
+same counts, and no other rule's item.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import time
+from collections import Counter
+from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 from rich.console import Console
@@ -29,9 +42,11 @@ from tally.backfill import (
     backfill_export,
     export_outcomes,
 )
+from tally.core.rules import parse_rules
 from tally.core.segments import SegmentFolder
 from tally.core.settings import Settings
-from tally.core.units import HOUR_MS
+from tally.core.units import DAY_MS, HOUR_MS
+from tally.dynamo.directory import CounterDirectory
 from tally.local.workload import Workload
 
 COUNT_FROM_MS = 1_795_428_000_000
@@ -45,6 +60,24 @@ WORKLOADS = {
     "hot counter (1 counter, 10 h, 20,000 events/h)": Workload(counters=["hot"], hours=10, rate=(20_000, 20_000), seed=1),
 }
 PREVIOUS_PART_ITEMS = 99
+
+# One rule's history: four rules, the last added a month after the table's countFrom, with its own.
+RULE_COUNT_FROM_MS = COUNT_FROM_MS + 30 * DAY_MS
+RULE_EXPORT_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/events/export/01798020000000-bench"
+ADDED_RULE = "refunds"
+RULES = [
+    {"name": "orders", "counter": "orders/{shop}"},
+    {"name": "revenue", "counter": "revenue/{shop}", "when": {"status": {"equals": "paid"}}, "sum": "amount"},
+    {"name": "countries", "counter": "countries/{country}"},
+    {"name": ADDED_RULE, "counter": "refunds/{shop}", "when": {"status": {"equals": "refunded"}},
+     "countFrom": RULE_COUNT_FROM_MS // 1000},
+]
+# Orders over the 10 days before the rule's countFrom, a quarter of them refunded: few shops (each hour of
+# each shop holds refunds) and many (most refunds in a bucket item of their own).
+RULE_WORKLOADS = {
+    "few counters (20 shops, 5 countries, 20,000 orders over 10 days)": {"shops": 20, "items": 20_000},
+    "many counters (5,000 shops, 5 countries, 20,000 orders over 10 days)": {"shops": 5_000, "items": 20_000},
+}
 
 _serializer = TypeSerializer()
 
@@ -95,6 +128,132 @@ def measure(workload: Workload) -> dict[str, float]:
     }
 
 
+def rule_settings(own_count_from: bool = True) -> Settings:
+    """The table's settings: RULES, the added rule from its own countFrom (``own_count_from``), or every rule
+    counting from the added rule's instant, as a table counted whole at that instant would."""
+    rules = [
+        {name: value for name, value in rule.items() if own_count_from or name != "countFrom"} for rule in RULES
+    ]
+    count_from = COUNT_FROM_MS if own_count_from else RULE_COUNT_FROM_MS
+    return Settings(count_from_ms=count_from, rules=parse_rules(json.dumps(rules)))
+
+
+def rule_images(items: int, shops: int, seed: int = 3) -> list[dict[str, Any]]:
+    """Orders as an export lists them (shuffled), each in DynamoDB JSON."""
+    rng = random.Random(seed)
+    images = []
+    for n in range(items):
+        order = {
+            "id": str(n),
+            "shop": f"shop-{rng.randrange(shops)}",
+            "country": f"country-{rng.randrange(5)}",
+            "status": "refunded" if rng.random() < 0.25 else "paid",
+            "amount": rng.randrange(1, 500),
+            "ts": RULE_COUNT_FROM_MS - 1 - rng.randrange(10 * DAY_MS),
+        }
+        images.append({name: _serializer.serialize(value) for name, value in order.items()})
+    return images
+
+
+def rule_of(key: tuple[str, ...]) -> str:
+    """The rule that wrote an item of the counts table: its counter's prefix names it (the directory's entries
+    name their counter in the sort key); anything else (rejections, markers) is "other"."""
+    counter = key[1] if key[0].startswith("#counters#") else key[0]
+    prefix = counter.split("/", 1)[0]
+    return {rule["counter"].split("/", 1)[0]: rule["name"] for rule in RULES}.get(prefix, "other")
+
+
+def _backfill_files(images: list, scope: HistoryScope, settings: Settings) -> tuple[MeteredClient, BackfillSummary, float]:
+    """One backfill of ``images`` in FILES files, the counter directory recorded, as scripts/backfill.py runs it."""
+    client = MeteredClient(("pk", "sk"))
+    counts = metered_counts(client, settings)
+    summary = BackfillSummary()
+    size = math.ceil(len(images) / FILES)
+    files = [
+        (f"AWSDynamoDB/01798020000000-bench/data/{index:04d}.json.gz", images[index * size : (index + 1) * size])
+        for index in range(FILES)
+    ]
+    start = time.perf_counter()
+    backfill_export(
+        RULE_EXPORT_ARN,
+        files,
+        scope=scope,
+        settings=settings,
+        commit=CounterDirectory(client, settings.counts_table, settings).recording(counts.commit),
+        limit=WriteRateLimit(1e12),
+        summary=summary,
+    )
+    return client, summary, time.perf_counter() - start
+
+
+def _counts(items: dict, rule: str) -> dict:
+    """The bucket items of one rule as readers see them (watermarks aside: the two backfills are two writers)."""
+    return {
+        key: {name: value for name, value in item.items() if not name.startswith("~")}
+        for key, item in items.items()
+        if not key[0].startswith("#") and rule_of(key) == rule
+    }
+
+
+def measure_rule(items: int, shops: int) -> dict[str, Any]:
+    """The backfill of ADDED_RULE alone against the floor for its bucket items, beside the whole table's."""
+    images = rule_images(items, shops)
+    settings = rule_settings()
+    scope = HistoryScope.of(settings, [ADDED_RULE])
+    client, summary, seconds = _backfill_files(images, scope, scope.settings_for(settings))
+    whole = rule_settings(own_count_from=False)
+    table_client, _, table_seconds = _backfill_files(images, HistoryScope(RULE_COUNT_FROM_MS), whole)
+    rule_buckets = _counts(table_client.items, ADDED_RULE)
+    written = Counter(rule_of(key) for key in client.items)
+    buckets_by_rule = Counter(rule_of(key) for key in table_client.items if not key[0].startswith("#"))
+    floor = len(rule_buckets)
+    meter, table_meter = client.meter, table_client.meter
+    bucket_units = meter.units - meter.batch_units  # the directory's entries are its batched puts
+    return {
+        "items": summary.items,
+        "rules": len(RULES),
+        "rule": ADDED_RULE,
+        "rule_events": sum(summary.counted.values()),
+        "bucket_items_by_rule_in_whole_table": dict(sorted(buckets_by_rule.items())),
+        "floor_write_units": floor,
+        "bucket_write_units": bucket_units,
+        "directory_write_units": meter.batch_units,
+        "write_units": meter.units,
+        "units_over_floor": round(bucket_units / floor, 3),
+        "units_with_directory_over_floor": round(meter.units / floor, 3),
+        "other_rules_items_written": sum(n for rule, n in written.items() if rule != ADDED_RULE),
+        "same_buckets_as_whole_table": _counts(client.items, ADDED_RULE) == rule_buckets,
+        "whole_table_write_units": table_meter.units,
+        "rule_share_of_bucket_items": round(floor / sum(buckets_by_rule.values()), 3),
+        "rule_over_whole_table_write_units": round(meter.units / table_meter.units, 3),
+        "seconds": round(seconds, 2),
+        "whole_table_seconds": round(table_seconds, 2),
+    }
+
+
+def rule_results() -> list[dict[str, Any]]:
+    """measure_rule for every RULE_WORKLOADS (a few seconds in all)."""
+    return [{"workload": name, **measure_rule(**shape)} for name, shape in RULE_WORKLOADS.items()]
+
+
+def report_rule(out: Console, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"one rule's history: the backfill of {ADDED_RULE!r} alone (one of {len(RULES)} rules, added "
+                        "with a countFrom of its own) against the floor for its bucket items")
+    for column in ("workload", "items", "rule's events", "floor WCU", "bucket WCU", "WCU / floor", "directory WCU",
+                   "other rules' items", "same buckets as whole table", "rule's share of bucket items",
+                   "whole table WCU", "rule / whole table"):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    for row in rows:
+        table.add_row(
+            row["workload"], f"{row['items']:,}", f"{row['rule_events']:,}", f"{row['floor_write_units']:,}",
+            f"{row['bucket_write_units']:,}", f"{row['units_over_floor']}x", f"{row['directory_write_units']:,}",
+            f"{row['other_rules_items_written']:,}", "yes" if row["same_buckets_as_whole_table"] else "NO",
+            f"{row['rule_share_of_bucket_items']:.1%}", f"{row['whole_table_write_units']:,}",
+            f"{row['rule_over_whole_table_write_units']:.1%}",
+        )
+    out.print(table)
+
+
 def main() -> None:
     table = Table(title=f"backfill writes (export order shuffled, {FILES} files, one writer per export)")
     for column in ("workload", "items", "bucket updates", "WCU", "floor WCU", "WCU / floor",
@@ -114,6 +273,7 @@ def main() -> None:
             f"{figures['write_units_per_1000_items']:,}",
         )
     Console(width=160).print(table)
+    report_rule(Console(width=160), rule_results())
 
 
 if __name__ == "__main__":

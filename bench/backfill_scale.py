@@ -18,6 +18,15 @@ bucket item of their own: per-listing counters of a marketplace). The commit
 stage cannot beat the counts table's write throughput (an on-demand table's
 warm throughput, which the user can raise ahead of time): each row says which
 bound holds, workers or writes.
+
+**One rule's history** (``rule_rows``, beside the whole table's ``rows`` at
+10^9 items): the backfill of a rule added later, alone (``--rules NAME``).
+The whole table is still exported (and billed), and every item of the export
+is read and parsed, so its fold is the whole table's; its commit writes only
+that rule's bucket items: assumed a quarter of the table's (``RULE_ASSUMED``:
+four rules writing as many bucket items each). ``python -m bench
+backfill-scale-model`` recomputes the model alone from the published measured
+figures, in seconds.
 """
 
 from __future__ import annotations
@@ -89,6 +98,11 @@ ASSUMED = {
     "bucket_items_per_counter": 90 * 24 + 48 * 60,  # every hour of 90 days, every minute of 48 hours
     "many_counters_bucket_items_per_item": 0.5,
 }
+# One rule's history: the table counts with four rules, each writing as many bucket items; one of them, added
+# later with a countFrom of its own, is backfilled alone. (bench.backfill measures such a rule at 11-16 % of its
+# table's bucket items: a rule on a quarter of the orders.)
+RULE_ASSUMED = {"rules": 4, "rule_share_of_bucket_items": 0.25}
+RULE_ITEMS = (10**9,)
 WARM_THROUGHPUT_WCU = (4_000, 40_000)  # a new on-demand table; warmed to the default per-table quota
 MODEL_ITEMS = (10**7, 10**8, 10**9)
 MODEL_WORKERS = (10, 100, 1000)
@@ -248,13 +262,16 @@ def bucket_items(items: int, shape: str) -> int:
     return int(items * ASSUMED["many_counters_bucket_items_per_item"])
 
 
-def model_row(items: int, workers: int, shape: str, warm_wcu: int, fold_rate: float) -> dict[str, Any]:
-    """One size, worker count, shape and write throughput, in the account."""
+def model_row(
+    items: int, workers: int, shape: str, warm_wcu: int, fold_rate: float, share: float = 1.0
+) -> dict[str, Any]:
+    """One size, worker count, shape and write throughput, in the account; ``share``: the part of the table's
+    bucket items the backfill writes (one rule's history: every item read and folded, its buckets alone written)."""
     files = math.ceil(items / ASSUMED["items_per_data_file"])
     per_file = items / files
     file_seconds = per_file / fold_rate + per_file * ASSUMED["export_bytes_per_item"] / (ASSUMED["s3_read_mb_per_second"] * 1e6)
     fold_seconds = math.ceil(files / min(workers, files)) * file_seconds
-    buckets = bucket_items(items, shape)
+    buckets = round(bucket_items(items, shape) * share)
     # Committers beyond what the write throughput feeds would only wait (and be billed for it); ranges are
     # enough that each commits within Lambda's 15 minutes at its share of the rate, and fits its memory.
     per_committer = ASSUMED["committer_updates_per_second"]
@@ -352,7 +369,24 @@ def model(fold_rate: float) -> dict[str, Any]:
         for workers in MODEL_WORKERS
     ]
     today = [single_process_row(items, shape, fold_rate) for shape in shapes for items in MODEL_ITEMS]
-    return {"prices": PRICES, "prices_date": "2026-11-27", "assumed": ASSUMED, "rows": rows, "single_process": today}
+    share = RULE_ASSUMED["rule_share_of_bucket_items"]
+    rule_rows = [
+        {**model_row(items, workers, shape, wcu, fold_rate, share), "rule_share_of_bucket_items": share,
+         "table_bucket_items": bucket_items(items, shape)}
+        for shape in shapes
+        for wcu in WARM_THROUGHPUT_WCU
+        for items in RULE_ITEMS
+        for workers in MODEL_WORKERS
+    ]
+    return {"prices": PRICES, "prices_date": "2026-11-27", "assumed": ASSUMED, "rows": rows, "single_process": today,
+            "rule_assumed": RULE_ASSUMED, "rule_rows": rule_rows}
+
+
+def table_row(rows: list[dict[str, Any]], rule_row: dict[str, Any]) -> dict[str, Any]:
+    """The whole table's row a rule's row stands beside: same shape, throughput, size and workers."""
+    keys = ("shape", "warm_throughput_wcu", "items", "workers")
+    [row] = [row for row in rows if all(row[key] == rule_row[key] for key in keys)]
+    return row
 
 
 def results(items: int = 10**6, published_parse_and_fold_per_second: float | None = None) -> dict[str, Any]:
@@ -360,5 +394,12 @@ def results(items: int = 10**6, published_parse_and_fold_per_second: float | Non
     rate (``cpu`` in results.json, from a quiet run) over the in-account fold's measured overhead."""
     measured = measure(items)
     base = published_parse_and_fold_per_second or items / measured["single_process_parse_and_fold_seconds"]
-    fold_rate = base / measured["fold_over_parse_and_fold"]
-    return {"backfill_scale": {"measured": measured, "fold_items_per_second_per_worker": round(fold_rate), **model(fold_rate)}}
+    fold_rate = round(base / measured["fold_over_parse_and_fold"])  # the rate published is the rate modeled
+    return {"backfill_scale": {"measured": measured, "fold_items_per_second_per_worker": fold_rate, **model(fold_rate)}}
+
+
+def remodel(published: dict[str, Any]) -> dict[str, Any]:
+    """The model alone, from the figures ``results`` published: at the fold rate they state (which the model ran
+    at), so the same rows, with whatever the model has gained since."""
+    fold_rate = published["fold_items_per_second_per_worker"]
+    return {"backfill_scale": {"measured": published["measured"], "fold_items_per_second_per_worker": fold_rate, **model(fold_rate)}}

@@ -1,14 +1,19 @@
-"""The backfill workload: a month of history reaching the stream at once, metered for both designs."""
+"""The backfill workload: a month of history reaching the stream at once, metered for both designs; and the
+backfill of one rule's history from an export (bench.backfill), against the floor for that rule's bucket items."""
 
 from __future__ import annotations
 
-from bench import workloads, writes
+import json
+from pathlib import Path
+
+from bench import backfill, workloads, writes
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS
 from tally.local.delivery import DeliveryConfig
 
 SETTINGS = Settings()
 CONFIG = DeliveryConfig(batch_size=1000, window_seconds=60)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_backfill_records_arrive_at_once_after_the_history_they_carry():
@@ -33,3 +38,38 @@ def test_backfill_writes_each_old_event_into_its_hour_alone_and_matches_the_floo
     # The directory: one entry per counter and day of history (2 x 31 here: sparse history pays most for it).
     days = {(name, ms // DAY_MS) for name, ms, _ in workload.counted_arrivals()}
     assert result["tally"]["directory_writes"] == len(days)
+
+
+# --- one rule's history: bench.backfill.measure_rule -------------------------------------------------------
+
+
+def test_the_backfill_of_one_rule_writes_its_bucket_items_once_and_no_other_rules_item():
+    figures = backfill.measure_rule(items=2_000, shops=20)
+
+    by_rule = figures["bucket_items_by_rule_in_whole_table"]
+    assert set(by_rule) == {rule["name"] for rule in backfill.RULES}  # the whole table: every rule's buckets
+    assert figures["floor_write_units"] == by_rule[backfill.ADDED_RULE] > 0
+    assert figures["bucket_write_units"] == figures["floor_write_units"] and figures["units_over_floor"] == 1.0
+    assert figures["other_rules_items_written"] == 0 and figures["same_buckets_as_whole_table"]
+    assert figures["write_units"] == figures["bucket_write_units"] + figures["directory_write_units"]
+    assert figures["rule_share_of_bucket_items"] == round(figures["floor_write_units"] / sum(by_rule.values()), 3) < 1
+    assert figures["whole_table_write_units"] > figures["write_units"]
+    assert 0 < figures["rule_events"] < figures["items"] == 2_000  # a quarter of the orders are refunded
+
+
+def test_what_the_rule_of_a_counts_tables_item_is():
+    assert backfill.rule_of(("refunds/shop-1", "H#2026-12-13T10")) == "refunds"
+    assert backfill.rule_of(("#counters#2026-12-13#15", "revenue/shop-0")) == "revenue"  # a directory entry
+    assert backfill.rule_of(("#rejected#late_event", "M#2026-12-13T10:00")) == "other"
+
+
+def test_the_published_one_rule_figures_are_what_the_bench_measures_and_meet_the_floor():
+    published = json.loads((ROOT / "bench" / "results.json").read_text())["backfill_rule"]
+    assert [row["workload"] for row in published] == list(backfill.RULE_WORKLOADS)
+    timings = ("seconds", "whole_table_seconds")
+    for row in published:
+        fresh = backfill.measure_rule(**backfill.RULE_WORKLOADS[row["workload"]])
+        assert {k: v for k, v in row.items() if k not in timings} == {
+            "workload": row["workload"], **{k: v for k, v in fresh.items() if k not in timings}
+        }
+        assert row["units_over_floor"] <= 1.1 and row["other_rules_items_written"] == 0

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from bench import backfill_scale
 from bench.backfill_scale import model_row, single_process_row
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_stages_measured_here_leave_the_table_one_process_leaves(monkeypatch):
@@ -44,3 +49,42 @@ def test_today_downloads_and_parses_on_one_core_at_its_default_write_rate():
 
     assert row["bound"] == "workers" and row["wall_seconds"] >= 10**9 / 100_000
     assert row["cost_usd_by_service"]["s3_transfer_out"] == pytest.approx(13.5)
+
+
+# --- one rule's history beside the whole table's ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["few counters", "many counters"])
+@pytest.mark.parametrize("wcu", backfill_scale.WARM_THROUGHPUT_WCU)
+@pytest.mark.parametrize("workers", backfill_scale.MODEL_WORKERS)
+def test_one_rules_history_folds_the_whole_export_and_commits_its_share_of_the_bucket_items(shape, wcu, workers):
+    table = model_row(10**9, workers, shape, wcu, fold_rate=70_000)
+    rule = model_row(10**9, workers, shape, wcu, fold_rate=70_000, share=0.25)
+
+    assert (rule["files"], rule["fold_seconds"]) == (table["files"], table["fold_seconds"])  # every item read, parsed
+    assert rule["bucket_items"] == rule["write_units"] == round(table["bucket_items"] / 4)
+    assert rule["commit_seconds"] <= table["commit_seconds"] and rule["wall_seconds"] <= table["wall_seconds"]
+    assert rule["cost_usd_by_service"]["export"] == table["cost_usd_by_service"]["export"]  # the whole table's
+    assert rule["cost_usd_by_service"]["dynamodb_writes"] == pytest.approx(table["cost_usd_by_service"]["dynamodb_writes"] / 4, abs=0.01)
+    assert rule["cost_usd"] <= table["cost_usd"]
+
+
+def test_a_rule_of_a_table_of_many_bucket_items_commits_in_a_quarter_of_its_write_bound():
+    table = model_row(10**9, 100, "many counters", 40_000, fold_rate=70_000)
+    rule = model_row(10**9, 100, "many counters", 40_000, fold_rate=70_000, share=0.25)
+
+    assert (rule["bucket_items"], rule["write_bound_seconds"]) == (125_000_000, 3_125)
+    assert rule["bound"] == table["bound"] == "writes" and rule["wall_seconds"] < 3600 < table["wall_seconds"]
+    assert rule["cost_usd_by_service"]["dynamodb_writes"] == pytest.approx(78.12)
+
+
+def test_the_published_model_is_the_model_at_its_published_fold_rate_with_one_rule_beside_the_table():
+    published = json.loads((ROOT / "bench" / "results.json").read_text())["backfill_scale"]
+
+    assert backfill_scale.remodel(published)["backfill_scale"] == published
+    share = published["rule_assumed"]["rule_share_of_bucket_items"]
+    assert {row["items"] for row in published["rule_rows"]} == {10**9}
+    for rule in published["rule_rows"]:
+        table = backfill_scale.table_row(published["rows"], rule)
+        assert rule["fold_seconds"] == table["fold_seconds"] and rule["wall_seconds"] <= table["wall_seconds"]
+        assert rule["bucket_items"] == round(table["bucket_items"] * share) and rule["table_bucket_items"] == table["bucket_items"]

@@ -123,3 +123,30 @@ def test_the_targets_of_the_top_n_are_judged_from_its_own_run_or_marked_missing(
     assert judged["fan-out + per-page rule: rank records and directory WCU / floor WCU"]["figure"] == ratio
     bench_main.report_top(bench_main.Console(width=150), published)
     assert "A 24 h top-10 over modeled counters" in capsys.readouterr().out
+
+
+def test_the_backfills_model_and_one_rules_history_run_alone_and_replace_only_their_own_figures(outputs, monkeypatch, capsys):
+    published = json.loads((ROOT / "bench" / "results.json").read_text())
+    (outputs / "results.json").write_text(json.dumps({"published": True, "backfill_scale": published["backfill_scale"]}))
+    monkeypatch.setattr(bench_main.backfill_scale, "measure", lambda items=0: pytest.fail("the backfill was measured"))
+    bench_main.main(["backfill-scale-model", "--publish"])  # the model alone, from the measured figures published
+    assert json.loads((outputs / "results.json").read_text()) == {"published": True, "backfill_scale": published["backfill_scale"]}
+    assert "one rule's history on AWS" in capsys.readouterr().out
+    row = published["backfill_rule"][0]
+    monkeypatch.setattr(bench_main.backfill, "rule_results", lambda: [row])
+    bench_main.main(["backfill-rule", "--publish"])
+    assert json.loads((outputs / "results.json").read_text()) == {
+        "published": True, "backfill_scale": published["backfill_scale"], "backfill_rule": [row]
+    }
+    assert "one rule's history: the backfill of 'refunds' alone" in capsys.readouterr().out
+
+
+def test_the_targets_of_one_rules_history_are_judged_from_its_figures():
+    published = json.loads((ROOT / "bench" / "results.json").read_text())
+    judged = [t for t in bench_main.targets(published) if t["target"].startswith("one-rule backfill")]
+    assert len(judged) == 2 * len(published["backfill_rule"]) and all(t["met"] for t in judged)
+    assert {t["figure"] for t in judged} == {
+        figure for row in published["backfill_rule"] for figure in (row["units_over_floor"], row["other_rules_items_written"])
+    }
+    without = {key: value for key, value in published.items() if key != "backfill_rule"}
+    assert not [t for t in bench_main.targets(without) if t["target"].startswith("one-rule backfill")]
