@@ -142,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=2024, help="workload seed (default 2024)")
     parser.add_argument("--history-hours", type=int, default=20, help="hours of history before the rule (default 20)")
     parser.add_argument(
-        "--rate", nargs=2, type=int, default=[20, 60], metavar=("LOW", "HIGH"), help="items per hour and shop (default 20 60)"
+        "--rate", nargs=2, type=int, default=[10, 30], metavar=("LOW", "HIGH"), help="items per hour and shop (default 10 30)"
     )
     parser.add_argument("--workers", type=int, default=4, help="worker processes of the backfill's maps (default 4)")
     return parser
