@@ -275,7 +275,9 @@ def add_rule(args: argparse.Namespace, demo: RulesDemo) -> int:
     console.print(f"   live traffic goes on: the stream runner counted {records:,} more records")
     read_right = show_readings(demo)
 
-    at = iso_second(now_ms())
+    # The next whole second: every item written so far lies before it. --at is exclusive on a minute boundary, so
+    # the current second, truncated, would end the window before the items of a minute that has just begun.
+    at = iso_second(now_ms() + 1000)
     console.print(f"6. [bold]scripts/audit.py[/] --rules {NEW_RULE} --window 24h --at {at}")
     status = load_script("audit").main(["--rules", NEW_RULE, "--window", "24h", "--at", at])
     if status != 0:
