@@ -17,7 +17,7 @@ PIP_PROGRESS = | { grep --line-buffered -E '^(Collecting|Successfully installed)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: install install-scripts test test-sweeps test-anytime java demo adopt-demo serve docs bench bench-scale synth deploy deploy-local destroy dashboard test-tools
+.PHONY: install install-scripts test test-sweeps test-anytime java demo adopt-demo rules-demo serve docs bench bench-scale synth deploy deploy-local destroy dashboard test-tools
 
 $(DEMO_STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
@@ -92,6 +92,10 @@ demo: $(DEMO_STAMP) $(LOCAL_BACKEND_TOOLS)
 # Adoption on moto: a table with history, count-from, export, live stream, backfill, audit.
 adopt-demo: $(DEMO_STAMP) $(LOCAL_BACKEND_TOOLS)
 	$(BIN)/python scripts/adopt_demo.py $(DEMO_ARGS)
+
+# A rule added to a live table on moto: its own countFrom, export at it, backfill of that rule alone, live stream, audit.
+rules-demo: $(DEMO_STAMP) $(LOCAL_BACKEND_TOOLS)
+	$(BIN)/python scripts/rules_demo.py $(DEMO_ARGS)
 
 # The read API and the dashboard on this machine: moto's server, both tables, the stream runner and a gentle
 # workload, all running until Ctrl-C. Prints the API's and the dashboard's URLs.
