@@ -91,6 +91,15 @@ def previous_release_units(images: list, settings: Settings) -> int:
     return sum(2 * (n + math.ceil(n / PREVIOUS_PART_ITEMS)) for n in buckets)
 
 
+def export_files(images: list, export_id: str) -> list[tuple[str, list]]:
+    """``images`` as an export lays them out: FILES data files of about equal size, keyed in order."""
+    size = math.ceil(len(images) / FILES)
+    return [
+        (f"AWSDynamoDB/{export_id}/data/{index:04d}.json.gz", images[index * size : (index + 1) * size])
+        for index in range(FILES)
+    ]
+
+
 def measure(workload: Workload) -> dict[str, float]:
     """Write units of tally's backfill, of the previous release's for the same segments, and of the floor."""
     events = workload.events(COUNT_FROM_MS - HOUR_MS // 60)
@@ -100,11 +109,7 @@ def measure(workload: Workload) -> dict[str, float]:
     client = MeteredClient(("pk", "sk"))
     table = metered_counts(client, settings)
     summary = BackfillSummary()
-    size = math.ceil(len(images) / FILES)
-    files = [
-        (f"AWSDynamoDB/01795428000000-bench/data/{index:04d}.json.gz", images[index * size : (index + 1) * size])
-        for index in range(FILES)
-    ]
+    files = export_files(images, "01795428000000-bench")
     backfill_export(
         EXPORT_ARN,
         files,
@@ -168,11 +173,7 @@ def _backfill_files(images: list, scope: HistoryScope, settings: Settings) -> tu
     client = MeteredClient(("pk", "sk"))
     counts = metered_counts(client, settings)
     summary = BackfillSummary()
-    size = math.ceil(len(images) / FILES)
-    files = [
-        (f"AWSDynamoDB/01798020000000-bench/data/{index:04d}.json.gz", images[index * size : (index + 1) * size])
-        for index in range(FILES)
-    ]
+    files = export_files(images, "01798020000000-bench")
     start = time.perf_counter()
     backfill_export(
         RULE_EXPORT_ARN,
