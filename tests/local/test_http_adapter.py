@@ -205,3 +205,39 @@ def test_a_client_gone_is_no_error_on_stderr(when, capfd):
             time.sleep(0.01)
         assert get(f"{api.url}/public/counts?counter=views/b")[0] == 200  # it goes on serving others
     assert "Exception occurred" not in capfd.readouterr().err
+
+
+class OverlapCountingHandler:
+    """Records how many invocations ever ran at once: the read function's resolver keeps the current request
+    on itself, as one Lambda instance may (it runs one invocation at a time)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict, context: object) -> dict:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.02)
+        with self._lock:
+            self.running -= 1
+        return {"statusCode": 200, "headers": {"Content-Type": "application/json"}, "body": json.dumps({"query": event["rawQueryString"]})}
+
+
+def test_concurrent_requests_are_handled_one_at_a_time_as_one_function_instance_handles_them():
+    handler = OverlapCountingHandler()
+    answers: dict[int, dict] = {}
+    with LocalApi(handler, credentials=CREDENTIALS, settings=ApiSettings(public_prefixes=("views/",))) as api:
+
+        def ask(n: int) -> None:
+            answers[n] = get(f"{api.url}/public/counts?counter=views/{n}", {})[2]
+
+        threads = [threading.Thread(target=ask, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert handler.most == 1
+    assert answers == {n: {"query": f"counter=views/{n}"} for n in range(8)}  # each answer is its own request's

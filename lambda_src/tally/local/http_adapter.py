@@ -172,6 +172,9 @@ class LocalApi:
         self._thread: threading.Thread | None = None
         self._open: set[socket.socket] = set()  # connections kept alive between requests, closed by stop()
         self._open_lock = threading.Lock()
+        # One invocation at a time, as one function instance runs them: the read function's resolver keeps the
+        # request it answers on itself, so two at once would answer each other's parameters.
+        self._invoke_lock = threading.Lock()
         self._stopped = False
 
     @property
@@ -219,7 +222,8 @@ class LocalApi:
             return _gateway_error(403, refusal)
         event = http_api_event(method, target, headers, source_ip=source_ip, route_key=route_key)
         try:
-            response = self.handler(event, LocalContext())
+            with self._invoke_lock:
+                response = self.handler(event, LocalContext())
         except Exception:
             traceback.print_exc(file=sys.stderr)
             return _gateway_error(500, "Internal Server Error")
