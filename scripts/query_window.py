@@ -101,7 +101,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--to", dest="end", metavar="DATE", help="with --series day|week|month: the day after the last, YYYY-MM-DD")
     parser.add_argument("--week-start", metavar="DAY", help="with --series week: the day weeks begin on (default monday)")
     parser.add_argument("--month-to-date", action="store_true", help="count this month so far, in --tz")
-    parser.add_argument("--plan", choices=[kind.value for kind in PlanKind], default=PlanKind.BATCH.value)
+    parser.add_argument(
+        "--plan", choices=[kind.value for kind in PlanKind],
+        help="batch (default) or range; --month-to-date reads by range unless told (fewer requests over a month)",
+    )
     parser.add_argument(
         "--align",
         action="store_const",
@@ -235,7 +238,7 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
         if args.month_to_date:
             if args.prefix is not None:
                 parser().error("--month-to-date counts the counters named: it takes no --prefix")
-            month = {"plan": options.plan, "consistent": options.consistent, "quantiles": options.quantiles}
+            month = {"plan": args.plan, "consistent": options.consistent, "quantiles": options.quantiles}
             return reader, reader.month_to_date(args.counters, tz=args.tz, **month)
         if args.prefix is not None:
             return reader, reader.list_counters(args.prefix, **options.as_kwargs())
