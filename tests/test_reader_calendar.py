@@ -15,6 +15,7 @@ import pytest
 from freezegun import freeze_time
 from moto import mock_aws
 
+from backends import BACKENDS, count_on_server
 from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
 from tally import QueryError, Reader
@@ -22,7 +23,7 @@ from tally.core.calendar import Period
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
-from tally.core.windows import parse_instant
+from tally.core.windows import now_ms, parse_instant
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.tables import create_tables
 from tally.invocation import process
@@ -165,3 +166,17 @@ def test_a_series_point_is_the_sum_of_its_hours_by_both_plans(reader):
         for plan in ("batch", "range"):
             [window] = read.count_many(["orders/acme"], window="25h", at=day.end.isoformat(), plan=plan)
             assert window.total == day.count and window.sum == day.sum
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_calendar_read_on_either_server_is_brute_force(local_server, backend, monkeypatch):
+    """The same read on moto's server and on DynamoDB Local: one Query's hours grouped into New York's days."""
+    now = now_ms()
+    rng = random.Random(7)
+    events = [("sign-ups", now - rng.randrange(3 * DAY_MS)) for _ in range(400)]
+    counts = count_on_server(local_server, monkeypatch, events, now, "calendar")
+    read = Reader(counts, settings=Settings(counts_table=counts))
+    today = datetime.now(NEW_YORK).date()
+    [series] = read.calendar(["sign-ups"], "day", tz="America/New_York", start=today - timedelta(days=4), end=today + timedelta(days=1), consistent=True)
+    assert {point.start.date(): point.count for point in series.points if point.count} == Counter(local_day(ms) for _, ms in events)
+    assert series.requests == 2  # the hours, and the current hour's minutes: the range reaches now
