@@ -260,6 +260,13 @@ def test_a_counter_whose_rule_is_retired_is_marked_retired_in_the_list_the_total
     assert browser.find_element(By.CSS_SELECTOR, '#top tr[data-counter="page-views"] td.retired').text == ""
 
 
+# page-views' month so far as the totals show it, read in one script: a live refresh replaces the rows.
+MONTH_SHOWN = """
+const shown = document.querySelector('#totals tr[data-counter="page-views"] td.month');
+return shown ? shown.textContent : null;
+"""
+
+
 @contextmanager
 def browser_zone(browser, zone: str):
     """The browser's own time zone (what Intl reports and the page defaults to) set to ``zone``, then restored."""
@@ -281,10 +288,9 @@ def test_the_calendar_draws_the_apis_days_in_the_browsers_zone_and_this_month_be
     with browser_zone(browser, "America/New_York"):
         browser.get(f"{api.url}/?counter=page-views&window=24h&series=hour")
         wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-calendar-updates"))
-        wait.until(lambda driver: driver.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"] td.month').text)
+        month_shown = wait.until(lambda driver: driver.execute_script(MONTH_SHOWN))
         drawn = browser.find_element(By.ID, "calendar-chart")
         asked = {name: drawn.get_attribute(f"data-{name}") for name in ("period", "tz", "from", "to")}
-        month_shown = browser.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"] td.month').text
         zone_chosen = browser.find_element(By.ID, "calendar-tz").get_attribute("value")
         coloured = browser.execute_script(COLOURED_PIXELS.replace("#chart", "#calendar-chart"), list(SERIES_COLOUR))
         points = json.loads(drawn.get_attribute("data-points"))
@@ -320,8 +326,8 @@ def test_a_browser_zone_the_api_cannot_answer_shows_its_reason_instead_of_the_ca
         zone_chosen = browser.find_element(By.ID, "calendar-tz").get_attribute("value")
         drawn = browser.find_element(By.ID, "calendar-chart")
         asked = {name: drawn.get_attribute(f"data-{name}") for name in ("period", "tz", "from", "to")}
-        wait.until(lambda driver: driver.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"] td.total').text)
-        month_shown = browser.find_element(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"] td.month').text
+        wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"]'))
+        month_shown = browser.execute_script(MONTH_SHOWN)
     query = urlencode({"counter": "page-views", **asked})  # the days the page asked for: the offset they have
     try:
         urllib.request.urlopen(f"{api.url}/calendar?{query}", timeout=10)
