@@ -180,3 +180,12 @@ def test_a_calendar_read_on_either_server_is_brute_force(local_server, backend, 
     [series] = read.calendar(["sign-ups"], "day", tz="America/New_York", start=today - timedelta(days=4), end=today + timedelta(days=1), consistent=True)
     assert {point.start.date(): point.count for point in series.points if point.count} == Counter(local_day(ms) for _, ms in events)
     assert series.requests == 2  # the hours, and the current hour's minutes: the range reaches now
+
+
+def test_month_to_date_at_the_months_first_instant_reads_its_first_minute(reader):
+    read, items = reader
+    first = datetime(2026, 11, 1, tzinfo=NEW_YORK)
+    with freeze_time(first.astimezone(UTC)):
+        [result] = read.month_to_date(["signups"], tz="America/New_York")
+    assert result.start == first and result.end == first + timedelta(minutes=1)
+    assert result.total == sum(1 for item in items if 0 <= item["ts"] - first.timestamp() * 1000 < 60_000)

@@ -480,7 +480,8 @@ def calendar_series(
         raise CalendarError(
             f"the range begins {spans[0].first_day.isoformat()}, past the hour retention "
             f"({table.settings.hour_retention_ms // DAY_MS} days, hourRetentionDays): calendar reads come from hours, "
-            f"and the oldest kept in {zone} begins {iso_local(oldest, zone_of(zone))}"
+            f"and the oldest kept in {zone} begins {iso_local(oldest, zone_of(zone))}",
+            "from",
         )
     end = min(spans[-1].end_ms, now)
     if end <= spans[0].start_ms:  # all to come: nothing to read

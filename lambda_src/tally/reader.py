@@ -71,7 +71,7 @@ from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.dynamo.ranking import RankIndex
 from tally.dynamo.settings import PublishedSettings
-from tally.core.calendar import Period, Span, day_of, month_start, spans, weekday_of, zone_of
+from tally.core.calendar import CalendarError, Period, Span, day_of, month_start, spans, weekday_of, zone_of
 from tally.query import (
     CalendarSeries,
     WindowCount,
@@ -179,14 +179,20 @@ def calendar_options(
     """A calendar read given as Python values or text (a command line, a query string): period "day" / "week" /
     "month" (default day), tz an IANA zone (default UTC), start and end dates (YYYY-MM-DD, end excluded),
     week_start a weekday's name (default monday). Raises QueryError naming the fix; no I/O."""
-    kind = Period.DAY if _unset(period) else _choice(Period, period, "period")
+    try:
+        kind = Period.DAY if _unset(period) else _choice(Period, period, "period")
+    except QueryError as error:
+        raise CalendarError(str(error), "period") from None
     zone = zone_of(None if _unset(tz) else str(tz))
     if _unset(start) or _unset(end):
-        raise QueryError("a calendar read needs its first day and the day after its last (from and to, YYYY-MM-DD)")
+        raise CalendarError(
+            "a calendar read needs its first day and the day after its last (from and to, YYYY-MM-DD)",
+            "from" if _unset(start) else "to",
+        )
     first, last = day_of(start, "from"), day_of(end, "to")
     weekday = weekday_of(None if _unset(week_start) else str(week_start))
     if weekday and kind is not Period.WEEK:
-        raise QueryError("a week start goes with weekly periods (period week)")
+        raise CalendarError("a week start goes with weekly periods (period week)", "week_start")
     return CalendarOptions(kind, zone.key, first, last, tuple(spans(kind, first, last, zone, weekday)))
 
 
@@ -378,7 +384,7 @@ class Reader:
             raise QueryError("month to date sets its own window: from the month's start until now")
         now = now_ms()
         start = month_start(now, zone_of(tz))
-        length = -(-(now - start) // 60_000) * timedelta(minutes=1)
+        length = max(1, -(-(now - start) // 60_000)) * timedelta(minutes=1)  # its first minute, at the very start
         chosen = read_options(window=length, plan=options.pop("plan", None) or PlanKind.RANGE, **options)
         return count_windows(
             self.table, names, length_ms=_length_ms(chosen), at_ms=now, plan=chosen.plan, consistent=chosen.consistent,

@@ -83,7 +83,7 @@ def test_a_zone_whose_days_do_not_begin_on_whole_hours_is_refused_in_one_line():
         (lambda: zone_of("../etc/passwd"), "unknown time zone"),
         (lambda: day_of("2026-02-30", "--from"), "--from must be a date, YYYY-MM-DD, got '2026-02-30'"),
         (lambda: weekday_of("someday"), "a week starts on a day of the week"),
-        (lambda: spans(Period.DAY, date(2026, 11, 2), date(2026, 11, 2), NEW_YORK), "--to (2026-11-02) must be after --from"),
+        (lambda: spans(Period.DAY, date(2026, 11, 2), date(2026, 11, 2), NEW_YORK), "to (2026-11-02) must be after from"),
         (lambda: spans(Period.DAY, date(2000, 1, 1), date(2026, 1, 1), NEW_YORK), "a series lists at most 3660 periods"),
     ],
 )

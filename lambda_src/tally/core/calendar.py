@@ -31,7 +31,12 @@ class Period(str, Enum):
 
 
 class CalendarError(QueryError):
-    """A calendar read tally cannot answer as asked; the message says why and what to ask instead."""
+    """A calendar read tally cannot answer as asked; the message says why and what to ask instead, and
+    ``parameter`` which of the read's parameters (tz, from, to, week_start, period) is at fault."""
+
+    def __init__(self, message: str, parameter: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
 
 
 @dataclass(frozen=True)
@@ -48,11 +53,11 @@ def zone_of(name: str | None) -> ZoneInfo:
     if name is None or name == "":
         return ZoneInfo("UTC")
     if not isinstance(name, str) or name.startswith(("/", ".")) or ".." in name:
-        raise CalendarError(f"unknown time zone {name!r}: give an IANA name such as America/New_York, or UTC")
+        raise CalendarError(f"unknown time zone {name!r}: give an IANA name such as America/New_York, or UTC", "tz")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise CalendarError(f"unknown time zone {name!r}: give an IANA name such as America/New_York, or UTC") from None
+        raise CalendarError(f"unknown time zone {name!r}: give an IANA name such as America/New_York, or UTC", "tz") from None
 
 
 def day_of(text: str | date, what: str) -> date:
@@ -62,7 +67,7 @@ def day_of(text: str | date, what: str) -> date:
     try:
         return date.fromisoformat(str(text).strip())
     except ValueError:
-        raise CalendarError(f"{what} must be a date, YYYY-MM-DD, got {str(text)[:40]!r}") from None
+        raise CalendarError(f"{what} must be a date, YYYY-MM-DD, got {str(text)[:40]!r}", what) from None
 
 
 def weekday_of(name: str | None) -> int:
@@ -71,7 +76,9 @@ def weekday_of(name: str | None) -> int:
         return 0
     key = str(name).strip().lower()
     if key not in WEEKDAYS:
-        raise CalendarError(f"a week starts on a day of the week ({', '.join(WEEKDAYS)}), got {str(name)[:40]!r}")
+        raise CalendarError(
+            f"a week starts on a day of the week ({', '.join(WEEKDAYS)}), got {str(name)[:40]!r}", "week_start"
+        )
     return WEEKDAYS.index(key)
 
 
@@ -105,14 +112,16 @@ def spans(kind: Period, start: date, end: date, zone: ZoneInfo, week_start: int 
     cut to that range (their ``first_day`` and instants say where); CalendarError where one cannot be read from
     hours."""
     if end <= start:
-        raise CalendarError(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()}): the end is excluded")
+        raise CalendarError(f"to ({end.isoformat()}) must be after from ({start.isoformat()}): the end is excluded", "to")
     found: list[Span] = []
     day = start
     while day < end:
         following = min(next_first_day(kind, first_day(kind, day, week_start)), end)
         found.append(Span(day, start_of_day(day, zone), start_of_day(following, zone)))
         if len(found) > MAX_PERIODS:
-            raise CalendarError(f"a series lists at most {MAX_PERIODS} periods: shorten the range or ask for longer periods")
+            raise CalendarError(
+                f"a series lists at most {MAX_PERIODS} periods: shorten the range or ask for longer periods", "from"
+            )
         day = following
     for span in found:
         for edge in (span.start_ms, span.end_ms):
@@ -122,7 +131,8 @@ def spans(kind: Period, start: date, end: date, zone: ZoneInfo, week_start: int 
                 raise CalendarError(
                     f"time zone {zone.key} (UTC{offset[:3]}:{offset[3:]}): its days begin at {utc.strftime('%H:%M')} UTC, "
                     "not on a whole hour; tally answers calendar periods from hour buckets, in zones whose offsets "
-                    "are whole hours"
+                    "are whole hours",
+                    "tz",
                 )
     return found
 
