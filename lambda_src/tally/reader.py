@@ -384,10 +384,11 @@ class Reader:
             raise QueryError("month to date sets its own window: from the month's start until now")
         now = now_ms()
         start = month_start(now, zone_of(tz))
-        length = max(1, -(-(now - start) // 60_000)) * timedelta(minutes=1)  # its first minute, at the very start
+        end = max(now, start + 1)  # at the month's very first instant, its first minute
+        length = -(-(end - start) // 60_000) * timedelta(minutes=1)
         chosen = read_options(window=length, plan=options.pop("plan", None) or PlanKind.RANGE, **options)
         return count_windows(
-            self.table, names, length_ms=_length_ms(chosen), at_ms=now, plan=chosen.plan, consistent=chosen.consistent,
+            self.table, names, length_ms=_length_ms(chosen), at_ms=end, plan=chosen.plan, consistent=chosen.consistent,
             now=now, series=chosen.series, align=True, quantiles=chosen.quantiles,
         )
 
