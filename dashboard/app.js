@@ -5,12 +5,20 @@
 // Above them, the certified top N of a prefix (/top): a click on a counter of the list charts it.
 // A counter whose rules are all retired (the answers' "retired") is marked retired wherever it shows: its counts
 // stay readable until they expire, and no more events will come.
+// Below the chart, the calendar: the chosen counters' last 30 days (12 weeks, 2 months) in a time zone, the
+// browser's own by default (/calendar), and each counter's total this month so far beside its window's
+// (/counts?window=month-to-date). A zone the API cannot answer (a half-hour offset) shows its reason instead.
 import uPlot from "uplot";
 
 const REFRESH_MS = 10_000;
 // Asked of every counter; only histogram counters answer them (the API leaves them out for others).
 const QUANTILES = ["0.5", "0.9", "0.99"];
 const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f"];
+// Offered beside the browser's own zone; calendar reads take any IANA zone whose offsets are whole hours.
+const ZONES = ["UTC", "America/New_York", "America/Chicago", "America/Los_Angeles", "Europe/London", "Europe/Paris", "Asia/Tokyo"];
+// How many periods the calendar shows back from today's: within the hour retention (90 days by default),
+// the hours calendar reads come from.
+const CALENDAR_BACK = { day: 29, week: 11, month: 1 };
 
 const config = JSON.parse(document.getElementById("tally-config").textContent || "{}");
 const readBase = config.readBase || "";
@@ -28,8 +36,13 @@ const elements = {
   topRising: document.getElementById("top-rising"),
   topStatus: document.getElementById("top-status"),
   top: document.getElementById("top"),
+  calendarPeriod: document.getElementById("calendar-period"),
+  calendarTz: document.getElementById("calendar-tz"),
+  calendarStatus: document.getElementById("calendar-status"),
+  calendarChart: document.getElementById("calendar-chart"),
 };
 let chart = null;
+let calendarChart = null;
 let timer = null;
 let generation = 0;
 
@@ -140,8 +153,8 @@ function quantileCells(detail) {
 }
 
 // counts: the series answer; details: the same window with quantiles, by counter (histogram counters only);
-// alarms: the alerts each counter is in alarm for.
-function showTotals(counts, details, alarms = new Map()) {
+// alarms: the alerts each counter is in alarm for; monthly: this month so far, by counter.
+function showTotals(counts, details, alarms = new Map(), monthly = new Map()) {
   const body = elements.totals.tBodies[0];
   body.replaceChildren(
     ...counts.map((count) => {
@@ -153,6 +166,7 @@ function showTotals(counts, details, alarms = new Map()) {
       row.append(
         cell(count.counter),
         cell(count.total.toLocaleString("en-US"), "total"),
+        monthCell(monthly.get(count.counter)),
         decimalCell(count.sum),
         decimalCell(count.average),
         distinctCell(count),
@@ -184,6 +198,113 @@ async function quantilesOf(counters, answered) {
   for (const counter of counters) parameters.append("counter", counter);
   const answer = await getJson("/counts", parameters);
   return new Map(answer.counts.map((count) => [count.counter, count]));
+}
+
+// This month so far (its start in the calendar's zone, to now), by counter; empty where the zone is refused,
+// whose reason the calendar shows.
+async function monthToDate(counters) {
+  const parameters = new URLSearchParams({ window: "month-to-date", tz: elements.calendarTz.value });
+  for (const counter of counters) parameters.append("counter", counter);
+  try {
+    const answer = await getJson("/counts", parameters);
+    return new Map(answer.counts.map((count) => [count.counter, count]));
+  } catch (error) {
+    return new Map();
+  }
+}
+
+function monthCell(count) {
+  if (!count) return cell("", "month");
+  const shown = cell(count.total.toLocaleString("en-US"), "month");
+  shown.title = `since ${count.start} (the month's start in ${elements.calendarTz.value})`;
+  return shown;
+}
+
+function browserZone() {
+  return Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
+}
+
+function fillZones(chosen) {
+  for (const zone of [browserZone(), ...ZONES, chosen]) {
+    if (zone && !Array.from(elements.calendarTz.options).some((option) => option.value === zone)) {
+      elements.calendarTz.add(new Option(zone, zone));
+    }
+  }
+  elements.calendarTz.value = chosen || browserZone();
+}
+
+// YYYY-MM-DD of a day counted from the date (year, month, day), which may overflow: Date.UTC carries it.
+function dayText(year, month, day) {
+  return new Date(Date.UTC(year, month - 1, day)).toISOString().slice(0, 10);
+}
+
+// The days the calendar asks for (to excluded): today's period in the zone and CALENDAR_BACK before it.
+function calendarRange(period, zone) {
+  const parts = new Intl.DateTimeFormat("en-CA", { timeZone: zone, year: "numeric", month: "numeric", day: "numeric" })
+    .formatToParts(new Date());
+  const [year, month, day] = ["year", "month", "day"].map((type) => Number(parts.find((part) => part.type === type).value));
+  const back = CALENDAR_BACK[period];
+  if (period === "month") return { from: dayText(year, month - back, 1), to: dayText(year, month + 1, 1) };
+  if (period === "week") {
+    const monday = day - ((new Date(Date.UTC(year, month - 1, day)).getUTCDay() + 6) % 7);
+    return { from: dayText(year, month, monday - 7 * back), to: dayText(year, month, monday + 7) };
+  }
+  return { from: dayText(year, month, day - back), to: dayText(year, month, day + 1) };
+}
+
+function hideCalendar(message, isError) {
+  if (calendarChart) calendarChart.destroy();
+  calendarChart = null;
+  elements.calendarChart.hidden = true;
+  showStatus(message, isError, elements.calendarStatus);
+}
+
+function showCalendar(answer, period, zone) {
+  const series = answer.series;
+  const times = series[0].points.map((point) => Date.parse(point.start) / 1000);
+  const data = [times, ...series.map((one) => one.points.map((point) => point.count))];
+  elements.calendarChart.hidden = false;
+  const options = {
+    width: Math.max(elements.calendarChart.clientWidth - 16, 320),
+    height: 240,
+    tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1000), zone),
+    scales: { x: { time: true } },
+    series: [
+      {},
+      ...series.map((one, index) => ({ label: one.counter, stroke: COLORS[index % COLORS.length], width: 2 })),
+    ],
+    axes: [{ space: 70 }, { label: `events per ${period}` }],
+  };
+  if (calendarChart) calendarChart.destroy();
+  calendarChart = new uPlot(options, data, elements.calendarChart);
+  elements.calendarChart.dataset.points = JSON.stringify(series.map((one) => one.points.map((point) => [point.start, point.count])));
+  const notes = (answer.notes || []).join(" ");
+  showStatus(`${period}s in ${zone}, ${series[0].start} – ${series[0].end}${notes ? ` — ${notes}` : ""}`, false, elements.calendarStatus);
+}
+
+// mine: the refresh this belongs to, as refreshTop's.
+async function refreshCalendar(counters, mine) {
+  const period = elements.calendarPeriod.value;
+  const zone = elements.calendarTz.value;
+  let range;
+  try {
+    range = calendarRange(period, zone);
+  } catch (error) {
+    hideCalendar(`time zone ${zone}: ${error.message}`, true);
+    return;
+  }
+  Object.assign(elements.calendarChart.dataset, { period, tz: zone, from: range.from, to: range.to });
+  const parameters = new URLSearchParams({ period, tz: zone, from: range.from, to: range.to });
+  for (const counter of counters) parameters.append("counter", counter);
+  try {
+    const answer = await getJson("/calendar", parameters);
+    if (mine !== generation) return;
+    showCalendar(answer, period, zone);
+  } catch (error) {
+    if (mine !== generation) return;
+    hideCalendar(error.message, true);
+  }
+  document.body.dataset.calendarUpdates = String(Number(document.body.dataset.calendarUpdates || 0) + 1);
 }
 
 function instantSeconds(text) {
@@ -275,15 +396,21 @@ async function refresh() {
   if (!counters.length) {
     showStatus("pick one or more counters");
     showTotals([], new Map());
+    hideCalendar("");
     return;
   }
+  refreshCalendar(counters, mine);
   const parameters = new URLSearchParams({ window: elements.window.value, series: elements.series.value });
   for (const counter of counters) parameters.append("counter", counter);
   try {
-    const [answer, alarms] = await Promise.all([getJson("/counts", parameters), alarmsByCounter()]);
+    const [answer, alarms, monthly] = await Promise.all([
+      getJson("/counts", parameters),
+      alarmsByCounter(),
+      monthToDate(counters),
+    ]);
     const details = await quantilesOf(counters, answer.counts[0]);
     if (mine !== generation) return; // a newer choice was made meanwhile
-    showTotals(answer.counts, details, alarms);
+    showTotals(answer.counts, details, alarms, monthly);
     showChart(answer.counts);
     const notes = (answer.notes || []).join(" ");
     showStatus(`updated ${new Date().toLocaleTimeString()}${notes ? ` — ${notes}` : ""}`);
@@ -303,6 +430,8 @@ function remember() {
   state.set("top", elements.topPrefix.value);
   state.set("n", elements.topN.value);
   if (elements.topRising.checked) state.set("rising", "1");
+  state.set("calendar", elements.calendarPeriod.value);
+  state.set("tz", elements.calendarTz.value);
   for (const counter of chosenCounters()) state.append("counter", counter);
   history.replaceState(null, "", `?${state}`);
 }
@@ -320,6 +449,8 @@ async function start() {
   elements.topPrefix.value = state.get("top") ?? (config.prefixes && config.prefixes[0]) ?? "";
   if (state.get("n")) elements.topN.value = state.get("n");
   elements.topRising.checked = state.get("rising") === "1";
+  if (state.get("calendar")) elements.calendarPeriod.value = state.get("calendar");
+  fillZones(state.get("tz"));
   try {
     await loadCounterNames();
   } catch (error) {
@@ -332,6 +463,9 @@ async function start() {
   elements.live.addEventListener("change", schedule);
   elements.topN.addEventListener("change", onChange);
   elements.topRising.addEventListener("change", onChange);
+  elements.calendarPeriod.addEventListener("change", onChange);
+  elements.calendarTz.addEventListener("change", onChange);
+  document.getElementById("calendar-controls").addEventListener("submit", (event) => event.preventDefault());
   elements.topPrefix.addEventListener("keydown", (event) => {
     if (event.key !== "Enter") return;
     event.preventDefault();

@@ -8,6 +8,8 @@
     .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --json     # the 10 largest totals of a prefix
     .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --rising   # the 10 largest increases
     .venv/bin/python scripts/query_window.py --alerts --state ALARM             # counters in alarm (rules' alerts)
+    .venv/bin/python scripts/query_window.py sign-ups --series day --tz America/New_York --from 2026-11-01 --to 2026-12-01
+    .venv/bin/python scripts/query_window.py api-calls/acme --month-to-date --tz Europe/Paris   # this month so far
 
 A window of length L ending at --at (default now) covers whole minutes: its
 last minute is the one containing at - 1 ms. An end exactly on a minute
@@ -32,6 +34,14 @@ single bucket. A counter whose rules are all retired (retiredAt) says when,
 in a retired column and a note (--json: "retired", null while a rule counts
 it): its counts stay readable until they expire, and no more events will come.
 
+--series day, week or month lists every day, week or month of the local days
+--from to --to (excluded) in --tz (an IANA zone, DST included; default UTC),
+zero where nothing was counted, the first and last period cut to the range
+(--week-start names the day weeks begin on, default monday); --json carries
+each period's start and end, with their offsets, and its count. --month-to-date
+counts this month so far in --tz, exact up to now. Both are read from hour
+buckets: within the hour retention, in zones whose offsets are whole hours.
+
 --top N --prefix P lists the N counters of P with the largest totals over the
 window, ties by name, each total exact; --rising ranks by the increase over
 the previous window of the same length. The answer says whether it is the
@@ -44,13 +54,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from botocore.exceptions import ClientError
 from rich.markup import escape
 from rich.table import Table
 
 from tally.core.amounts import text_of
+from tally.core.calendar import Period
 from tally.core.buckets import iso_minute, iso_second
 from tally.core.histograms import Histogram, percentile_label
 from tally.core.sketches import Sketch
@@ -60,7 +71,7 @@ from tally.core.units import HOUR_MS
 from tally.core.windows import utc_of
 from tally.local.aws import ArgumentParser, client, resolve_tables
 from tally.local.cli import console, entry_point, is_missing_table, missing_table
-from tally.query import WindowCount
+from tally.query import CalendarSeries, WindowCount
 from tally.reader import Reader, ReadOptions, read_options
 
 BAR_WIDTH = 40
@@ -81,9 +92,19 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
     parser.add_argument(
-        "--series", choices=[unit.value for unit in Series], help="also list every minute or hour of the window"
+        "--series",
+        choices=[unit.value for unit in Series] + [period.value for period in Period],
+        help="also list every minute or hour of the window; or, with --from and --to, every day, week or month",
     )
-    parser.add_argument("--plan", choices=[kind.value for kind in PlanKind], default=PlanKind.BATCH.value)
+    parser.add_argument("--tz", metavar="ZONE", help="with --series day|week|month or --month-to-date: an IANA time zone (default UTC)")
+    parser.add_argument("--from", dest="start", metavar="DATE", help="with --series day|week|month: the first day, YYYY-MM-DD")
+    parser.add_argument("--to", dest="end", metavar="DATE", help="with --series day|week|month: the day after the last, YYYY-MM-DD")
+    parser.add_argument("--week-start", metavar="DAY", help="with --series week: the day weeks begin on (default monday)")
+    parser.add_argument("--month-to-date", action="store_true", help="count this month so far, in --tz")
+    parser.add_argument(
+        "--plan", choices=[kind.value for kind in PlanKind],
+        help="batch (default) or range; --month-to-date reads by range unless told (fewer requests over a month)",
+    )
     parser.add_argument(
         "--align",
         action="store_const",
@@ -133,8 +154,19 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("name the counters, or list them with --prefix, not both")
     if args.top is None and args.rising:
         parser().error("--rising ranks a top list: give --top N too")
+    calendar_read = args.series in {period.value for period in Period}
+    if not calendar_read and (args.start or args.end or args.week_start):
+        parser().error("--from, --to and --week-start go with --series day, week or month")
+    if args.tz and not (calendar_read or args.month_to_date):
+        parser().error("--tz goes with --series day, week or month, or with --month-to-date")
     if args.top is not None:
+        if calendar_read or args.month_to_date:
+            parser().error("--top ranks totals over a window: it takes no calendar series and no --month-to-date")
         return top(args)
+    if calendar_read:
+        return calendar(args)
+    if args.month_to_date and (args.window != "24h" or args.at or args.series):
+        parser().error("--month-to-date sets its own window: it takes no --window, --at or --series")
     options = read_options(
         window=args.window,
         at=args.at,
@@ -203,6 +235,11 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
     tables = resolve_tables(args)
     reader = Reader(tables.counts, client=client("dynamodb"), settings=settings)
     try:
+        if args.month_to_date:
+            if args.prefix is not None:
+                parser().error("--month-to-date counts the counters named: it takes no --prefix")
+            month = {"plan": args.plan, "consistent": options.consistent, "quantiles": options.quantiles}
+            return reader, reader.month_to_date(args.counters, tz=args.tz, **month)
         if args.prefix is not None:
             return reader, reader.list_counters(args.prefix, **options.as_kwargs())
         return reader, reader.count_many(args.counters, **options.as_kwargs())
@@ -210,6 +247,59 @@ def query(args: argparse.Namespace, options: ReadOptions) -> tuple[Reader, list[
         if is_missing_table(error):
             raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
         raise
+
+
+def calendar(args: argparse.Namespace) -> int:
+    """A calendar series of each counter named: one JSON object per counter and line, or a table each."""
+    if args.prefix is not None or args.month_to_date or args.at or args.window != "24h":
+        parser().error("--series day, week or month reads the days --from to --to: it takes no --prefix, "
+                       "--month-to-date, --at or --window")
+    tables = resolve_tables(args)
+    reader = Reader(tables.counts, client=client("dynamodb"), settings=Settings.from_env())
+    try:
+        found = reader.calendar(
+            args.counters, args.series, tz=args.tz, start=args.start, end=args.end, week_start=args.week_start,
+            quantiles=args.quantiles, consistent=args.consistent,
+        )
+    except ClientError as error:
+        if is_missing_table(error):
+            raise missing_table(tables.counts, "--table or COUNTS_TABLE") from None
+        raise
+    for note in reader.calendar_notes(found):
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        for series in found:
+            print(json.dumps(series.as_json()))
+        return 0
+    out = console()
+    for series in found:
+        out.print(calendar_table(series))
+    return 0
+
+
+def calendar_table(series: CalendarSeries) -> Table:
+    """One line per period: its first day (and its last, for weeks and months), the count, and the aggregates."""
+    first = series.points[0]
+    table = Table(title=escape(f"{series.counter}: {series.period.value}s in {series.zone}, total {series.total:,}"))
+    columns = ["period", "count"]
+    sums = first.sum is not None
+    columns += ["sum", "average"] if sums else []
+    columns += ["distinct"] if first.sketch is not None else []
+    columns += [percentile_label(q) for q in series.quantiles]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "period" else "right")
+    peak = max((point.count for point in series.points), default=0)
+    for point in series.points:
+        last = (point.end - timedelta(days=1)).date()
+        label = point.start.date().isoformat() + ("" if last <= point.start.date() else f" to {last.isoformat()}")
+        cells = [label, f"{point.count:,} {sparkline(point.count, peak)}"]
+        if sums:
+            cells += [text_of(point.sum), text_of(point.average)]
+        if point.sketch is not None:
+            cells.append(distinct_text(point.sketch))
+        cells += quantile_cells(point.histogram, series.quantiles)
+        table.add_row(*cells)
+    return table
 
 
 def show_alerts(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ REQUESTS = [
     (f"/counts?{EVERY_KIND}&window=1h&at={AT}&series=hour&quantiles=0.9&plan=range&consistent=true", 200),
     (f"/counts?{EVERY_KIND}&window=90m&at={AT}&series=minute&allow_transient=true", 200),
     ("/counts?counter=views/nobody-wrote-this", 200),
+    ("/counts?counter=views/all&counter=load/posts/about&window=month-to-date&tz=Europe/Paris&series=hour", 200),
     ("/counts?window=2h", 400),
     ("/counts?counter=views/all&colour=red", 400),
     (f"/counters?prefix=load/&window=2h&at={AT}&quantiles=0.5", 200),
@@ -62,6 +63,12 @@ REQUESTS = [
     (f"/public/top?prefix=views/&n=2&at={AT}", 200),
     ("/public/top?prefix=load/", 403),
     ("/public/top?prefix=views/&n=ten", 400),
+    (f"/calendar?{EVERY_KIND}&tz=America/New_York&from=2026-11-20&to=2026-11-23&quantiles=0.5,0.99", 200),
+    ("/calendar?counter=views/all&period=week&week_start=sunday&from=2026-11-01&to=2026-12-01&consistent=true", 200),
+    ("/calendar?counter=views/all&tz=Asia/Kolkata&from=2026-11-01&to=2026-11-02", 400),
+    ("/public/calendar?counter=views/all&period=month&from=2026-11-01&to=2026-12-01", 200),
+    ("/public/calendar?counter=load/posts/about&from=2026-11-01&to=2026-12-01", 403),
+    ("/public/calendar?counter=views/all", 400),
     ("/alerts", 200),
     ("/alerts?state=red", 400),
     ("/", 200),
@@ -163,6 +170,8 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
         with unresolved_bucket(blog[0], "views/all"):  # an overlap left one of its items unresolved
             status, body = ask("/counts?counter=views/all")
             assert status == 200 and json.loads(body)["counts"][0]["unresolved"]
+            status, body = ask("/calendar?counter=views/all&from=2026-11-21&to=2026-11-23")
+            assert status == 200 and json.loads(body)["series"][0]["unresolved"]
         with monkeypatch.context() as patched:  # the rule writing each post's views retired an hour ago
             patched.setenv(ENV_RULES, retired_rules(rules, "views", "2026-11-22T13:37:12Z"))
             http_api.reader.cache_clear()
@@ -170,7 +179,8 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
             assert status == 200 and all(entry["retired"] for entry in json.loads(body)["top"])
         http_api.reader.cache_clear()
         with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
-            for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/alerts", "/openapi.json"):
+            for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/calendar?counter=views/all",
+                         "/alerts", "/openapi.json"):
                 status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))
                 assert status == 403
                 collected.append((path.partition("?")[0], status, headers, json.dumps(body)))
@@ -180,13 +190,17 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
                 patched.setattr(Reader, "list_counters", failure)
                 patched.setattr(Reader, "top", failure)
                 patched.setattr(Reader, "alerts", failure)
+                patched.setattr(Reader, "calendar", failure)
+                calendar = "calendar?counter=views/all&from=2026-11-21&to=2026-11-23"
                 for target in ("/counts?counter=views/all", "/counters", "/alerts", "/public/counts?counter=views/all",
-                               "/public/counters?prefix=views/", "/top?prefix=views/", "/public/top?prefix=views/"):
+                               "/public/counters?prefix=views/", "/top?prefix=views/", "/public/top?prefix=views/",
+                               f"/{calendar}", f"/public/{calendar}"):
                     assert ask(target)[0] == status, target
         monkeypatch.setenv(ENV_DASHBOARD, "false")
         monkeypatch.delenv(ENV_PUBLIC_PREFIXES)
         http_api.api_settings.cache_clear()
-        for target in ("/", "/public/counts?counter=views/all", "/public/counters?prefix=views/", "/public/top?prefix=views/"):
+        for target in ("/", "/public/counts?counter=views/all", "/public/counters?prefix=views/", "/public/top?prefix=views/",
+                       "/public/calendar?counter=views/all&from=2026-11-21&to=2026-11-23"):
             assert ask(target)[0] == 404, target
     return spec, collected
 
@@ -201,14 +215,14 @@ def test_the_document_is_valid_openapi_3_and_describes_the_routes_this_deploymen
     validate(spec)
     assert spec["openapi"].startswith("3.") and spec["info"]["version"] == tally.__version__
     assert sorted(spec["paths"]) == sorted(ApiSettings(public_prefixes=("views/",), dashboard=True).paths)
-    assert sorted(closed["paths"]) == ["/alerts", "/counters", "/counts", "/openapi.json", "/top"]
+    assert sorted(closed["paths"]) == ["/alerts", "/calendar", "/counters", "/counts", "/openapi.json", "/top"]
     assert {path for path, item in spec["paths"].items() if item["get"].get("security")} == {
-        "/counts", "/counters", "/top", "/alerts", "/openapi.json"
+        "/counts", "/counters", "/top", "/calendar", "/alerts", "/openapi.json"
     }
     assert spec["components"]["securitySchemes"]["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
 
 
-@pytest.mark.parametrize("path", ["/counts", "/counters", "/public/counts", "/public/counters"])
+@pytest.mark.parametrize("path", ["/counts", "/counters", "/calendar", "/public/counts", "/public/counters", "/public/calendar"])
 def test_each_route_takes_the_parameters_documented_and_refuses_others(environment, path):  # noqa: F811
     parameters = document()["paths"][path]["get"]["parameters"]
     status, _, body = call(f"{path}?colour=red")
@@ -216,7 +230,8 @@ def test_each_route_takes_the_parameters_documented_and_refuses_others(environme
     assert status == 400 and json.loads(body)["parameter"] == "colour"
     assert json.loads(body)["message"].endswith(f"takes {', '.join(p['name'] for p in parameters)}")
     assert all(p["in"] == "query" and p["description"] for p in parameters)
-    assert [p["name"] for p in parameters if p["required"]] == (["counter"] if "counts" in path else [])
+    required = {"counts": ["counter"], "calendar": ["counter", "from", "to"]}.get(path.rpartition("/")[2], [])
+    assert [p["name"] for p in parameters if p["required"]] == required
 
 
 def test_every_value_a_parameter_lists_is_accepted_and_another_is_refused_naming_it(environment):  # noqa: F811
@@ -230,6 +245,21 @@ def test_every_value_a_parameter_lists_is_accepted_and_another_is_refused_naming
                 assert call(f"/counts?counter=views/all&window=1h&at={AT}&{name}={value}")[0] == 200, (name, value)
             status, _, body = call(f"/counts?counter=views/all&{name}=sometimes")
             assert status == 400 and json.loads(body)["parameter"] == name
+
+
+def test_every_value_a_calendar_parameter_lists_is_accepted_and_another_is_refused_naming_it(environment):  # noqa: F811
+    parameters = document()["paths"]["/calendar"]["get"]["parameters"]
+    listed = {p["name"]: p["schema"]["enum"] for p in parameters if "enum" in p["schema"]}
+    days = "counter=views/all&from=2026-11-02&to=2026-11-23"
+
+    assert set(listed) == {"period", "week_start", "consistent"}
+    with freeze_time(NOW):
+        for name, values in listed.items():
+            for value in values:
+                weekly = "&period=week" if name == "week_start" else ""
+                assert call(f"/calendar?{days}{weekly}&{name}={value}")[0] == 200, (name, value)
+            status, _, body = call(f"/calendar?{days}&period=week&{name}=sometimes")
+            assert status == 400 and json.loads(body)["parameter"] == name, body
 
 
 def test_every_answer_matches_its_documented_schema_and_every_documented_field_and_status_occurs(answers):

@@ -255,17 +255,19 @@ def test_failures_of_tally_itself_are_one_line_without_a_traceback(environment, 
     assert status != 503 or headers["Retry-After"] == "1"
 
 
-NAMES = ["counter", "window", "at", "series", "plan", "align", "consistent", "quantiles", "prefix", "x", "", "counter[]"]
+NAMES = ["counter", "window", "at", "series", "plan", "align", "consistent", "quantiles", "prefix", "x", "", "counter[]",
+         "tz", "from", "to", "period", "week_start"]
 VALUES = st.one_of(
     st.sampled_from(["24h", "90m", "7d", "0m", "-1h", "now", "2026-11-22T10:00Z", "2026-11-22T10:00", "minute", "hour",
                      "batch", "range", "true", "auto", "views/all", "load/posts/about", "0.5,0.99", "1e-1", "NaN",
-                     "#rejected#late_event", "#x", "", "9" * 40]),
+                     "#rejected#late_event", "#x", "", "9" * 40, "month-to-date", "America/New_York", "Asia/Kolkata",
+                     "2026-11-20", "2026-11-23", "day", "week", "month", "sunday"]),
     st.text(alphabet=string.printable + "é€\u0000\ud7ff", max_size=40),
 )
 
 
 @given(
-    path=st.sampled_from(["/counts", "/counters", "/public/counts", "/public/counters"]),
+    path=st.sampled_from(["/counts", "/counters", "/calendar", "/public/counts", "/public/counters", "/public/calendar"]),
     pairs=st.lists(st.tuples(st.sampled_from(NAMES), VALUES), max_size=6),
     raw_tail=st.text(alphabet="%&=+;#?/ a1", max_size=12),
 )
@@ -281,7 +283,7 @@ def test_no_query_string_yields_a_server_error_or_a_traceback(environment, path,
     if status != 200:
         assert body["message"] and "\n" not in body["message"]
     else:
-        assert ("counts" in body) != ("counters" in body)
+        assert sum(answer in body for answer in ("counts", "counters", "series")) == 1
 
 
 def test_the_window_answered_is_the_one_asked(environment):
@@ -453,3 +455,111 @@ def test_alerts_answer_the_states_reader_alerts_gives_and_refuse_bad_parameters(
     assert status == 400 and refused["parameter"] == "alert"
     assert get("/alerts?state=red")[2] == {"message": "state must be one of ALARM, OK, got 'red'", "parameter": "state"}
     assert get("/alerts?color=red")[2]["parameter"] == "color"
+
+
+CALENDAR = [("from", "2026-11-20"), ("to", "2026-11-23"), ("tz", "America/New_York")]
+
+
+@pytest.mark.parametrize("period", ["day", "week", "month"])
+def test_calendar_series_over_a_real_socket_are_the_readers_for_the_same_table(environment, period):
+    """Signed, as /counts: each series is what Reader.calendar answers, New York's days (or the week and the
+    month holding them, cut to the range) with their offsets, summing and distinct counters keeping theirs."""
+    counters = ["views/all", "load/posts/about"]
+    query = urlencode([*(("counter", c) for c in counters), ("period", period), *CALENDAR, ("quantiles", "0.5")])
+    with freeze_time(NOW), LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+        status, body = signed_get(api, f"/calendar?{query}")
+        expected = Reader(COUNTS).calendar(
+            counters, period, tz="America/New_York", start="2026-11-20", end="2026-11-23", quantiles="0.5"
+        )
+        _, _, counted = get("/counts?counter=views/all&counter=load/posts/about&window=30h&at=2026-11-22T14:37Z")
+
+    assert status == 200
+    assert body == {"series": [series.as_json() for series in expected], "notes": Reader(COUNTS).calendar_notes(expected)}
+    views, load = body["series"]
+    assert (views["counter"], views["period"], views["tz"]) == ("views/all", period, "America/New_York")
+    assert (views["start"], views["end"]) == ("2026-11-20T00:00:00-05:00", "2026-11-23T00:00:00-05:00")
+    assert [point["start"][:10] for point in views["points"]] == {  # the week and the month cut to the range
+        "day": ["2026-11-20", "2026-11-21", "2026-11-22"], "week": ["2026-11-20"], "month": ["2026-11-20"],
+    }[period]
+    # The blog's 30 hours all fall in the range: each series holds the window's whole count.
+    assert [series["total"] for series in body["series"]] == [count["total"] for count in counted["counts"]]
+    assert all("distinct" in point for point in views["points"])
+    assert all("sum" in point and "quantiles" in point for point in load["points"] if point["count"])
+
+
+def test_month_to_date_on_counts_is_the_readers_this_month_so_far_in_the_zone_asked(environment):
+    with freeze_time(NOW):
+        status, headers, body = get("/counts?counter=views/all&counter=load/posts/about&window=month-to-date&tz=America/New_York")
+        expected = Reader(COUNTS).month_to_date(["views/all", "load/posts/about"], tz="America/New_York")
+        _, _, series = get(f"/calendar?counter=views/all&counter=load/posts/about&{urlencode(CALENDAR[2:])}"
+                           "&from=2026-11-01&to=2026-11-23")
+
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert body["counts"] == [count.as_json() for count in expected]
+    assert body["counts"][0]["start"] == "2026-11-01T04:00Z"  # New York's first of November, in UTC
+    assert [count["total"] for count in body["counts"]] == [s["total"] for s in series["series"]]
+    assert body["counts"][0]["total"] > 0
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "fix"),
+    [
+        ("counter=views/all&from=2026-11-01&to=2026-11-02&tz=Mars/Base", "tz", "unknown time zone 'Mars/Base'"),
+        ("counter=views/all&from=2026-11-01&to=2026-11-02&tz=Asia/Kolkata", "tz", "not on a whole hour"),
+        ("counter=views/all&from=2026-06-01&to=2026-07-01", "from", "past the hour retention (90 days"),
+        ("counter=views/all&from=2026-11-01&to=2026-11-20&period=week&week_start=funday", "week_start", "a week starts on"),
+        ("counter=views/all&from=2026-11-01&to=2026-11-20&week_start=sunday", "week_start", "a week start goes with"),
+        ("counter=views/all&from=2026-11-01&to=2026-11-20&period=year", "period", "period must be one of day, week, month"),
+        ("counter=views/all&from=2026-11-01", "to", "a calendar read needs its first day"),
+        ("counter=views/all&to=2026-11-01", "from", "a calendar read needs its first day"),
+        ("counter=views/all&from=2026-11-31&to=2026-12-01", "from", "from must be a date"),
+        ("counter=views/all&from=2026-11-10&to=2026-11-01", "to", "must be after"),
+        ("counter=views/all&from=2026-11-01&to=2026-11-02&quantiles=2", "quantiles", "quantile"),
+        ("from=2026-11-01&to=2026-11-02", "counter", "counter is missing"),
+        ("counter=views/all&from=2026-11-01&to=2026-11-02&window=24h", "window", "unknown parameter 'window'"),
+        ("&".join(f"counter=c{i}" for i in range(50)) + "&from=2026-09-01&to=2026-11-23&quantiles="
+         + ",".join(f"0.{n}" for n in range(1, 10)), "period",
+         "a shorter range or longer periods"),
+    ],
+)
+def test_a_bad_calendar_is_a_400_naming_its_parameter_and_the_fix_in_one_line(environment, query, parameter, fix):
+    with freeze_time(NOW):
+        status, headers, raw = call(f"/calendar?{query}")
+    body = json.loads(raw)
+
+    assert status == 400, body
+    assert "\n" not in raw and "Traceback" not in raw
+    assert body["parameter"] == parameter and fix in body["message"]
+    assert headers["X-Tally-Version"] == tally.__version__
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "fix"),
+    [
+        ("window=month-to-date&tz=Asia/Kolkata", "tz", "not on a whole hour"),
+        ("window=month-to-date&tz=Mars/Base", "tz", "unknown time zone"),
+        ("window=month-to-date&at=2026-11-22T10:00Z", "at", "it takes no at"),
+        ("window=month-to-date&align=true", "align", "it takes no align"),
+        ("window=month-to-date&series=fortnight", "series", "series"),
+        ("window=24h&tz=Europe/Paris", "tz", "tz goes with window=month-to-date"),
+    ],
+)
+def test_a_bad_month_to_date_is_a_400_naming_its_parameter(environment, query, parameter, fix):
+    with freeze_time(NOW):
+        status, _, raw = call(f"/counts?counter=views/all&{query}")
+    body = json.loads(raw)
+
+    assert status == 400 and "\n" not in raw, body
+    assert body["parameter"] == parameter and fix in body["message"]
+
+
+def test_public_calendar_answers_public_counters_only(environment):
+    query = "from=2026-11-20&to=2026-11-23&period=day"
+    with freeze_time(NOW):
+        status, headers, body = get(f"/public/calendar?counter=views/all&{query}")
+        hidden, _, refusal = get(f"/public/calendar?counter=load/posts/about&{query}")
+        month, _, so_far = get("/public/counts?counter=views/all&window=month-to-date")
+
+    assert (status, headers["Cache-Control"]) == (200, "public, max-age=60") and body["series"][0]["total"] > 0
+    assert hidden == 403 and refusal["parameter"] == "counter"
+    assert month == 200 and so_far["counts"][0]["start"] == "2026-11-01T00:00Z"

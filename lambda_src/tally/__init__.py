@@ -6,7 +6,7 @@ Layout (the Lambda asset ships everything but ``local``):
 
 - ``core/``: pure rules. Write path: stream record -> event (records) -> segment
   (segments) -> commit items (commit). Read path: window (windows) -> plan
-  (plans) -> sum (sums).
+  (plans) -> sum (sums); calendar periods in a zone (calendar) -> windows.
 - ``dynamo/``: the one package that talks to DynamoDB, a module for each thing it serves (commit,
   fetch, directory, ranking, settings, backfill, tables).
 - ``invocation``, ``handler``: the Lambda edge; ``query``: window -> plan -> fetch -> sum;
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from tally.version import __version__  # the release (see tally.version)
 
 if TYPE_CHECKING:
+    from tally.core.calendar import Period
     from tally.core.plans import PlanKind, Series
     from tally.core.windows import QueryError
-    from tally.query import SeriesPoint, WindowCount
+    from tally.query import CalendarPoint, CalendarSeries, SeriesPoint, WindowCount
     from tally.reader import Reader, ReadOptions, read_options
 
 # The public read API, imported on first use: the pure core and the Lambda handler do not pay for it.
@@ -34,6 +35,9 @@ _PUBLIC = {
     "QueryError": "tally.core.windows",
     "WindowCount": "tally.query",
     "SeriesPoint": "tally.query",
+    "CalendarSeries": "tally.query",
+    "CalendarPoint": "tally.query",
+    "Period": "tally.core.calendar",
     "Series": "tally.core.plans",
     "PlanKind": "tally.core.plans",
 }

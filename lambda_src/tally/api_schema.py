@@ -118,6 +118,54 @@ class TopList(Closed):
     rising: bool | Absent = None
     previous_start: str | Absent = Field(None, description="rising: the start of the window compared with")
     top: list[TopEntry] = Field(description="ranked by total (rising: increase), descending, ties by name")
+
+
+class CalendarPoint(Closed):
+    """One day, week or month of a calendar series, in the series' zone."""
+
+    start: str = Field(description="the period's first instant, local time with its offset: 2026-11-01T00:00:00-04:00")
+    end: str = Field(description="the next period's first instant, excluded (a DST day is 23 or 25 hours long)")
+    count: int
+    sum: DecimalText | Absent = Field(None, description="summing counters: the period's exact sum")
+    average: DecimalText | None = Field(None, description="summing counters: sum / count, null when count is 0")
+    distinct: int | Absent = Field(None, description="distinct counters: distinct values in the period")
+    quantiles: dict[str, DecimalText | None] | Absent = Field(
+        None, description="histogram counters, when quantiles are asked: each quantile as written -> its value"
+    )
+
+
+class CalendarSeries(Closed):
+    """One counter's days, weeks or months over the range asked: what `scripts/query_window.py --series day|week|month
+    --json` prints for it."""
+
+    counter: str
+    period: Literal["day", "week", "month"]
+    tz: str = Field(description="the IANA zone of the periods: America/New_York, UTC")
+    start: str = Field(description="the first period's start (from, at local midnight), with its offset")
+    end: str = Field(description="the last period's end (to, at local midnight), excluded")
+    total: int = Field(description="events counted in the range: the sum of the points' counts")
+    points: list[CalendarPoint] = Field(
+        description="every period of the range, in order, zero where nothing was counted; the first and the last "
+        "cut to the range"
+    )
+    plan: Literal["range"] = Field(description="calendar reads query each counter's hour buckets by range")
+    requests: int = Field(description="DynamoDB requests the answer took (shared by the counters of one request)")
+    items_read: int = Field(description="bucket items DynamoDB returned for this counter")
+    unresolved: list[str] | Absent = Field(
+        None, description="only when a count is not exact: as in /counts, buckets an overlap left unresolved"
+    )
+    retired: str | None = Field(
+        description="when every rule that can write the counter was retired, ISO-8601 in UTC to the second; null "
+        "while a rule counts it"
+    )
+
+
+class CalendarAnswer(Closed):
+    series: list[CalendarSeries] = Field(description="one per counter asked, in the order asked")
+    notes: list[str] = Field(description="lines to show beside the answer: settings that differ, counts not exact, "
+                             "retired counters")
+
+
 class AlertStatus(Closed):
     """Where one alert stands on one counter: what `scripts/query_window.py --alerts --json` prints for it."""
 
@@ -153,7 +201,39 @@ Prefix = Annotated[str | Absent, Query(description="list the counters whose name
 TopN = Annotated[str | Absent, Query(description="how many counters to rank: 1 to 1000 (default 10)")]
 Rising = Annotated[str | Absent, Query(description="true or 1: rank by the increase over the previous window")]
 Cursor = Annotated[str | Absent, Query(description="the cursor of the previous page: the listing goes on after it")]
-Window = Annotated[str | Absent, Query(description="the window's length: 90m, 24h, 7d, 1d12h (default 24h)")]
+Window = Annotated[
+    str | Absent,
+    Query(
+        description="the window's length: 90m, 24h, 7d, 1d12h (default 24h); /counts also takes month-to-date: "
+        "this month so far in tz, exact up to now"
+    ),
+]
+Zone = Annotated[
+    str | Absent,
+    Query(description="an IANA time zone whose offsets are whole hours: America/New_York, Europe/Paris (default UTC)"),
+]
+MonthZone = Annotated[
+    str | Absent,
+    Query(
+        description="with window=month-to-date: the zone whose month it is, an IANA name whose offsets are whole "
+        "hours (default UTC)"
+    ),
+]
+PeriodOption = Annotated[
+    Literal["day", "week", "month"] | Absent, Query(description="the calendar period of each point (default day)")
+]
+FirstDay = Annotated[
+    str,
+    Query(alias="from", description="the range's first day, YYYY-MM-DD, in tz", examples=["2026-11-01"]),
+]
+DayAfter = Annotated[
+    str,
+    Query(alias="to", description="the day after the range's last, YYYY-MM-DD (excluded)", examples=["2026-12-01"]),
+]
+WeekStart = Annotated[
+    Literal["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"] | Absent,
+    Query(description="period=week: the day each week begins (default monday)"),
+]
 At = Annotated[
     str | Absent,
     Query(description="the window's end (exclusive): ISO-8601 with an offset (write + as %2B), or now (the default)"),

@@ -4,6 +4,11 @@
         [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
         -> {"counts": [<what query_window.py --json prints for A>, …], "notes": […]}
         (each count's "retired": when every rule that can write it was retired, ISO-8601 to the second, or null)
+    GET /counts?counter=A&window=month-to-date&tz=Europe/Paris
+        -> the same, each count this month so far in tz (from its first local midnight), exact up to now
+    GET /calendar?counter=A&period=day|week|month&tz=America/New_York&from=2026-11-01&to=2026-12-01
+        [&week_start=sunday][&quantiles=…][&consistent=true]
+        -> {"series": [<what query_window.py --series day|week|month --json prints for A>, …], "notes": […]}
     GET /counters?prefix=views/&window=24h[&cursor=…]
         -> {"counters": [<the same object for each listed counter>], "cursor": "…" or null, "notes": […]}
     GET /top?prefix=views/&n=10&window=24h[&at=…][&rising=1]
@@ -11,7 +16,7 @@
         (an entry whose rules are all retired also says when: "retired": "2026-12-01T00:00:00Z")
     GET /alerts?alert=burst&state=ALARM&prefix=logins/
         -> {"alerts": [<what query_window.py --alerts --json prints for each>, …]}
-    GET /public/counts, /public/counters, /public/top: the same, anonymous, for public counters only
+    GET /public/counts, /public/counters, /public/top, /public/calendar: the same, anonymous, for public counters only
     GET /: the dashboard page, when enabled
     GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
     Every answer carries ``X-Tally-Version: <the release>``.
@@ -50,11 +55,13 @@ from botocore.exceptions import ClientError
 
 from tally.core.api_access import (
     ALERTS_PATH,
+    CALENDAR_PATH,
     COUNTERS_PATH,
     TOP_PATH,
     COUNTS_PATH,
     DASHBOARD_PATH,
     OPENAPI_PATH,
+    PUBLIC_CALENDAR_PATH,
     PUBLIC_COUNTERS_PATH,
     PUBLIC_TOP_PATH,
     PUBLIC_COUNTS_PATH,
@@ -69,11 +76,16 @@ from tally.api_schema import (
     Align,
     AllowTransient,
     At,
+    CalendarAnswer,
     Consistent,
     CountersAnswer,
     Counters,
     Cursor,
     CountsAnswer,
+    DayAfter,
+    FirstDay,
+    MonthZone,
+    PeriodOption,
     Plan,
     Prefix,
     Problem,
@@ -82,10 +94,15 @@ from tally.api_schema import (
     SeriesOption,
     TopList,
     TopN,
+    WeekStart,
     Window,
+    Zone,
 )
+from tally.core.calendar import month_start, zone_of
+from tally.core.units import MINUTE_MS
+from tally.core.windows import now_ms
 from tally.query import validate_query_counter
-from tally.reader import QueryError, Reader, ReadOptions, WindowCount, read_options
+from tally.reader import QueryError, Reader, ReadOptions, WindowCount, calendar_options, read_options
 
 # Bounds that keep one answer inside Lambda's 6 MB response and a few seconds of reads.
 MAX_COUNTERS = 100
@@ -96,6 +113,8 @@ PRIVATE = "no-store"
 VERSION_HEADER = "X-Tally-Version"
 # A hand-typed offset (at=…T10:00+01:00) arrives as a space: '+' means space in a query string.
 PLUS_HINT = " (a '+' in a URL stands for a space: write the offset as %2B01:00, or give the time in UTC with Z)"
+# /counts' window that is no length: this month so far in tz (Reader.month_to_date).
+MONTH_TO_DATE = "month-to-date"
 
 logger = Logger(service="tally-api")
 app = APIGatewayHttpResolver()
@@ -211,23 +230,34 @@ def reads(path: str, *, signed: bool = True, **documentation: Any) -> Callable[[
     /openapi.json, and each request is read by it here, from the raw query
     string: a parameter it does not name is refused, a ``list`` one may repeat
     (all its values, ``[]`` when absent), any other comes at most once (``None``
-    when absent). ``documentation``: the resolver's own (summary, responses, ...).
+    when absent). A parameter named as Python cannot name an argument (``from``)
+    is the alias of its ``Query``. ``documentation``: the resolver's own
+    (summary, responses, ...).
     """
 
     def register(function: RouteFunction) -> RouteFunction:
-        names = tuple(inspect.signature(function).parameters)
+        arguments = tuple(inspect.signature(function).parameters)
         hints = typing.get_type_hints(function, include_extras=True)
-        repeated = {name for name in names if typing.get_origin(typing.get_args(hints[name])[0]) is list}
+        names = {argument: _query_name(argument, hints[argument]) for argument in arguments}
+        repeated = {name for name in arguments if typing.get_origin(typing.get_args(hints[name])[0]) is list}
 
         @functools.wraps(function)
         def answer() -> Response:
-            query = QueryString.parse(app.current_event.raw_query_string or "", names, path)
-            return function(**{name: query.all(name) if name in repeated else query.one(name) for name in names})
+            query = QueryString.parse(app.current_event.raw_query_string or "", tuple(names.values()), path)
+            return function(**{
+                argument: query.all(name) if argument in repeated else query.one(name) for argument, name in names.items()
+            })
 
         app.get(path, security=SIGV4 if signed else None, **documentation)(answer)
         return function
 
     return register
+
+
+def _query_name(argument: str, hint: Any) -> str:
+    """The query parameter an argument reads: its ``Query``'s alias, else its own name."""
+    aliases = [getattr(meta, "alias", None) for meta in typing.get_args(hint)[1:]]
+    return next((alias for alias in aliases if alias), argument)
 
 
 @cache
@@ -252,12 +282,13 @@ def counts(
     consistent: Consistent = None,
     quantiles: Quantiles = None,
     allow_transient: AllowTransient = None,
+    tz: MonthZone = None,
 ) -> Response[CountsAnswer]:
     options = dict(
         window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
         allow_transient=allow_transient,
     )
-    return _counts(counter, options, public=False)
+    return _counts(counter, options, tz, public=False)
 
 
 @reads(
@@ -276,12 +307,13 @@ def public_counts(
     consistent: Consistent = None,
     quantiles: Quantiles = None,
     allow_transient: AllowTransient = None,
+    tz: MonthZone = None,
 ) -> Response[CountsAnswer]:
     options = dict(
         window=window, at=at, series=series, plan=plan, align=align, consistent=consistent, quantiles=quantiles,
         allow_transient=allow_transient,
     )
-    return _counts(counter, options, public=True)
+    return _counts(counter, options, tz, public=True)
 
 
 @reads(COUNTERS_PATH, summary="The counters under a prefix, counted", responses=answers(CountersAnswer, 400, 403, 500, 503))
@@ -364,6 +396,47 @@ def public_top(
 ) -> Response[TopList]:
     options = dict(window=window, at=at, plan=plan, align=align, consistent=consistent, allow_transient=allow_transient)
     return _top(prefix, n, rising, options, public=True)
+
+
+@reads(
+    CALENDAR_PATH,
+    summary="Days, weeks or months of counters in a time zone",
+    description="Every period of the local days from to to (excluded), zero where nothing was counted, read from "
+    "hour buckets: within the hour retention, in zones whose offsets are whole hours.",
+    responses=answers(CalendarAnswer, 400, 403, 500, 503),
+)
+def calendar(
+    counter: Counters,
+    from_: FirstDay,
+    to: DayAfter,
+    period: PeriodOption = None,
+    tz: Zone = None,
+    week_start: WeekStart = None,
+    quantiles: Quantiles = None,
+    consistent: Consistent = None,
+) -> Response[CalendarAnswer]:
+    texts = dict(period=period, tz=tz, start=from_, end=to, week_start=week_start, quantiles=quantiles, consistent=consistent)
+    return _calendar(counter, texts, public=False)
+
+
+@reads(
+    PUBLIC_CALENDAR_PATH,
+    signed=False,
+    summary="Days, weeks or months of public counters, anonymously",
+    responses=answers(CalendarAnswer, 400, 403, 404, 500, 503, public=True),
+)
+def public_calendar(
+    counter: Counters,
+    from_: FirstDay,
+    to: DayAfter,
+    period: PeriodOption = None,
+    tz: Zone = None,
+    week_start: WeekStart = None,
+    quantiles: Quantiles = None,
+    consistent: Consistent = None,
+) -> Response[CalendarAnswer]:
+    texts = dict(period=period, tz=tz, start=from_, end=to, week_start=week_start, quantiles=quantiles, consistent=consistent)
+    return _calendar(counter, texts, public=True)
 
 
 @reads(
@@ -466,7 +539,24 @@ def _referenced_schemas(part: object, schemas: dict[str, Any], found: set[str] |
     return found
 
 
-def _counts(names: list[str], texts: dict[str, str | None], *, public: bool) -> Response:
+def _counts(names: list[str], texts: dict[str, str | None], tz: str | None, *, public: bool) -> Response:
+    names = _checked_counters(names, public)
+    if texts.get("window") == MONTH_TO_DATE:
+        return _month_to_date(names, texts, tz, public)
+    if tz is not None:
+        raise BadRequest("tz", f"tz goes with window={MONTH_TO_DATE}: any other window ends at an instant (at)")
+    options = _options(texts)
+    _check_size(len(names), options)
+    try:
+        results = reader().count_many(names, **options.as_kwargs())
+    except QueryError as error:
+        raise BadRequest(_culprit(error, texts), str(error)) from None
+    return _answer("counts", results, public)
+
+
+def _checked_counters(names: list[str], public: bool) -> list[str]:
+    """The counters asked, each once, in order: named, at most MAX_COUNTERS, each a name the Reader reads (and
+    public, on a public route)."""
     if not names:
         raise BadRequest("counter", "counter is missing: name one or more, e.g. ?counter=page-views&counter=sign-ups")
     names = list(dict.fromkeys(names))
@@ -476,13 +566,65 @@ def _counts(names: list[str], texts: dict[str, str | None], *, public: bool) -> 
         _check_counter(name)
         if public:
             _check_public(name, "counter")
-    options = _options(texts)
+    return names
+
+
+def _month_to_date(names: list[str], texts: dict[str, str | None], tz: str | None, public: bool) -> Response:
+    """This month so far in ``tz`` (``Reader.month_to_date``): the window is the month's, so no ``at`` or
+    ``align``; the other options as for any window."""
+    for fixed in ("at", "align"):
+        if texts.get(fixed) is not None:
+            raise BadRequest(
+                fixed, f"window={MONTH_TO_DATE} runs from the month's first local midnight until now: it takes no {fixed}"
+            )
+    others = {name: value for name, value in texts.items() if name != "window" and value is not None}
+    try:
+        now = now_ms()
+        minutes = max(1, -(-(now - month_start(now, zone_of(tz))) // MINUTE_MS))
+    except QueryError as error:
+        raise BadRequest("tz", str(error)) from None
+    options = _options({**others, "window": f"{minutes}m"})  # the other options checked, each named if refused
     _check_size(len(names), options)
     try:
-        results = reader().count_many(names, **options.as_kwargs())
+        results = reader().month_to_date(names, tz=tz, **others)
     except QueryError as error:
-        raise BadRequest(_culprit(error, texts), str(error)) from None
+        raise BadRequest(_culprit(error, others, default="tz"), str(error)) from None
     return _answer("counts", results, public)
+
+
+def _calendar(names: list[str], texts: dict[str, str | None], *, public: bool) -> Response:
+    """Each counter's calendar series (``Reader.calendar``); the periods are counted ahead of the read, so an
+    answer too large is refused before anything is read."""
+    names = _checked_counters(names, public)
+    days = {name: texts[name] for name in ("period", "tz", "start", "end", "week_start")}
+    try:
+        periods = len(calendar_options(**days).spans)
+    except QueryError as error:
+        raise BadRequest(_calendar_culprit(error), str(error)) from None
+    options = _options({"quantiles": texts["quantiles"], "consistent": texts["consistent"]})
+    per_counter = periods * (1 + len(options.quantiles))
+    if len(names) * per_counter > MAX_ENTRIES:
+        raise BadRequest(
+            "period",
+            f"{len(names)} counters of {per_counter:,} entries each exceed {MAX_ENTRIES:,} per answer: ask fewer "
+            f"counters{', fewer quantiles' if options.quantiles else ''}, a shorter range or longer periods",
+        )
+    try:
+        found = reader().calendar(names, **{name: value for name, value in texts.items() if name != "period"},
+                                  period=texts["period"] or "day")
+    except QueryError as error:
+        raise BadRequest(_calendar_culprit(error), str(error)) from None
+    body = {"series": [series.as_json() for series in found], "notes": reader().calendar_notes(found)}
+    return _json(200, body, api_settings().public_cache_control if public else PRIVATE)
+
+
+def _calendar_culprit(error: QueryError) -> str | None:
+    """The parameter a calendar refusal names (``CalendarError.parameter``); quantiles and consistency are
+    read's own options."""
+    named = getattr(error, "parameter", None)
+    if named:
+        return {"start": "from", "end": "to"}.get(named, named)
+    return "quantiles" if "quantile" in str(error) else None
 
 
 def _counters(prefix: str | None, cursor: str | None, texts: dict[str, str | None], *, public: bool) -> Response:
@@ -637,7 +779,10 @@ def server_error(error: Exception) -> Response:
 
 @app.not_found
 def not_found(_: Exception) -> Response:
-    return _json(404, {"message": f"no route {app.current_event.path!r}: tally answers GET /counts, GET /counters and GET /alerts"})
+    return _json(
+        404,
+        {"message": f"no route {app.current_event.path!r}: tally answers GET /counts, GET /counters, GET /top, GET /calendar and GET /alerts"},
+    )
 
 
 def _one_line(text: str) -> str:

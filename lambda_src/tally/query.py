@@ -16,6 +16,7 @@ is what the whole call made.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -23,6 +24,7 @@ from decimal import Decimal
 
 from tally.core.amounts import average_of, decimal_of, text_of
 from tally.core.buckets import iso_minute, iso_second
+from tally.core.calendar import CalendarError, Period, Span, iso_local, zone_of
 from tally.core.histograms import Histogram
 from tally.core.sketches import Sketch
 from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
@@ -30,7 +32,7 @@ from tally.core.records import InvalidCounter, Reason, validate_counter
 from tally.core.rules import Rules
 from tally.core.segments import REJECTED_COUNTER_PREFIX
 from tally.core.settings import Settings
-from tally.core.units import HOUR_MS
+from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.sums import Point, PlanTotals, series_of, sum_plan
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, utc_of
 from tally.dynamo.counts_table import CountsTable
@@ -377,3 +379,168 @@ def _iso(moment: datetime) -> str:
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class CalendarPoint:
+    """One period of a calendar series: what its counter counted from ``start`` to ``end`` (excluded), local
+    instants of the series' zone."""
+
+    start: datetime
+    end: datetime
+    count: int
+    sum: Decimal | None = None
+    histogram: Histogram | None = None
+    sketch: Sketch | None = None
+
+    @property
+    def average(self) -> Decimal | None:
+        if self.sum is None or not self.count:
+            return None
+        return average_of(self.sum, self.count)
+
+    @property
+    def distinct(self) -> int | None:
+        return None if self.sketch is None else self.sketch.count()
+
+    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
+        point: dict[str, object] = {"start": self.start.isoformat(), "end": self.end.isoformat(), "count": self.count}
+        if self.sum is not None:
+            point["sum"] = text_of(self.sum)
+            point["average"] = text_of(self.average)
+        if self.sketch is not None:
+            point["distinct"] = self.distinct
+        if self.histogram is not None and quantiles:
+            point["quantiles"] = quantiles_json(self.histogram, quantiles)
+        return point
+
+
+@dataclass(frozen=True)
+class CalendarSeries:
+    """One counter's calendar series: every period of ``period`` over the days asked, in ``zone``, zero where
+    nothing was counted (a period still to come, too). Read from hour buckets: one window over the whole range."""
+
+    counter: str
+    period: Period
+    zone: str
+    points: tuple[CalendarPoint, ...]
+    plan: PlanKind
+    requests: int
+    items_read: int
+    quantiles: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    retired: int | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(point.count for point in self.points)
+
+    @property
+    def exact(self) -> bool:
+        return not self.unresolved
+
+    def as_json(self) -> dict[str, object]:
+        """The series on one line: each point's start, end (local, with their offsets) and count, and the sums,
+        averages, distinct counts and quantiles of the counters that keep them."""
+        result: dict[str, object] = {
+            "counter": self.counter,
+            "period": self.period.value,
+            "tz": self.zone,
+            "start": self.points[0].start.isoformat(),
+            "end": self.points[-1].end.isoformat(),
+            "total": self.total,
+            "points": [point.as_json(self.quantiles) for point in self.points],
+            "plan": self.plan.value,
+            "requests": self.requests,
+            "items_read": self.items_read,
+        }
+        if self.unresolved:
+            result["unresolved"] = list(self.unresolved)
+        result["retired"] = None if self.retired is None else iso_second(self.retired)
+        return result
+
+
+def calendar_series(
+    table: CountsTable,
+    counters: Sequence[str],
+    spans: Sequence[Span],
+    *,
+    period: Period,
+    zone: str,
+    consistent: bool = False,
+    now: int | None = None,
+    quantiles: Sequence[str] = (),
+) -> list[CalendarSeries]:
+    """Each counter's series over ``spans`` (``calendar.spans``: periods whose edges are whole UTC hours), read
+    as one window from the first period's start to the last one's end (or now, if sooner) by the range plan,
+    its hours grouped into the periods. The hours must still be kept: CalendarError says which range is."""
+    now = now_ms() if now is None else now
+    oldest = -(-(now - table.settings.hour_retention_ms) // HOUR_MS) * HOUR_MS  # the oldest hour every read finds
+    if spans[0].start_ms < oldest:
+        raise CalendarError(
+            f"the range begins {spans[0].first_day.isoformat()}, past the hour retention "
+            f"({table.settings.hour_retention_ms // DAY_MS} days, hourRetentionDays): calendar reads come from hours, "
+            f"and the oldest kept in {zone} begins {iso_local(oldest, zone_of(zone))}",
+            "from",
+        )
+    end = min(spans[-1].end_ms, now)
+    if end <= spans[0].start_ms:  # all to come: nothing to read
+        return [_calendar_of(counter, period, zone, spans, [], table.settings.counter_rules, now, quantiles) for counter in counters]
+    length_ms = -(-(end - spans[0].start_ms) // MINUTE_MS) * MINUTE_MS
+    results = count_windows(
+        table, counters, length_ms=length_ms, at_ms=end, plan=PlanKind.RANGE, consistent=consistent, now=now,
+        series=Series.HOUR, align=True, quantiles=quantiles,
+    )
+    return [
+        replace(
+            _calendar_of(result.counter, period, zone, spans, result.series or (), table.settings.counter_rules, now, quantiles),
+            requests=result.requests, items_read=result.items_read, unresolved=result.unresolved,
+        )
+        for result in results
+    ]
+
+
+def _calendar_of(
+    counter: str,
+    period: Period,
+    zone: str,
+    spans: Sequence[Span],
+    hours: Sequence[SeriesPoint],
+    rules: Rules,
+    now: int,
+    quantiles: Sequence[str],
+) -> CalendarSeries:
+    """Hours (points of an hour series) summed into the periods that hold them."""
+    starts = [span.start_ms for span in spans]
+    counts = [0] * len(spans)
+    sums: list[Decimal] | None = [Decimal(0)] * len(spans) if rules.sums(counter) else None
+    bins: list[dict[str, int]] | None = [{} for _ in spans] if rules.keeps_histogram(counter) else None
+    sketches: list[Sketch] | None = [Sketch() for _ in spans] if rules.counts_distinct(counter) else None
+    for hour in hours:
+        index = bisect_right(starts, _ms(hour.start)) - 1
+        if index < 0 or _ms(hour.start) >= spans[index].end_ms:
+            continue
+        counts[index] += hour.count
+        if sums is not None and hour.sum is not None:
+            sums[index] += hour.sum
+        if bins is not None and hour.histogram is not None:
+            for name, count in hour.histogram.bins.items():
+                bins[index][name] = bins[index].get(name, 0) + count
+        if sketches is not None and hour.sketch is not None:
+            sketches[index].merge(hour.sketch)
+    local = zone_of(zone)
+    points = tuple(
+        CalendarPoint(
+            datetime.fromtimestamp(span.start_ms / 1000, local),
+            datetime.fromtimestamp(span.end_ms / 1000, local),
+            counts[index],
+            None if sums is None else sums[index],
+            None if bins is None else Histogram(bins[index]),
+            None if sketches is None else sketches[index],
+        )
+        for index, span in enumerate(spans)
+    )
+    return CalendarSeries(
+        counter, period, zone, points, PlanKind.RANGE, 0, 0, tuple(quantiles) if bins is not None else (),
+        retired=retired_at(rules, counter, now),
+    )

@@ -9,6 +9,8 @@
     views.retired                                 # epoch ms its rules were all retired at (retiredAt), else None
     reader.count_many(["a", "b"], window=timedelta(days=7), series="hour")
     reader.alerts(state="ALARM")                  # the counters in alarm, of every alert of the rules
+    reader.calendar(["sign-ups"], "day", tz="America/New_York", start="2026-11-01", end="2026-12-01")
+    reader.month_to_date(["api-calls/acme"], tz="Europe/Paris")     # this month so far, exact up to now
 
 Every option may be given as its Python value or as text, and ``read_options``
 is the one parser of both: the command line and the HTTP API hand it their
@@ -69,7 +71,16 @@ from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.dynamo.ranking import RankIndex
 from tally.dynamo.settings import PublishedSettings
-from tally.query import WindowCount, answered_window, count_windows, retired_at, validate_query_counter
+from tally.core.calendar import CalendarError, Period, Span, day_of, month_start, spans, weekday_of, zone_of
+from tally.query import (
+    CalendarSeries,
+    WindowCount,
+    answered_window,
+    calendar_series,
+    count_windows,
+    retired_at,
+    validate_query_counter,
+)
 from tally.stack_outputs import table_names_from_stack
 
 COUNTS_TABLE_OUTPUT = "CountsTableName"
@@ -147,6 +158,42 @@ def read_options(
         quantiles=() if _unset(quantiles) else _quantiles(quantiles),
         allow_transient=False if _unset(allow_transient) else _flag(allow_transient, "allow_transient"),
     )
+
+
+@dataclass(frozen=True)
+class CalendarOptions:
+    """A calendar read: the periods (``spans``) of ``period`` over the local days ``start`` to ``end`` (excluded)
+    in ``zone``, weeks beginning on ``week_start``."""
+
+    period: Period
+    zone: str
+    start: Any
+    end: Any
+    spans: tuple[Span, ...]
+
+
+def calendar_options(
+    *, period: Period | str | None = None, tz: str | None = None, start: Any = None, end: Any = None,
+    week_start: str | None = None,
+) -> CalendarOptions:
+    """A calendar read given as Python values or text (a command line, a query string): period "day" / "week" /
+    "month" (default day), tz an IANA zone (default UTC), start and end dates (YYYY-MM-DD, end excluded),
+    week_start a weekday's name (default monday). Raises QueryError naming the fix; no I/O."""
+    try:
+        kind = Period.DAY if _unset(period) else _choice(Period, period, "period")
+    except QueryError as error:
+        raise CalendarError(str(error), "period") from None
+    zone = zone_of(None if _unset(tz) else str(tz))
+    if _unset(start) or _unset(end):
+        raise CalendarError(
+            "a calendar read needs its first day and the day after its last (from and to, YYYY-MM-DD)",
+            "from" if _unset(start) else "to",
+        )
+    first, last = day_of(start, "from"), day_of(end, "to")
+    weekday = weekday_of(None if _unset(week_start) else str(week_start))
+    if weekday and kind is not Period.WEEK:
+        raise CalendarError("a week start goes with weekly periods (period week)", "week_start")
+    return CalendarOptions(kind, zone.key, first, last, tuple(spans(kind, first, last, zone, weekday)))
 
 
 class InvalidTop(QueryError):
@@ -303,6 +350,54 @@ class Reader:
             raise QueryError("count_many needs at least one counter name")
         names = [validate_query_counter(name) for name in counters]
         return self._count(names, read_options(**options), now_ms())
+
+    def calendar(
+        self,
+        counters: Sequence[str],
+        period: Period | str = Period.DAY,
+        *,
+        tz: str | None = None,
+        start: Any = None,
+        end: Any = None,
+        week_start: str | None = None,
+        quantiles: Sequence[str] | str | None = None,
+        consistent: bool | str | None = None,
+    ) -> list[CalendarSeries]:
+        """Each counter's series of days, weeks or months over the local days ``start`` to ``end`` (excluded)
+        in ``tz`` (an IANA zone, DST included; default UTC), every period in the range answered, zero where
+        nothing was counted. Read from hour buckets, in one window over the range (one Query a counter, plus
+        pages), so within the hour retention and in zones whose offsets are whole hours; QueryError otherwise."""
+        names = self._names(counters, "calendar")
+        asked = calendar_options(period=period, tz=tz, start=start, end=end, week_start=week_start)
+        chosen = read_options(quantiles=quantiles, consistent=consistent)
+        return calendar_series(
+            self.table, names, asked.spans, period=asked.period, zone=asked.zone, consistent=chosen.consistent,
+            now=now_ms(), quantiles=chosen.quantiles,
+        )
+
+    def month_to_date(self, counters: Sequence[str], *, tz: str | None = None, **options: Any) -> list[WindowCount]:
+        """Each counter over this month so far in ``tz`` (default UTC): from the month's first local midnight
+        until now, exact up to now (its hours, then the minutes of the current hour). Other options as ``count``
+        takes them, but for the window and its end, which this read sets."""
+        names = self._names(counters, "month_to_date")
+        if options.get("window") is not None or options.get("at") is not None:
+            raise QueryError("month to date sets its own window: from the month's start until now")
+        now = now_ms()
+        start = month_start(now, zone_of(tz))
+        end = max(now, start + 1)  # at the month's very first instant, its first minute
+        length = -(-(end - start) // 60_000) * timedelta(minutes=1)
+        chosen = read_options(window=length, plan=options.pop("plan", None) or PlanKind.RANGE, **options)
+        return count_windows(
+            self.table, names, length_ms=_length_ms(chosen), at_ms=end, plan=chosen.plan, consistent=chosen.consistent,
+            now=now, series=chosen.series, align=True, quantiles=chosen.quantiles,
+        )
+
+    def _names(self, counters: Sequence[str], method: str) -> list[str]:
+        if isinstance(counters, str) or not isinstance(counters, Sequence):
+            raise QueryError(f"{method} takes a list of counter names, got {counters!r}")
+        if not counters:
+            raise QueryError(f"{method} needs at least one counter name")
+        return [validate_query_counter(name) for name in counters]
 
     def list_counters(
         self, prefix: str = "", *, limit: int | None = None, cursor: str | None = None, **options: Any
@@ -526,13 +621,7 @@ class Reader:
                 f"({self.settings.minute_retention_ms // 3_600_000} h): answered over whole hours there, {first.window}"
             )
         notes.extend(self.settings_differences())
-        notes.extend(
-            f"{result.counter!r} is not exact: {len(result.unresolved)} bucket item(s) it read were left unresolved "
-            f"by an overlap whose records had left the stream, and may be low (e.g. {result.unresolved[0]}); "
-            f"scripts/audit.py {result.counter} --repair recounts them from the events table"
-            for result in results
-            if result.unresolved
-        )
+        notes.extend(self._unresolved_notes(results))
         notes.extend(self._retired_notes(results))
         if first.window.start_ms > now_ms():
             notes.append(f"the window {first.window} lies entirely in the future: nothing can be counted in it yet")
@@ -545,7 +634,21 @@ class Reader:
         )
         return notes
 
-    def _retired_notes(self, results: Sequence[WindowCount]) -> list[str]:
+    def calendar_notes(self, found: Sequence[CalendarSeries]) -> list[str]:
+        """Lines an edge shows beside calendar series: settings that differ, counters not exact, retired ones."""
+        return [*self.settings_differences(), *self._unresolved_notes(found), *self._retired_notes(found)]
+
+    @staticmethod
+    def _unresolved_notes(results: Sequence[WindowCount | CalendarSeries]) -> list[str]:
+        return [
+            f"{result.counter!r} is not exact: {len(result.unresolved)} bucket item(s) it read were left unresolved "
+            f"by an overlap whose records had left the stream, and may be low (e.g. {result.unresolved[0]}); "
+            f"scripts/audit.py {result.counter} --repair recounts them from the events table"
+            for result in results
+            if result.unresolved
+        ]
+
+    def _retired_notes(self, results: Sequence[WindowCount | CalendarSeries]) -> list[str]:
         """A line for the counters that stopped counting at one instant under the same retired rules: their
         0 is not a quiet counter's."""
         groups: dict[tuple[int, tuple[str, ...]], list[str]] = {}

@@ -63,22 +63,26 @@ def served_blog():
             http_api.api_settings.cache_clear()
 
 
+# The totals' rows read in one script, so that a refresh replacing them (every 10 s) cannot come in between.
+ROWS = """
+const shown = (cell) => getComputedStyle(cell).display !== "none";
+return Array.from(document.querySelectorAll("#totals tbody tr"), (row) => {
+  const cells = Array.from(row.cells);
+  const quantiles = Object.fromEntries(
+    Array.from(row.querySelectorAll("td.quantile"), (cell) => [cell.dataset.quantile, cell.title || ""]));
+  return [row.dataset.counter, {
+    distinct: row.querySelector("td.distinct").textContent, window: cells[cells.length - 1].textContent, ...quantiles,
+    shown: cells.filter((cell) => cell.className !== "retired").map(shown),
+    retired: cells.filter((cell) => cell.className === "retired").map(shown),
+  }];
+});
+"""
+
+
 def rows(driver) -> dict[str, dict[str, str]]:
     """Each counter's row: its cells by class (their exact value, the title, where the page rounds it), and
     which of them show (but the retired mark's, hidden while no chosen counter is retired)."""
-    from selenium.webdriver.common.by import By
-
-    table = {}
-    for row in driver.find_elements(By.CSS_SELECTOR, "#totals tbody tr"):
-        cells = row.find_elements(By.TAG_NAME, "td")
-        quantiles = {cell.get_attribute("data-quantile"): cell.get_attribute("title") or "" for cell in cells[5:8]}
-        marks = [cell.get_attribute("class") == "retired" for cell in cells]
-        table[row.get_attribute("data-counter")] = {
-            "distinct": cells[4].text, "window": cells[-1].text, **quantiles,
-            "shown": [cell.is_displayed() for cell, mark in zip(cells, marks) if not mark],
-            "retired": [cell.is_displayed() for cell, mark in zip(cells, marks) if mark],
-        }
-    return table
+    return dict(driver.execute_script(ROWS))
 
 
 # 7d reaches past the minute retention (48 h): the window answered is aligned to whole hours at its start.

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from botocore.credentials import Credentials
@@ -255,3 +258,82 @@ def test_a_counter_whose_rule_is_retired_is_marked_retired_in_the_list_the_total
     ranked = browser.find_element(By.CSS_SELECTOR, '#top tr[data-counter="sign-ups"] td.retired')
     assert ranked.is_displayed() and ranked.text == f"retired {signups['retired']}"
     assert browser.find_element(By.CSS_SELECTOR, '#top tr[data-counter="page-views"] td.retired').text == ""
+
+
+# page-views' month so far as the totals show it, read in one script: a live refresh replaces the rows.
+MONTH_SHOWN = """
+const shown = document.querySelector('#totals tr[data-counter="page-views"] td.month');
+return shown ? shown.textContent : null;
+"""
+
+
+@contextmanager
+def browser_zone(browser, zone: str):
+    """The browser's own time zone (what Intl reports and the page defaults to) set to ``zone``, then restored."""
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
+    try:
+        yield
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def test_the_calendar_draws_the_apis_days_in_the_browsers_zone_and_this_month_beside_the_total(served, browser):
+    """The days are the ones the page asked /calendar for (the last 30 in New York, whatever today is), each the
+    API's count; a day of events falls within them whole, and this month so far is /counts' month to date."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    api, events = served
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    with browser_zone(browser, "America/New_York"):
+        browser.get(f"{api.url}/?counter=page-views&window=24h&series=hour")
+        wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-calendar-updates"))
+        month_shown = wait.until(lambda driver: driver.execute_script(MONTH_SHOWN))
+        drawn = browser.find_element(By.ID, "calendar-chart")
+        asked = {name: drawn.get_attribute(f"data-{name}") for name in ("period", "tz", "from", "to")}
+        zone_chosen = browser.find_element(By.ID, "calendar-tz").get_attribute("value")
+        coloured = browser.execute_script(COLOURED_PIXELS.replace("#chart", "#calendar-chart"), list(SERIES_COLOUR))
+        points = json.loads(drawn.get_attribute("data-points"))
+        status = browser.find_element(By.ID, "calendar-status")
+        status_text, status_class = status.text, status.get_attribute("class") or ""
+    query = urlencode({"counter": "page-views", **asked})
+    with urllib.request.urlopen(f"{api.url}/calendar?{query}", timeout=10) as response:
+        (series,) = json.loads(response.read())["series"]
+    with urllib.request.urlopen(f"{api.url}/counts?counter=page-views&window=month-to-date&tz=America/New_York", timeout=10) as response:
+        (month,) = json.loads(response.read())["counts"]
+
+    assert zone_chosen == asked["tz"] == series["tz"] == "America/New_York" and asked["period"] == "day"
+    assert points == [[[point["start"], point["count"]] for point in series["points"]]]
+    assert len(points[0]) == 30
+    assert series["points"][-1]["end"].startswith(asked["to"]) and series["start"].startswith(asked["from"])
+    assert series["total"] == sum(1 for e in events if e.counter == "page-views") > 0  # a day of events, all within
+    assert coloured > 100  # the line was drawn
+    assert "error" not in status_class and "days in America/New_York" in status_text
+    assert int(month_shown.replace(",", "")) == month["total"] > 0
+
+
+def test_a_browser_zone_the_api_cannot_answer_shows_its_reason_instead_of_the_calendar(served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    api, _ = served
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    with browser_zone(browser, "Australia/Adelaide"):  # UTC+10:30 (+09:30 in winter): its days begin on half hours
+        browser.get(f"{api.url}/?counter=page-views&window=24h&series=hour")
+        wait.until(lambda driver: "error" in (driver.find_element(By.ID, "calendar-status").get_attribute("class") or ""))
+        message = browser.find_element(By.ID, "calendar-status").text
+        chart_shown = browser.find_element(By.ID, "calendar-chart").is_displayed()
+        zone_chosen = browser.find_element(By.ID, "calendar-tz").get_attribute("value")
+        drawn = browser.find_element(By.ID, "calendar-chart")
+        asked = {name: drawn.get_attribute(f"data-{name}") for name in ("period", "tz", "from", "to")}
+        wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, '#totals tr[data-counter="page-views"]'))
+        month_shown = browser.execute_script(MONTH_SHOWN)
+    query = urlencode({"counter": "page-views", **asked})  # the days the page asked for: the offset they have
+    try:
+        urllib.request.urlopen(f"{api.url}/calendar?{query}", timeout=10)
+    except urllib.error.HTTPError as refusal:
+        status, body = refusal.code, json.loads(refusal.read())
+
+    assert zone_chosen == asked["tz"] == "Australia/Adelaide" and status == 400
+    assert message == body["message"] and "not on a whole hour" in message
+    assert not chart_shown and month_shown == ""

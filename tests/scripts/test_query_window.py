@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from freezegun import freeze_time
@@ -468,3 +469,78 @@ def test_alert_arguments_that_do_not_fit_are_refused_in_one_line(argv, message, 
         query_window.main(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# --- calendar series and month to date ----------------------------------------------------------------------
+
+
+def instant_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("zone", ["America/New_York", "Europe/Berlin"])
+def test_a_daily_series_in_a_zone_answers_every_day_of_the_range_as_brute_force(counted, capsys, zone):
+    items = scan_items(client("dynamodb"), counted.events)
+    today = datetime.now(ZoneInfo(zone)).date()
+    first, end = today - timedelta(days=2), today + timedelta(days=2)
+    capsys.readouterr()
+    argv = ["alpha", "--series", "day", "--tz", zone, "--from", first.isoformat(), "--to", end.isoformat(), "--consistent"]
+    assert query_window.main([*argv, "--json"]) == 0
+    [series] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [point["start"][:10] for point in series["points"]] == [(first + timedelta(days=n)).isoformat() for n in range(4)]
+    for point in series["points"]:
+        window = Window.between(instant_ms(point["start"]), instant_ms(point["end"]))
+        assert point["count"] == brute_force_counts(items, ["alpha"], window)["alpha"]["expected"], point
+    assert series["total"] > 0 and series["tz"] == zone and series["requests"] >= 1
+    assert query_window.main(argv) == 0
+    shown = capsys.readouterr().out
+    assert f"alpha: days in {zone}, total {series['total']:,}" in shown and first.isoformat() in shown
+
+
+@pytest.mark.server
+def test_this_month_so_far_counts_from_the_first_local_midnight(counted, capsys):
+    items = scan_items(client("dynamodb"), counted.events)
+    zone = ZoneInfo("America/Los_Angeles")
+    capsys.readouterr()
+    assert query_window.main(["beta", "--month-to-date", "--tz", "America/Los_Angeles", "--consistent", "--json"]) == 0
+    [result] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    start = datetime.now(zone).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    assert result["start"] == iso_minute(int(start.timestamp() * 1000))
+    window = Window.between(int(start.timestamp() * 1000), now_ms())
+    assert result["total"] == brute_force_counts(items, ["beta"], window)["beta"]["expected"] > 0
+    assert result["requests"] <= 3
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["alpha", "--tz", "UTC"],
+        ["alpha", "--from", "2026-11-01"],
+        ["alpha", "--month-to-date", "--window", "7d"],
+        ["alpha", "--series", "day", "--window", "7d", "--from", "2026-11-01", "--to", "2026-11-02"],
+        ["--top", "3", "--prefix", "a", "--month-to-date"],
+    ],
+    ids=["tz without a calendar read", "from without a series", "month to date with a window", "series with a window", "top of a month"],
+)
+def test_calendar_arguments_that_do_not_fit_are_one_line_and_status_2(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        query_window.main(argv)
+    assert exited.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["alpha", "--series", "day", "--tz", "Mars/Base", "--from", "2026-11-01", "--to", "2026-11-02"], "unknown time zone 'Mars/Base'"),
+        (["alpha", "--series", "day", "--tz", "Asia/Kolkata", "--from", "2026-11-01", "--to", "2026-11-02"], "not on a whole hour"),
+        (["alpha", "--series", "day", "--from", "2020-01-01", "--to", "2020-01-02"], "past the hour retention"),
+        (["alpha", "--series", "day", "--from", "2026-11-31", "--to", "2026-12-02"], "from must be a date, YYYY-MM-DD"),
+        (["alpha", "--series", "week", "--week-start", "funday", "--from", "2026-11-01", "--to", "2026-12-01"], "a week starts on"),
+        (["alpha", "--series", "month", "--from", "2026-11-01"], "needs its first day and the day after its last"),
+    ],
+)
+def test_bad_calendar_input_is_one_line_on_stderr_and_status_2(argv, message, capsys):
+    assert query_window.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err

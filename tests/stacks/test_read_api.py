@@ -21,8 +21,8 @@ from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
 
 pytestmark = pytest.mark.cdk
 
-SIGNED = {"GET /counts", "GET /counters", "GET /top", "GET /alerts", "GET /openapi.json"}  # the description is signed like the data
-PUBLIC = {"GET /public/counts", "GET /public/counters", "GET /public/top", "GET /"}
+SIGNED = {"GET /counts", "GET /counters", "GET /top", "GET /calendar", "GET /alerts", "GET /openapi.json"}  # the description is signed like the data
+PUBLIC = {"GET /public/counts", "GET /public/counters", "GET /public/top", "GET /public/calendar", "GET /"}
 READ_ACTIONS = {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query"}
 
 
@@ -149,7 +149,7 @@ def test_only_api_gateway_may_invoke_the_read_function(default):
     ]
 
     assert permissions and {p["Principal"] for p in permissions} == {"apigateway.amazonaws.com"}
-    assert {render(p["SourceArn"]).rsplit("/", 1)[-1] for p in permissions} == {"counts", "counters", "top", "alerts", "openapi.json"}
+    assert {render(p["SourceArn"]).rsplit("/", 1)[-1] for p in permissions} == {"counts", "counters", "top", "calendar", "alerts", "openapi.json"}
 
 
 def test_server_errors_and_latency_raise_alarms_shown_on_the_dashboard(default, public):
