@@ -43,6 +43,9 @@ const elements = {
 };
 let chart = null;
 let calendarChart = null;
+// The API's clock less the browser's, from the Date of its last answer (whole seconds): which days the calendar
+// asks for follows the clock the counts are kept by, not a browser's that may be off.
+let clockOffset = 0;
 let timer = null;
 let generation = 0;
 
@@ -78,6 +81,8 @@ function retiredCell(retired) {
 async function getJson(path, parameters) {
   const query = new URLSearchParams(parameters).toString();
   const response = await fetch(`${readBase}${path}?${query}`, { headers: { Accept: "application/json" } });
+  const served = Date.parse(response.headers.get("Date") || "");
+  if (!Number.isNaN(served)) clockOffset = served - Date.now();
   const body = await response.json().catch(() => ({ message: `HTTP ${response.status}` }));
   if (!response.ok) throw new Error(body.message || `HTTP ${response.status}`);
   return body;
@@ -241,7 +246,7 @@ function dayText(year, month, day) {
 // The days the calendar asks for (to excluded): today's period in the zone and CALENDAR_BACK before it.
 function calendarRange(period, zone) {
   const parts = new Intl.DateTimeFormat("en-CA", { timeZone: zone, year: "numeric", month: "numeric", day: "numeric" })
-    .formatToParts(new Date());
+    .formatToParts(new Date(Date.now() + clockOffset));
   const [year, month, day] = ["year", "month", "day"].map((type) => Number(parts.find((part) => part.type === type).value));
   const back = CALENDAR_BACK[period];
   if (period === "month") return { from: dayText(year, month - back, 1), to: dayText(year, month + 1, 1) };
