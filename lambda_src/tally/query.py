@@ -43,15 +43,13 @@ class InvalidQueryCounter(QueryError, InvalidCounter):
     """A counter name no event can write, asked for in a read (an InvalidCounter too)."""
 
 
-@dataclass(frozen=True)
-class SeriesPoint:
-    """One bucket of a series: what the window holds from ``start`` until the next point (or the window's end)."""
+class _Aggregates:
+    """What a point holds beside its count: the average of its sum, its distinct count, and those as JSON."""
 
-    start: datetime
     count: int
-    sum: Decimal | None = None  # for a summing counter
-    histogram: Histogram | None = None  # for a histogram counter
-    sketch: Sketch | None = None  # for a distinct counter: its distinct values in this bucket
+    sum: Decimal | None
+    histogram: Histogram | None
+    sketch: Sketch | None
 
     @property
     def average(self) -> Decimal | None:
@@ -63,8 +61,8 @@ class SeriesPoint:
     def distinct(self) -> int | None:
         return None if self.sketch is None else self.sketch.count()
 
-    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
-        point: dict[str, object] = {"start": iso_minute(_ms(self.start)), "count": self.count}
+    def _with_aggregates(self, point: dict[str, object], quantiles: Sequence[str]) -> dict[str, object]:
+        point["count"] = self.count
         if self.sum is not None:
             point["sum"] = text_of(self.sum)
             point["average"] = text_of(self.average)
@@ -73,6 +71,20 @@ class SeriesPoint:
         if self.histogram is not None and quantiles:
             point["quantiles"] = quantiles_json(self.histogram, quantiles)
         return point
+
+
+@dataclass(frozen=True)
+class SeriesPoint(_Aggregates):
+    """One bucket of a series: what the window holds from ``start`` until the next point (or the window's end)."""
+
+    start: datetime
+    count: int
+    sum: Decimal | None = None  # for a summing counter
+    histogram: Histogram | None = None  # for a histogram counter
+    sketch: Sketch | None = None  # for a distinct counter: its distinct values in this bucket
+
+    def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
+        return self._with_aggregates({"start": iso_minute(_ms(self.start))}, quantiles)
 
 
 @dataclass(frozen=True)
@@ -382,7 +394,7 @@ def _ms(moment: datetime) -> int:
 
 
 @dataclass(frozen=True)
-class CalendarPoint:
+class CalendarPoint(_Aggregates):
     """One period of a calendar series: what its counter counted from ``start`` to ``end`` (excluded), local
     instants of the series' zone."""
 
@@ -393,26 +405,8 @@ class CalendarPoint:
     histogram: Histogram | None = None
     sketch: Sketch | None = None
 
-    @property
-    def average(self) -> Decimal | None:
-        if self.sum is None or not self.count:
-            return None
-        return average_of(self.sum, self.count)
-
-    @property
-    def distinct(self) -> int | None:
-        return None if self.sketch is None else self.sketch.count()
-
     def as_json(self, quantiles: Sequence[str] = ()) -> dict[str, object]:
-        point: dict[str, object] = {"start": self.start.isoformat(), "end": self.end.isoformat(), "count": self.count}
-        if self.sum is not None:
-            point["sum"] = text_of(self.sum)
-            point["average"] = text_of(self.average)
-        if self.sketch is not None:
-            point["distinct"] = self.distinct
-        if self.histogram is not None and quantiles:
-            point["quantiles"] = quantiles_json(self.histogram, quantiles)
-        return point
+        return self._with_aggregates({"start": self.start.isoformat(), "end": self.end.isoformat()}, quantiles)
 
 
 @dataclass(frozen=True)
