@@ -33,6 +33,16 @@ def parse_instant(text: str) -> int:
         raise InvalidInstant(f"must be {FORMS}: {error}") from None
 
 
+def whole_second_ms(text: str) -> int:
+    """``parse_instant``, refusing an instant that is not a whole second (count-from instants, a rule's
+    countFrom and retiredAt: they are compared with arrivals, which are whole seconds)."""
+    raw = str(text).strip()
+    instant_ms = parse_instant(raw)
+    if instant_ms % 1000:
+        raise InvalidInstant(f"must be a whole second, got {raw!r}")
+    return instant_ms
+
+
 def iso_ms(text: str) -> int:
     """Epoch milliseconds of an ISO-8601 instant with a UTC offset (``Z`` or ``+hh:mm``), in range."""
     try:

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 from tally.core.alerts import AlertsError, parse_alerts
 from tally.core.amounts import InvalidAmount, units_of
 from tally.core.histograms import InvalidValue, bin_of
-from tally.core.instants import InvalidInstant, parse_instant
+from tally.core.instants import InvalidInstant, whole_second_ms
 from tally.core.sketches import InvalidValue as InvalidDistinct
 from tally.core.sketches import hash_of
 
@@ -608,12 +608,9 @@ def _lifetime(where: str, entry: dict[str, Any]) -> dict[str, int | None]:
             raise RulesError(f"{where}: field {key!r}: must be an instant, ISO-8601 with an offset or epoch seconds, "
                              f"got {_short(raw)}")
         try:
-            instant_ms = parse_instant(str(raw))
+            instants[field_name] = whole_second_ms(str(raw))
         except InvalidInstant as error:
             raise RulesError(f"{where}: field {key!r}: {error}") from None
-        if instant_ms % 1000:
-            raise RulesError(f"{where}: field {key!r}: must be a whole second, got {_short(raw)}")
-        instants[field_name] = instant_ms
     start, end = instants["count_from_ms"], instants["retired_ms"]
     if start is not None and end is not None and end <= start:
         raise RulesError(f"{where}: field 'retiredAt': must be after its countFrom")

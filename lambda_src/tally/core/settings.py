@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tally.core.instants import InvalidInstant, parse_instant
+from tally.core.instants import whole_second_ms
 from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 
@@ -231,15 +231,8 @@ def _count_from(raw: str | None) -> int | None:
 
 
 def parse_count_from(raw: str | int) -> int:
-    """A count-from instant as epoch ms (``instants.parse_instant``); ValueError unless it names a whole second."""
-    text = str(raw).strip()
-    try:
-        instant_ms = parse_instant(text)
-    except InvalidInstant as error:
-        raise ValueError(str(error)) from None
-    if instant_ms % 1000:
-        raise ValueError(f"must be a whole second, got {text!r}")
-    return instant_ms
+    """A count-from instant as epoch ms (``instants.whole_second_ms``); ValueError unless it names a whole second."""
+    return whole_second_ms(str(raw))
 
 
 def _rules(env: Mapping[str, str]) -> Rules | None:
