@@ -38,7 +38,6 @@ from another export: one line on stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from typing import Any
@@ -52,7 +51,6 @@ from tally.backfill import (
     HistoryScope,
     ScopeRefused,
     WriteRateLimit,
-    backfill_deadline_ms,
     backfill_export,
     unseen_history,
 )
@@ -122,16 +120,9 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         state_machine_arn = _state_machine(args.stack) if args.stack and not args.here else None
         if state_machine_arn and args.max_wcu is not None:
             raise ScriptError("--max-wcu caps a backfill --here; in the account the stack's backfillMaxWcu does")
-        if now_ms() < count_from_ms:
-            raise ScriptError(
-                f"{scope.described} cannot be counted yet: an export shows the table only at an instant that has passed; "
-                f"run the backfill after {iso_second(count_from_ms)}"
-            )
-        if now_ms() > backfill_deadline_ms(count_from_ms):
-            raise ScriptError(
-                f"count-from {iso_second(count_from_ms)} is more than a day ago: a backfill must run within a day of it, "
-                "as a stream record is committed within a day of its arrival (deploy again with a new countFrom)"
-            )
+        refusal = scope.refusal_at(now_ms())
+        if refusal is not None:
+            raise ScriptError(refusal)
         settings = scope.settings_for(settings)
         for line in unseen_history(settings):
             console.print(f"[yellow]note:[/yellow] {line}")
@@ -141,11 +132,9 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         export = exports.wait_until_done(
             dynamodb, export.arn, poll_seconds=args.poll_seconds, on_poll=_report_status
         )
-        if export.export_time_ms is not None and export.export_time_ms != count_from_ms:
-            raise ScriptError(
-                f"export {export.arn} shows the table at {iso_second(export.export_time_ms)}, but the stream counts "
-                f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
-            )
+        refusal = scope.export_refusal(export.arn, export.export_time_ms)
+        if refusal is not None:
+            raise ScriptError(refusal)
         if state_machine_arn:  # the plan claims the export, by the in-account protocol
             return count_in_account(client("stepfunctions"), s3, state_machine_arn, export.arn, args.poll_seconds, scope)
         # Exported items all predate this process, but never a marker of the previous release: the claim

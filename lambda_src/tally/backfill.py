@@ -127,9 +127,32 @@ class HistoryScope:
     @property
     def key(self) -> str:
         """A short name for the scope, for work folders and execution names: "table" or "rules-<digest>"."""
-        if not self.rules:
-            return "table"
-        return "rules-" + hashlib.sha256(",".join(sorted(self.rules)).encode()).hexdigest()[:12]
+        return "rules-" + rules_digest(self.rules) if self.rules else "table"
+
+    def refusal_at(self, now_ms: int) -> str | None:
+        """Why the scope cannot be counted at ``now_ms``, or None: an export shows the table only at an instant
+        past, and the history must be counted within a day of it, as a stream record is of its arrival."""
+        instant = iso_second(self.count_from_ms)
+        if now_ms < self.count_from_ms:
+            return (
+                f"{self.described} cannot be counted before {instant}: an export shows the table only at an instant "
+                f"that has passed; run the backfill after {instant}"
+            )
+        if now_ms > backfill_deadline_ms(self.count_from_ms):
+            return (
+                f"count-from {instant} is more than a day ago: a backfill must run within a day of it, as a stream "
+                "record is committed within a day of its arrival (deploy again with a new countFrom)"
+            )
+        return None
+
+    def export_refusal(self, export_arn: str, export_time_ms: int | None) -> str | None:
+        """Why an export cannot be counted for the scope, or None: it must show the table at the scope's instant."""
+        if export_time_ms is None or export_time_ms == self.count_from_ms:
+            return None
+        return (
+            f"export {export_arn} shows the table at {iso_second(export_time_ms)}, but the stream counts "
+            f"from {iso_second(self.count_from_ms)}: items in between would be counted twice or never"
+        )
 
     @property
     def described(self) -> str:
@@ -143,6 +166,11 @@ class HistoryScope:
         if not self.rules:
             return outcomes
         return [[outcome for outcome in item if type(outcome) is CounterEvent] for item in outcomes]
+
+
+def rules_digest(rules: Sequence[str]) -> str:
+    """12 hex digits naming a set of rules, whatever their order."""
+    return hashlib.sha256(",".join(sorted(rules)).encode()).hexdigest()[:12]
 
 
 def unseen_history(settings: Settings) -> list[str]:

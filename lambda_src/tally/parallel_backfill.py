@@ -46,7 +46,6 @@ from tally.backfill import (
     HistoryScope,
     ScopeRefused,
     WriteRateLimit,
-    backfill_deadline_ms,
     chunks,
     export_outcomes,
     place,
@@ -56,7 +55,6 @@ from tally.core.buckets import iso_second
 from tally.core.records import Reason
 from tally.core.segments import Item, Segment, contribution
 from tally.core.settings import Settings
-from tally.core.commit import Writer
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
 from tally.dynamo.counts_table import CountsTable
@@ -302,18 +300,15 @@ class Backfill:
         """Check and claim the export, list its data files in S3: the input of the fold and commit maps."""
         scope = self._scope(rules)
         count_from_ms = scope.count_from_ms
-        if now_ms() < count_from_ms:
-            raise PlanRefused(f"{scope.described} cannot be counted before {iso_second(count_from_ms)}: run it once that has passed")
-        if now_ms() > backfill_deadline_ms(count_from_ms):
-            raise PlanRefused(f"count-from {iso_second(count_from_ms)} is more than a day ago: deploy again with a new countFrom")
+        refusal = scope.refusal_at(now_ms())
+        if refusal is not None:
+            raise PlanRefused(refusal)
         export = exports.describe(self.dynamodb, export_arn)
         if export.status != "COMPLETED":
             raise PlanRefused(f"export {export_arn} is {export.status}, not COMPLETED: {export.failure or 'wait for it'}")
-        if export.export_time_ms is not None and export.export_time_ms != count_from_ms:
-            raise PlanRefused(
-                f"export {export_arn} shows the table at {iso_second(export.export_time_ms)}, but the stream counts "
-                f"from {iso_second(count_from_ms)}: items in between would be counted twice or never"
-            )
+        refusal = scope.export_refusal(export_arn, export.export_time_ms)
+        if refusal is not None:
+            raise PlanRefused(refusal)
         if export.bucket != self.config.bucket or export.prefix.strip("/") != self.config.prefix:
             raise PlanRefused(
                 f"export {export_arn} lies in s3://{export.bucket}/{export.prefix}, but the backfill reads "

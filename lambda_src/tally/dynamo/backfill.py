@@ -50,41 +50,21 @@ class BackfillClaims(TableAccess):
             for rule in rules:
                 self._claim_rule(table_arn, count_from_iso, export_arn, expires_s, protocol, rule, rules)
             return
-        key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": count_from_iso}}
-        try:
-            self.client.put_item(
-                TableName=self.table_name,
-                Item={
-                    **key,
-                    "export": {"S": export_arn},
-                    "protocol": {"S": protocol},
-                    TTL_ATTRIBUTE: {"N": str(expires_s)},
-                },
-                ConditionExpression="attribute_not_exists(#pk) OR (#export = :export AND #protocol = :protocol)",
-                ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key, "#export": "export", "#protocol": "protocol"},
-                ExpressionAttributeValues={":export": {"S": export_arn}, ":protocol": {"S": protocol}},
-            )
-        except ClientError as error:
-            if error_code(error) != "ConditionalCheckFailedException":
-                raise
-            claimed = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item", {})
-            other = claimed.get("export", {}).get("S", "?")
-            claimed_protocol = claimed.get("protocol", {}).get("S")
-            if other == export_arn and claimed_protocol is not None:
-                raise BackfillClaimed(
-                    f"the backfill of {export_arn} was begun "
-                    + ("in the account (backfill.py --stack)" if claimed_protocol != BACKFILL_PROTOCOL else "by one process (backfill.py --here)")
-                    + ", which writes its segments at other places: finish it the same way"
-                ) from None
-            if other == export_arn:
-                raise BackfillClaimed(
-                    f"the backfill of {export_arn} was begun by the previous release of tally, which committed it "
-                    "file by file with markers: finish it with that release"
-                ) from None
+        held = self._put_claim(count_from_iso, table_arn, {"export": export_arn, "protocol": protocol}, expires_s)
+        if held is None:
+            return
+        other, claimed_protocol = held.get("export", "?"), held.get("protocol")
+        if other == export_arn and claimed_protocol is not None:
+            raise BackfillClaimed(_begun_elsewhere(f"the backfill of {export_arn}", claimed_protocol))
+        if other == export_arn:
             raise BackfillClaimed(
-                f"the history of {table_arn} at {count_from_iso} is counted from export {other}; "
-                f"counting {export_arn} too would count its items twice"
-            ) from None
+                f"the backfill of {export_arn} was begun by the previous release of tally, which committed it "
+                "file by file with markers: finish it with that release"
+            )
+        raise BackfillClaimed(
+            f"the history of {table_arn} at {count_from_iso} is counted from export {other}; "
+            f"counting {export_arn} too would count its items twice"
+        )
 
     def _claim_rule(
         self,
@@ -99,8 +79,27 @@ class BackfillClaims(TableAccess):
         """Tie one rule's history to one export, instant, protocol and set of rules counted together, or raise
         BackfillClaimed: counted again from another export, at another instant or with other companions (another
         writer, whose watermarks this one cannot see), its history would be counted twice."""
-        key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": RULE_CLAIM_PREFIX + rule}}
         claim = {"export": export_arn, "protocol": protocol, "countFrom": count_from_iso, "rules": ",".join(sorted(rules))}
+        held = self._put_claim(RULE_CLAIM_PREFIX + rule, table_arn, claim, expires_s)
+        if held is None:
+            return
+        if held.get("export") == export_arn and held.get("rules") != claim["rules"]:
+            companions = held.get("rules", "?")
+            raise BackfillClaimed(
+                f"rule {rule!r} is counted from {export_arn} together with rules {companions}: "
+                f"run the backfill again with --rules {companions.replace(',', ' ')}"
+            )
+        if held.get("export") == export_arn:
+            raise BackfillClaimed(_begun_elsewhere(f"the backfill of rule {rule!r} from {export_arn}", held.get("protocol")))
+        raise BackfillClaimed(
+            f"the history of rule {rule!r} is counted from export {held.get('export', '?')} (at {held.get('countFrom', '?')}); "
+            f"counting {export_arn} too would count it twice (a changed rule is a new rule, with a new name)"
+        )
+
+    def _put_claim(self, sort_key: str, table_arn: str, claim: dict[str, str], expires_s: int) -> dict[str, str] | None:
+        """Put the claim unless another is held there: None once it is the table's (put now, or the same claim
+        put before), else the claim held (its string attributes), read strongly consistent."""
+        key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": sort_key}}
         try:
             self.client.put_item(
                 TableName=self.table_name,
@@ -109,23 +108,15 @@ class BackfillClaims(TableAccess):
                 ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key, **{f"#{name}": name for name in claim}},
                 ExpressionAttributeValues={f":{name}": {"S": value} for name, value in claim.items()},
             )
+            return None
         except ClientError as error:
             if error_code(error) != "ConditionalCheckFailedException":
                 raise
-            held = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item", {})
-            found = {name: held.get(name, {}).get("S", "?") for name in claim}
-            if found["export"] == export_arn and found["rules"] != claim["rules"]:
-                raise BackfillClaimed(
-                    f"rule {rule!r} is counted from {export_arn} together with rules {found['rules']}: "
-                    f"run the backfill again with --rules {found['rules'].replace(',', ' ')}"
-                ) from None
-            if found["export"] == export_arn:
-                raise BackfillClaimed(
-                    f"the backfill of rule {rule!r} from {export_arn} was begun "
-                    + ("in the account (backfill.py --stack)" if found["protocol"] != BACKFILL_PROTOCOL else "by one process (backfill.py --here)")
-                    + ", which writes its segments at other places: finish it the same way"
-                ) from None
-            raise BackfillClaimed(
-                f"the history of rule {rule!r} is counted from export {found['export']} (at {found['countFrom']}); "
-                f"counting {export_arn} too would count it twice (a changed rule is a new rule, with a new name)"
-            ) from None
+        held = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item", {})
+        return {name: value["S"] for name, value in held.items() if "S" in value}
+
+
+def _begun_elsewhere(what: str, protocol: str | None) -> str:
+    """Why a backfill begun one way (one process, or the account's ranges) cannot be finished the other way."""
+    where = "by one process (backfill.py --here)" if protocol == BACKFILL_PROTOCOL else "in the account (backfill.py --stack)"
+    return f"{what} was begun {where}, which writes its segments at other places: finish it the same way"

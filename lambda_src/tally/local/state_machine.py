@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tally.parallel_backfill as parallel_backfill
-from tally.backfill import HistoryScope
+from tally.backfill import rules_digest
 from tally.parallel_backfill import STAGES, Stage
 
 CHILD_ATTEMPTS = 3  # a child that fails is tried again, as the map's retrier does
@@ -190,7 +190,7 @@ class ExecutionFollower:
 def execution_name(export_arn: str, rules: tuple[str, ...] = ()) -> str:
     """One execution per export and scope: starting it again while it runs finds it, and a failed one is redriven."""
     name = "backfill-" + export_arn.rsplit("/", 1)[-1][:60]
-    return name if not rules else f"{name}-{HistoryScope(0, rules).key.removeprefix('rules-')}"
+    return f"{name}-{rules_digest(rules)}" if rules else name
 
 
 def start_or_resume(sfn: Any, state_machine_arn: str, export_arn: str, rules: tuple[str, ...] = ()) -> tuple[str, str]:
