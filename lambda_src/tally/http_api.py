@@ -98,7 +98,7 @@ from tally.api_schema import (
     Window,
     Zone,
 )
-from tally.core.calendar import month_start, zone_of
+from tally.core.calendar import month_so_far, zone_of
 from tally.core.units import MINUTE_MS
 from tally.core.windows import now_ms
 from tally.query import validate_query_counter
@@ -579,11 +579,10 @@ def _month_to_date(names: list[str], texts: dict[str, str | None], tz: str | Non
             )
     others = {name: value for name, value in texts.items() if name != "window" and value is not None}
     try:
-        now = now_ms()
-        minutes = max(1, -(-(now - month_start(now, zone_of(tz))) // MINUTE_MS))
+        length_ms, _ = month_so_far(now_ms(), zone_of(tz))
     except QueryError as error:
         raise BadRequest("tz", str(error)) from None
-    options = _options({**others, "window": f"{minutes}m"})  # the other options checked, each named if refused
+    options = _options({**others, "window": f"{length_ms // MINUTE_MS}m"})  # the others checked, each named if refused
     _check_size(len(names), options)
     try:
         results = reader().month_to_date(names, tz=tz, **others)
@@ -621,10 +620,7 @@ def _calendar(names: list[str], texts: dict[str, str | None], *, public: bool) -
 def _calendar_culprit(error: QueryError) -> str | None:
     """The parameter a calendar refusal names (``CalendarError.parameter``); quantiles and consistency are
     read's own options."""
-    named = getattr(error, "parameter", None)
-    if named:
-        return {"start": "from", "end": "to"}.get(named, named)
-    return "quantiles" if "quantile" in str(error) else None
+    return getattr(error, "parameter", None) or ("quantiles" if "quantile" in str(error) else None)
 
 
 def _counters(prefix: str | None, cursor: str | None, texts: dict[str, str | None], *, public: bool) -> Response:

@@ -477,9 +477,13 @@ def calendar_series(
             f"and the oldest kept in {zone} begins {iso_local(oldest, zone_of(zone))}",
             "from",
         )
+    rules = table.settings.counter_rules
     end = min(spans[-1].end_ms, now)
     if end <= spans[0].start_ms:  # all to come: nothing to read
-        return [_calendar_of(counter, period, zone, spans, [], table.settings.counter_rules, now, quantiles) for counter in counters]
+        return [
+            replace(_calendar_of(counter, period, zone, spans, [], rules, quantiles), retired=retired_at(rules, counter, now))
+            for counter in counters
+        ]
     length_ms = -(-(end - spans[0].start_ms) // MINUTE_MS) * MINUTE_MS
     results = count_windows(
         table, counters, length_ms=length_ms, at_ms=end, plan=PlanKind.RANGE, consistent=consistent, now=now,
@@ -487,8 +491,8 @@ def calendar_series(
     )
     return [
         replace(
-            _calendar_of(result.counter, period, zone, spans, result.series or (), table.settings.counter_rules, now, quantiles),
-            requests=result.requests, items_read=result.items_read, unresolved=result.unresolved,
+            _calendar_of(result.counter, period, zone, spans, result.series or (), rules, quantiles),
+            requests=result.requests, items_read=result.items_read, unresolved=result.unresolved, retired=result.retired,
         )
         for result in results
     ]
@@ -501,10 +505,10 @@ def _calendar_of(
     spans: Sequence[Span],
     hours: Sequence[SeriesPoint],
     rules: Rules,
-    now: int,
     quantiles: Sequence[str],
 ) -> CalendarSeries:
-    """Hours (points of an hour series) summed into the periods that hold them."""
+    """Hours (points of an hour series) summed into the periods that hold them (what the read cost, and whether the
+    counter is retired, are the caller's to say)."""
     starts = [span.start_ms for span in spans]
     counts = [0] * len(spans)
     sums: list[Decimal] | None = [Decimal(0)] * len(spans) if rules.sums(counter) else None
@@ -534,7 +538,4 @@ def _calendar_of(
         )
         for index, span in enumerate(spans)
     )
-    return CalendarSeries(
-        counter, period, zone, points, PlanKind.RANGE, 0, 0, tuple(quantiles) if bins is not None else (),
-        retired=retired_at(rules, counter, now),
-    )
+    return CalendarSeries(counter, period, zone, points, PlanKind.RANGE, 0, 0, tuple(quantiles) if bins is not None else ())

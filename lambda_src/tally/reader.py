@@ -71,7 +71,7 @@ from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.dynamo.ranking import RankIndex
 from tally.dynamo.settings import PublishedSettings
-from tally.core.calendar import CalendarError, Period, Span, day_of, month_start, spans, weekday_of, zone_of
+from tally.core.calendar import CalendarError, Period, Span, day_of, month_so_far, spans, weekday_of, zone_of
 from tally.query import (
     CalendarSeries,
     WindowCount,
@@ -344,11 +344,7 @@ class Reader:
 
     def count_many(self, counters: Sequence[str], **options: Any) -> list[WindowCount]:
         """Several counters over the same window, in the order given (the batch plan shares their requests)."""
-        if isinstance(counters, str) or not isinstance(counters, Sequence):
-            raise QueryError(f"count_many takes a list of counter names, got {counters!r}: for one, use count")
-        if not counters:
-            raise QueryError("count_many needs at least one counter name")
-        names = [validate_query_counter(name) for name in counters]
+        names = self._names(counters, "count_many", ": for one, use count")
         return self._count(names, read_options(**options), now_ms())
 
     def calendar(
@@ -383,18 +379,18 @@ class Reader:
         if options.get("window") is not None or options.get("at") is not None:
             raise QueryError("month to date sets its own window: from the month's start until now")
         now = now_ms()
-        start = month_start(now, zone_of(tz))
-        end = max(now, start + 1)  # at the month's very first instant, its first minute
-        length = -(-(end - start) // 60_000) * timedelta(minutes=1)
-        chosen = read_options(window=length, plan=options.pop("plan", None) or PlanKind.RANGE, **options)
+        length_ms, end = month_so_far(now, zone_of(tz))
+        chosen = read_options(window=timedelta(milliseconds=length_ms), plan=options.pop("plan", None) or PlanKind.RANGE, **options)
         return count_windows(
-            self.table, names, length_ms=_length_ms(chosen), at_ms=end, plan=chosen.plan, consistent=chosen.consistent,
+            self.table, names, length_ms=length_ms, at_ms=end, plan=chosen.plan, consistent=chosen.consistent,
             now=now, series=chosen.series, align=True, quantiles=chosen.quantiles,
         )
 
-    def _names(self, counters: Sequence[str], method: str) -> list[str]:
+    @staticmethod
+    def _names(counters: Sequence[str], method: str, for_one: str = "") -> list[str]:
+        """The counter names a read of several takes, each checked; QueryError naming ``method`` otherwise."""
         if isinstance(counters, str) or not isinstance(counters, Sequence):
-            raise QueryError(f"{method} takes a list of counter names, got {counters!r}")
+            raise QueryError(f"{method} takes a list of counter names, got {counters!r}{for_one}")
         if not counters:
             raise QueryError(f"{method} needs at least one counter name")
         return [validate_query_counter(name) for name in counters]

@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from enum import Enum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from tally.core.units import HOUR_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.windows import QueryError
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -142,6 +142,14 @@ def month_start(now_ms: int, zone: ZoneInfo) -> int:
     first = datetime.fromtimestamp(now_ms / 1000, UTC).astimezone(zone).date().replace(day=1)
     [span] = spans(Period.DAY, first, first + timedelta(days=1), zone)  # checks the month begins on a whole hour
     return span.start_ms
+
+
+def month_so_far(now_ms: int, zone: ZoneInfo) -> tuple[int, int]:
+    """This month so far in ``zone`` as a window: its length (whole minutes, from the month's first instant) and
+    its end (now; at the month's very first instant, its first minute's)."""
+    start = month_start(now_ms, zone)
+    end = max(now_ms, start + 1)
+    return -(-(end - start) // MINUTE_MS) * MINUTE_MS, end
 
 
 def iso_local(ms: int, zone: ZoneInfo) -> str:
