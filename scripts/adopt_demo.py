@@ -39,7 +39,7 @@ from tally.core.windows import now_ms
 from tally.dynamo.tables import create_tables
 from tally import exports
 from tally.parallel_audit import AUDIT_STAGES, audit_work_prefix, gathered_items
-from tally.parallel_backfill import ENV_BUCKET, ENV_PREFIX, ENV_RANGES, STAGES, BackfillConfig, summary_from_json
+from tally.parallel_backfill import STAGES, BackfillConfig, summary_from_json
 from tally.local import state_machine
 from tally.local.aws import (
     ArgumentParser,
@@ -145,19 +145,9 @@ def adopt(args: argparse.Namespace) -> int:
         f"5. the backfill's state machine ({' → '.join(stage.name for stage in STAGES)}), "
         f"children in {args.workers} worker processes"
     )
-    environment = {
-        **os.environ,
-        ENV_BUCKET: BUCKET,
-        ENV_PREFIX: EXPORT_PREFIX,
-        ENV_RANGES: str(DEMO_RANGES),
-        "POWERTOOLS_METRICS_DISABLED": "true",
-    }
-    final = state_machine.run(
-        {"exportArn": export.arn, "rules": ""},
-        s3=s3,
-        workers=args.workers,
-        environment=environment,
-        on_stage=lambda stage, total: console.print(f"   {stage.name}: {total:,} {'child' if total == 1 else 'children'}"),
+    environment = state_machine.backfill_environment(BUCKET, EXPORT_PREFIX, DEMO_RANGES)
+    final = state_machine.run_backfill(
+        export.arn, "", s3=s3, workers=args.workers, environment=environment, say=console.print
     )
     load_script("backfill").show(summary_from_json(final["summary"]))
 

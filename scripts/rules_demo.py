@@ -72,7 +72,7 @@ from tally.local.delivery import DeliveryConfig
 from tally.local.dynamodb_local import ENV_BACKEND
 from tally.local.stream_reader import StreamReader
 from tally.local.workload import Workload
-from tally.parallel_backfill import ENV_BUCKET, ENV_PREFIX, ENV_RANGES, STAGES, summary_from_json
+from tally.parallel_backfill import STAGES, summary_from_json
 from tally.reader import Reader
 
 EVENTS_TABLE = "orders"
@@ -243,19 +243,9 @@ def add_rule(args: argparse.Namespace, demo: RulesDemo) -> int:
         f"4. the backfill's state machine ({' → '.join(stage.name for stage in STAGES)}) for "
         f'{{"rules": "{NEW_RULE}"}}, children in {args.workers} worker processes'
     )
-    environment = {
-        **os.environ,
-        ENV_BUCKET: BUCKET,
-        ENV_PREFIX: EXPORT_PREFIX,
-        ENV_RANGES: str(DEMO_RANGES),
-        "POWERTOOLS_METRICS_DISABLED": "true",
-    }
-    final = state_machine.run(
-        {"exportArn": export.arn, "rules": NEW_RULE},
-        s3=s3,
-        workers=args.workers,
-        environment=environment,
-        on_stage=lambda stage, total: console.print(f"   {stage.name}: {total:,} {'child' if total == 1 else 'children'}"),
+    environment = state_machine.backfill_environment(BUCKET, EXPORT_PREFIX, DEMO_RANGES)
+    final = state_machine.run_backfill(
+        export.arn, NEW_RULE, s3=s3, workers=args.workers, environment=environment, say=console.print
     )
     demo.backfill = summary_from_json(final["summary"])
     load_script("backfill").show(demo.backfill)

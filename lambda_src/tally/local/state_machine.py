@@ -47,6 +47,32 @@ def _run_child(handler_path: str, event: dict[str, Any]) -> Any:
             attempt += 1
 
 
+def backfill_environment(bucket: str, prefix: str, ranges: int) -> dict[str, str]:
+    """This process's environment with what the stack gives the backfill's functions: where exports lie, the
+    counter ranges, and metrics off (they are CloudWatch's)."""
+    return {
+        **os.environ,
+        parallel_backfill.ENV_BUCKET: bucket,
+        parallel_backfill.ENV_PREFIX: prefix,
+        parallel_backfill.ENV_RANGES: str(ranges),
+        "POWERTOOLS_METRICS_DISABLED": "true",
+    }
+
+
+def run_backfill(
+    export_arn: str, rules: str, *, s3: Any, workers: int, environment: Mapping[str, str], say: Callable[[str], None]
+) -> dict[str, Any]:
+    """The backfill's stages for an export (``rules``: those whose history alone is counted, "" for the table),
+    as the stack's state machine runs them; each stage is said with its number of children. The final state."""
+    return run(
+        {"exportArn": export_arn, "rules": rules},
+        s3=s3,
+        workers=workers,
+        environment=environment,
+        on_stage=lambda stage, total: say(f"   {stage.name}: {total:,} {'child' if total == 1 else 'children'}"),
+    )
+
+
 def items_of(stage: Stage, state: Mapping[str, Any], s3: Any) -> list[Any]:
     """What a map stage maps over: the plan's list of files in S3 (the ItemReader), or a list in the state."""
     if stage.over == "files":
