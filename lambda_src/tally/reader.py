@@ -44,6 +44,7 @@ from tally.core.settings import (
 )
 from tally.core.windows import (
     DEFAULT_LENGTH_MS,
+    ParameterRefused,
     QueryError,
     Window,
     end_ms_of,
@@ -196,12 +197,8 @@ def calendar_options(
     return CalendarOptions(kind, zone.key, first, last, tuple(spans(kind, first, last, zone, weekday)))
 
 
-class InvalidTop(QueryError):
+class InvalidTop(ParameterRefused):
     """A top N asked wrongly: its N, or its prefix."""
-
-    def __init__(self, message: str, parameter: str) -> None:
-        super().__init__(message)
-        self.parameter = parameter
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from enum import Enum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tally.core.units import HOUR_MS, MINUTE_MS
-from tally.core.windows import QueryError
+from tally.core.windows import ParameterRefused
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # A series lists at most this many periods: ten years of days.
@@ -30,13 +30,9 @@ class Period(str, Enum):
     MONTH = "month"
 
 
-class CalendarError(QueryError):
+class CalendarError(ParameterRefused):
     """A calendar read tally cannot answer as asked; the message says why and what to ask instead, and
     ``parameter`` which of the read's parameters (tz, from, to, week_start, period) is at fault."""
-
-    def __init__(self, message: str, parameter: str) -> None:
-        super().__init__(message)
-        self.parameter = parameter
 
 
 @dataclass(frozen=True)

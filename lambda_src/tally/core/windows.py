@@ -29,6 +29,14 @@ class QueryError(ValueError):
     """A read tally cannot answer as asked; the message says how to ask instead."""
 
 
+class ParameterRefused(QueryError):
+    """A read refused for one of its parameters, which ``parameter`` names (as the HTTP API spells it)."""
+
+    def __init__(self, message: str, parameter: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
 class InvalidWindow(QueryError):
     """A window that cannot exist: its length or end is not usable."""
 
