@@ -124,3 +124,12 @@ def test_periods_tile_the_range_each_beginning_at_a_local_midnight(zone, kind, s
             assert span.first_day.weekday() == week_start
         if kind is Period.MONTH and span is not found[0]:
             assert span.first_day.day == 1
+
+
+def test_29_february_is_a_day_of_its_month_in_a_zone_that_is_not_utc():
+    berlin = ZoneInfo("Europe/Berlin")
+    days = spans(Period.DAY, date(2028, 2, 28), date(2028, 3, 2), berlin)
+    assert [span.first_day for span in days] == [date(2028, 2, 28), date(2028, 2, 29), date(2028, 3, 1)]
+    assert [local(span.start_ms, berlin).hour for span in days] == [0, 0, 0] and all(hours(span) == 24 for span in days)
+    [february] = spans(Period.MONTH, date(2028, 2, 1), date(2028, 3, 1), NEW_YORK)
+    assert hours(february) == 29 * 24 and local(february.end_ms, NEW_YORK) == datetime(2028, 3, 1, tzinfo=NEW_YORK)
