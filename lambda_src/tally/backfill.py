@@ -44,6 +44,7 @@ from tally.core.buckets import iso_second
 from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason
 from tally.core.rules import ARRIVAL, MODIFY, REMOVE, RulesError
+from tally.core.ladder import Ladder
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.invocation import outcomes_of
@@ -343,7 +344,12 @@ def backfill_export(
     """
     writer = scope.writer(export_arn)
     # An export is read in one order only, and its segments are too large to hold their records twice.
-    folder = SegmentFolder(max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES, hold_records=False)
+    # Every record of an export climbs to its days and months directly: it may be counted at any time, a
+    # period's close included (core/ladder.py).
+    folder = SegmentFolder(
+        max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES, hold_records=False,
+        ladder=Ladder.of(settings, every_late=True),
+    )
 
     def commit_segment(segment: Segment) -> None:
         units = write_units(segment)

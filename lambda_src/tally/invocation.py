@@ -23,6 +23,7 @@ from tally.core.commit import CommitResult, ReadAgain, ReadRecords, Unresolved, 
 from tally.core.item_growth import ItemGrowth, item_growth
 from tally.core.overlaps import RecordsAgain
 from tally.core.records import CounterEvent, Outcome, Reason, Rejection, parse_record
+from tally.core.ladder import Ladder
 from tally.core.segments import Segment, SegmentFolder, UnreadableState
 from tally.core.settings import Settings
 
@@ -126,7 +127,7 @@ def process(
     summary = Summary(bucket_lanes=settings.bucket_lanes)
     records = event.get("Records") or []
     open_segment, carried_again = _resume(event.get("state"), summary, writer, read_again)
-    folder = SegmentFolder(open_segment)
+    folder = SegmentFolder(open_segment, ladder=Ladder.of(settings))
     for segment in folder.fold(outcomes_of(carried_again, settings)):
         _commit(segment, writer, commit, summary)
 

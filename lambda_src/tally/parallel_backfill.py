@@ -53,7 +53,8 @@ from tally.backfill import (
 )
 from tally.core.buckets import iso_second
 from tally.core.records import Reason
-from tally.core.segments import Item, Segment, contribution
+from tally.core.ladder import Ladder
+from tally.core.segments import Item, Segment, contributions
 from tally.core.settings import Settings
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
@@ -178,6 +179,7 @@ def fold_images(
     """One data file's items -> a partial segment per counter range, and what the items counted as
     (``settings``: the scope's)."""
     count_from_ms = scope.count_from_ms
+    ladder = Ladder.of(settings, every_late=True)  # an export's records climb to their days directly (core/ladder.py)
     partials: dict[int, Segment] = {}
     summary = BackfillSummary(files=1)
     for first, chunk in chunks(images):
@@ -186,15 +188,14 @@ def fold_images(
         for item_outcomes in scope.folded(outcomes):
             by_range: dict[int, list] = {}
             for found in item_outcomes:
-                added = contribution(found)
-                if added is not None:
+                for added in contributions(found, ladder):
                     by_range.setdefault(counter_range(added[1][0], ranges), []).append(added)
-            for number, contributions in by_range.items():
+            for number, added_here in by_range.items():
                 segment = partials.get(number)
                 if segment is None:
                     # One position for the whole export: nothing to split, so its records are not held.
                     segment = partials[number] = Segment(EXPORT_POSITION, count_from_ms, EXPORT_POSITION, held=None)
-                segment.add(EXPORT_POSITION, contributions)
+                segment.add(EXPORT_POSITION, added_here)
     return partials, summary
 
 

@@ -1,18 +1,24 @@
-"""Bucket math: UTC integer arithmetic on epoch milliseconds, no I/O.
+"""Bucket math: the bucket ladder, minute -> hour -> day -> month, in integer arithmetic on epoch ms. No I/O.
 
 A minute bucket is identified by its minute number (ms // 60_000), an hour
-bucket by its hour number (ms // 3_600_000). Sort keys are fixed-width so that
-lexicographic order is time order within a counter's item collection.
+bucket by its hour number (ms // 3_600_000), both UTC. Day and month buckets
+belong to a time zone (UTC or a zone the settings keep): a day by its local
+date's number of days since 1970-01-01, a month by year * 12 + month - 1, so a
+day in New York is 23, 24 or 25 hours long. Sort keys are fixed-width within a
+granularity and zone, so that lexicographic order is time order within a
+counter's item collection: ``M#2026-11-28T13:17``, ``H#2026-11-28T13``,
+``D#Europe/Berlin@2026-11-28``, ``MO#UTC@2026-11``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import NamedTuple, Protocol
+from zoneinfo import ZoneInfo
 
 from tally.core.instants import InvalidInstant, in_range, iso_ms
 from tally.core.units import HOUR_MS, MINUTE_MS, MINUTES_PER_HOUR
@@ -31,37 +37,96 @@ class Retentions(Protocol):
     @property
     def hour_retention_ms(self) -> int: ...
 
+    @property
+    def day_retention_ms(self) -> int: ...
+
+    @property
+    def month_retention_months(self) -> int: ...
 
 
 # By kind, without building the enum: every committed bucket computes its end for the TTL.
 _LENGTH_MS = {"M": MINUTE_MS, "H": HOUR_MS}
+DAY = "D"
+MONTH = "MO"
+# The ordinal of 1970-01-01: a day bucket's index is its local date's ordinal minus it.
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+# Between a zone's name and the period in a long bucket's sort key: no IANA name holds it.
+ZONE_SEPARATOR = "@"
 
 
 @functools.lru_cache(maxsize=8192)
-def _sort_key(kind: str, index: int) -> str:
+def _sort_key(kind: str, index: int, zone: str = "") -> str:
     """Cached: a commit sorts and writes every bucket of its segment by this key, a window's buckets are few."""
+    if kind == DAY:
+        return f"D#{zone}{ZONE_SEPARATOR}{day_date(index).isoformat()}"
+    if kind == MONTH:
+        year, month = divmod(index, 12)
+        return f"MO#{zone}{ZONE_SEPARATOR}{year:04d}-{month + 1:02d}"
     start = datetime.fromtimestamp(index * _LENGTH_MS[kind] / 1000, UTC)
     return start.strftime("M#%Y-%m-%dT%H:%M" if kind == "M" else "H#%Y-%m-%dT%H")
+
+
+def day_date(index: int) -> date:
+    """The local date of day bucket ``index``."""
+    return date.fromordinal(index + EPOCH_ORDINAL)
+
+
+def day_index(day: date) -> int:
+    return day.toordinal() - EPOCH_ORDINAL
+
+
+def month_index(day: date) -> int:
+    """The month bucket holding ``day``: year * 12 + month - 1."""
+    return day.year * 12 + day.month - 1
+
+
+def month_first_day(index: int) -> date:
+    year, month = divmod(index, 12)
+    return date(year, month + 1, 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def zone_named(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+@functools.lru_cache(maxsize=65536)
+def local_midnight_ms(day: date, zone: str) -> int:
+    """Epoch ms of the first instant of ``day`` in ``zone`` (a midnight a DST change skips: the instant the
+    clocks jump, PEP 495's fold 0)."""
+    return int(datetime.combine(day, time(0), tzinfo=zone_named(zone)).timestamp() * 1000)
+
+
+@functools.lru_cache(maxsize=65536)
+def local_day_of_hour(hour: int, zone: str) -> int:
+    """The local day (bucket index) in ``zone`` that holds UTC hour ``hour``'s first instant."""
+    local = datetime.fromtimestamp(hour * 3600, UTC).astimezone(zone_named(zone))
+    return day_index(local.date())
 
 
 class Granularity(str, Enum):
     MINUTE = "M"
     HOUR = "H"
+    DAY = "D"
+    MONTH = "MO"
 
     @property
     def length_ms(self) -> int:
-        return MINUTE_MS if self is Granularity.MINUTE else HOUR_MS
+        """A minute's or an hour's length; days and months have none of their own (DST, month lengths)."""
+        return _LENGTH_MS[self.value]
 
 
 class Bucket(NamedTuple):
-    """One bucket of one granularity: ``index`` is minutes or hours since the epoch.
+    """One bucket of one granularity: ``index`` is minutes or hours since the epoch, or a local day or month
+    in ``zone`` (an IANA name; empty for minutes and hours, which are UTC).
 
     A named tuple: the write path builds two per record and hashes them into
     segment deltas, which a tuple does at C speed.
     """
 
-    kind: str  # Granularity value: "M" or "H"
+    kind: str  # Granularity value: "M", "H", "D" or "MO"
     index: int
+    zone: str = ""
 
     @property
     def granularity(self) -> Granularity:
@@ -69,15 +134,26 @@ class Bucket(NamedTuple):
 
     @property
     def start_ms(self) -> int:
+        if self.kind == DAY:
+            return local_midnight_ms(day_date(self.index), self.zone)
+        if self.kind == MONTH:
+            return local_midnight_ms(month_first_day(self.index), self.zone)
         return self.index * _LENGTH_MS[self.kind]
 
     @property
     def end_ms(self) -> int:
+        if self.kind in (DAY, MONTH):
+            return self._replace(index=self.index + 1).start_ms
         return (self.index + 1) * _LENGTH_MS[self.kind]
 
     @property
     def sort_key(self) -> str:
-        return _sort_key(self.kind, self.index)
+        return _sort_key(self.kind, self.index, self.zone)
+
+    @property
+    def is_long(self) -> bool:
+        """A day or a month: a rung above the hours, kept in a time zone."""
+        return self.kind == DAY or self.kind == MONTH
 
     @property
     def hour_index(self) -> int:
@@ -87,10 +163,14 @@ class Bucket(NamedTuple):
         return self.index // MINUTES_PER_HOUR
 
     def ttl_seconds(self, settings: Retentions) -> int:
-        """Expiry (epoch seconds): bucket end plus the retention of its granularity."""
+        """Expiry (epoch seconds): bucket end plus the retention of its granularity (a month's: so many months)."""
         if self.kind == "M":
             return ((self.index + 1) * MINUTE_MS + settings.minute_retention_ms) // 1000
-        return ((self.index + 1) * HOUR_MS + settings.hour_retention_ms) // 1000
+        if self.kind == "H":
+            return ((self.index + 1) * HOUR_MS + settings.hour_retention_ms) // 1000
+        if self.kind == DAY:
+            return (self.end_ms + settings.day_retention_ms) // 1000
+        return self._replace(index=self.index + 1 + settings.month_retention_months).start_ms // 1000
 
     def alive_at(self, instant_ms: int, settings: Retentions) -> bool:
         """Whether the bucket is still within its retention at ``instant_ms``.
@@ -110,6 +190,15 @@ class Bucket(NamedTuple):
         return cls("H", index)
 
     @classmethod
+    def of_day(cls, day: date, zone: str) -> Bucket:
+        return cls(DAY, day_index(day), zone)
+
+    @classmethod
+    def of_month(cls, day: date, zone: str) -> Bucket:
+        """The month bucket holding ``day`` in ``zone``."""
+        return cls(MONTH, month_index(day), zone)
+
+    @classmethod
     def from_sort_key(cls, sort_key: str) -> Bucket:
         """Inverse of ``sort_key``; raises ValueError for anything else."""
         if sort_key.startswith("M#") and len(sort_key) == 18:
@@ -118,6 +207,21 @@ class Bucket(NamedTuple):
         if sort_key.startswith("H#") and len(sort_key) == 15:
             moment = datetime.strptime(sort_key[2:], "%Y-%m-%dT%H").replace(tzinfo=UTC)
             return cls.of_hour(_epoch_ms(moment) // HOUR_MS)
+        kind, _, rest = sort_key.partition("#")
+        zone, separator, period = rest.rpartition(ZONE_SEPARATOR)
+        if kind in (DAY, MONTH) and separator and zone and "#" not in rest:
+            try:
+                zone_named(zone)
+                if kind == DAY and len(period) == 10:
+                    bucket = cls.of_day(date.fromisoformat(period), zone)
+                elif kind == MONTH and len(period) == 7:
+                    bucket = cls.of_month(date.fromisoformat(period + "-01"), zone)
+                else:
+                    bucket = None
+            except (ValueError, KeyError, OSError):
+                bucket = None
+            if bucket is not None and bucket.sort_key == sort_key:
+                return bucket
         raise ValueError(f"not a bucket sort key: {sort_key!r}")
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.core.records import parse_record
-from tally.core.segments import Contribution, Segment, contribution
+from tally.core.ladder import Ladder
+from tally.core.segments import Contribution, Segment, contributions
 from tally.core.settings import Settings
 
 
@@ -43,11 +44,12 @@ def held_records(records: Iterable[Mapping[str, Any]], settings: Settings) -> li
     """Each record that adds to some item, by position, with what it adds: the same parse and the same
     contributions as the invocation that folded it first."""
     held = []
+    ladder = Ladder.of(settings)
     for record in records:
         outcomes = parse_record(record, settings)
-        contributions = [c for c in map(contribution, outcomes) if c is not None]
-        if contributions and outcomes[0].sequence is not None:
-            held.append((int(outcomes[0].sequence), contributions))
+        added = [c for outcome in outcomes for c in contributions(outcome, ladder)]
+        if added and outcomes[0].sequence is not None:
+            held.append((int(outcomes[0].sequence), added))
     return held
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from tally.core.buckets import Bucket, buckets_of
 from tally.core.histograms import is_bin
+from tally.core.ladder import Ladder
 from tally.core.sketches import SPARSE_LIMIT, Sketch, register_index
 from tally.core.records import CounterEvent, Outcome, Reason
 
@@ -71,8 +72,9 @@ _SKETCH_REGISTER_BYTES = 11
 _DENSE_SKETCH_BYTES = 2_600
 
 Item = tuple[str, Bucket]  # (counter, bucket)
-# minute item (None: the event counts in its hour alone), hour item, units added to their sums (or None),
-# histogram bin they add 1 to (or None), hash of the value they add to their distinct values (or None)
+# minute item (None: the event counts in its hour alone), hour item (or a day, month or late mark, which a
+# late record adds to on their own: core/ladder.py), units added to their sums (or None), histogram bin they
+# add 1 to (or None), hash of the value they add to their distinct values (or None)
 Contribution = tuple[Item | None, Item, int | None, str | None, int | None]
 # item, count delta, sum delta in units (None: the item keeps no sum), bin deltas (None: no histogram),
 # the distinct values added (None: the item counts none)
@@ -359,11 +361,23 @@ def contribution(outcome: Outcome) -> Contribution | None:
     return None
 
 
+def contributions(outcome: Outcome, ladder: Ladder | None = None) -> list[Contribution]:
+    """What one outcome adds: ``contribution``, and with a ``ladder`` what a late record of a kept counter
+    adds to its days, months and late marks."""
+    one = contribution(outcome)
+    if one is None:
+        return []
+    if ladder is None or type(outcome) is not CounterEvent:
+        return [one]
+    return ladder.climbed(one, outcome.counter, outcome.event_ms, outcome.arrival_ms)
+
+
 class SegmentFolder:
     """Folds parsed records, in stream order, into segments; all of one record's outcomes go to one segment.
 
     The limits default to the handler's (a segment must fit in a tumbling
     window's state); a backfill, which keeps its segment in memory, may raise them.
+    ``ladder``: the settings' (``Ladder.of``), where counters keep days and months.
     """
 
     def __init__(
@@ -373,27 +387,33 @@ class SegmentFolder:
         max_items: int | None = None,
         state_budget: int | None = None,
         hold_records: bool = True,
+        ladder: Ladder | None = None,
     ) -> None:
         self.open: Segment | None = open_segment
+        self.ladder = ladder
         self.max_items = max_items
         self.state_budget = state_budget
         self.hold_records = hold_records
 
     def fold(self, records: Iterable[list[Outcome]]) -> Iterator[Segment]:
         """Yield each segment that had to close early; the last one stays in ``open``."""
+        ladder = self.ladder
         for outcomes in records:
-            contributions = [c for c in map(contribution, outcomes) if c is not None]
-            if not contributions:
+            if ladder is None:
+                added = [c for c in map(contribution, outcomes) if c is not None]
+            else:
+                added = [c for outcome in outcomes for c in contributions(outcome, ladder)]
+            if not added:
                 continue
             segment = self.open
-            if segment is not None and segment.would_overflow(contributions, self.max_items, self.state_budget):
+            if segment is not None and segment.would_overflow(added, self.max_items, self.state_budget):
                 yield segment
                 self.open = None
             if self.open is None:
                 first = outcomes[0]
                 assert first.sequence is not None and first.arrival_ms is not None
                 self.open = Segment(first.sequence, first.arrival_ms, first.sequence, held=[] if self.hold_records else None)
-            self.open.add(outcomes[0].sequence, contributions)  # type: ignore[arg-type]
+            self.open.add(outcomes[0].sequence, added)  # type: ignore[arg-type]
 
     def close(self) -> Segment | None:
         """Hand over the open segment (end of window or invocation)."""

@@ -12,6 +12,8 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tally.core.instants import whole_second_ms
 from tally.core.rules import ENV_RULES, Rules, RulesError, classic_rules, parse_rules
@@ -32,11 +34,22 @@ ENV_MAX_CLOCK_SKEW_SECONDS = "TALLY_MAX_CLOCK_SKEW_SECONDS"
 ENV_COUNT_FROM = "TALLY_COUNT_FROM"
 ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
 ENV_RANKED_PREFIXES = "TALLY_RANKED_PREFIXES"
+ENV_CALENDAR_PREFIXES = "TALLY_CALENDAR_PREFIXES"
+ENV_CALENDAR_ZONES = "TALLY_CALENDAR_ZONES"
+ENV_DAY_RETENTION_DAYS = "TALLY_DAY_RETENTION_DAYS"
+ENV_MONTH_RETENTION_MONTHS = "TALLY_MONTH_RETENTION_MONTHS"
 
 # A query reads every lane of every bucket it needs: the batch plan's keys grow with them.
 MAX_BUCKET_LANES = 32
 # Every hour update of a commit is checked against each of them.
 MAX_RANKED_PREFIXES = 20
+# Every counted record's counter is checked against each of them.
+MAX_CALENDAR_PREFIXES = 20
+# Every late record of a kept counter writes its day and month in each kept zone.
+MAX_CALENDAR_ZONES = 4
+# Days and months are closed from hours two days after they end (core/ladder.py): hours must outlive that,
+# with days to spare for a close job that was stopped.
+MIN_HOUR_RETENTION_FOR_CALENDAR_MS = 7 * DAY_MS
 
 
 # The variable each field is read from: an error names what the operator set, not a field.
@@ -50,6 +63,10 @@ ENV_NAMES = {
     "bucket_lanes": ENV_BUCKET_LANES,
     "count_from_ms": ENV_COUNT_FROM,
     "ranked_prefixes": ENV_RANKED_PREFIXES,
+    "calendar_prefixes": ENV_CALENDAR_PREFIXES,
+    "calendar_zones": ENV_CALENDAR_ZONES,
+    "day_retention_ms": ENV_DAY_RETENTION_DAYS,
+    "month_retention_months": ENV_MONTH_RETENTION_MONTHS,
 }
 
 
@@ -92,6 +109,12 @@ class Settings:
     these prefixes (and of longer ones) are certified from the records. None
     by default: rank records are writes paid all the time, so a table pays
     for them only where it asks for top lists (``core/ranking.py``).
+
+    ``calendar_prefixes``: the counters that keep day and month buckets, in UTC
+    and in each of ``calendar_zones`` (IANA names whose days begin on whole UTC
+    hours), for ``day_retention_ms`` and ``month_retention_months``
+    (``core/ladder.py``). None by default: a table that asks for none writes
+    and stores nothing more.
     """
 
     counts_table: str = "tally-counts"
@@ -108,6 +131,11 @@ class Settings:
     bucket_lanes: int = 1
     rules: Rules | None = None
     ranked_prefixes: tuple[str, ...] = ()
+    calendar_prefixes: tuple[str, ...] = ()
+    calendar_zones: tuple[str, ...] = ()
+    # A billing year and its same day last year, and seven years of months (invoices' usual keeping).
+    day_retention_ms: int = 400 * DAY_MS
+    month_retention_months: int = 84
     counter_rules: Rules = field(init=False, repr=False, compare=False)
     image_attributes: tuple[str, ...] = field(init=False, repr=False, compare=False)  # what a record's image needs
 
@@ -143,6 +171,7 @@ class Settings:
         if any(prefix.startswith("#") for prefix in self.ranked_prefixes):
             raise SettingsError("ranked prefixes must not start with '#': tally's own counters are never ranked",
                                 ("ranked_prefixes",))
+        self._check_calendar()
         if self.count_from_ms is not None and self.rules is not None:
             for rule in self.rules.rules:
                 if rule.count_from_ms is not None and rule.count_from_ms < self.count_from_ms:
@@ -154,6 +183,48 @@ class Settings:
         # Built once: every record goes through these rules.
         object.__setattr__(self, "counter_rules", self.rules or classic_rules(self.counter_attribute))
         object.__setattr__(self, "image_attributes", (*self.counter_rules.attributes, self.time_attribute))
+
+    def _check_calendar(self) -> None:
+        prefixes = self.calendar_prefixes
+        if not isinstance(prefixes, tuple) or not all(isinstance(p, str) for p in prefixes):
+            raise SettingsError("calendar prefixes must be a list of strings", ("calendar_prefixes",))
+        if len(prefixes) > MAX_CALENDAR_PREFIXES:
+            raise SettingsError(f"at most {MAX_CALENDAR_PREFIXES} calendar prefixes", ("calendar_prefixes",))
+        if any(prefix.startswith("#") for prefix in prefixes):
+            raise SettingsError("calendar prefixes must not start with '#': tally's own counters keep no days",
+                                ("calendar_prefixes",))
+        zones = self.calendar_zones
+        if not isinstance(zones, tuple) or not all(isinstance(z, str) for z in zones):
+            raise SettingsError("calendar zones must be a list of IANA time zone names", ("calendar_zones",))
+        if len(zones) > MAX_CALENDAR_ZONES:
+            raise SettingsError(f"at most {MAX_CALENDAR_ZONES} calendar zones besides UTC", ("calendar_zones",))
+        if zones and not prefixes:
+            raise SettingsError("calendar zones need calendar prefixes: name the counters that keep days and months",
+                                ("calendar_zones", "calendar_prefixes"))
+        for zone in zones:
+            reason = zone_refusal(zone)
+            if reason:
+                raise SettingsError(reason, ("calendar_zones",))
+        if prefixes and self.hour_retention_ms < MIN_HOUR_RETENTION_FOR_CALENDAR_MS:
+            raise SettingsError(
+                "hour retention must be at least 7 days where counters keep days and months: they are closed "
+                "from hours two days after they end", ("hour_retention_ms", "calendar_prefixes"))
+        if self.day_retention_ms < self.hour_retention_ms:
+            raise SettingsError("day retention must be at least the hour retention: reads take days where hours end",
+                                ("day_retention_ms", "hour_retention_ms"))
+        if self.month_retention_months * 31 * DAY_MS < self.day_retention_ms:
+            raise SettingsError("month retention must cover the day retention", ("month_retention_months", "day_retention_ms"))
+
+    @property
+    def kept_zones(self) -> tuple[str, ...]:
+        """The zones whose days and months are kept: UTC and the declared ones; none without calendar prefixes."""
+        if not self.calendar_prefixes:
+            return ()
+        return ("UTC", *(zone for zone in self.calendar_zones if zone != "UTC"))
+
+    def keeps_calendar(self, counter: str) -> bool:
+        """Whether ``counter`` keeps day and month buckets."""
+        return bool(self.calendar_prefixes) and counter.startswith(self.calendar_prefixes)
 
     def counting_environment(self) -> dict[str, str]:
         """The variables that decide what a record counts as and where, as ``from_env`` reads them.
@@ -177,6 +248,11 @@ class Settings:
             environment[ENV_RULES] = self.rules.text
         if self.ranked_prefixes:
             environment[ENV_RANKED_PREFIXES] = json.dumps(list(self.ranked_prefixes))
+        if self.calendar_prefixes:
+            environment[ENV_CALENDAR_PREFIXES] = json.dumps(list(self.calendar_prefixes))
+            environment[ENV_CALENDAR_ZONES] = json.dumps(list(self.calendar_zones))
+            environment[ENV_DAY_RETENTION_DAYS] = str(self.day_retention_ms // DAY_MS)
+            environment[ENV_MONTH_RETENTION_MONTHS] = str(self.month_retention_months)
         return environment
 
     @classmethod
@@ -204,6 +280,10 @@ class Settings:
             bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
             rules=_rules(env),
             ranked_prefixes=_ranked_prefixes(env.get(ENV_RANKED_PREFIXES)),
+            calendar_prefixes=_string_list(env, ENV_CALENDAR_PREFIXES, '["orders/"]'),
+            calendar_zones=_string_list(env, ENV_CALENDAR_ZONES, '["America/New_York"]'),
+            day_retention_ms=_whole(env, ENV_DAY_RETENTION_DAYS, defaults.day_retention_ms, DAY_MS),
+            month_retention_months=_whole(env, ENV_MONTH_RETENTION_MONTHS, defaults.month_retention_months, 1),
         )
 
 
@@ -243,6 +323,39 @@ def _rules(env: Mapping[str, str]) -> Rules | None:
         return parse_rules(raw)
     except RulesError as error:
         raise SettingsError(f"{ENV_RULES}: {error}") from None
+
+
+def _string_list(env: Mapping[str, str], name: str, example: str) -> tuple[str, ...]:
+    """A JSON list of strings, e.g. ["orders/"]; unset or empty is none."""
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return ()
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        found = None
+    if not isinstance(found, list) or not all(isinstance(value, str) for value in found):
+        raise SettingsError(f"{name} must be a JSON list of strings like {example}, got {raw!r}")
+    return tuple(dict.fromkeys(found))
+
+
+def zone_refusal(name: str) -> str | None:
+    """Why ``name`` cannot be a kept zone (None: it can): not an IANA name, or days that do not begin on whole UTC
+    hours in the years around now (days are closed from hour buckets)."""
+    try:
+        zone = ZoneInfo(name) if name and not name.startswith(("/", ".")) and ".." not in name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = None
+    if zone is None:
+        return f"unknown time zone {name!r}: give IANA names such as America/New_York"
+    for year in range(2000, 2071):
+        for month in range(1, 13):
+            for day in (1, 15):
+                offset = datetime(year, month, day, 12, tzinfo=zone).utcoffset()
+                if offset is not None and offset.total_seconds() % 3600:
+                    return (f"time zone {name}: its offset from UTC is not a whole number of hours, so its days do not "
+                            "begin on whole UTC hours; tally closes days from hour buckets")
+    return None
 
 
 def _ranked_prefixes(raw: str | None) -> tuple[str, ...]:

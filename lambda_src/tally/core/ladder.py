@@ -1,0 +1,187 @@
+"""The long rungs of the bucket ladder: days and months, closed from the rungs below, late records added directly.
+No I/O.
+
+Minutes and hours are written by every segment. Days and months (in UTC and
+in each zone the settings keep, for the counters of the calendar prefixes)
+would cost a write per counter, zone and segment that way, several times the
+hour's; instead each is written once, by a close (``tally.closing``), after
+its period ended:
+
+    day   = the sum of its hours    - their late marks
+    month = the sum of its days     - their late marks
+
+An event's record is **late** when it arrives more than ``LATE_AFTER_MS``
+after its hour ended, or comes from an export (a backfill counts history at
+any time). A late record adds, besides its minute and hour, directly to its
+day and month in every kept zone, and marks what it added to its hour and to
+its days in the late partition (``#late#<counter>``, same sort keys). Every
+other record is on time: it reaches its day only through the close, which
+runs ``CLOSE_AFTER_MS`` after the period ends, when no on-time record of it
+can still be committed (the event source mapping gives a record up a day
+after it arrived, ``STREAM_RETENTION_MS``). Both kinds are decided by the
+record alone, so a retry rebuilds the same segments, and every addition is
+an ADD: a late record and a close reach a day in either order and the day
+holds both once. A close's sums are read where nothing of them moves: on-time
+records are all in; a late one adds to its hour and to its mark in one
+segment, and the close subtracts the mark. Distinct values merge by union,
+so a day's sketch takes its hours' sketches whole and late values again
+changes nothing: sketches keep no marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date
+
+from tally.core.buckets import DAY, MONTH, Bucket, day_date, day_index, local_day_of_hour, month_first_day, month_index
+from tally.core.settings import STREAM_RETENTION_MS, Settings
+from tally.core.units import DAY_MS, HOUR_MS
+
+# A record arriving this long after its hour ended goes straight to its days and months.
+LATE_AFTER_MS = DAY_MS
+# A period is closed this long after it ends: every on-time record of it is in by then (a late one is
+# added directly), with an hour's margin for the last invocation's retries.
+CLOSE_AFTER_MS = LATE_AFTER_MS + STREAM_RETENTION_MS + HOUR_MS
+# The partition of a counter's late marks: what late records added to its hours and days.
+LATE_PREFIX = "#late#"
+
+Item = tuple[str, Bucket]
+
+
+def late_partition(counter: str) -> str:
+    """Where the late marks of ``counter`` live: ``#late#orders/acme``, under the buckets' own sort keys."""
+    return LATE_PREFIX + counter
+
+
+def is_late(hour: int, arrival_ms: int) -> bool:
+    """Whether a record of UTC hour ``hour`` arriving at ``arrival_ms`` is late for the long rungs."""
+    return arrival_ms >= (hour + 1) * HOUR_MS + LATE_AFTER_MS
+
+
+@dataclass(frozen=True)
+class LongItems:
+    """What a late record of one counter and hour adds to: its day and month in each kept zone (direct), and
+    the marks of its hour and of those days (late partition)."""
+
+    direct: tuple[Item, ...]
+    marks: tuple[Item, ...]
+
+
+def long_items(counter: str, hour: int, zones: Iterable[str]) -> LongItems:
+    direct: list[Item] = []
+    marks: list[Item] = [(late_partition(counter), Bucket.of_hour(hour))]
+    for zone in zones:
+        day = Bucket(DAY, local_day_of_hour(hour, zone), zone)
+        direct.append((counter, day))
+        direct.append((counter, Bucket(MONTH, month_index(day_date(day.index)), zone)))
+        marks.append((late_partition(counter), day))
+    return LongItems(tuple(direct), tuple(marks))
+
+
+def closes_at(period: Bucket) -> int:
+    """When ``period`` (a day or a month) may be closed: ``CLOSE_AFTER_MS`` after its end."""
+    return period.end_ms + CLOSE_AFTER_MS
+
+
+def children(period: Bucket) -> tuple[Bucket, Bucket]:
+    """The first and last bucket of the rung below that a period sums: a day's UTC hours, a month's days."""
+    if period.kind == DAY:
+        return Bucket.of_hour(period.start_ms // HOUR_MS), Bucket.of_hour(period.end_ms // HOUR_MS - 1)
+    if period.kind == MONTH:
+        following = period._replace(index=period.index + 1)
+        return Bucket(DAY, _first_day_index(period), period.zone), Bucket(DAY, _first_day_index(following) - 1, period.zone)
+    raise ValueError(f"only days and months are closed, not {period.sort_key}")
+
+
+def _first_day_index(month: Bucket) -> int:
+    return day_index(month_first_day(month.index))
+
+
+@dataclass(frozen=True)
+class Closed:
+    """What a close adds to one period of one counter: its children's sums less their late marks."""
+
+    count: int
+    units: int | None
+    bins: dict[str, int] | None
+
+
+def closed_value(
+    counts: Mapping[str, int],
+    marks: Mapping[str, int],
+    sums: Mapping[str, int] | None = None,
+    mark_sums: Mapping[str, int] | None = None,
+    bins: Mapping[str, Mapping[str, int]] | None = None,
+    mark_bins: Mapping[str, Mapping[str, int]] | None = None,
+) -> Closed:
+    """The close of one period from its children read by sort key (``counts``, ``sums``, ``bins``) and their
+    marks (same keys). ``units`` is None for a counter that keeps no sum, ``bins`` None for one without
+    histograms. A mark is part of its child, so nothing here is negative unless the table is damaged:
+    ValueError then, never a write."""
+    count = sum(counts.values()) - sum(marks.values())
+    units = None if sums is None else sum(sums.values()) - sum((mark_sums or {}).values())
+    total_bins: dict[str, int] | None = None
+    if bins is not None:
+        total_bins = {}
+        for child in bins.values():
+            for name, value in child.items():
+                total_bins[name] = total_bins.get(name, 0) + value
+        for child in (mark_bins or {}).values():
+            for name, value in child.items():
+                total_bins[name] = total_bins.get(name, 0) - value
+        total_bins = {name: value for name, value in total_bins.items() if value}
+        if any(value < 0 for value in total_bins.values()):
+            raise ValueError("a late mark holds more of a histogram bin than its bucket")
+    if count < 0:
+        raise ValueError(f"late marks hold {-count} more events than their buckets")
+    return Closed(count, units, total_bins)
+
+
+def due_days(zone: str, after: date | None, first: date, now_ms: int) -> list[date]:
+    """The days of ``zone`` to close at ``now_ms``: from the day after ``after`` (the last one closed; None:
+    from ``first``) through the last whose close time has come."""
+    day = first if after is None else max(first, date.fromordinal(after.toordinal() + 1))
+    found = []
+    while closes_at(Bucket.of_day(day, zone)) <= now_ms:
+        found.append(day)
+        day = date.fromordinal(day.toordinal() + 1)
+    return found
+
+
+def first_closable_day(zone: str, now_ms: int, settings: Settings) -> date:
+    """Where a table's closes begin: the first day of the first month whose every hour is still kept at
+    ``now_ms`` (a month closed from fewer days would be short)."""
+    earliest = now_ms - settings.hour_retention_ms + DAY_MS  # a day of slack before those hours expire
+    month = Bucket.of_month(day_date(local_day_of_hour(earliest // HOUR_MS, zone)), zone)
+    if month.start_ms < earliest:
+        month = month._replace(index=month.index + 1)
+    return month_first_day(month.index)
+
+
+class Ladder:
+    """Which records of a segment climb past the hours: those of the calendar prefixes' counters that are late
+    (all of them for an export, ``every_late``). ``of`` is None for settings that keep no days."""
+
+    def __init__(self, settings: Settings, every_late: bool = False) -> None:
+        self.prefixes = settings.calendar_prefixes
+        self.zones = settings.kept_zones
+        self.every_late = every_late
+
+    @classmethod
+    def of(cls, settings: Settings, every_late: bool = False) -> Ladder | None:
+        return cls(settings, every_late) if settings.calendar_prefixes else None
+
+    def climbed(self, contribution: tuple, counter: str, event_ms: int, arrival_ms: int) -> list[tuple]:
+        """``contribution`` (minute, hour, units, bin, hashed) and, for a late record of a kept counter, what it
+        adds directly to its days and months and to the late marks (same units and bin; marks take no hash)."""
+        hour = event_ms // HOUR_MS
+        if not counter.startswith(self.prefixes) or not (self.every_late or is_late(hour, arrival_ms)):
+            return [contribution]
+        _minute, _hour, units, bin, hashed = contribution
+        items = long_items(counter, hour, self.zones)
+        return [
+            contribution,
+            *((None, item, units, bin, hashed) for item in items.direct),
+            *((None, item, units, bin, None) for item in items.marks),
+        ]
