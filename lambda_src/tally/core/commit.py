@@ -212,6 +212,13 @@ class Writer:
         source = source_id(export_arn + "#rules=" + ",".join(sorted(rules)), None)
         return cls(source, source, f"{export_arn} (rules {', '.join(rules)})")
 
+    @classmethod
+    def of_close(cls) -> Writer:
+        """What closes days and months (tally.closing): one writer, whose every segment is at position 1, since
+        each day or month item takes one close in its life."""
+        source = source_id("tally:close", None)
+        return cls(source, source, "close")
+
     @cached_property
     def tag(self) -> str:
         """The watermark's attribute name: 9 characters."""

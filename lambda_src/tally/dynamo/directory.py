@@ -120,6 +120,24 @@ class CounterDirectory:
         more = limit is not None and len(names) > limit
         return DirectoryPage(names[:limit] if more else names, requests[0], more)
 
+    def part(self, prefix: str, days: Iterable[int], part: int) -> DirectoryPage:
+        """Every name starting with ``prefix`` in partition ``part`` of ``days`` (part 0 also reads the previous
+        release's partition of each day), merged: a close divides a period's counters among the partitions."""
+        names: set[str] = set()
+        requests = 0
+        for day in days:
+            partitions = day_partitions(day)
+            for partition in (partitions[part], partitions[-1]) if part == 0 else (partitions[part],):
+                request = self._names_request(partition, prefix, consistent=False)
+                while True:
+                    response = retried_while_throttled(self.backoff, self.client.query, **request)
+                    requests += 1
+                    names.update(item[COUNTS_TABLE.sort_key]["S"] for item in response.get("Items", []))
+                    if "LastEvaluatedKey" not in response:
+                        break
+                    request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return DirectoryPage(sorted(names), requests, more=False)
+
     def _names_request(self, partition: str, prefix: str, consistent: bool) -> dict[str, Any]:
         """A Query of one directory partition's names starting with ``prefix``, names only."""
         return {

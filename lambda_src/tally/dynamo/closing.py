@@ -1,0 +1,86 @@
+"""Each kept zone's close progress: the last day and month whose items are complete, for closes and readers.
+
+One item per zone, ``#calendar`` / the zone's name: ``since`` (the first day
+closed), ``days`` (the last day closed) and ``months`` (the first day of the
+last month closed), ISO dates. It only moves forward (a conditional update),
+so a close run twice or two racing leave it where the furthest one got. A
+reader takes a period from its day or month items only up to it, and from
+the hours after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from tally.core.buckets import DAY, Bucket, day_date, month_first_day
+from tally.core.retry import Backoff
+from tally.core.tables import COUNTS_TABLE
+from tally.dynamo.calls import error_code, retried_while_throttled
+
+PROGRESS_PARTITION = "#calendar"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a zone's closes got: None where nothing is closed yet."""
+
+    since: date | None = None
+    days: date | None = None
+    months: date | None = None  # the first day of the last month closed
+
+    def day_closed(self, day: Bucket) -> bool:
+        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days
+
+    def month_closed(self, month: Bucket) -> bool:
+        first = month_first_day(month.index)
+        return self.since is not None and self.months is not None and self.since <= first <= self.months
+
+
+class ProgressItems:
+    """The progress items of the counts table ``table_name``."""
+
+    def __init__(self, client: Any, table_name: str, backoff: Callable[[], Backoff] = Backoff) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.backoff = backoff
+
+    def read(self, zone: str, consistent: bool = True) -> Progress:
+        response = retried_while_throttled(
+            self.backoff, self.client.get_item, TableName=self.table_name, Key=_key(zone), ConsistentRead=consistent
+        )
+        item = response.get("Item") or {}
+
+        def field(name: str) -> date | None:
+            return date.fromisoformat(item[name]["S"]) if name in item else None
+
+        return Progress(field("since"), field("days"), field("months"))
+
+    def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None) -> None:
+        """Move ``zone``'s progress on to these (a day, a month), never back; ``since`` is set by the first."""
+        for name, period in (("days", last_day), ("months", last_month)):
+            if period is None:
+                continue
+            first = day_date(period.index) if period.kind == DAY else month_first_day(period.index)
+            try:
+                retried_while_throttled(
+                    self.backoff,
+                    self.client.update_item,
+                    TableName=self.table_name,
+                    Key=_key(zone),
+                    UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :p)",
+                    ConditionExpression="attribute_not_exists(#p) OR #p < :p",
+                    ExpressionAttributeNames={"#p": name, "#since": "since"},
+                    ExpressionAttributeValues={":p": {"S": first.isoformat()}},
+                )
+            except ClientError as error:
+                if error_code(error) != "ConditionalCheckFailedException":
+                    raise  # otherwise another close got there first: progress never moves back
+
+
+def _key(zone: str) -> dict[str, dict[str, str]]:
+    return {COUNTS_TABLE.partition_key: {"S": PROGRESS_PARTITION}, COUNTS_TABLE.sort_key: {"S": zone}}
