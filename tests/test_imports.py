@@ -186,8 +186,8 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_source_is_read_whole():
     # The walk sees the modules the package is made of, and the imports in them (a broken walk would pass everything).
-    assert {"tally", "tally.core.settings", "tally.handler", "tally.local.aws"} <= set(MODULES)
-    assert any(found.importer == "tally.handler" and found.target.startswith("tally.core.") for found in IMPORTS)
+    assert {"tally", "tally.core.settings", "tally.functions.stream_handler", "tally.local.aws"} <= set(MODULES)
+    assert any(found.importer == "tally.functions.stream_handler" and found.target.startswith("tally.core.") for found in IMPORTS)
 
 
 def test_a_circle_is_found_where_there_is_one():
@@ -207,7 +207,7 @@ def test_no_module_imports_another_that_imports_it_back():
 
 def test_no_module_inside_the_package_imports_the_package_face():
     # `from tally import Reader` is for the package's users; a module inside imports the module that defines the name,
-    # and a submodule by its own name (`import tally.handler`, `from tally.handler import ...`).
+    # and a submodule by its own name (`import tally.functions.stream_handler`, `from tally.functions.stream_handler import ...`).
     face = [
         f"{found.where()} takes {found.name or found.target} from {PACKAGE}"
         for found in IMPORTS

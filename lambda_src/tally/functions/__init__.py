@@ -1,0 +1,11 @@
+"""Every Lambda function of tally, one module each: thin wiring of the library to AWS, the logic stays outside.
+
+- ``stream_handler.handler``: the stream function (``CountingFunction``), a
+  tumbling window of DynamoDB Stream records in, commits out
+  (``tally.invocation``), with logs, metrics and the alerts judged after them.
+- ``alert_schedule.scheduled``: the alert function (``AlertFunction``), once a
+  minute, clearing alarms, judging below alerts, putting pending events
+  (``tally.alerting``).
+
+Nothing else in tally imports this package: it may import anything in tally.
+"""
