@@ -108,8 +108,8 @@ READ_FROM_ASSET = RUN_FROM_ASSET.split("asset, event_file")[0] + r"""
 asset = sys.argv[1]
 sys.meta_path.insert(0, OnlyTheRuntime())
 sys.path.insert(0, asset)
-import tally.http_api
-assert tally.http_api.__file__.startswith(asset), tally.http_api.__file__
+import tally.functions.read_api
+assert tally.functions.read_api.__file__.startswith(asset), tally.functions.read_api.__file__
 
 class Context:
     function_name = "tally-read"; memory_limit_in_mb = 512; aws_request_id = "req-2"
@@ -121,7 +121,7 @@ def event(path, query):
             "requestContext": {"http": {"method": "GET", "path": path, "sourceIp": "192.0.2.1"}, "requestId": "r",
                                "stage": "$default", "routeKey": f"GET {path}"}, "isBase64Encoded": False}
 
-answers = [tally.http_api.handler(event(path, query), Context())
+answers = [tally.functions.read_api.handler(event(path, query), Context())
            for path, query in [("/counts", f"counter=page-views&window=24h&at={sys.argv[2]}"), ("/", ""),
                                ("/openapi.json", "")]]
 print(json.dumps({"answers": answers, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))

@@ -6,6 +6,8 @@
 - ``alert_schedule.scheduled``: the alert function (``AlertFunction``), once a
   minute, clearing alarms, judging below alerts, putting pending events
   (``tally.alerting``).
+- ``read_api.handler``: the read function (``ReadFunction``), API Gateway's
+  HTTP API requests answered by the routes of ``tally.http_api``.
 
 Nothing else in tally imports this package: it may import anything in tally.
 """
