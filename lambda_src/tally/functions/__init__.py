@@ -8,6 +8,10 @@
   (``tally.alerting``).
 - ``read_api.handler``: the read function (``ReadFunction``), API Gateway's
   HTTP API requests answered by the routes of ``tally.http_api``.
+- ``backfill_stages.plan``, ``.fold_file``, ``.commit_range``, ``.summarize``:
+  the in-account backfill's functions (``PlanFunction``, ``FoldFunction``,
+  ``CommitFunction``, ``SummaryFunction``), one per stage of its state machine
+  (``tally.parallel_backfill.STAGES``).
 
 Nothing else in tally imports this package: it may import anything in tally.
 """
