@@ -121,10 +121,10 @@ def test_the_audits_scan_is_a_map_over_segments_whose_workers_may_scan_and_write
     assert scan["ItemsPath"] == "$.segments" and scan["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
     assert scan["ItemSelector"] == {"work.$": "$.work", "request.$": "$.request", "total.$": "$.total",
                                     "segment.$": "$$.Map.Item.Value"}
-    _, function = function_of(adopting, "scan_segment", "tally.parallel_audit")
+    _, function = function_of(adopting, "scan_segment", "tally.functions.audit_stages")
     assert function["Properties"]["Environment"]["Variables"]["EVENTS_TABLE"] == "orders"
     table = "arn:${AWS::Partition}:dynamodb:${Ref:AWS::Region}:${Ref:AWS::AccountId}:table/orders"
-    assert granted(role_statements(adopting, "scan_segment", "tally.parallel_audit")) == {
+    assert granted(role_statements(adopting, "scan_segment", "tally.functions.audit_stages")) == {
         ("Allow", "dynamodb:Scan", table), ("Allow", "s3:PutObject", WORK)
     }
 

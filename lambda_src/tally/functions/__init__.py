@@ -12,6 +12,9 @@
   the in-account backfill's functions (``PlanFunction``, ``FoldFunction``,
   ``CommitFunction``, ``SummaryFunction``), one per stage of its state machine
   (``tally.parallel_backfill.STAGES``).
+- ``audit_stages.scan_segment``: the audit's function (``ScanFunction``), a
+  segment of its parallel Scan of the events table written to S3
+  (``tally.parallel_audit.AUDIT_STAGES``).
 
 Nothing else in tally imports this package: it may import anything in tally.
 """
