@@ -16,5 +16,8 @@
   segment of its parallel Scan of the events table written to S3
   (``tally.parallel_audit.AUDIT_STAGES``).
 
-Nothing else in tally imports this package: it may import anything in tally.
+These modules may import anything in tally; the library never imports them
+back (tests/test_imports.py), only the local toolkit (``tally.local``) does,
+to run them on this machine as Lambda does. Stage functions are named by
+string in ``STAGES`` and ``AUDIT_STAGES``, which the construct renders.
 """
