@@ -94,17 +94,17 @@ def invocations(workloads: list[Workload], settings: Settings, config: DeliveryC
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, settings.events_table, settings.counts_table)
         client.create_table(**origin.create_table_request(ORIGIN_TABLE))
-        from tally import handler as tally_handler  # after the environment: it reads it at import
+        from tally.functions import stream_handler  # after the environment: it reads it at import
 
         discard = io.StringIO()
-        tally_handler.logger.registered_handler.setStream(discard)
+        stream_handler.logger.registered_handler.setStream(discard)
         origin_handler = origin.OriginHandler(client, ORIGIN_TABLE)
         for workload in workloads:
             records = first_records(workload, INVOCATION_RECORDS)
             [event] = cut_invocations(records, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
             with redirect_stdout(discard):
                 start = time.perf_counter()
-                tally_handler.handler(event, _Context())
+                stream_handler.handler(event, _Context())
                 tally_seconds = time.perf_counter() - start
             start = time.perf_counter()
             origin_handler({"Records": records})

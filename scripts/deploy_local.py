@@ -195,13 +195,14 @@ def read_api_agrees(counts_table: str, printed: list[dict], at: str) -> bool:
     """The read API's handler, behind the local adapter over the stack's counts table, answers a signed request
     as query_window.py printed, and describes itself."""
     from tally import http_api
+    from tally.functions import read_api
 
     os.environ["COUNTS_TABLE"] = counts_table
     http_api.reader.cache_clear()
     http_api.api_settings.cache_clear()
     credentials = Credentials(DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"], DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
     query = "&".join(f"counter={counter}" for counter in COUNTERS) + f"&at={at}"
-    with LocalApi(http_api.handler, credentials=credentials, settings=ApiSettings(), require_signature=True) as api:
+    with LocalApi(read_api.handler, credentials=credentials, settings=ApiSettings(), require_signature=True) as api:
         answered = signed_get(f"{api.url}/counts?{query}", credentials)["counts"]
         described = signed_get(f"{api.url}/openapi.json", credentials)
     agrees = answered == printed and "/counts" in described["paths"]

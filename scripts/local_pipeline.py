@@ -300,7 +300,7 @@ def run_logins(
     config: DeliveryConfig,
 ) -> bool:
     """The logins demo: three phases through the stream, alert events as they come, then brute force."""
-    from tally import handler as handler_module
+    from tally.functions import alert_schedule
     from tally.alerting import EVENT_DETAIL_TYPE
     from tally.local.alert_sink import AlertSink
 
@@ -318,8 +318,8 @@ def run_logins(
         reader.run(until_idle=True, idle_polls=2, poll_interval=0.2, commit_open_windows=True)
         console.print(f"{number}. {name}: {len(items):,} logins written and counted")
         delivered += show_alerts(sink.drain())
-    handler_module.scheduled_table.cache_clear()
-    summary = handler_module.scheduled({"id": f"demo-{end_ms}"}, LocalContext())
+    alert_schedule.scheduled_table.cache_clear()
+    summary = alert_schedule.scheduled({"id": f"demo-{end_ms}"}, LocalContext())
     console.print(f"6. scheduled evaluation (the once-a-minute function): {summary['crossings']} crossing(s)")
     delivered += show_alerts(sink.drain())
     return verify_logins(shape, [item for phase in phases for item in phase], delivered, end_ms)

@@ -190,13 +190,13 @@ def alert_printer(server: LoopbackBackend, settings: Settings, stop: threading.E
 
 
 def print_alerts(sink: AlertSink, stop: threading.Event) -> None:
-    from tally import handler as handler_module
+    from tally.functions import alert_schedule
 
-    handler_module.scheduled_table.cache_clear()
+    alert_schedule.scheduled_table.cache_clear()
     next_schedule = time.monotonic() + SCHEDULE_SECONDS
     while not stop.wait(ALERT_POLL_SECONDS):
         if time.monotonic() >= next_schedule:
-            handler_module.scheduled({"id": f"serve-{now_ms() // 60_000}"}, LocalContext())
+            alert_schedule.scheduled({"id": f"serve-{now_ms() // 60_000}"}, LocalContext())
             next_schedule += SCHEDULE_SECONDS
         for detail in sink.drain():
             say(

@@ -30,6 +30,7 @@ from test_http_api import BLOG, CREDENTIALS, NOW, blog, broken, call, environmen
 import tally
 from moto_tables import COUNTS, EVENTS
 from tally import http_api
+from tally.functions import read_api
 from tally.core.rules import ENV_RULES, parse_rules
 from tally.core.settings import Settings
 from tally.core.windows import parse_instant
@@ -178,7 +179,7 @@ def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[
             status, body = ask(f"/top?prefix=views/posts/&n=2&window=3h&at={AT}")
             assert status == 200 and all(entry["retired"] for entry in json.loads(body)["top"])
         http_api.reader.cache_clear()
-        with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+        with LocalApi(read_api.handler, credentials=CREDENTIALS) as api:
             for path in ("/counts?counter=views/all", "/counters", "/top?prefix=views/", "/calendar?counter=views/all",
                          "/alerts", "/openapi.json"):
                 status, headers, body = signed_answer(api, path, Credentials(CREDENTIALS.access_key, "a wrong secret"))

@@ -37,6 +37,7 @@ from tally.core.windows import Window, parse_instant
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.dynamo.tables import create_tables
+from tally.functions import read_api
 from tally.invocation import process
 from tally.local.cli import load_script
 from tally.local.http_adapter import LocalApi, http_api_event
@@ -88,7 +89,7 @@ def environment(blog, monkeypatch):
 def call(target: str) -> tuple[int, dict[str, str], str]:
     path = target.partition("?")[0]
     event = http_api_event("GET", target, [("host", "api.example"), ("user-agent", "tests")], route_key=f"GET {path}")
-    response = http_api.handler(event, LambdaContext())
+    response = read_api.handler(event, LambdaContext())
     return response["statusCode"], response.get("headers") or {}, response["body"]
 
 
@@ -301,7 +302,7 @@ def test_quantiles_travel_over_a_real_socket_as_the_cli_prints_them_within_one_p
     as written, exactly as query_window --quantiles --json prints them, and within 1 % of the window's values."""
     at, counters = "2026-11-22T14:00Z", ["load/posts/about", "views/all"]
     query = urlencode([*(("counter", c) for c in counters), ("window", "24h"), ("at", at), ("quantiles", "0.5,0.99")])
-    with LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+    with LocalApi(read_api.handler, credentials=CREDENTIALS) as api:
         url = f"{api.url}/counts?{query}"
         request = AWSRequest(method="GET", url=url)
         SigV4Auth(CREDENTIALS, "execute-api", "us-east-1").add_auth(request)
@@ -362,7 +363,7 @@ def test_counts_listings_and_top_lists_say_which_counters_are_retired_over_a_rea
     at, post = "2026-11-22T14:00Z", "views/posts/hello-world"
     counters = [post, "views/all", "load/posts/about"]
     query = urlencode([*(("counter", c) for c in counters), ("window", "24h"), ("at", at)])
-    with freeze_time("2026-11-22T16:00:00Z"), LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+    with freeze_time("2026-11-22T16:00:00Z"), LocalApi(read_api.handler, credentials=CREDENTIALS) as api:
         status, body = signed_get(api, f"/counts?{query}")
         listed_status, listed = signed_get(api, f"/counters?prefix=views/&window=24h&at={at}")
         top_status, top = signed_get(api, f"/top?prefix=views/&n=10&window=24h&at={at}")
@@ -466,7 +467,7 @@ def test_calendar_series_over_a_real_socket_are_the_readers_for_the_same_table(e
     month holding them, cut to the range) with their offsets, summing and distinct counters keeping theirs."""
     counters = ["views/all", "load/posts/about"]
     query = urlencode([*(("counter", c) for c in counters), ("period", period), *CALENDAR, ("quantiles", "0.5")])
-    with freeze_time(NOW), LocalApi(http_api.handler, credentials=CREDENTIALS) as api:
+    with freeze_time(NOW), LocalApi(read_api.handler, credentials=CREDENTIALS) as api:
         status, body = signed_get(api, f"/calendar?{query}")
         expected = Reader(COUNTS).calendar(
             counters, period, tz="America/New_York", start="2026-11-20", end="2026-11-23", quantiles="0.5"

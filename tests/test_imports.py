@@ -1,5 +1,5 @@
 """The package's import graph, read from the source: no circle, no import of the package face from inside, no private name
-shared across modules.
+shared across modules, the core importing nothing outside it, and the Lambda functions imported by none of the library.
 
 Every import counts, at module top, inside a function or under ``TYPE_CHECKING``: a circle a function-level import
 hides still ties the modules in it to each other, and a type checker follows the ``TYPE_CHECKING`` ones.
@@ -16,6 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "lambda_src"
 PACKAGE = "tally"
+FUNCTIONS = f"{PACKAGE}.functions"  # the Lambda functions' entry points
+LOCAL = f"{PACKAGE}.local"  # the local toolkit: runs the functions on this machine, as Lambda and API Gateway do
 
 
 @dataclass(frozen=True)
@@ -186,8 +188,10 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_source_is_read_whole():
     # The walk sees the modules the package is made of, and the imports in them (a broken walk would pass everything).
-    assert {"tally", "tally.core.settings", "tally.handler", "tally.local.aws"} <= set(MODULES)
-    assert any(found.importer == "tally.handler" and found.target.startswith("tally.core.") for found in IMPORTS)
+    assert {"tally", "tally.core.settings", "tally.functions.stream_handler", "tally.local.aws"} <= set(MODULES)
+    assert any(found.importer == "tally.functions.stream_handler" and found.target.startswith("tally.core.") for found in IMPORTS)
+    # An import inside a function is read too: the local toolkit's of the stream function is one.
+    assert any(found.importer == "tally.local.aws" and found.target == "tally.functions.stream_handler" for found in IMPORTS)
 
 
 def test_a_circle_is_found_where_there_is_one():
@@ -207,7 +211,7 @@ def test_no_module_imports_another_that_imports_it_back():
 
 def test_no_module_inside_the_package_imports_the_package_face():
     # `from tally import Reader` is for the package's users; a module inside imports the module that defines the name,
-    # and a submodule by its own name (`import tally.handler`, `from tally.handler import ...`).
+    # and a submodule by its own name (`import tally.functions.stream_handler`, `from tally.functions.stream_handler import ...`).
     face = [
         f"{found.where()} takes {found.name or found.target} from {PACKAGE}"
         for found in IMPORTS
@@ -230,3 +234,18 @@ def test_no_private_name_is_imported_across_modules():
 def test_the_core_imports_nothing_outside_it(module):
     outside = sorted({found.target for found in IMPORTS if found.importer == module and not found.target.startswith(f"{PACKAGE}.core")})
     assert outside == []
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+@pytest.mark.parametrize(
+    "module", sorted(name for name in MODULES if not within(name, FUNCTIONS) and not within(name, LOCAL))
+)
+def test_the_library_imports_no_lambda_function(module):
+    # tally/functions wires the library to AWS and may import any of it; the library never imports a function back,
+    # so each function's wiring lies in its module there alone. The local toolkit runs the functions here, as Lambda
+    # and API Gateway do, so it may call them.
+    taken = sorted({found.target for found in IMPORTS if found.importer == module and within(found.target, FUNCTIONS)})
+    assert taken == []

@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from tally.core.tables import EVENTS_TABLE
 from tally.local.cli import ScriptError, load_script
-from tally.parallel_audit import AUDIT_STAGES, gathered_items, scan_segment, scan_to_s3
+from tally.parallel_audit import gathered_items, scan_to_s3
 
 WORK = "orders/tally-backfill/audits/a1"
 FILTER = {
@@ -49,18 +49,6 @@ def test_every_segments_worker_writes_its_filtered_items_and_together_they_are_t
     assert sorted(item["id"]["S"] for item in gathered) == sorted(str(n) for n in range(90) if n % 3 != 2)
     with pytest.raises(ValueError, match="segment 3 of 3 does not exist"):
         scan_to_s3(dynamodb, s3, "orders", "exports", WORK, FILTER, 3, 3)
-
-
-def test_the_lambda_handler_writes_only_under_the_configured_audit_folder(aws, monkeypatch):
-    monkeypatch.setenv("TALLY_BACKFILL_BUCKET", "exports")
-    monkeypatch.setenv("TALLY_BACKFILL_PREFIX", "orders")
-    monkeypatch.setenv("EVENTS_TABLE", "orders")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-
-    assert scan_segment({"work": WORK, "request": FILTER, "segment": 0, "total": 1}) == {"segment": 0, "items": 60}
-    with pytest.raises(ValueError, match="is not an audit folder"):
-        scan_segment({"work": "orders/AWSDynamoDB/x", "request": FILTER, "segment": 0, "total": 1})
-    assert AUDIT_STAGES[0].handler_path == "tally.parallel_audit.scan_segment"
 
 
 def test_the_script_starts_the_scan_follows_it_and_reads_what_the_workers_found(aws):

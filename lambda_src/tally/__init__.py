@@ -9,7 +9,8 @@ Layout (the Lambda asset ships everything but ``local``):
   (plans) -> sum (sums); calendar periods in a zone (calendar) -> windows.
 - ``dynamo/``: the one package that talks to DynamoDB, a module for each thing it serves (commit,
   fetch, directory, ranking, settings, backfill, tables).
-- ``invocation``, ``handler``: the Lambda edge; ``query``: window -> plan -> fetch -> sum;
+- ``functions/``: every Lambda function's entry point, a module each, wiring the rest to AWS.
+- ``invocation``: the Lambda edge, one event in, commits out; ``query``: window -> plan -> fetch -> sum;
   ``reader``: the public read API over it.
 - ``local/``: the local toolkit (moto server, stream runner, workload), not deployed.
 """

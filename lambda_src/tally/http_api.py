@@ -1,4 +1,4 @@
-"""The HTTP read API's function: counts and counters through the same Reader the CLI uses.
+"""The HTTP read API's routes: counts and counters through the same Reader the CLI uses.
 
     GET /counts?counter=A&counter=B&window=24h&at=…&series=minute|hour&plan=batch|range&quantiles=0.5,0.99
         [&allow_transient=true: fewer keys, but a read during a commit may answer a count never held]
@@ -21,15 +21,16 @@
     GET /openapi.json: this API described in OpenAPI 3, generated from the routes below
     Every answer carries ``X-Tally-Version: <the release>``.
 
-API Gateway (HTTP API, payload 2.0) calls ``handler``; locally the adapter of
-`tally.local.http_adapter` calls the very same function. A route is a function
-registered with ``@reads(path, ...)``: its keyword arguments are its query
-parameters, typed with `tally.api_schema` (which Powertools documents), read
-from the raw query string (API Gateway joins repeated parameters with commas,
-which counter names may contain) and parsed by ``tally.read_options``, the
-CLI's parser. A bad parameter is a 400 whose one-line JSON body names the
-parameter and the fix; an unknown counter is an empty count; no request can
-produce a traceback in a response.
+API Gateway (HTTP API, payload 2.0) calls the read function,
+``tally.functions.read_api.handler``, which has ``app`` here answer; locally
+the adapter of `tally.local.http_adapter` calls the very same function. A
+route is a function registered with ``@reads(path, ...)``: its keyword
+arguments are its query parameters, typed with `tally.api_schema` (which
+Powertools documents), read from the raw query string (API Gateway joins
+repeated parameters with commas, which counter names may contain) and parsed
+by ``tally.read_options``, the CLI's parser. A bad parameter is a 400 whose
+one-line JSON body names the parameter and the fix; an unknown counter is an
+empty count; no request can produce a traceback in a response.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from urllib.parse import parse_qsl
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
 from tally.core.api_access import (
@@ -813,12 +813,4 @@ class DashboardPage:
 def dashboard_page() -> DashboardPage | None:
     page = resources.files("tally").joinpath(DASHBOARD_FILE)
     return DashboardPage(page.read_text(encoding="utf-8")) if page.is_file() else None
-
-
-@logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Every answer, errors included, names the release that gave it (X-Tally-Version)."""
-    response = app.resolve(event, context)
-    response.setdefault("headers", {})[VERSION_HEADER] = __version__
-    return response
 

@@ -3,26 +3,26 @@
 A Scan reads, and bills, the whole events table; from a laptop it also
 pulls every page across the internet. ``AUDIT_STAGES`` is one Distributed
 Map over the Scan's segments (``Segment``/``TotalSegments``): each worker
-Scans its segment with the audit's filter and projection (the audit builds
-them) and writes the items that pass to S3. ``scripts/audit.py`` then reads
-those items, a window's worth, and recounts them with its own code: the
-workers only read, they judge nothing, so the recount stays independent of
-tally's parsing.
+(``tally.functions.audit_stages``) Scans its segment with the audit's filter
+and projection (the audit builds them) and writes the items that pass to S3.
+``scripts/audit.py`` then reads those items, a window's worth, and recounts
+them with its own code: the workers only read, they judge nothing, so the
+recount stays independent of tally's parsing.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tally.core.settings import ENV_EVENTS_TABLE
 from tally.parallel_backfill import WORK_FOLDER, BackfillConfig, Stage
 
+# The Scan's Lambda function (named here, never imported: it imports this module).
+STAGES_MODULE = "tally.functions.audit_stages"
 AUDIT_STAGES = (
-    Stage("scan", "scan_segment", ("work", "request", "total"), over="segments", item="segment", module=__name__),
+    Stage("scan", "scan_segment", ("work", "request", "total"), over="segments", item="segment", module=STAGES_MODULE),
 )
 
 
@@ -64,16 +64,3 @@ def gathered_items(s3: Any, bucket: str, work: str, total: int) -> Iterator[dict
             if line:
                 yield json.loads(line)
 
-
-def scan_segment(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work", "request", "segment", "total"} -> that segment's items in S3."""
-    import boto3  # noqa: PLC0415
-
-    config = BackfillConfig.from_env()
-    if not event["work"].startswith(audit_work_prefix(config, "")):
-        raise ValueError(f"{event['work']!r} is not an audit folder of s3://{config.bucket}/{config.prefix}")
-    table = os.environ[ENV_EVENTS_TABLE]
-    return scan_to_s3(
-        boto3.client("dynamodb"), boto3.client("s3"), table, config.bucket, event["work"], event["request"],
-        int(event["segment"]), int(event["total"]),
-    )

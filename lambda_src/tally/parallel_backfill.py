@@ -1,7 +1,8 @@
 """The backfill in the account: an export's files folded by many workers, committed by one writer per counter range.
 
 A Step Functions state machine runs ``STAGES`` (the construct renders them;
-``make adopt-demo`` runs the same handlers in worker processes):
+``make adopt-demo`` runs the same handlers in worker processes), each stage a
+Lambda function of ``tally.functions.backfill_stages`` over ``Backfill``:
 
 1. **plan** (``plan``): checks the export (completed, taken at count-from,
    within a day of it), claims the table's count-from instant for it, and
@@ -76,6 +77,10 @@ ENV_MAX_WCU = "TALLY_BACKFILL_MAX_WCU"  # write units per second on the counts t
 ENV_COMMITTERS = "TALLY_BACKFILL_COMMITTERS"  # committers at once (the commit map's concurrency)
 
 
+# The backfill's Lambda functions, one per stage (named here, never imported: they import this module).
+STAGES_MODULE = "tally.functions.backfill_stages"
+
+
 class PlanRefused(ValueError):
     """The export cannot be backfilled as asked; the message says why in one line."""
 
@@ -100,7 +105,7 @@ class Stage:
     over: str | None = None  # what it maps over: "files" (the plan's list in S3, at bucket/filesKey), else a list in the state
     item: str | None = None
     result: str | None = None
-    module: str = __name__  # where ``handler`` lies
+    module: str = STAGES_MODULE  # where ``handler`` lies
 
     @property
     def handler_path(self) -> str:
@@ -407,28 +412,3 @@ class Backfill:
     def _put_json(self, key: str, data: Any) -> None:
         self.s3.put_object(Bucket=self.config.bucket, Key=key, Body=json.dumps(data).encode())
 
-
-def _backfill() -> Backfill:
-    import boto3  # noqa: PLC0415
-
-    return Backfill(boto3.client("dynamodb"), boto3.client("s3"), Settings.from_env(), BackfillConfig.from_env())
-
-
-def plan(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"exportArn", "rules"} -> the plan the maps read."""
-    return _backfill().plan(event["exportArn"], event.get("rules") or "")
-
-
-def fold_file(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work", "rules", "file": {"key", "index"}} -> that file's partials in S3."""
-    return _backfill().fold_file(event["work"], event["file"]["key"], int(event["file"]["index"]), event.get("rules") or "")
-
-
-def commit_range(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work", "exportArn", "rules", "range"} -> that range committed."""
-    return _backfill().commit_range(event["work"], event["exportArn"], int(event["range"]), event.get("rules") or "")
-
-
-def summarize(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work"} -> the backfill's summary."""
-    return _backfill().summarize(event["work"])

@@ -3,9 +3,10 @@
 Switched on by ``backfillExports`` (``s3://BUCKET/PREFIX``, where the events
 table's point-in-time exports go). Beside it, the audit's Scan
 (``tally.parallel_audit.AUDIT_STAGES``): a Distributed Map over the Scan's
-segments, whose workers may Scan the events table and write the work folder
+segments (``tally.functions.audit_stages``), whose workers may Scan the events table and write the work folder
 only. The backfill's state machine renders
-``tally.parallel_backfill.STAGES``: a plan, a Distributed Map over the
+``tally.parallel_backfill.STAGES`` (each stage a function of
+``tally.functions.backfill_stages``): a plan, a Distributed Map over the
 export's data files (the plan's list, read by the map's ItemReader) whose
 children fold one file each, a Distributed Map over the counter ranges whose
 children commit one range each, and a summary. Concurrency, retries and a

@@ -59,8 +59,8 @@ from tally.core.ranking import RANK_PREFIX
 from tally.core.rules import ENV_RULES, Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
-HANDLER = "tally.handler.handler"
-ALERT_HANDLER = "tally.handler.scheduled"
+HANDLER = "tally.functions.stream_handler.handler"
+ALERT_HANDLER = "tally.functions.alert_schedule.scheduled"
 # Below alerts and clearing are judged once a minute; a scheduled invocation that fails is tried
 # twice more (the same event id: it finishes its own crossings) while its minute is still current.
 ALERT_SCHEDULE = Duration.minutes(1)
@@ -311,8 +311,8 @@ class Tally(Construct):
         return iam.PolicyStatement(actions=["events:PutEvents"], resources=[self.alert_bus_arn])
 
     def _alert_function(self) -> lambda_.Function:
-        """The once-a-minute evaluation (``tally.handler.scheduled``): clears alarms, judges below alerts,
-        puts events whose makers died. It reads the counts table and writes alert states only."""
+        """The once-a-minute evaluation (``tally.functions.alert_schedule.scheduled``): clears alarms, judges
+        below alerts, puts events whose makers died. It reads the counts table and writes alert states only."""
         role, log_group = role_with_own_logs(
             self, "AlertFunction", "tally alert evaluation: read counts, write alert states, put alert events"
         )

@@ -7,7 +7,7 @@
     GET /                                        (the dashboard page; only when enabled, reads /public/...)
 
 The read function is the counting function's asset with another handler
-(`tally.http_api.handler`), so the API answers through the same library as the
+(`tally.functions.read_api.handler`), so the API answers through the same library as the
 CLI. It may read the counts table and write its own log group, nothing else.
 The HTTP API was chosen over a REST API: IAM authorization, CORS and route
 throttling are all it needs, at less than a third of the price per request and
@@ -38,7 +38,7 @@ from tally_cdk.roles import LOG_RETENTION, role_with_own_logs
 from tally.core.api_access import DASHBOARD_PATH, PUBLIC_PATHS, SIGNED_PATHS, ApiSettings
 from tally.core.settings import SettingsError
 
-READ_HANDLER = "tally.http_api.handler"
+READ_HANDLER = "tally.functions.read_api.handler"
 # Where `make dashboard` writes the page: inside the asset, so the function can serve it.
 DASHBOARD_PAGE = Path(tally.__file__).resolve().parent / "dashboard.html"  # package data, built by `make dashboard`
 # A 24 h minute series of 20 counters is about 1.3 MB of JSON to build: 512 MB gives the CPU for it

@@ -101,7 +101,7 @@ class RecordingBus(EventBus):
 
 
 class AlertingHandler:
-    """A Lambda handler whose commits are watched (as tally.handler wires them), crashing where told."""
+    """A Lambda handler whose commits are watched (as tally.functions.stream_handler wires them), crashing where told."""
 
     def __init__(self, table: CountsTable, settings: Settings, schedule: FaultSchedule, bus: EventBus) -> None:
         self.settings, self.schedule = settings, schedule

@@ -22,7 +22,7 @@ from factories import LambdaContext
 from hypothesis import example, given
 from hypothesis import strategies as st
 from moto import mock_aws
-from tally import handler as lambda_handler
+from tally.functions import stream_handler
 from tally.core.commit import WATERMARK_PREFIX, Writer
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.tables import create_tables
@@ -304,12 +304,12 @@ def test_no_record_crashes_the_handler_or_is_miscounted(batch: list[Any], window
 @profiles.for_test(weight=0.5)
 @given(batch=st.lists(records(), max_size=8))
 def test_the_lambda_entry_point_survives_any_record(batch: list[Any]) -> None:
-    """Through tally.handler.handler itself: logging and metrics of odd rejections must not raise either."""
+    """Through tally.functions.stream_handler.handler itself: logging and metrics of odd rejections must not raise either."""
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, EVENTS_TABLE, COUNTS_TABLE)
         table = CountsTable(client, COUNTS_TABLE, SETTINGS, backoff=quick_backoff(0))
-        with mock.patch.object(lambda_handler, "counts_table", lambda: table):
-            response = lambda_handler.handler(windowed_event(batch), LambdaContext())
+        with mock.patch.object(stream_handler, "counts_table", lambda: table):
+            response = stream_handler.handler(windowed_event(batch), LambdaContext())
         assert response == {"state": {}}
         STATS.add("fuzzed_records", len(batch))

@@ -169,16 +169,16 @@ def test_config_refuses_to_run_tally_without_a_tumbling_window():
 
 @pytest.fixture
 def real_handler(dynamodb, monkeypatch):
-    """tally's Lambda handler on moto, its cached client rebuilt for this test."""
-    from tally import handler as handler_module
+    """The stream function's handler on moto, its cached client rebuilt for this test."""
+    from tally.functions import stream_handler
 
     monkeypatch.setenv("COUNTS_TABLE", COUNTS)
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
-    handler_module.counts_table.cache_clear()
-    yield handler_module.handler
-    handler_module.counts_table.cache_clear()
+    stream_handler.counts_table.cache_clear()
+    yield stream_handler.handler
+    stream_handler.counts_table.cache_clear()
     # Disabled metrics are collected but never flushed: drop them, or the next test's handler emits them.
-    handler_module.metrics.clear_metrics()
+    stream_handler.metrics.clear_metrics()
 
 
 @pytest.mark.parametrize("window_seconds", [1, 60])

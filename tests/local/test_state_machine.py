@@ -11,6 +11,7 @@ from botocore.stub import Stubber
 
 from tally.local.cli import ScriptError, load_script
 from tally import parallel_backfill
+from tally.functions import backfill_stages
 from tally.local.state_machine import CHILD_ATTEMPTS, ExecutionFollower, _run_child, execution_name, start_or_resume
 
 MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:TallyBackfill"
@@ -148,15 +149,15 @@ def test_a_child_run_here_is_tried_again_as_the_maps_retrier_does_but_a_refusal_
             raise ConnectionError("throttled")
         return {"index": event["file"]["index"]}
 
-    monkeypatch.setattr(parallel_backfill, "fold_file", flaky)
-    assert _run_child("tally.parallel_backfill.fold_file", {"file": {"index": 3}}) == {"index": 3} and len(calls) == CHILD_ATTEMPTS
+    monkeypatch.setattr(backfill_stages, "fold_file", flaky)
+    assert _run_child("tally.functions.backfill_stages.fold_file", {"file": {"index": 3}}) == {"index": 3} and len(calls) == CHILD_ATTEMPTS
 
     def refused(event):
         calls.append(event)
         raise parallel_backfill.PlanRefused("export taken at another instant")
 
     calls.clear()
-    monkeypatch.setattr(parallel_backfill, "plan", refused)
+    monkeypatch.setattr(backfill_stages, "plan", refused)
     with pytest.raises(parallel_backfill.PlanRefused):
-        _run_child("tally.parallel_backfill.plan", {"exportArn": EXPORT})
+        _run_child("tally.functions.backfill_stages.plan", {"exportArn": EXPORT})
     assert len(calls) == 1

@@ -63,7 +63,7 @@ def bus_of(resource: Any) -> str:
 
 def test_the_counting_function_may_put_events_on_the_alert_bus_only(alerting):
     template = alerting.templates[ALERTING_STACK]
-    counting = functions(template)["tally.handler.handler"]
+    counting = functions(template)["tally.functions.stream_handler.handler"]
     puts = [s for s in statements_of(template, counting) if "events:PutEvents" in json.dumps(s["Action"])]
     assert [(s["Action"], bus_of(s["Resource"])) for s in puts] == [
         ("events:PutEvents", "arn::events:::event-bus/security-alerts")
@@ -73,7 +73,7 @@ def test_the_counting_function_may_put_events_on_the_alert_bus_only(alerting):
 
 def test_the_counting_function_may_query_the_counts_table_for_the_windows_its_commits_change(alerting, default_synthesis):
     template = alerting.templates[ALERTING_STACK]
-    counting = functions(template)["tally.handler.handler"]
+    counting = functions(template)["tally.functions.stream_handler.handler"]
     queries = [s for s in statements_of(template, counting) if s["Action"] == "dynamodb:Query"]
     assert len(queries) == 1 and "CountsTable" in json.dumps(queries[0]["Resource"])
     assert "dynamodb:Query" not in json.dumps(counting_part(default_synthesis.templates["Tally"]))
@@ -81,7 +81,7 @@ def test_the_counting_function_may_query_the_counts_table_for_the_windows_its_co
 
 def test_a_schedule_runs_the_alert_evaluation_every_minute_with_least_privilege(alerting):
     template = alerting.templates[ALERTING_STACK]
-    evaluation = functions(template)["tally.handler.scheduled"]
+    evaluation = functions(template)["tally.functions.alert_schedule.scheduled"]
     [(rule_id, rule)] = resources(template, "AWS::Events::Rule").items()
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     [target] = rule["Properties"]["Targets"]
@@ -116,7 +116,7 @@ def test_the_default_bus_is_the_accounts_default(tmp_path_factory):
     app = cdk.App(outdir=str(outdir), context={**cdk_json_context(), "rules": json.dumps(ALERT_RULES), "readApi": False})
     TallyStack(app, ALERTING_STACK)
     template = synthesize(app, outdir, [ALERTING_STACK]).templates[ALERTING_STACK]
-    counting = functions(template)["tally.handler.handler"]
+    counting = functions(template)["tally.functions.stream_handler.handler"]
     [put] = [s for s in statements_of(template, counting) if s["Action"] == "events:PutEvents"]
     assert bus_of(put["Resource"]) == "arn::events:::event-bus/default"
     assert ENV_ALERT_BUS not in counting["Properties"]["Environment"]["Variables"]

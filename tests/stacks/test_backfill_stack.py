@@ -37,7 +37,7 @@ def definition(template: dict[str, Any], name: str = "BackfillStateMachine") -> 
     return json.loads(render_all(machine["Properties"]["DefinitionString"]))
 
 
-def function_of(template: dict[str, Any], handler: str, module: str = "tally.parallel_backfill") -> tuple[str, dict[str, Any]]:
+def function_of(template: dict[str, Any], handler: str, module: str = "tally.functions.backfill_stages") -> tuple[str, dict[str, Any]]:
     (found,) = [
         (name, body)
         for name, body in resources(template, "AWS::Lambda::Function").items()
@@ -46,7 +46,7 @@ def function_of(template: dict[str, Any], handler: str, module: str = "tally.par
     return found
 
 
-def role_statements(template: dict[str, Any], handler: str, module: str = "tally.parallel_backfill") -> list[dict[str, Any]]:
+def role_statements(template: dict[str, Any], handler: str, module: str = "tally.functions.backfill_stages") -> list[dict[str, Any]]:
     """Every statement of the role of the backfill function running ``handler``, its logs' aside."""
     _, function = function_of(template, handler, module)
     role = function["Properties"]["Role"]["Fn::GetAtt"][0]
@@ -121,10 +121,10 @@ def test_the_audits_scan_is_a_map_over_segments_whose_workers_may_scan_and_write
     assert scan["ItemsPath"] == "$.segments" and scan["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
     assert scan["ItemSelector"] == {"work.$": "$.work", "request.$": "$.request", "total.$": "$.total",
                                     "segment.$": "$$.Map.Item.Value"}
-    _, function = function_of(adopting, "scan_segment", "tally.parallel_audit")
+    _, function = function_of(adopting, "scan_segment", "tally.functions.audit_stages")
     assert function["Properties"]["Environment"]["Variables"]["EVENTS_TABLE"] == "orders"
     table = "arn:${AWS::Partition}:dynamodb:${Ref:AWS::Region}:${Ref:AWS::AccountId}:table/orders"
-    assert granted(role_statements(adopting, "scan_segment", "tally.parallel_audit")) == {
+    assert granted(role_statements(adopting, "scan_segment", "tally.functions.audit_stages")) == {
         ("Allow", "dynamodb:Scan", table), ("Allow", "s3:PutObject", WORK)
     }
 

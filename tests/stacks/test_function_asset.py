@@ -42,8 +42,8 @@ class OnlyTheRuntime(importlib.abc.MetaPathFinder):
 asset, event_file = sys.argv[1], sys.argv[2]
 sys.meta_path.insert(0, OnlyTheRuntime())
 sys.path.insert(0, asset)
-import tally.handler
-assert tally.handler.__file__.startswith(asset), tally.handler.__file__
+import tally.functions.stream_handler
+assert tally.functions.stream_handler.__file__.startswith(asset), tally.functions.stream_handler.__file__
 
 class Context:
     function_name = "tally"; memory_limit_in_mb = 256; aws_request_id = "req-1"
@@ -51,7 +51,7 @@ class Context:
     def get_remaining_time_in_millis(self): return 60_000
 
 with open(event_file) as source:
-    response = tally.handler.handler(json.load(source), Context())
+    response = tally.functions.stream_handler.handler(json.load(source), Context())
 print(json.dumps({"response": response, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))
 """
 
@@ -60,7 +60,7 @@ def test_the_asset_holds_no_local_toolkit_and_no_test_or_infrastructure_import(d
     folder = default_synthesis.function_asset_folder()
     files = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*.py"))
 
-    assert "tally/handler.py" in files and "tally/core/records.py" in files
+    assert "tally/functions/stream_handler.py" in files and "tally/core/records.py" in files
     assert not [name for name in files if name.startswith("tally/local")]
     forbidden = ("moto", "rich", "hypothesis", "aws_cdk", "cdk_nag", "freezegun", "tally.local")
     for name in files:
@@ -108,8 +108,8 @@ READ_FROM_ASSET = RUN_FROM_ASSET.split("asset, event_file")[0] + r"""
 asset = sys.argv[1]
 sys.meta_path.insert(0, OnlyTheRuntime())
 sys.path.insert(0, asset)
-import tally.http_api
-assert tally.http_api.__file__.startswith(asset), tally.http_api.__file__
+import tally.functions.read_api
+assert tally.functions.read_api.__file__.startswith(asset), tally.functions.read_api.__file__
 
 class Context:
     function_name = "tally-read"; memory_limit_in_mb = 512; aws_request_id = "req-2"
@@ -121,7 +121,7 @@ def event(path, query):
             "requestContext": {"http": {"method": "GET", "path": path, "sourceIp": "192.0.2.1"}, "requestId": "r",
                                "stage": "$default", "routeKey": f"GET {path}"}, "isBase64Encoded": False}
 
-answers = [tally.http_api.handler(event(path, query), Context())
+answers = [tally.functions.read_api.handler(event(path, query), Context())
            for path, query in [("/counts", f"counter=page-views&window=24h&at={sys.argv[2]}"), ("/", ""),
                                ("/openapi.json", "")]]
 print(json.dumps({"answers": answers, "modules": sorted({m.partition(".")[0] for m in sys.modules})}))

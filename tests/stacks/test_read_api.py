@@ -37,7 +37,7 @@ def routes(template: dict[str, Any]) -> dict[str, str]:
 def read_function(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     (found,) = [
         (name, body) for name, body in resources(template, "AWS::Lambda::Function").items()
-        if body["Properties"]["Handler"] == "tally.http_api.handler"
+        if body["Properties"]["Handler"] == "tally.functions.read_api.handler"
     ]
     return found
 

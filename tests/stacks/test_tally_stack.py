@@ -149,7 +149,7 @@ def test_function_runtime_architecture_size_and_handler(template, ids):
     function = template["Resources"][ids["function"]]["Properties"]
 
     assert (function["Handler"], function["Runtime"], function["Architectures"]) == (
-        "tally.handler.handler",
+        "tally.functions.stream_handler.handler",
         "python3.13",
         ["arm64"],
     )
@@ -202,7 +202,7 @@ def test_code_asset_is_the_tally_package_without_caches(default_synthesis):
     staged = default_synthesis.function_asset_folder()
     staged_files = {path.relative_to(staged).as_posix() for path in staged.rglob("*")}
 
-    assert {"tally/core/settings.py", "tally/core/tables.py", "tally/handler.py"} <= staged_files
+    assert {"tally/core/settings.py", "tally/core/tables.py", "tally/functions/stream_handler.py"} <= staged_files
     assert not [name for name in staged_files if "__pycache__" in name or ".egg-info" in name or name.endswith(".pyc")]
     assert default_synthesis.function_asset()["source"]["packaging"] == "zip"
 

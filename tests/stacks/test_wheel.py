@@ -67,7 +67,7 @@ def shop(wheel, tmp_path_factory) -> tuple[dict, Path]:
 def test_the_wheel_carries_both_import_packages_and_the_dashboard_page_at_this_version(wheel):
     assert wheel.name.startswith(f"tally_dynamodb-{tally.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "tally/handler.py" in names and "tally_cdk/construct.py" in names and "tally/dashboard.html" in names
+    assert "tally/functions/stream_handler.py" in names and "tally_cdk/construct.py" in names and "tally/dashboard.html" in names
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Name: tally-dynamodb" in metadata and f"Version: {tally.__version__}" in metadata
 
@@ -80,7 +80,7 @@ def test_the_installed_wheel_synthesizes_the_readme_example_with_the_runtime_alo
     (asset,) = [a for a in assets if any(d["objectKey"] in keys for d in a["destinations"].values())]
     folder = outdir / asset["source"]["path"]
     shipped = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
-    assert "tally/handler.py" in shipped and "tally/http_api.py" in shipped
+    assert "tally/functions/stream_handler.py" in shipped and "tally/functions/read_api.py" in shipped
     assert not [path for path in shipped if path.startswith("tally/local/") or "__pycache__" in path]
     assert {path.split("/")[0] for path in shipped} == {"tally"}  # nothing of the venv, no tally_cdk
 

@@ -194,7 +194,7 @@ class LocalContext:
 
 
 def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[dict, Any], dict]:
-    """tally's Lambda handler, run in this process against ``counts_table``.
+    """The stream function's handler (``tally.functions.stream_handler``), run in this process against ``counts_table``.
 
     The handler reads its table from the environment once and caches its
     client, so the environment is set first and the cache cleared (the
@@ -207,20 +207,20 @@ def local_handler(counts_table: str, log_level: str = "WARNING") -> Callable[[di
     os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", log_level)
     warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
-    import tally.handler as handler_module
+    import tally.functions.stream_handler as stream_handler
 
-    handler_module.logger.setLevel(log_level)
-    handler_module.logger.registered_handler.setStream(_CurrentStderr())
-    handler_module.counts_table.cache_clear()
-    handler_module.counts_table()  # a cold start: publishes the settings before the first record, as runners start
+    stream_handler.logger.setLevel(log_level)
+    stream_handler.logger.registered_handler.setStream(_CurrentStderr())
+    stream_handler.counts_table.cache_clear()
+    stream_handler.counts_table()  # a cold start: publishes the settings before the first record, as runners start
 
     def handler(event: dict, context: Any) -> dict:
         """The handler, its metric values dropped after each invocation: with metrics off Powertools keeps them,
         and prints them all to stdout once a metric holds 100 values."""
         try:
-            return handler_module.handler(event, context)
+            return stream_handler.handler(event, context)
         finally:
-            handler_module.metrics.clear_metrics()
+            stream_handler.metrics.clear_metrics()
 
     return handler
 

@@ -1,7 +1,7 @@
 """The HTTP read API on a loopback port: each request becomes API Gateway's event, given to the same handler.
 
 API Gateway (HTTP API, payload format 2.0) turns a request into an event and
-the read function's ``tally.http_api.handler`` answers it. ``LocalApi`` does
+the read function's ``tally.functions.read_api.handler`` answers it. ``LocalApi`` does
 the same on 127.0.0.1, so `make serve`, the dashboard test and the bench reach
 the very code the stack deploys over real sockets.
 
@@ -159,9 +159,9 @@ class LocalApi:
         require_signature: bool = False,
     ) -> None:
         if handler is None:
-            import tally.http_api as http_api
+            import tally.functions.read_api as read_api
 
-            handler = http_api.handler
+            handler = read_api.handler
         self.handler = handler
         self.credentials = credentials
         self.settings = settings or ApiSettings.from_env()

@@ -1,4 +1,7 @@
-"""The Lambda entry point: wires boto3, Powertools logs and metrics to ``invocation.process``.
+"""The stream function (``handler``): wires boto3, Powertools logs and metrics to ``invocation.process``.
+
+Its logger, metrics, counts table and alert watcher serve the alert function
+too (``tally.functions.alert_schedule``).
 
 Environment: COUNTS_TABLE and the TALLY_* settings (see core/settings.py);
 TALLY_ALERT_BUS, the EventBridge bus alert events go to (default: the default bus);
@@ -8,7 +11,6 @@ metrics (defaults: ``tally`` and ``Tally``).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -43,19 +45,14 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 def counts_table() -> CountsTable:
     """Created once per execution environment, at the first invocation, which also makes its lanes the table's
     (from a few minutes on) and publishes the settings."""
-    table = _new_counts_table()
+    table = new_counts_table()
     table.adopt_lanes(int(time.time() * 1000))  # before publishing: the first history starts with the last's lanes
     _publish_settings(table)
     return table
 
 
-@cache
-def scheduled_table() -> CountsTable:
-    """The scheduled alert entry's table: it reads and judges, it does not count, so it publishes nothing."""
-    return _new_counts_table()
-
-
-def _new_counts_table() -> CountsTable:
+def new_counts_table() -> CountsTable:
+    """A counts table on boto3's clients, with the settings of the environment."""
     settings = Settings.from_env()
     config = Config(retries={"mode": "standard"}, max_pool_connections=COMMIT_WORKERS)
     # The Streams API allows 5 reads a second a shard, shared with the mapping's own poller: adaptive retries pace
@@ -83,7 +80,7 @@ def counter_directory(table: CountsTable) -> CounterDirectory:
     return CounterDirectory(table.client, table.table_name, table.settings)
 
 
-@lru_cache(maxsize=2)  # the counting entry's table and the scheduled entry's
+@lru_cache(maxsize=2)  # the stream function's table and the alert function's (alert_schedule)
 def alert_watcher(table: CountsTable) -> Watcher:
     """The rules' alerts, judged after each commit and by the schedule; events on TALLY_ALERT_BUS."""
     bus = EventBus(boto3.client("events"), os.environ.get(ENV_ALERT_BUS) or "default")
@@ -103,20 +100,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _log(summary, event)
     _publish(summary)
     if watcher.alerts:
-        _publish_alerts(watcher.summary)
+        publish_alerts(watcher.summary)
     return response
-
-
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics
-def scheduled(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Once a minute (an EventBridge schedule): clearing, below alerts and pending events. A retry of the
-    same scheduled event carries the same id, so it finishes the crossings it made."""
-    watcher = alert_watcher(scheduled_table())
-    summary = watcher.scheduled(f"schedule:{event.get('id') or event.get('time') or ''}")
-    logger.info("alerts evaluated", extra=dataclasses.asdict(summary))
-    _publish_alerts(summary)
-    return dataclasses.asdict(summary)
 
 
 def _log(summary: Summary, event: dict[str, Any]) -> None:
@@ -211,7 +196,8 @@ def _publish(summary: Summary) -> None:
         by_rule.flush_metrics()
 
 
-def _publish_alerts(summary: AlertSummary) -> None:
+def publish_alerts(summary: AlertSummary) -> None:
+    """What an evaluation of the alerts did: after a window's commits, and after each scheduled one."""
     metrics.add_metric(name="AlertCrossings", unit=MetricUnit.Count, value=summary.crossings)
     metrics.add_metric(name="AlertEventsPut", unit=MetricUnit.Count, value=summary.delivered)
     metrics.add_metric(name="AlertEventsPending", unit=MetricUnit.Count, value=summary.delivery_failures)

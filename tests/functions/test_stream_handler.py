@@ -1,4 +1,4 @@
-"""The Lambda entry point on moto: environment, logs and metrics."""
+"""The stream function's entry point on moto: environment, logs and metrics."""
 
 import json
 import time
@@ -12,23 +12,13 @@ from moto_tables import COUNTS, EVENTS, read_counts
 from factories import STREAM_ARN, LambdaContext, counter_record, image, stream_record, window_event
 from botocore.exceptions import ClientError
 
-from tally import handler as handler_module
+from tally.functions import stream_handler
 from tally.core.tables import UNRESOLVED_PARTITION
 from tally.dynamo.stream import lambda_record
 from tally.dynamo.counts_table import CountsTable
 from tally.core.units import HOUR_MS, MINUTE_MS
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR_MS
-
-
-@pytest.fixture
-def lambda_handler(dynamodb, monkeypatch):
-    monkeypatch.setenv("COUNTS_TABLE", COUNTS)
-    handler_module.counts_table.cache_clear()
-    # Scripts that ran the handler earlier in this process with metrics disabled leave their values behind.
-    handler_module.metrics.clear_metrics()
-    yield handler_module.handler
-    handler_module.counts_table.cache_clear()
 
 
 def emitted(capsys):
@@ -71,7 +61,7 @@ def test_the_handler_publishes_embedded_metrics_with_rejections_by_reason(lambda
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")  # it fails before counting anything
 def test_a_bad_setting_fails_the_invocation_loudly(lambda_handler, monkeypatch):
     monkeypatch.setenv("TALLY_MAX_CLOCK_SKEW_SECONDS", "soon")
-    handler_module.counts_table.cache_clear()
+    stream_handler.counts_table.cache_clear()
     with pytest.raises(ValueError, match="TALLY_MAX_CLOCK_SKEW_SECONDS"):
         lambda_handler(window_event([]), LambdaContext())
 
@@ -84,7 +74,7 @@ def test_disabled_metrics_print_nothing_even_for_rejections(lambda_handler, caps
 
 
 def test_a_discarded_window_state_is_logged_as_an_error_and_published_as_a_metric(lambda_handler, capsys, caplog):
-    handler_module.metrics.clear_metrics()  # an earlier test with metrics disabled leaves its values behind
+    stream_handler.metrics.clear_metrics()  # an earlier test with metrics disabled leaves its values behind
     state = {"segment": {"v": 99, "first": "101", "last": "109", "records": 9}}
     response = lambda_handler(window_event([counter_record("c", T0)], state=state, final=True), LambdaContext())
     assert response == {"state": {}}
@@ -173,7 +163,7 @@ def test_with_rules_the_handler_fans_out_sums_and_names_the_refusing_rule(lambda
     from decimal import Decimal
 
     monkeypatch.setenv("TALLY_RULES", RULES)
-    handler_module.counts_table.cache_clear()
+    stream_handler.counts_table.cache_clear()
     records = [
         stream_record(image(id="1", ts=T0, providerId="p", status="done", amount=Decimal("2.50")), arrival_s=T0 / 1000),
         stream_record(image(id="2", ts=T0, providerId="p", status="done", amount="a lot"), arrival_s=T0 / 1000),
@@ -193,7 +183,7 @@ def test_a_change_without_its_old_image_is_counted_and_logged_with_the_rules_nam
     # A table still streaming NEW_IMAGE while a becomes rule counts its transitions: nothing fails, the
     # record is a rejection counted at its arrival, named by the rule that needed the old image.
     monkeypatch.setenv("TALLY_RULES", '[{"name": "done", "counter": "done/{p}", "becomes": {"status": {"equals": "done"}}}]')
-    handler_module.counts_table.cache_clear()
+    stream_handler.counts_table.cache_clear()
     update = stream_record(image(id="1", ts=T0, p="a", status="done"), event_name="MODIFY", arrival_s=T0 / 1000)
     lambda_handler(window_event([update], final=True), LambdaContext())
     [rejected] = [r for r in caplog.records if r.getMessage() == "record rejected"]
@@ -205,7 +195,7 @@ def test_a_change_without_its_old_image_is_counted_and_logged_with_the_rules_nam
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")
 def test_bad_rules_fail_the_cold_start_naming_rule_and_field(lambda_handler, monkeypatch):
     monkeypatch.setenv("TALLY_RULES", '[{"name": "jobs", "counter": "jobs/{providerId"}]')
-    handler_module.counts_table.cache_clear()
+    stream_handler.counts_table.cache_clear()
     with pytest.raises(ValueError, match=r"TALLY_RULES: rule 1 \('jobs'\): field 'counter'"):
         lambda_handler(window_event([]), LambdaContext())
 
@@ -214,9 +204,9 @@ def test_the_handler_publishes_its_settings_at_a_cold_start(lambda_handler, dyna
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "Tally-Counter")
     monkeypatch.setenv("TALLY_BUCKET_LANES", "4")
     lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
-    published = handler_module.counts_table().published_settings()
+    published = stream_handler.counts_table().published_settings()
     assert published.publisher == "Tally-Counter" and published.settings().bucket_lanes == 4
-    assert published.environment == handler_module.counts_table().settings.counting_environment()
+    assert published.environment == stream_handler.counts_table().settings.counting_environment()
 
 
 def test_a_failure_to_publish_never_stops_the_counting(lambda_handler, dynamodb, monkeypatch, caplog):
@@ -232,36 +222,16 @@ def test_a_failure_to_publish_never_stops_the_counting(lambda_handler, dynamodb,
 def test_the_handler_lists_what_it_counted_in_the_counter_directory_once_per_warm_function(lambda_handler, dynamodb):
     records = [counter_record(name, T0, arrival_s=T0 / 1000) for name in ("a", "b", "a")]
     lambda_handler(window_event(records, final=True), LambdaContext())
-    written = handler_module.counter_directory(handler_module.counts_table()).written
+    written = stream_handler.counter_directory(stream_handler.counts_table()).written
     lambda_handler(window_event([counter_record("a", T0 + 1, arrival_s=T0 / 1000)], final=True), LambdaContext())
     items = dynamodb.scan(TableName=COUNTS, ConsistentRead=True)["Items"]
     entries = sorted((i["pk"]["S"], i["sk"]["S"]) for i in items if i["pk"]["S"].startswith("#counters#"))
     day = T0 // 86_400_000
     assert entries == sorted([(partition_of(day, "a"), "a"), (partition_of(day, "b"), "b")])
-    assert handler_module.counter_directory(handler_module.counts_table()).written is written == {
+    assert stream_handler.counter_directory(stream_handler.counts_table()).written is written == {
         (T0 // 86_400_000, "a"),
         (T0 // 86_400_000, "b"),
     }
-
-
-ALERT_RULES = json.dumps(
-    [{"name": "logins", "counter": "logins/{ip}", "alerts": [{"name": "burst", "window": "10m", "above": 2}]}]
-)
-
-
-@pytest.fixture
-def alert_sink(dynamodb, monkeypatch):
-    import boto3
-
-    from tally.local.alert_sink import AlertSink
-
-    monkeypatch.setenv("TALLY_RULES", ALERT_RULES)
-    handler_module.counts_table.cache_clear()
-    handler_module.alert_watcher.cache_clear()
-    handler_module.scheduled_table.cache_clear()
-    yield AlertSink(boto3.client("events", region_name="us-east-1"), boto3.client("sqs", region_name="us-east-1"))
-    handler_module.alert_watcher.cache_clear()
-    handler_module.scheduled_table.cache_clear()
 
 
 def test_a_window_past_an_alerts_threshold_puts_one_event_and_publishes_alert_metrics(lambda_handler, alert_sink, capsys):
@@ -278,29 +248,6 @@ def test_a_window_past_an_alerts_threshold_puts_one_event_and_publishes_alert_me
     assert crossings == [[1.0], [0.0]]
 
 
-def test_the_scheduled_entry_clears_alarms_and_says_what_it_did(alert_sink, monkeypatch, dynamodb):
-    from freezegun import freeze_time
-    from tally.core.windows import now_ms
-
-    monkeypatch.setenv("COUNTS_TABLE", COUNTS)
-    now = now_ms()
-    records = [stream_record(image(id=str(n), ts=now, ip="a"), arrival_s=now / 1000) for n in range(3)]
-    handler_module.handler(window_event(records, final=True), LambdaContext())
-    assert [e["state"] for e in alert_sink.drain()] == ["ALARM"]
-    with freeze_time(datetime_of(now + 11 * 60_000)):
-        done = handler_module.scheduled({"id": "tick-1", "source": "aws.events"}, LambdaContext())
-    assert done["crossings"] == 1 and done["delivered"] == 1
-    [cleared] = alert_sink.drain()
-    assert (cleared["state"], cleared["total"]) == ("OK", 0)
-    handler_module.counts_table.cache_clear()
-
-
-def datetime_of(ms):
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC)
-
-
 def test_unresolved_items_are_logged_one_by_one_up_to_twenty_then_summed_up(caplog):
     from tally.core.buckets import Bucket
     from tally.core.commit import Unresolved, Writer
@@ -310,10 +257,10 @@ def test_unresolved_items_are_logged_one_by_one_up_to_twenty_then_summed_up(capl
     summary = Summary(unresolved=[
         Unresolved((f"c{n}", Bucket.of_hour(T0 // HOUR_MS)), writer, "101", "109", 100, 3, "trimmed") for n in range(25)
     ])
-    handler_module._log(summary, window_event([]))
-    assert len([r for r in caplog.records if r.getMessage() == "item left unresolved"]) == handler_module.MAX_LOGGED_REJECTIONS
+    stream_handler._log(summary, window_event([]))
+    assert len([r for r in caplog.records if r.getMessage() == "item left unresolved"]) == stream_handler.MAX_LOGGED_REJECTIONS
     [rest] = [r for r in caplog.records if r.getMessage() == "more items left unresolved"]
-    assert rest.items == 25 - handler_module.MAX_LOGGED_REJECTIONS and rest.levelname == "ERROR"
+    assert rest.items == 25 - stream_handler.MAX_LOGGED_REJECTIONS and rest.levelname == "ERROR"
 
 
 def test_a_cold_start_makes_the_functions_lanes_the_tables_from_a_few_minutes_on(lambda_handler, dynamodb, monkeypatch):
@@ -324,7 +271,7 @@ def test_a_cold_start_makes_the_functions_lanes_the_tables_from_a_few_minutes_on
     table = CountsTable(dynamodb, COUNTS, Settings())
     assert table.lane_history(consistent=True)[0].changes == ((0, 1),)
     monkeypatch.setenv("TALLY_BUCKET_LANES", "4")  # deployed again with four lanes
-    handler_module.counts_table.cache_clear()
+    stream_handler.counts_table.cache_clear()
     before = int(time.time() * 1000)
     lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())
     (_, one), (start, four) = table.lane_history(consistent=True)[0].changes

@@ -6,11 +6,12 @@ import pytest
 from bench.cost import item_size, write_units
 from factories import LambdaContext, counter_record, window_event
 from moto_tables import COUNTS, no_sleep_backoff
-from test_handler import T0, emitted, lambda_handler  # noqa: F401 (a fixture: the handler on moto, metrics cleared)
 
-from tally import handler as handler_module
 from tally.dynamo.counts_table import CountsTable
+from tally.functions import stream_handler
 from tally.invocation import process
+
+from .test_stream_handler import T0, emitted
 
 HOUR_KEY = {"pk": {"S": "c"}, "sk": {"S": "H#2026-11-18T11"}}
 # What moto answers every UpdateItem, whatever the item's size, asked or not (docs/design.md, Running locally).
@@ -83,7 +84,7 @@ def test_an_item_holding_300_shards_watermarks_logs_the_lanes_to_set(lambda_hand
     for shard in range(299):
         event = window_event([counter_record("c", T0)], final=True, shard_id=f"shardId-{shard:020d}-aaaaaaaa")
         process(event, table.commit, settings)
-    handler_table = handler_module.counts_table()
+    handler_table = stream_handler.counts_table()
     handler_table.client = ChargedByDynamoDBsRules(handler_table.client)
     capsys.readouterr()
     lambda_handler(window_event([counter_record("c", T0)], final=True), LambdaContext())

@@ -1,0 +1,1 @@
+"""Tests of tally.functions, one module for each of its modules."""
