@@ -81,9 +81,9 @@ class Closer:
         self.directory = CounterDirectory(table.client, table.table_name, self.settings)
         self.progress = ProgressItems(table.client, table.table_name, self.table.backoff)
         self.writer = Writer.of_close()
-        # Names by (UTC day, partition, prefix), listed once a run: a zone's day spans two UTC days, and every
-        # kept zone's days list the same ones.
-        self._listed: dict[tuple[int, int, str], list[str]] = {}
+        # Names by (UTC day, partition), listed once a run: a zone's day spans two UTC days, and every kept
+        # zone's days list the same ones.
+        self._listed: dict[tuple[int, int], list[str]] = {}
 
     def plan_due(self, now_ms: int, max_days: int = MAX_DAYS_PER_RUN) -> Due:
         """What is due at ``now_ms``, from each zone's progress: the days after the last closed whose close time
@@ -164,16 +164,17 @@ class Closer:
         return summary
 
     def _counters(self, period: Bucket, part: int, summary: CloseSummary) -> list[str]:
-        """The kept counters with directory entries in partition ``part`` on any UTC day the period touches."""
+        """The kept counters with directory entries in partition ``part`` on any UTC day the period touches: a
+        Query of the names starting with the one kept prefix, or of all names where several are kept."""
+        widest = _widest(self.settings.calendar_prefixes)
+        prefix = widest[0] if len(widest) == 1 else ""
         names: set[str] = set()
         for day in days_between(period.start_ms, period.end_ms):
-            for prefix in _widest(self.settings.calendar_prefixes):
-                key = (day, part, prefix)
-                if key not in self._listed:
-                    page = self.directory.part(prefix, [day], part)
-                    self._listed[key] = page.names
-                    summary.reads += page.requests
-                names.update(self._listed[key])
+            if (day, part) not in self._listed:
+                page = self.directory.part(prefix, [day], part)
+                self._listed[(day, part)] = page.names
+                summary.reads += page.requests
+            names.update(self._listed[(day, part)])
         return sorted(name for name in names if self.settings.keeps_calendar(name))
 
     def _closed(self, counter: str, periods: Sequence[Bucket]) -> tuple[dict[str, tuple[Closed, Sketch | None]], int]:
