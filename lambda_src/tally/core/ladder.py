@@ -68,9 +68,10 @@ class LongItems:
     marks: tuple[Item, ...]
 
 
-def long_items(counter: str, hour: int, zones: Iterable[str]) -> LongItems:
+def long_items(counter: str, hour: int, zones: Iterable[str], hour_kept: bool = True) -> LongItems:
+    """``hour_kept`` False: the record's hour is past the hour retention, so it has no hour to mark."""
     direct: list[Item] = []
-    marks: list[Item] = [(late_partition(counter), Bucket.of_hour(hour))]
+    marks: list[Item] = [(late_partition(counter), Bucket.of_hour(hour))] if hour_kept else []
     for zone in zones:
         day = Bucket(DAY, local_day_of_hour(hour, zone), zone)
         direct.append((counter, day))
@@ -182,6 +183,15 @@ class Ladder:
         items = long_items(counter, hour, self.zones)
         return [
             contribution,
+            *((None, item, units, bin, hashed) for item in items.direct),
+            *((None, item, units, bin, None) for item in items.marks),
+        ]
+
+    def long_only(self, counter: str, event_ms: int, units: int | None, bin: str | None, hashed: int | None) -> list[tuple]:
+        """What a record whose hour is past the hour retention adds: its days and months, and the marks of those
+        days (a close of their months may be still to come)."""
+        items = long_items(counter, event_ms // HOUR_MS, self.zones, hour_kept=False)
+        return [
             *((None, item, units, bin, hashed) for item in items.direct),
             *((None, item, units, bin, None) for item in items.marks),
         ]

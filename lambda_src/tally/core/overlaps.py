@@ -65,8 +65,8 @@ def with_carried_records(segment: Segment, records: Iterable[Mapping[str, Any]],
         raise Unmatched(f"the stream gave records {ends} where the window state carried {first}..{carried_last}")
     held = list(segment.held or ())
     check = Segment(segment.first_sequence, segment.first_arrival_ms, segment.first_sequence, held=None)
-    for position, contributions in rebuilt + held:
-        check.add(str(position), contributions)
+    for position, added in rebuilt + held:
+        check.add(str(position), added)
     if check.records != segment.records:
         raise Unmatched(f"the stream gave {check.records - len(held)} counted records where the window state "
                         f"carried {segment.records - len(held)}")

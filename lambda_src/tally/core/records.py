@@ -111,6 +111,8 @@ class CounterEvent(NamedTuple):
     ``hashed`` the hash of the value a distinct rule counts (sketches.py), else None.
     ``hour_only``: its minute was past the minute retention at arrival, so it
     counts in its hour alone (``buckets.counted_buckets`` decides).
+    ``long_only``: its hour too was past the hour retention, and its counter keeps days and months that are
+    still kept: it counts in those alone (core/ladder.py).
     A named tuple: one is built per counted record and rule, and a tuple builds fastest.
     """
 
@@ -122,6 +124,7 @@ class CounterEvent(NamedTuple):
     hour_only: bool = False
     bin: str | None = None
     hashed: int | None = None
+    long_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,14 @@ class Rejection:
 
 
 Outcome = CounterEvent | Rejection
+
+
+class LongOnly(NamedTuple):
+    """An event time past the hour retention at arrival whose UTC day is still kept: counted in its days and
+    months alone for a counter that keeps them, refused as late (``late``) for any other."""
+
+    event_ms: int
+    late: Rejection
 
 
 def parse_record(record: Mapping[str, Any], settings: Settings) -> list[Outcome]:
@@ -280,7 +291,14 @@ def judge(
                     result.counter, time[0], sequence, arrival_ms, result.units, time[1], result.bin, result.hashed
                 )
             )
-        elif refused_times is None:
+            continue
+        if type(time) is LongOnly:
+            if settings.keeps_calendar(result.counter):
+                events.append(CounterEvent(result.counter, time.event_ms, sequence, arrival_ms, result.units, False,
+                                           result.bin, result.hashed, long_only=True))
+                continue
+            time = time.late
+        if refused_times is None:
             refused_times = {source: time}
         else:
             refused_times.setdefault(source, time)
@@ -308,9 +326,9 @@ def _missing_old_image(rule: Rule, kind: str, sequence: str, arrival_ms: int) ->
 
 def _time_of(
     item: Mapping[str, Any], source: str, rule: Rule, arrival_ms: int, sequence: str, settings: Settings
-) -> tuple[int, bool] | Rejection:
+) -> tuple[int, bool] | LongOnly | Rejection:
     """The event time read from ``source`` (an attribute, or ARRIVAL) in epoch ms and whether it counts in
-    its hour alone, or the rejection it earns.
+    its hour alone, or the rejection it earns (LongOnly: unless its counter keeps days and months).
 
     A rejection for a rule's own time attribute names the rule; one for the
     table-wide attribute names none, as it is the same for every rule.
@@ -328,8 +346,17 @@ def _time_of(
     placed = place_in_time(event_ms, arrival_ms, settings, source)
     if type(placed[0]) is not Bucket:
         reason, detail = placed
-        return Rejection(reason, detail, sequence, arrival_ms, owner)
+        refused = Rejection(reason, detail, sequence, arrival_ms, owner)
+        if reason is Reason.LATE_EVENT and settings.calendar_prefixes and _day_kept(event_ms, arrival_ms, settings):
+            return LongOnly(event_ms, refused)
+        return refused
     return event_ms, len(placed) == 1
+
+
+def _day_kept(event_ms: int, arrival_ms: int, settings: Settings) -> bool:
+    """Whether the UTC day of ``event_ms`` is still within the day retention at ``arrival_ms``."""
+    day = event_ms // DAY_MS
+    return (day + 1) * DAY_MS + settings.day_retention_ms > arrival_ms
 
 
 def place_in_time(

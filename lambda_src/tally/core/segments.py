@@ -350,6 +350,8 @@ def contribution(outcome: Outcome) -> Contribution | None:
     (MODIFY, REMOVE, no rule matched) and unreadable records add nothing (None).
     """
     if type(outcome) is CounterEvent:
+        if outcome.long_only:
+            return None  # its days and months alone: Ladder.climbed
         minute, hour = buckets_of(outcome.event_ms)
         if outcome.hour_only:
             return (None, (outcome.counter, hour), outcome.units, outcome.bin, outcome.hashed)
@@ -364,6 +366,10 @@ def contribution(outcome: Outcome) -> Contribution | None:
 def contributions(outcome: Outcome, ladder: Ladder | None = None) -> list[Contribution]:
     """What one outcome adds: ``contribution``, and with a ``ladder`` what a late record of a kept counter
     adds to its days, months and late marks."""
+    if type(outcome) is CounterEvent and outcome.long_only:
+        if ladder is None:
+            return []
+        return ladder.long_only(outcome.counter, outcome.event_ms, outcome.units, outcome.bin, outcome.hashed)
     one = contribution(outcome)
     if one is None:
         return []
