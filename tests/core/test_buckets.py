@@ -1,4 +1,4 @@
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -23,6 +23,7 @@ from tally.core.buckets import (
 from tally.core.settings import MAX_BUCKET_LANES
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
+from tally.core.windows import parse_instant
 
 
 def ms(text: str) -> int:
@@ -172,3 +173,28 @@ def test_iso_second_floors_to_the_second_in_utc():
 
     assert iso_second(1_795_000_000_999) == "2026-11-18T11:06:40Z"
     assert iso_second(0) == "1970-01-01T00:00:00Z"
+
+
+def test_days_and_months_are_kept_in_a_zone_with_sort_keys_in_time_order_that_read_back():
+    new_york = "America/New_York"
+    days = [Bucket.of_day(date(2028, 2, 27) + timedelta(days=n), new_york) for n in range(4)]
+    assert [d.sort_key for d in days] == [f"D#{new_york}@2028-02-{n}" for n in (27, 28, 29)] + [f"D#{new_york}@2028-03-01"]
+    assert sorted(d.sort_key for d in days) == [d.sort_key for d in days]
+    assert all(Bucket.from_sort_key(d.sort_key) == d for d in days)
+    november = Bucket.of_month(date(2026, 11, 17), new_york)
+    assert november.sort_key == f"MO#{new_york}@2026-11" and Bucket.from_sort_key(november.sort_key) == november
+    assert (november.start_ms, november.end_ms) == (parse_instant("2026-11-01T04:00:00Z"), parse_instant("2026-12-01T05:00:00Z"))
+    fall_back = Bucket.of_day(date(2026, 11, 1), new_york)
+    assert fall_back.end_ms - fall_back.start_ms == 25 * HOUR_MS
+    for text in ("D#UTC@2026-13-01", "D#Nowhere/City@2026-11-01", "D#UTC@2026-11-1", "MO#UTC@2026-11-01", "D#@2026-11-01",
+                 "D#UTC@2026-11-01#1"):
+        with pytest.raises(ValueError):
+            Bucket.from_sort_key(text)
+
+
+def test_a_day_is_kept_its_retention_after_it_ends_and_a_month_so_many_months():
+    settings = Settings(day_retention_ms=400 * DAY_MS, month_retention_months=84)
+    day = Bucket.of_day(date(2026, 11, 28), "UTC")
+    assert day.ttl_seconds(settings) * 1000 == day.end_ms + 400 * DAY_MS
+    month = Bucket.of_month(date(2026, 11, 28), "Europe/Berlin")
+    assert month.ttl_seconds(settings) * 1000 == parse_instant("2033-12-01T00:00:00+01:00")

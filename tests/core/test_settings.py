@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from tally.core.settings import Settings, SettingsError
@@ -139,3 +141,28 @@ def test_a_rule_spanning_settings_names_the_variable_that_broke_it(env, named):
     with pytest.raises(SettingsError) as raised:
         Settings.from_env(env)
     assert str(raised.value).startswith(named + ": ")
+
+
+def test_calendar_settings_are_read_from_the_environment_and_refused_by_name():
+    settings = Settings.from_env({
+        "TALLY_CALENDAR_PREFIXES": '["orders/", "signups"]', "TALLY_CALENDAR_ZONES": '["America/New_York"]',
+        "TALLY_DAY_RETENTION_DAYS": "730", "TALLY_MONTH_RETENTION_MONTHS": "120",
+    })
+    assert settings.kept_zones == ("UTC", "America/New_York")
+    assert settings.keeps_calendar("orders/acme") and not settings.keeps_calendar("views/home")
+    assert (settings.day_retention_ms, settings.month_retention_months) == (730 * DAY_MS, 120)
+    assert Settings.from_env(settings.counting_environment()) == settings
+    assert Settings().kept_zones == () and "TALLY_CALENDAR_PREFIXES" not in Settings().counting_environment()
+    refused = {
+        '{"TALLY_CALENDAR_ZONES": "[\\"Asia/Kolkata\\"]", "TALLY_CALENDAR_PREFIXES": "[\\"a\\"]"}': "whole number of hours",
+        '{"TALLY_CALENDAR_ZONES": "[\\"Mars/Base\\"]", "TALLY_CALENDAR_PREFIXES": "[\\"a\\"]"}': "unknown time zone",
+        '{"TALLY_CALENDAR_ZONES": "[\\"Europe/Berlin\\"]"}': "need calendar prefixes",
+        '{"TALLY_CALENDAR_PREFIXES": "orders/"}': "JSON list",
+        '{"TALLY_CALENDAR_PREFIXES": "[\\"#rejected#\\"]"}': "must not start with '#'",
+        '{"TALLY_CALENDAR_PREFIXES": "[\\"a\\"]", "TALLY_HOUR_RETENTION_DAYS": "3"}': "at least 7 days",
+        '{"TALLY_DAY_RETENTION_DAYS": "30"}': "day retention must be at least the hour retention",
+    }
+    for env, message in refused.items():
+        with pytest.raises(SettingsError, match=message) as raised:
+            Settings.from_env(json.loads(env))
+        assert "TALLY_" in str(raised.value)
