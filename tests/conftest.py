@@ -72,6 +72,7 @@ def pytest_configure(config):
 # worker running a long file alone at the end. The order changes only how long the suite takes.
 LONGEST_FILES_FIRST = (
     "faults/test_exact_counts.py",
+    "test_closing.py",
     "test_top.py",
     "scripts/test_local_pipeline.py",
     "faults/test_read_isolation.py",

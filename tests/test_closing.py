@@ -5,8 +5,10 @@ run twice, and racing late records."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import uuid
 from collections import Counter, defaultdict
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -74,8 +76,8 @@ def deliver(table: CountsTable, events: list[dict], sequence: list[int]) -> None
         fields = {k: v for k, v in event.items() if k != "arrival"}
         records.append(stream_record(image(**fields), arrival_s=event["arrival"] // 1000, sequence=str(sequence[0])))
     if records:
-        commit = CounterDirectory(table.client, COUNTS, SETTINGS).recording(table.commit)
-        process(window_event(records, final=True), commit, SETTINGS)
+        commit = CounterDirectory(table.client, table.table_name, table.settings).recording(table.commit)
+        process(window_event(records, final=True), commit, table.settings)
 
 
 def local(ms: int, zone: str) -> date:
@@ -109,32 +111,45 @@ def stored(table: CountsTable, counters: list[str], zone: str, kind: str) -> dic
     return found
 
 
-@pytest.fixture(scope="module")
-def year():
-    """The year streamed, with the close run every fifth simulated day at 03:00 UTC; one close interrupted."""
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
-        table = CountsTable(client, COUNTS, SETTINGS, previous_release_until_ms=0)
-        events = synthetic_year()
-        sequence = [10**20]
-        runs, interrupted = [], False
-        cursor = 0
-        for day in range(0, (END - START) // DAY_MS + 60, 5):
-            now = START + day * DAY_MS + 3 * HOUR_MS
-            upto = cursor
-            while upto < len(events) and events[upto]["arrival"] < now:
-                upto += 1
-            deliver(table, events[cursor:upto], sequence)
-            cursor = upto
-            closer = Closer(table)
-            if not interrupted and now > START + 100 * DAY_MS and closer.plan_due(now).months:
-                interrupted = True
-                with pytest.raises(RuntimeError):
-                    Closer(Interrupting(table, after=2)).close_due(now)
-            runs.append(closer.close_due(now))
-        deliver(table, events[cursor:], sequence)
-        yield table, events, runs, now
+@pytest.fixture(scope="module", params=["moto", pytest.param("dynamodb-local", marks=[pytest.mark.sweep])])
+def year(request):
+    """The year streamed, with the close run every fifth simulated day at 03:00 UTC; one close interrupted. On
+    moto in this process, and (a sweep) on DynamoDB Local."""
+    if request.param == "moto":
+        with mock_aws():
+            client = boto3.client("dynamodb", region_name="us-east-1")
+            create_tables(client, EVENTS, COUNTS)
+            yield from streamed_year(CountsTable(client, COUNTS, SETTINGS, previous_release_until_ms=0))
+    else:
+        server = request.getfixturevalue("dynamodb_local")
+        client = server.client("dynamodb")
+        name = f"year-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{name}-events", name)
+        settings = dataclasses.replace(SETTINGS, counts_table=name)
+        yield from streamed_year(CountsTable(client, name, settings, previous_release_until_ms=0))
+
+
+def streamed_year(table: CountsTable):
+    """Deliver the year in arrival order, closing every fifth day; the table, the events, the runs, the last clock."""
+    events = synthetic_year()
+    sequence = [10**20]
+    runs, interrupted = [], False
+    cursor = 0
+    for day in range(0, (END - START) // DAY_MS + 60, 5):
+        now = START + day * DAY_MS + 3 * HOUR_MS
+        upto = cursor
+        while upto < len(events) and events[upto]["arrival"] < now:
+            upto += 1
+        deliver(table, events[cursor:upto], sequence)
+        cursor = upto
+        closer = Closer(table)
+        if not interrupted and now > START + 100 * DAY_MS and closer.plan_due(now).months:
+            interrupted = True
+            with pytest.raises(RuntimeError):
+                Closer(Interrupting(table, after=2)).close_due(now)
+        runs.append(closer.close_due(now))
+    deliver(table, events[cursor:], sequence)
+    yield table, events, runs, now
 
 
 class Interrupting(CountsTable):
@@ -155,7 +170,7 @@ class Interrupting(CountsTable):
 @pytest.mark.parametrize("kind", ["D", "MO"])
 def test_every_closed_day_and_month_is_brute_force(year, zone, kind):
     table, events, _, _ = year
-    progress = ProgressItems(table.client, COUNTS).read(zone)
+    progress = ProgressItems(table.client, table.table_name).read(zone)
     closed = progress.days if kind == "D" else progress.months
     assert closed is not None and progress.since is not None
     expected = {key: value for key, value in brute(events, zone, kind).items()
