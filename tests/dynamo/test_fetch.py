@@ -4,13 +4,16 @@ from dataclasses import replace
 
 import pytest
 
+from factories import counter_record
 from moto_tables import COUNTS, no_sleep_backoff
 
 from tally.core.buckets import Bucket, sketch_partition
 from tally.core.commit import RetriesExhausted
-from tally.core.segments import Segment
+from tally.core.ladder import Ladder, late_partition
+from tally.core.records import parse_record
+from tally.core.segments import Segment, SegmentFolder
 from tally.core.sketches import Sketch, hash_of
-from tally.core.units import MINUTE_MS
+from tally.core.units import DAY_MS, MINUTE_MS
 from tally.dynamo.counts_table import CountsTable
 
 from .support import T0, MINUTE, HOUR, WRITER, Faulty, error, put_counts, visited, shards_visiting, put_legacy_sketch
@@ -111,7 +114,7 @@ def test_a_counters_items_are_read_across_pages(dynamodb, settings):
     client.faults["query"] = [lambda real, kwargs: real(**kwargs, Limit=7)] * 5
     items = CountsTable(client, COUNTS, settings).counter_items("c")
     assert [item["count"] for item in items] == list(range(1, 31))
-    assert client.calls["query"] == 5 + 1  # its partition's five pages, then its one sketch lane's partition
+    assert client.calls["query"] == 5 + 1 + 1  # its partition's five pages, its one sketch lane's partition, its late marks
 
 
 def test_a_counters_items_include_its_sketches_in_every_lane_partition(dynamodb, settings):
@@ -151,3 +154,15 @@ def test_reads_merge_the_sketches_0_2_0_left_in_the_counters_partition(dynamodb,
     )
     assert ranged.sketches == {("v", HOUR.sort_key): everyone} and ranged.counts == {("v", HOUR.sort_key): 2}
     assert client.calls["query"] == ranged.requests == 3  # the counter's range (0.2.0's sketches in it), each lane's
+
+
+def test_a_counters_items_include_its_days_months_and_late_marks(dynamodb, settings):
+    """Deleting a counter that keeps days deletes them and its late marks too."""
+    kept = replace(settings, calendar_prefixes=("c",))
+    table = CountsTable(dynamodb, COUNTS, kept)
+    [late] = parse_record(counter_record("c", T0, arrival_s=(T0 + 3 * DAY_MS) / 1000), kept)
+    folder = SegmentFolder(ladder=Ladder.of(kept))
+    list(folder.fold([[late]]))
+    table.commit(folder.close(), WRITER)
+    kinds = {(item["pk"], item["sk"].split("#")[0]) for item in table.counter_items("c")}
+    assert kinds == {("c", "H"), ("c", "D"), ("c", "MO"), (late_partition("c"), "H"), (late_partition("c"), "D")}

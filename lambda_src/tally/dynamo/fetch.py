@@ -15,6 +15,7 @@ from tally.core.amounts import stored_units
 from tally.core.buckets import bucket_item_keys, last_lane_bound, sketch_partitions, stored_bucket
 from tally.core.commit import RetriesExhausted
 from tally.core.histograms import is_bin
+from tally.core.ladder import late_partition
 from tally.core.sketches import Sketch
 from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SKETCH_ATTRIBUTE, SUM_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
 from tally.dynamo.calls import BATCH_GET_LIMIT, Key, TableAccess, key_of, retried_while_throttled
@@ -144,10 +145,11 @@ class Fetches(TableAccess):
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def counter_items(self, counter: str) -> list[dict[str, Any]]:
-        """Every stored item of ``counter`` (all buckets, all lanes, and the sketches of a distinct counter in
-        their lane partitions) as {pk, sk, count}, all pages, strongly consistent."""
+        """Every stored item of ``counter`` (all buckets, all lanes, the sketches of a distinct counter in their
+        lane partitions, and the late marks of a counter that keeps days) as {pk, sk, count}, all pages, strongly
+        consistent."""
         items: list[dict[str, Any]] = []
-        for partition in (counter, *sketch_partitions(counter, self.settings.bucket_lanes)):
+        for partition in (counter, *sketch_partitions(counter, self.settings.bucket_lanes), late_partition(counter)):
             request: dict[str, Any] = {
                 "TableName": self.table_name,
                 "KeyConditionExpression": "#pk = :pk",
