@@ -199,3 +199,27 @@ def test_the_close_runs_once_a_day_and_a_second_run_finds_nothing_to_do(year):
 def test_closes_wait_until_no_on_time_record_can_come():
     assert CLOSE_AFTER_MS == 2 * DAY_MS + HOUR_MS
     assert LATE_AFTER_MS == DAY_MS
+
+
+def test_a_day_closed_from_an_hour_an_overlap_left_unresolved_is_marked_so():
+    """A close never hides an unresolved hour: the day it writes carries the hour's mark, and reads of the day
+    say it may be low, by at most what the mark bounds."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        table = CountsTable(client, COUNTS, SETTINGS, previous_release_until_ms=0)
+        hour = parse_instant("2028-05-10T12:00:00Z")
+        deliver(table, [{"id": "a", "shop": "acme", "amount": Decimal(1), "buyer": "b", "ts": hour, "arrival": hour + 1000}], [10**20])
+        client.update_item(TableName=COUNTS, Key={"pk": {"S": "signups"}, "sk": {"S": "H#2028-05-10T12"}},
+                           UpdateExpression="ADD #u :u", ExpressionAttributeNames={"#u": "unresolved"},
+                           ExpressionAttributeValues={":u": {"SS": ["~abc 1..9 <=3"]}})
+        day = Bucket.of_day(date(2028, 5, 10), "UTC")
+        marked = []
+        while (summary := Closer(table).close_due(hour + 3 * DAY_MS)).periods:  # a month of days a run
+            marked += summary.unresolved
+        assert marked == [f"signups {day.sort_key}", "signups D#America/New_York@2028-05-10"]  # 08:00 there
+        stored_day = client.get_item(TableName=COUNTS, Key={"pk": {"S": "signups"}, "sk": {"S": day.sort_key}})["Item"]
+        assert stored_day["count"] == {"N": "1"}
+        assert stored_day["unresolved"]["SS"] == ["close H#2028-05-10T12: ~abc 1..9 <=3"]
+        untouched = client.get_item(TableName=COUNTS, Key={"pk": {"S": "orders/acme"}, "sk": {"S": day.sort_key}})["Item"]
+        assert "unresolved" not in untouched

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from tally.core.buckets import DAY, MONTH, Bucket, day_index
+from tally.core.buckets import DAY, MONTH, Bucket, day_index, lane_sort_key
 from tally.core.commit import Writer
 from tally.core.directory import DIRECTORY_PARTITIONS, days_between
 from tally.core.ladder import Closed, children, closed_value, closes_at, due_days, first_closable_day, late_partition
@@ -50,6 +50,8 @@ class CloseSummary:
     written: int = 0
     already_closed: int = 0
     empty: int = 0  # counters whose period held only late records (already added directly) or nothing
+    # Periods written from children an overlap left unresolved: marked so, as their children are (counter sort key).
+    unresolved: list[str] = field(default_factory=list)
     reads: int = 0
     write_units: float = 0.0
 
@@ -60,6 +62,7 @@ class CloseSummary:
         self.already_closed += other.already_closed
         self.empty += other.empty
         self.reads += other.reads
+        self.unresolved += other.unresolved
         self.write_units += other.write_units
 
 
@@ -114,11 +117,14 @@ class Closer:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             read = list(pool.map(lambda counter: self._closed(counter, periods), counters))
         segment = _close_segment(periods)
+        unsure: list[tuple[Item, set[str]]] = []
         for counter, (closed_by_period, requests) in zip(counters, read):
             summary.counters += 1
             summary.reads += requests
             for period in periods:
-                closed, sketch = closed_by_period.get(period.sort_key, (None, None))
+                closed, sketch, marks = closed_by_period.get(period.sort_key, (None, None, set()))
+                if marks:
+                    unsure.append(((counter, period), marks))
                 if closed is None or closed.count == 0:  # nothing, or only late records: added directly
                     summary.empty += 1
                     continue
@@ -135,6 +141,11 @@ class Closer:
                     segment = _close_segment(periods)
         if segment.deltas:
             self._commit(segment, summary)
+        for (counter, period), marks in unsure:
+            # Reads show the period as not exact, by at most what its children's marks bound, as they show those.
+            stored = lane_sort_key(period.sort_key, self.writer.lane(self.settings.bucket_lanes))
+            self.progress.mark_unresolved(counter, stored, marks, period.ttl_seconds(self.settings))
+            summary.unresolved.append(f"{counter} {period.sort_key}")
         return summary
 
     def _commit(self, segment: Segment, summary: CloseSummary) -> None:
@@ -177,10 +188,13 @@ class Closer:
             names.update(self._listed[(day, part)])
         return sorted(name for name in names if self.settings.keeps_calendar(name))
 
-    def _closed(self, counter: str, periods: Sequence[Bucket]) -> tuple[dict[str, tuple[Closed, Sketch | None]], int]:
-        """What ``counter``'s periods add, by period sort key: their children less the children's late marks, and
-        the children's distinct values; and the requests it took (a Query of its children, one of its marks,
-        and one per sketch lane of a distinct counter)."""
+    def _closed(
+        self, counter: str, periods: Sequence[Bucket]
+    ) -> tuple[dict[str, tuple[Closed, Sketch | None, set[str]]], int]:
+        """What ``counter``'s periods add, by period sort key: their children less the children's late marks, the
+        children's distinct values, and the marks of children an overlap left unresolved (``close <child>: <mark>``);
+        and the requests it took (a Query of its children, one of its marks, one per sketch lane of a distinct
+        counter)."""
         first, last = children(periods[0])[0], children(periods[-1])[1]
         rules = self.settings.counter_rules
         distinct = rules.counts_distinct(counter)
@@ -198,6 +212,8 @@ class Closer:
                     _of(read.bins, within) if bins else None, _of(marks.bins, within),
                 ),
                 union(sketches) if sketches else None,
+                {f"close {sort_key}: {mark}" for (_, sort_key), marks in read.unresolved.items() if within(sort_key)
+                 for mark in marks},
             )
         return closed, read.requests + marks.requests
 

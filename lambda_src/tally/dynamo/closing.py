@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from tally.core.buckets import DAY, Bucket, day_date, month_first_day
 from tally.core.retry import Backoff
-from tally.core.tables import COUNTS_TABLE
+from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
 from tally.dynamo.calls import error_code, retried_while_throttled
 
 PROGRESS_PARTITION = "#calendar"
@@ -42,7 +42,7 @@ class Progress:
 
 
 class ProgressItems:
-    """The progress items of the counts table ``table_name``."""
+    """The progress items of the counts table ``table_name``, and the marks a close carries up to a period."""
 
     def __init__(self, client: Any, table_name: str, backoff: Callable[[], Backoff] = Backoff) -> None:
         self.client = client
@@ -80,6 +80,18 @@ class ProgressItems:
             except ClientError as error:
                 if error_code(error) != "ConditionalCheckFailedException":
                     raise  # otherwise another close got there first: progress never moves back
+
+
+    def mark_unresolved(self, counter: str, sort_key: str, marks: set[str], ttl_seconds: int) -> None:
+        """Add ``marks`` to the unresolved marks of a period's item (created with its TTL if the close wrote none):
+        a set, so a close run again adds nothing."""
+        retried_while_throttled(
+            self.backoff, self.client.update_item, TableName=self.table_name,
+            Key={COUNTS_TABLE.partition_key: {"S": counter}, COUNTS_TABLE.sort_key: {"S": sort_key}},
+            UpdateExpression="ADD #u :u SET #ttl = if_not_exists(#ttl, :ttl)",
+            ExpressionAttributeNames={"#u": UNRESOLVED_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE},
+            ExpressionAttributeValues={":u": {"SS": sorted(marks)}, ":ttl": {"N": str(ttl_seconds)}},
+        )
 
 
 def _key(zone: str) -> dict[str, dict[str, str]]:
