@@ -308,3 +308,18 @@ def test_a_state_with_a_sketch_it_cannot_read_is_unreadable(sketch):
     state["deltas"][0] += [None, {"sketch": sketch}]
     with pytest.raises(UnreadableState):
         Segment.from_state(state)
+
+
+def test_a_window_state_carries_days_months_and_late_marks():
+    """A late record's days, months and marks travel in the tumbling window's state like its minute and hour."""
+    from tally.core.ladder import Ladder  # noqa: PLC0415
+
+    kept = Settings(calendar_prefixes=("c",), calendar_zones=("Europe/Berlin",))
+    event = 1_795_000_000_000
+    folder = SegmentFolder(ladder=Ladder(kept))
+    list(folder.fold([parse_record(counter_record("c", event, arrival_s=event / 1000 + 5 * 86_400), kept)]))
+    segment = folder.close()
+    kinds = sorted({(counter[:6], bucket.kind, bucket.zone) for counter, bucket in segment.deltas})
+    assert kinds == [("#late#", "D", "Europe/Berlin"), ("#late#", "D", "UTC"), ("#late#", "H", ""), ("c", "D", "Europe/Berlin"),
+                     ("c", "D", "UTC"), ("c", "H", ""), ("c", "MO", "Europe/Berlin"), ("c", "MO", "UTC")]
+    assert Segment.from_state(json.loads(json.dumps(segment.to_state()))).deltas == segment.deltas
