@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from tally.core.buckets import DAY, Bucket, day_date, month_first_day
 from tally.core.retry import Backoff
-from tally.core.tables import COUNTS_TABLE
+from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
 from tally.dynamo.calls import error_code, retried_while_throttled
 
 PROGRESS_PARTITION = "#calendar"
@@ -42,7 +42,7 @@ class Progress:
 
 
 class ProgressItems:
-    """The progress items of the counts table ``table_name``."""
+    """The progress items of the counts table ``table_name``, and the marks a close carries up to a period."""
 
     def __init__(self, client: Any, table_name: str, backoff: Callable[[], Backoff] = Backoff) -> None:
         self.client = client
@@ -60,22 +60,24 @@ class ProgressItems:
 
         return Progress(field("since"), field("days"), field("months"))
 
-    def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None) -> None:
-        """Move ``zone``'s progress on to these (a day, a month), never back; ``since`` is set by the first."""
+    def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None, first_day: Bucket | None = None) -> None:
+        """Move ``zone``'s progress on to these (a day, a month), never back. ``since`` is set once, by the first
+        close to finish: to ``first_day``, the first day it closed (default: the day or month it advances to)."""
         for name, period in (("days", last_day), ("months", last_month)):
             if period is None:
                 continue
             first = day_date(period.index) if period.kind == DAY else month_first_day(period.index)
+            since = day_date(first_day.index) if first_day is not None else first
             try:
                 retried_while_throttled(
                     self.backoff,
                     self.client.update_item,
                     TableName=self.table_name,
                     Key=_key(zone),
-                    UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :p)",
+                    UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :since)",
                     ConditionExpression="attribute_not_exists(#p) OR #p < :p",
                     ExpressionAttributeNames={"#p": name, "#since": "since"},
-                    ExpressionAttributeValues={":p": {"S": first.isoformat()}},
+                    ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
                 )
             except ClientError as error:
                 if error_code(error) != "ConditionalCheckFailedException":
