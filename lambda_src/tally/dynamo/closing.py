@@ -10,39 +10,27 @@ the hours after it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from tally.core.buckets import DAY, Bucket, day_date, month_first_day
+from tally.core.ladder import Progress
 from tally.core.retry import Backoff
-from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
-from tally.dynamo.calls import error_code, retried_while_throttled
+from tally.core.tables import COUNTS_TABLE
+from tally.dynamo.calls import TableAccess, error_code, retried_while_throttled
 
 PROGRESS_PARTITION = "#calendar"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How far a zone's closes got: None where nothing is closed yet."""
-
-    since: date | None = None
-    days: date | None = None
-    months: date | None = None  # the first day of the last month closed
-
-    def day_closed(self, day: Bucket) -> bool:
-        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days
-
-    def month_closed(self, month: Bucket) -> bool:
-        first = month_first_day(month.index)
-        return self.since is not None and self.months is not None and self.since <= first <= self.months
+# How long a reader trusts a zone's progress it read. Progress only moves forward, and a read takes from hours
+# whatever the progress it holds does not cover, so an older progress answers as exactly, only reading more.
+PROGRESS_SECONDS = 60
 
 
 class ProgressItems:
-    """The progress items of the counts table ``table_name``, and the marks a close carries up to a period."""
+    """The progress items of the counts table ``table_name``."""
 
     def __init__(self, client: Any, table_name: str, backoff: Callable[[], Backoff] = Backoff) -> None:
         self.client = client
@@ -82,6 +70,23 @@ class ProgressItems:
             except ClientError as error:
                 if error_code(error) != "ConditionalCheckFailedException":
                     raise  # otherwise another close got there first: progress never moves back
+
+
+class ProgressReads(TableAccess):
+    """The part of ``CountsTable`` calendar reads use: each zone's progress, read at most once a minute."""
+
+    _progress_read: dict[str, tuple[float, Progress]]
+
+    def calendar_progress(self, zone: str) -> tuple[Progress, int]:
+        """``zone``'s progress (eventually consistent), and the requests reading it took: 0 when one read less
+        than PROGRESS_SECONDS ago is still held."""
+        held = self._progress_read.get(zone)
+        now = time.monotonic()
+        if held is not None and now - held[0] < PROGRESS_SECONDS:
+            return held[1], 0
+        progress = ProgressItems(self.client, self.table_name, self.backoff).read(zone, consistent=False)
+        self._progress_read[zone] = (now, progress)
+        return progress, 1
 
 
 def _key(zone: str) -> dict[str, dict[str, str]]:
