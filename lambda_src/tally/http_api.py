@@ -401,8 +401,11 @@ def public_top(
 @reads(
     CALENDAR_PATH,
     summary="Days, weeks or months of counters in a time zone",
-    description="Every period of the local days from to to (excluded), zero where nothing was counted, read from "
-    "hour buckets: within the hour retention, in zones whose offsets are whole hours.",
+    description="Every period of the local days from to to (excluded), zero where nothing was counted, in zones "
+    "whose offsets are whole hours. Counters of the calendar prefixes, in UTC or a kept zone, read their closed "
+    "months and days from their own items (kept dayRetentionDays and monthRetentionMonths) and the days since the "
+    "last close from hours; other counters and zones read hours alone, within the hour retention. A range before "
+    "what is kept is a 400 naming from.",
     responses=answers(CalendarAnswer, 400, 403, 500, 503),
 )
 def calendar(
