@@ -477,7 +477,9 @@ def dashboard() -> Response[str]:
     if not settings.dashboard or page is None:
         return _json(404, {"message": "no dashboard here: it is turned off (apiDashboard) or its page was not built"})
     read_base = PUBLIC_PREFIX_PATH if settings.public_read else ""
-    config = {"readBase": read_base, "prefixes": list(settings.public_prefixes)}
+    config: dict[str, Any] = {"readBase": read_base, "prefixes": list(settings.public_prefixes)}
+    if reader().settings.kept_zones:  # the page offers 12 months: closed months are read past the hour retention
+        config["calendarZones"] = list(reader().settings.kept_zones)
     html = page.html.replace(CONFIG_PLACEHOLDER, json.dumps(config).replace("<", "\\u003c"), 1)
     return Response(
         status_code=200,
