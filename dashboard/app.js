@@ -8,6 +8,8 @@
 // Below the chart, the calendar: the chosen counters' last 30 days (12 weeks, 2 months) in a time zone, the
 // browser's own by default (/calendar), and each counter's total this month so far beside its window's
 // (/counts?window=month-to-date). A zone the API cannot answer (a half-hour offset) shows its reason instead.
+// Where the table keeps days and months (the config's calendarZones), the last 12 months too: closed months
+// are read from their own items, past the hour retention.
 import uPlot from "uplot";
 
 const REFRESH_MS = 10_000;
@@ -16,9 +18,15 @@ const QUANTILES = ["0.5", "0.9", "0.99"];
 const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f"];
 // Offered beside the browser's own zone; calendar reads take any IANA zone whose offsets are whole hours.
 const ZONES = ["UTC", "America/New_York", "America/Chicago", "America/Los_Angeles", "Europe/London", "Europe/Paris", "Asia/Tokyo"];
-// How many periods the calendar shows back from today's: within the hour retention (90 days by default),
-// the hours calendar reads come from.
-const CALENDAR_BACK = { day: 29, week: 11, month: 1 };
+// Each choice of the calendar: its period, and how many periods it shows back from today's. The first three
+// stay within the hour retention (90 days by default), which any counter's calendar read can reach; 12 months
+// are offered where the table keeps days and months.
+const CALENDAR_CHOICES = {
+  day: { period: "day", back: 29 },
+  week: { period: "week", back: 11 },
+  month: { period: "month", back: 1 },
+  year: { period: "month", back: 11 },
+};
 
 const config = JSON.parse(document.getElementById("tally-config").textContent || "{}");
 const readBase = config.readBase || "";
@@ -230,7 +238,7 @@ function browserZone() {
 }
 
 function fillZones(chosen) {
-  for (const zone of [browserZone(), ...ZONES, chosen]) {
+  for (const zone of [browserZone(), ...ZONES, ...(config.calendarZones || []), chosen]) {
     if (zone && !Array.from(elements.calendarTz.options).some((option) => option.value === zone)) {
       elements.calendarTz.add(new Option(zone, zone));
     }
@@ -243,12 +251,18 @@ function dayText(year, month, day) {
   return new Date(Date.UTC(year, month - 1, day)).toISOString().slice(0, 10);
 }
 
-// The days the calendar asks for (to excluded): today's period in the zone and CALENDAR_BACK before it.
-function calendarRange(period, zone) {
+// The 12 months' choice, where the API's table keeps days and months (their zones are in the config).
+function offerMonths() {
+  if (!(config.calendarZones && config.calendarZones.length)) return;
+  elements.calendarPeriod.add(new Option("last 12 months", "year"));
+}
+
+// The days the calendar asks for (to excluded): today's period in the zone and as many before it as chosen.
+function calendarRange(choice, zone) {
   const parts = new Intl.DateTimeFormat("en-CA", { timeZone: zone, year: "numeric", month: "numeric", day: "numeric" })
     .formatToParts(new Date(Date.now() + clockOffset));
   const [year, month, day] = ["year", "month", "day"].map((type) => Number(parts.find((part) => part.type === type).value));
-  const back = CALENDAR_BACK[period];
+  const { period, back } = CALENDAR_CHOICES[choice];
   if (period === "month") return { from: dayText(year, month - back, 1), to: dayText(year, month + 1, 1) };
   if (period === "week") {
     const monday = day - ((new Date(Date.UTC(year, month - 1, day)).getUTCDay() + 6) % 7);
@@ -289,11 +303,12 @@ function showCalendar(answer, period, zone) {
 
 // mine: the refresh this belongs to, as refreshTop's.
 async function refreshCalendar(counters, mine) {
-  const period = elements.calendarPeriod.value;
+  const choice = elements.calendarPeriod.value;
+  const period = CALENDAR_CHOICES[choice].period;
   const zone = elements.calendarTz.value;
   let range;
   try {
-    range = calendarRange(period, zone);
+    range = calendarRange(choice, zone);
   } catch (error) {
     hideCalendar(`time zone ${zone}: ${error.message}`, true);
     return;
@@ -454,7 +469,10 @@ async function start() {
   elements.topPrefix.value = state.get("top") ?? (config.prefixes && config.prefixes[0]) ?? "";
   if (state.get("n")) elements.topN.value = state.get("n");
   elements.topRising.checked = state.get("rising") === "1";
-  if (state.get("calendar")) elements.calendarPeriod.value = state.get("calendar");
+  offerMonths();
+  if (CALENDAR_CHOICES[state.get("calendar")] && [...elements.calendarPeriod.options].some((o) => o.value === state.get("calendar"))) {
+    elements.calendarPeriod.value = state.get("calendar");
+  }
   fillZones(state.get("tz"));
   try {
     await loadCounterNames();

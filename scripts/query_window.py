@@ -9,6 +9,7 @@
     .venv/bin/python scripts/query_window.py --top 10 --prefix views/ --rising   # the 10 largest increases
     .venv/bin/python scripts/query_window.py --alerts --state ALARM             # counters in alarm (rules' alerts)
     .venv/bin/python scripts/query_window.py sign-ups --series day --tz America/New_York --from 2026-11-01 --to 2026-12-01
+    .venv/bin/python scripts/query_window.py orders/acme --series month --from 2025-01-01 --to 2027-01-01  # closed months
     .venv/bin/python scripts/query_window.py api-calls/acme --month-to-date --tz Europe/Paris   # this month so far
 
 A window of length L ending at --at (default now) covers whole minutes: its
@@ -39,8 +40,13 @@ it): its counts stay readable until they expire, and no more events will come.
 zero where nothing was counted, the first and last period cut to the range
 (--week-start names the day weeks begin on, default monday); --json carries
 each period's start and end, with their offsets, and its count. --month-to-date
-counts this month so far in --tz, exact up to now. Both are read from hour
-buckets: within the hour retention, in zones whose offsets are whole hours.
+counts this month so far in --tz, exact up to now. Both answer zones whose
+offsets are whole hours. A counter of the calendar prefixes (calendarPrefixes)
+in UTC or a kept zone (calendarZones) reads its closed days and months from
+their own items, kept far longer than hours (dayRetentionDays,
+monthRetentionMonths), and only the days since the last close from hours; any
+other series, and month to date, is read from hour buckets, within the hour
+retention. A range reaching before what is kept exits 2, saying what is.
 
 --top N --prefix P lists the N counters of P with the largest totals over the
 window, ties by name, each total exact; --rising ranks by the increase over

@@ -88,6 +88,7 @@ LONGEST_FILES_FIRST = (
     "scripts/test_query_window.py",
     "scripts/test_script_errors.py",
     "scripts/test_backfill_command.py",
+    "test_reader_calendar_long.py",
     "test_reader_calendar.py",
     "faults/test_rule_changes.py",
     "scripts/test_rules_demo.py",

@@ -22,7 +22,7 @@ from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
 from tally.closing import Closer
 from tally.core.buckets import Bucket
-from tally.core.ladder import CLOSE_AFTER_MS, LATE_AFTER_MS, late_partition
+from tally.core.ladder import CLOSE_AFTER_MS, LATE_AFTER_MS, first_closable_day, late_partition
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
@@ -190,6 +190,17 @@ def test_every_closed_day_and_month_is_brute_force(year, zone, kind):
     assert {k: v[:2] for k, v in found.items()} == {k: v[:2] for k, v in expected.items()}
     assert all(abs(found[k][2] - expected[k][2]) <= 1 for k in expected)  # distinct buyers: a sketch's estimate
     assert len(expected) > (50 if kind == "D" else 5)
+
+
+@pytest.mark.parametrize("zone", ["UTC", ZONE])
+def test_progress_begins_at_the_first_day_the_first_close_closed(year, zone):
+    """``since`` is where readers may begin taking days from their items: the first day closed, not the last
+    day of the first run."""
+    table, _, runs, _ = year
+    progress = ProgressItems(table.client, COUNTS).read(zone)
+    first_run = START + 3 * HOUR_MS  # the fixture's first close
+    assert progress.since == first_closable_day(zone, first_run, SETTINGS) and progress.since.day == 1
+    assert f"D#{zone}@{progress.since.isoformat()}" in runs[0].periods
 
 
 def test_a_counter_outside_the_prefixes_keeps_no_days_and_late_records_left_marks(year):

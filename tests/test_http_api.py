@@ -31,7 +31,7 @@ import tally
 from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD, ENV_PUBLIC_PREFIXES
 from tally.core.rules import ENV_RULES, parse_rules
-from tally.core.settings import ENV_TIME_ATTRIBUTE, Settings
+from tally.core.settings import ENV_CALENDAR_PREFIXES, ENV_CALENDAR_ZONES, ENV_TIME_ATTRIBUTE, Settings
 from tally.core.units import HOUR_MS
 from tally.core.windows import Window, parse_instant
 from tally.dynamo.counts_table import CountsTable
@@ -227,6 +227,17 @@ def test_the_dashboard_page_is_served_with_its_config_and_a_policy_that_runs_onl
     assert config == {"readBase": "/public", "prefixes": ["views/"]}
     assert "script-src 'sha256-" in policy and "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
     assert "connect-src 'self'" in policy and "default-src 'none'" in policy
+
+
+def test_the_dashboards_config_names_the_kept_zones_where_the_table_keeps_days_and_months(environment, monkeypatch):
+    """The page offers the last 12 months then: closed months are read past the hour retention."""
+    monkeypatch.setenv(ENV_CALENDAR_PREFIXES, '["views/"]')
+    monkeypatch.setenv(ENV_CALENDAR_ZONES, '["Europe/Paris"]')
+    http_api.reader.cache_clear()
+    _, _, html = call("/")
+    config = json.loads(html.split('<script id="tally-config" type="application/json">')[1].split("</script>")[0])
+
+    assert config == {"readBase": "/public", "prefixes": ["views/"], "calendarZones": ["UTC", "Europe/Paris"]}
 
 
 def test_the_dashboard_is_absent_unless_enabled(environment, monkeypatch):

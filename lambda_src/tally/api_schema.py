@@ -148,9 +148,15 @@ class CalendarSeries(Closed):
         description="every period of the range, in order, zero where nothing was counted; the first and the last "
         "cut to the range"
     )
-    plan: Literal["range"] = Field(description="calendar reads query each counter's hour buckets by range")
-    requests: int = Field(description="DynamoDB requests the answer took (shared by the counters of one request)")
-    items_read: int = Field(description="bucket items DynamoDB returned for this counter")
+    plan: Literal["range"] = Field(
+        description="calendar reads query each counter's buckets by range: its closed months and days where it "
+        "keeps them, hours for the rest"
+    )
+    requests: int = Field(
+        description="DynamoDB requests this counter's series took; the first counter keeping days also counts the "
+        "zone's progress GetItem, when it was read (a reader holds it a minute)"
+    )
+    items_read: int = Field(description="bucket items (hours, days, months) DynamoDB returned for this counter")
     unresolved: list[str] | Absent = Field(
         None, description="only when a count is not exact: as in /counts, buckets an overlap left unresolved"
     )

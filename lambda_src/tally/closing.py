@@ -155,12 +155,14 @@ class Closer:
         summary.write_units += result.write_units
 
     def finish(self, periods: list[Bucket]) -> None:
-        """Every part of ``periods`` is closed: each zone's progress moves on to the last of them."""
+        """Every part of ``periods`` is closed: each zone's progress moves on to the last of them (the first close
+        of a zone also says where its closed days begin, ``since``: readers take no day before it from its item)."""
         for zone in {period.zone for period in periods}:
             mine = [period for period in periods if period.zone == zone]
-            last_day = max((p for p in mine if p.kind == DAY), default=None, key=lambda p: p.index)
+            days = [p for p in mine if p.kind == DAY]
+            last_day = max(days, default=None, key=lambda p: p.index)
             last_month = max((p for p in mine if p.kind == MONTH), default=None, key=lambda p: p.index)
-            self.progress.advance(zone, last_day, last_month)
+            self.progress.advance(zone, last_day, last_month, min(days, default=None, key=lambda p: p.index))
 
     def close_due(self, now_ms: int, parts: int = DIRECTORY_PARTITIONS) -> CloseSummary:
         """Close everything due at ``now_ms``, in order: each day (all its parts), then the months."""

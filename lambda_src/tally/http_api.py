@@ -401,8 +401,11 @@ def public_top(
 @reads(
     CALENDAR_PATH,
     summary="Days, weeks or months of counters in a time zone",
-    description="Every period of the local days from to to (excluded), zero where nothing was counted, read from "
-    "hour buckets: within the hour retention, in zones whose offsets are whole hours.",
+    description="Every period of the local days from to to (excluded), zero where nothing was counted, in zones "
+    "whose offsets are whole hours. Counters of the calendar prefixes, in UTC or a kept zone, read their closed "
+    "months and days from their own items (kept dayRetentionDays and monthRetentionMonths) and the days since the "
+    "last close from hours; other counters and zones read hours alone, within the hour retention. A range before "
+    "what is kept is a 400 naming from.",
     responses=answers(CalendarAnswer, 400, 403, 500, 503),
 )
 def calendar(
@@ -474,7 +477,9 @@ def dashboard() -> Response[str]:
     if not settings.dashboard or page is None:
         return _json(404, {"message": "no dashboard here: it is turned off (apiDashboard) or its page was not built"})
     read_base = PUBLIC_PREFIX_PATH if settings.public_read else ""
-    config = {"readBase": read_base, "prefixes": list(settings.public_prefixes)}
+    config: dict[str, Any] = {"readBase": read_base, "prefixes": list(settings.public_prefixes)}
+    if reader().settings.kept_zones:  # the page offers 12 months: closed months are read past the hour retention
+        config["calendarZones"] = list(reader().settings.kept_zones)
     html = page.html.replace(CONFIG_PLACEHOLDER, json.dumps(config).replace("<", "\\u003c"), 1)
     return Response(
         status_code=200,

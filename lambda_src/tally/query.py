@@ -17,14 +17,15 @@ is what the whole call made.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 
 from tally.core.amounts import average_of, decimal_of, text_of
-from tally.core.buckets import iso_minute, iso_second
-from tally.core.calendar import CalendarError, Period, Span, iso_local, zone_of
+from tally.core.buckets import Bucket, iso_minute, iso_second
+from tally.core.calendar import Period, Span, zone_of
+from tally.core.calendar_sources import Sources, calendar_sources, hours_only_reason
 from tally.core.histograms import Histogram
 from tally.core.sketches import Sketch
 from tally.core.plans import Plan, PlanKind, Series, align_to_retention, make_plan
@@ -32,7 +33,7 @@ from tally.core.records import InvalidCounter, Reason, validate_counter
 from tally.core.rules import Rules
 from tally.core.segments import REJECTED_COUNTER_PREFIX
 from tally.core.settings import Settings
-from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
+from tally.core.units import HOUR_MS, MINUTE_MS
 from tally.core.sums import Point, PlanTotals, series_of, sum_plan
 from tally.core.windows import DEFAULT_LENGTH_MS, QueryError, Window, now_ms, utc_of
 from tally.dynamo.counts_table import CountsTable
@@ -412,7 +413,10 @@ class CalendarPoint(_Aggregates):
 @dataclass(frozen=True)
 class CalendarSeries:
     """One counter's calendar series: every period of ``period`` over the days asked, in ``zone``, zero where
-    nothing was counted (a period still to come, too). Read from hour buckets: one window over the whole range."""
+    nothing was counted (a period still to come, too). Read from the closed months and days a counter of the
+    calendar prefixes keeps in a kept zone, and from hour buckets for the rest (``core/calendar_sources.py``);
+    ``requests`` and ``items_read`` are this counter's, and the first such counter's requests count the zone's
+    progress GetItem when it was read."""
 
     counter: str
     period: Period
@@ -465,36 +469,112 @@ def calendar_series(
     now: int | None = None,
     quantiles: Sequence[str] = (),
 ) -> list[CalendarSeries]:
-    """Each counter's series over ``spans`` (``calendar.spans``: periods whose edges are whole UTC hours), read
-    as one window from the first period's start to the last one's end (or now, if sooner) by the range plan,
-    its hours grouped into the periods. The hours must still be kept: CalendarError says which range is."""
+    """Each counter's series over ``spans`` (``calendar.spans``: periods whose edges are whole UTC hours).
+
+    A counter of the calendar prefixes in a kept zone takes its closed months and days from their items (a
+    Query of each run of them) and the rest from hours (``core/calendar_sources.py``), after the zone's
+    progress (one GetItem, held a minute by the table); any other counter takes the whole range from hours.
+    Hours are read as windows by the range plan with an hour series, each hour added to the period holding
+    it. CalendarError when hours the read needs are past the hour retention, saying what is kept."""
+    for counter in counters:
+        validate_query_counter(counter)
     now = now_ms() if now is None else now
-    oldest = -(-(now - table.settings.hour_retention_ms) // HOUR_MS) * HOUR_MS  # the oldest hour every read finds
-    if spans[0].start_ms < oldest:
-        raise CalendarError(
-            f"the range begins {spans[0].first_day.isoformat()}, past the hour retention "
-            f"({table.settings.hour_retention_ms // DAY_MS} days, hourRetentionDays): calendar reads come from hours, "
-            f"and the oldest kept in {zone} begins {iso_local(oldest, zone_of(zone))}",
-            "from",
+    settings = table.settings
+    reasons = {counter: hours_only_reason(counter, zone, settings) for counter in counters}
+    progress, progress_requests = (None, 0)
+    if any(reason is None for reason in reasons.values()):
+        progress, progress_requests = table.calendar_progress(zone)
+    groups: dict[Sources, list[str]] = {}
+    for counter in dict.fromkeys(counters):
+        sources = calendar_sources(
+            period, spans, zone, progress if reasons[counter] is None else None, now, settings, reasons[counter]
         )
-    rules = table.settings.counter_rules
-    end = min(spans[-1].end_ms, now)
-    if end <= spans[0].start_ms:  # all to come: nothing to read
-        return [
-            replace(_calendar_of(counter, period, zone, spans, [], rules, quantiles), retired=retired_at(rules, counter, now))
-            for counter in counters
-        ]
-    length_ms = -(-(end - spans[0].start_ms) // MINUTE_MS) * MINUTE_MS
-    results = count_windows(
-        table, counters, length_ms=length_ms, at_ms=end, plan=PlanKind.RANGE, consistent=consistent, now=now,
-        series=Series.HOUR, align=True, quantiles=quantiles,
-    )
+        groups.setdefault(sources, []).append(counter)
+    found: dict[str, CalendarSeries] = {}
+    for sources, names in groups.items():
+        found.update(_calendar_group(table, names, sources, spans, period, zone, consistent, now, quantiles))
+    first_kept = next((counter for counter in counters if reasons[counter] is None), None)
     return [
-        replace(
-            _calendar_of(result.counter, period, zone, spans, result.series or (), rules, quantiles),
-            requests=result.requests, items_read=result.items_read, unresolved=result.unresolved, retired=result.retired,
+        replace(found[counter], requests=found[counter].requests + progress_requests) if counter == first_kept
+        else found[counter]
+        for counter in counters
+    ]
+
+
+def _calendar_group(
+    table: CountsTable,
+    counters: list[str],
+    sources: Sources,
+    spans: Sequence[Span],
+    period: Period,
+    zone: str,
+    consistent: bool,
+    now: int,
+    quantiles: Sequence[str],
+) -> dict[str, CalendarSeries]:
+    """The series of counters read from the same sources: each window of hours for all of them at once, then
+    each counter's runs of months and days."""
+    rules = table.settings.counter_rules
+    hours: dict[str, list[WindowCount]] = {counter: [] for counter in counters}
+    for start, end in sources.hours:
+        length_ms = -(-(end - start) // MINUTE_MS) * MINUTE_MS
+        for result in count_windows(
+            table, counters, length_ms=length_ms, at_ms=end, plan=PlanKind.RANGE, consistent=consistent, now=now,
+            series=Series.HOUR, align=True, quantiles=quantiles,
+        ):
+            hours[result.counter].append(result)
+    found = {}
+    for counter in counters:
+        long = Fetched()
+        distinct = rules.counts_distinct(counter)
+        for first, last in (*sources.months, *sources.days):
+            long.update(table.query(counter, first.sort_key, last.sort_key, consistent, distinct))
+        windows = hours[counter]
+        parts = [_part_of_hour(point) for result in windows for point in result.series or ()]
+        parts += _parts_of_items(counter, long)
+        series = _calendar_of(counter, period, zone, spans, parts, rules, quantiles)
+        unresolved = [mark for result in windows for mark in result.unresolved]
+        unresolved += [
+            f"{sk}: {mark}" for (pk, sk), marks in sorted(long.unresolved.items()) if pk == counter for mark in sorted(marks)
+        ]
+        found[counter] = replace(
+            series,
+            requests=sum(result.requests for result in windows) + long.requests,
+            items_read=sum(result.items_read for result in windows) + len(long.counts),
+            unresolved=tuple(unresolved),
+            retired=retired_at(rules, counter, now),
         )
-        for result in results
+    return found
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What one hour, day or month item adds to the period holding its first instant."""
+
+    start_ms: int
+    count: int
+    sum: Decimal | None
+    bins: Mapping[str, int] | None
+    sketch: Sketch | None
+
+
+def _part_of_hour(point: SeriesPoint) -> _Part:
+    return _Part(_ms(point.start), point.count, point.sum, None if point.histogram is None else point.histogram.bins,
+                 point.sketch)
+
+
+def _parts_of_items(counter: str, fetched: Fetched) -> list[_Part]:
+    """The day and month items read, each by its bucket's first instant (a sketch may come alone: it counts 0)."""
+    keys = [key for key in {**fetched.counts, **fetched.sketches} if key[0] == counter]
+    return [
+        _Part(
+            Bucket.from_sort_key(key[1]).start_ms,
+            fetched.counts.get(key, 0),
+            decimal_of(fetched.sums[key]) if key in fetched.sums else None,
+            fetched.bins.get(key),
+            fetched.sketches.get(key),
+        )
+        for key in keys
     ]
 
 
@@ -503,29 +583,29 @@ def _calendar_of(
     period: Period,
     zone: str,
     spans: Sequence[Span],
-    hours: Sequence[SeriesPoint],
+    parts: Sequence[_Part],
     rules: Rules,
     quantiles: Sequence[str],
 ) -> CalendarSeries:
-    """Hours (points of an hour series) summed into the periods that hold them (what the read cost, and whether the
+    """Hours, days and months summed into the periods that hold them (what the read cost, and whether the
     counter is retired, are the caller's to say)."""
     starts = [span.start_ms for span in spans]
     counts = [0] * len(spans)
     sums: list[Decimal] | None = [Decimal(0)] * len(spans) if rules.sums(counter) else None
     bins: list[dict[str, int]] | None = [{} for _ in spans] if rules.keeps_histogram(counter) else None
     sketches: list[Sketch] | None = [Sketch() for _ in spans] if rules.counts_distinct(counter) else None
-    for hour in hours:
-        index = bisect_right(starts, _ms(hour.start)) - 1
-        if index < 0 or _ms(hour.start) >= spans[index].end_ms:
+    for part in parts:
+        index = bisect_right(starts, part.start_ms) - 1
+        if index < 0 or part.start_ms >= spans[index].end_ms:
             continue
-        counts[index] += hour.count
-        if sums is not None and hour.sum is not None:
-            sums[index] += hour.sum
-        if bins is not None and hour.histogram is not None:
-            for name, count in hour.histogram.bins.items():
+        counts[index] += part.count
+        if sums is not None and part.sum is not None:
+            sums[index] += part.sum
+        if bins is not None and part.bins is not None:
+            for name, count in part.bins.items():
                 bins[index][name] = bins[index].get(name, 0) + count
-        if sketches is not None and hour.sketch is not None:
-            sketches[index].merge(hour.sketch)
+        if sketches is not None and part.sketch is not None:
+            sketches[index].merge(part.sketch)
     local = zone_of(zone)
     points = tuple(
         CalendarPoint(

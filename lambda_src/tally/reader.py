@@ -10,6 +10,7 @@
     reader.count_many(["a", "b"], window=timedelta(days=7), series="hour")
     reader.alerts(state="ALARM")                  # the counters in alarm, of every alert of the rules
     reader.calendar(["sign-ups"], "day", tz="America/New_York", start="2026-11-01", end="2026-12-01")
+    reader.calendar(["orders/acme"], "month", start="2025-01-01", end="2027-01-01")  # closed months, past hours too
     reader.month_to_date(["api-calls/acme"], tz="Europe/Paris")     # this month so far, exact up to now
 
 Every option may be given as its Python value or as text, and ``read_options``
@@ -358,8 +359,13 @@ class Reader:
     ) -> list[CalendarSeries]:
         """Each counter's series of days, weeks or months over the local days ``start`` to ``end`` (excluded)
         in ``tz`` (an IANA zone, DST included; default UTC), every period in the range answered, zero where
-        nothing was counted. Read from hour buckets, in one window over the range (one Query a counter, plus
-        pages), so within the hour retention and in zones whose offsets are whole hours; QueryError otherwise."""
+        nothing was counted, in zones whose offsets are whole hours.
+
+        A counter of the calendar prefixes, in UTC or a kept zone, takes its closed months and days from their
+        items (a Query of each run, within the day and month retentions) and the days since the last close from
+        hours; any other counter, or zone, takes the whole range from hours, so within the hour retention. The
+        zone's progress is one GetItem, held a minute. QueryError (a CalendarError naming the parameter) for a
+        range that reaches before what is kept, saying what is."""
         names = self._names(counters, "calendar")
         asked = calendar_options(period=period, tz=tz, start=start, end=end, week_start=week_start)
         chosen = read_options(quantiles=quantiles, consistent=consistent)

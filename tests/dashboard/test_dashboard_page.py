@@ -14,6 +14,7 @@ import os
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -23,7 +24,7 @@ from botocore.credentials import Credentials
 from handler_state import handler_state_restored
 from tally import http_api
 from tally.core.api_access import ENV_DASHBOARD
-from tally.core.settings import Settings
+from tally.core.settings import ENV_CALENDAR_PREFIXES, ENV_CALENDAR_ZONES, ENV_HOUR_RETENTION_DAYS, Settings
 from tally.core.windows import now_ms, parse_instant
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.tables import create_tables
@@ -337,3 +338,52 @@ def test_a_browser_zone_the_api_cannot_answer_shows_its_reason_instead_of_the_ca
     assert zone_chosen == asked["tz"] == "Australia/Adelaide" and status == 400
     assert message == body["message"] and "not on a whole hour" in message
     assert not chart_shown and month_shown == ""
+
+
+def test_where_days_and_months_are_kept_the_calendar_offers_the_last_twelve_months(served, browser, monkeypatch):
+    """Offered only where the table keeps days and months (the page's config names the kept zones): the 12 months
+    up to this one in the browser's zone, each the API's count. Here the hours are kept 400 days, since no close
+    has run on this day of events: the months come from hours, as they would from closed months."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    api, events = served
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    page = f"{api.url}/?counter=page-views&window=24h&series=hour&calendar=year"
+    with browser_zone(browser, "America/New_York"):
+        browser.get(page)
+        wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-calendar-updates"))
+        plain = [option.get_attribute("value") for option in Select(browser.find_element(By.ID, "calendar-period")).options]
+    kept = {ENV_CALENDAR_PREFIXES: '["page-views"]', ENV_CALENDAR_ZONES: '["America/New_York"]', ENV_HOUR_RETENTION_DAYS: "400"}
+    for name, value in kept.items():
+        monkeypatch.setenv(name, value)
+    http_api.reader.cache_clear()
+    http_api.api_settings.cache_clear()
+    try:
+        with browser_zone(browser, "America/New_York"):
+            browser.get(page)
+            wait.until(lambda driver: driver.find_element(By.TAG_NAME, "body").get_attribute("data-calendar-updates"))
+            choice = Select(browser.find_element(By.ID, "calendar-period"))
+            offered = {option.get_attribute("value"): option.text for option in choice.options}
+            chosen = choice.first_selected_option.get_attribute("value")
+            drawn = browser.find_element(By.ID, "calendar-chart")
+            asked = {name: drawn.get_attribute(f"data-{name}") for name in ("period", "tz", "from", "to")}
+            points = json.loads(drawn.get_attribute("data-points"))
+            zones = [option.get_attribute("value") for option in Select(browser.find_element(By.ID, "calendar-tz")).options]
+            status = browser.find_element(By.ID, "calendar-status")
+            status_text, status_class = status.text, status.get_attribute("class") or ""
+        query = urlencode({"counter": "page-views", **asked})
+        with urllib.request.urlopen(f"{api.url}/calendar?{query}", timeout=10) as response:
+            (series,) = json.loads(response.read())["series"]
+    finally:
+        browser.get("about:blank")  # no refresh reads with these settings after them
+        http_api.reader.cache_clear()
+        http_api.api_settings.cache_clear()
+
+    assert "year" not in plain and offered["year"] == "last 12 months" and chosen == "year"
+    assert (asked["period"], asked["tz"]) == ("month", "America/New_York") and "America/New_York" in zones
+    first, end = date.fromisoformat(asked["from"]), date.fromisoformat(asked["to"])
+    assert first.day == end.day == 1 and (end.year - first.year) * 12 + end.month - first.month == 12
+    assert points == [[[point["start"], point["count"]] for point in series["points"]]] and len(points[0]) == 12
+    assert series["total"] == sum(1 for e in events if e.counter == "page-views") > 0
+    assert "error" not in status_class and "months in America/New_York" in status_text

@@ -1,10 +1,12 @@
 """Calendar periods in a time zone: days, weeks and months as instants, for series and month-to-date. No I/O.
 
 A day in America/New_York is 23, 24 or 25 hours long; a month starts at its
-zone's midnight. tally answers calendar reads from its hour buckets, so a
-period can be read only where its edges fall on whole UTC hours: zones whose
-offsets are whole hours (every IANA zone of the Americas and Europe, UTC, and
-most others), which ``spans`` checks for every edge it makes. A local
+zone's midnight. tally answers calendar reads from its hour buckets (and,
+where it keeps them, from closed day and month items, which are sums of
+hours: ``calendar_sources.py``), so a period can be read only where its edges
+fall on whole UTC hours: zones whose offsets are whole hours (every IANA zone
+of the Americas and Europe, UTC, and most others), which ``spans`` checks for
+every edge it makes. A local
 midnight that a DST change skips begins its day at the first instant after the
 gap; one it repeats, at its first occurrence.
 """

@@ -80,6 +80,24 @@ def long_items(counter: str, hour: int, zones: Iterable[str], hour_kept: bool = 
     return LongItems(tuple(direct), tuple(marks))
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far a zone's closes got (its progress item, ``dynamo/closing.py``): the first day closed, the last
+    day closed and the first day of the last month closed; None where nothing is closed yet. Days and months
+    between ``since`` and these are complete in their items."""
+
+    since: date | None = None
+    days: date | None = None
+    months: date | None = None  # the first day of the last month closed
+
+    def day_closed(self, day: Bucket) -> bool:
+        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days
+
+    def month_closed(self, month: Bucket) -> bool:
+        first = month_first_day(month.index)
+        return self.since is not None and self.months is not None and self.since <= first <= self.months
+
+
 def closes_at(period: Bucket) -> int:
     """When ``period`` (a day or a month) may be closed: ``CLOSE_AFTER_MS`` after its end."""
     return period.end_ms + CLOSE_AFTER_MS

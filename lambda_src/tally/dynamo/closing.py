@@ -10,35 +10,23 @@ the hours after it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from tally.core.buckets import DAY, Bucket, day_date, month_first_day
+from tally.core.ladder import Progress
 from tally.core.retry import Backoff
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
-from tally.dynamo.calls import error_code, retried_while_throttled
+from tally.dynamo.calls import TableAccess, error_code, retried_while_throttled
 
 PROGRESS_PARTITION = "#calendar"
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How far a zone's closes got: None where nothing is closed yet."""
-
-    since: date | None = None
-    days: date | None = None
-    months: date | None = None  # the first day of the last month closed
-
-    def day_closed(self, day: Bucket) -> bool:
-        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days
-
-    def month_closed(self, month: Bucket) -> bool:
-        first = month_first_day(month.index)
-        return self.since is not None and self.months is not None and self.since <= first <= self.months
+# How long a reader trusts a zone's progress it read. Progress only moves forward, and a read takes from hours
+# whatever the progress it holds does not cover, so an older progress answers as exactly, only reading more.
+PROGRESS_SECONDS = 60
 
 
 class ProgressItems:
@@ -60,27 +48,28 @@ class ProgressItems:
 
         return Progress(field("since"), field("days"), field("months"))
 
-    def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None) -> None:
-        """Move ``zone``'s progress on to these (a day, a month), never back; ``since`` is set by the first."""
+    def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None, first_day: Bucket | None = None) -> None:
+        """Move ``zone``'s progress on to these (a day, a month), never back. ``since`` is set once, by the first
+        close to finish: to ``first_day``, the first day it closed (default: the day or month it advances to)."""
         for name, period in (("days", last_day), ("months", last_month)):
             if period is None:
                 continue
             first = day_date(period.index) if period.kind == DAY else month_first_day(period.index)
+            since = day_date(first_day.index) if first_day is not None else first
             try:
                 retried_while_throttled(
                     self.backoff,
                     self.client.update_item,
                     TableName=self.table_name,
                     Key=_key(zone),
-                    UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :p)",
+                    UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :since)",
                     ConditionExpression="attribute_not_exists(#p) OR #p < :p",
                     ExpressionAttributeNames={"#p": name, "#since": "since"},
-                    ExpressionAttributeValues={":p": {"S": first.isoformat()}},
+                    ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
                 )
             except ClientError as error:
                 if error_code(error) != "ConditionalCheckFailedException":
                     raise  # otherwise another close got there first: progress never moves back
-
 
     def mark_unresolved(self, counter: str, sort_key: str, marks: set[str], ttl_seconds: int) -> None:
         """Add ``marks`` to the unresolved marks of a period's item (created with its TTL if the close wrote none):
@@ -92,6 +81,23 @@ class ProgressItems:
             ExpressionAttributeNames={"#u": UNRESOLVED_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE},
             ExpressionAttributeValues={":u": {"SS": sorted(marks)}, ":ttl": {"N": str(ttl_seconds)}},
         )
+
+
+class ProgressReads(TableAccess):
+    """The part of ``CountsTable`` calendar reads use: each zone's progress, read at most once a minute."""
+
+    _progress_read: dict[str, tuple[float, Progress]]
+
+    def calendar_progress(self, zone: str) -> tuple[Progress, int]:
+        """``zone``'s progress (eventually consistent), and the requests reading it took: 0 when one read less
+        than PROGRESS_SECONDS ago is still held."""
+        held = self._progress_read.get(zone)
+        now = time.monotonic()
+        if held is not None and now - held[0] < PROGRESS_SECONDS:
+            return held[1], 0
+        progress = ProgressItems(self.client, self.table_name, self.backoff).read(zone, consistent=False)
+        self._progress_read[zone] = (now, progress)
+        return progress, 1
 
 
 def _key(zone: str) -> dict[str, dict[str, str]]:

@@ -9,6 +9,7 @@ from typing import Any
 from tally.core.retry import Backoff, commit_backoff, sketch_backoff
 from tally.core.settings import Settings
 from tally.dynamo.backfill import BackfillClaims
+from tally.dynamo.closing import ProgressReads
 from tally.dynamo.calls import Key, batch_write, key_of
 from tally.core.commit import ReadAgain
 from tally.core.lanes import LaneHistory
@@ -18,12 +19,13 @@ from tally.dynamo.settings import PublishedSettingsItem
 from tally.dynamo.unresolved import UnresolvedItems
 
 
-class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims, UnresolvedItems):
+class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims, UnresolvedItems, ProgressReads):
     """The counts table as tally uses it, over a low-level boto3 DynamoDB client.
 
     Each part is in the module of what it serves: ``commit`` in ``dynamo/commit.py``, ``batch_get``, ``query``,
     ``counter_items`` and ``has_counter`` in ``dynamo/fetch.py``, the settings item in ``dynamo/settings.py``,
-    ``claim_backfill`` in ``dynamo/backfill.py``, the unresolved records and their repair in ``dynamo/unresolved.py``.
+    ``claim_backfill`` in ``dynamo/backfill.py``, the unresolved records and their repair in ``dynamo/unresolved.py``,
+    ``calendar_progress`` (the zones' close progress, held a minute) in ``dynamo/closing.py``.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         self.read_again = read_again
         self.lanes = lanes
         self._lanes_read = None
+        self._progress_read = {}
         if previous_release_until_ms is None:
             previous_release_until_ms = int(time.time() * 1000) + PREVIOUS_RELEASE_MARGIN_MS
         self.previous_release_until_ms = previous_release_until_ms
