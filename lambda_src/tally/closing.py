@@ -12,24 +12,41 @@ and started over, or two closes racing write nothing twice. Once every part
 of a period is in, ``finish`` moves the zone's progress item on, which tells
 readers the period's items are complete (``dynamo/closing.py``).
 
-The local pipeline and ``scripts/close_periods.py`` run ``close_due``; in the
-account a Step Functions state machine runs the same steps
-(``plan_due``, ``close_part``, ``finish``) in parallel.
+``scripts/close_periods.py`` runs ``close_due`` on this machine; in the
+account a Step Functions state machine runs the same steps in parallel, once
+a day (``CLOSE_STEPS``: a plan, a map over the days' parts, one over the
+months' parts, a finish), each a Lambda function of
+``tally.functions.close_stages`` over ``CloseStages``, which speaks the
+state machine's JSON. Nothing here closes a period before its close time by
+the clock: a period closed early would stay short for good (each item takes
+one close in its life), so the stages refuse it, whatever they are given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from tally.core.buckets import DAY, MONTH, Bucket, day_index, lane_sort_key
+from tally.core.buckets import DAY, MONTH, Bucket, day_index, iso_second, lane_sort_key
 from tally.core.commit import Writer
 from tally.core.directory import DIRECTORY_PARTITIONS, days_between
-from tally.core.ladder import Closed, children, closed_value, closes_at, due_days, first_closable_day, late_partition
+from tally.core.ladder import (
+    Closed,
+    Progress,
+    children,
+    closed_value,
+    closes_at,
+    due_days,
+    first_closable_day,
+    late_partition,
+)
 from tally.core.segments import MAX_SEGMENT_ITEMS, Item, Segment
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings
 from tally.core.sketches import Sketch, union
+from tally.core.windows import now_ms
 from tally.dynamo.closing import ProgressItems
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
@@ -39,6 +56,46 @@ from tally.dynamo.directory import CounterDirectory
 MAX_DAYS_PER_RUN = 31
 # Counters whose children are read at once: a close part is bound by its reads' round trips.
 CLOSE_WORKERS = 32
+
+# The close's Lambda functions, one per kind of step (named here, never imported: they import this module).
+STEPS_MODULE = "tally.functions.close_stages"
+
+
+@dataclass(frozen=True)
+class CloseStep:
+    """One state of the close's state machine (the construct renders ``CLOSE_STEPS``, the local runner runs them).
+
+    The plan is given the execution's input (``{}``, or ``{"now": instant}``)
+    and its answer is the state. A map step's children are given one item each
+    of the state's list ``over`` (a run of periods and a directory partition:
+    ``{"periods": [...], "part": n}``), at most ``MAX_PARTS_AT_ONCE`` at a
+    time; their answers go to the state under ``result``. The finish is given
+    ``{"periods": state["finish"], "closed": {"days": ..., "months": ...}}``
+    (the maps' answers) and its answer is the execution's output.
+    """
+
+    name: str
+    handler: str  # a function of STEPS_MODULE
+    over: str | None = None
+    result: str | None = None
+
+    @property
+    def handler_path(self) -> str:
+        return f"{STEPS_MODULE}.{self.handler}"
+
+
+CLOSE_STEPS = (
+    CloseStep("plan", "plan"),
+    CloseStep("days", "close_part", over="days", result="daysClosed"),
+    CloseStep("months", "close_part", over="months", result="monthsClosed"),
+    CloseStep("finish", "finish"),
+)
+# Parts closed at once: one per directory partition of a run (each reads its counters 32 at a time).
+MAX_PARTS_AT_ONCE = DIRECTORY_PARTITIONS
+
+
+class CloseRefused(ValueError):
+    """A step given what it must not close (a period not due by the clock, a malformed run); no retry mends it."""
 
 
 @dataclass
@@ -64,6 +121,22 @@ class CloseSummary:
         self.reads += other.reads
         self.unresolved += other.unresolved
         self.write_units += other.write_units
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "write_units": round(self.write_units, 1)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CloseSummary:
+        return cls(
+            periods=list(data.get("periods", [])),
+            counters=int(data.get("counters", 0)),
+            written=int(data.get("written", 0)),
+            already_closed=int(data.get("already_closed", 0)),
+            empty=int(data.get("empty", 0)),
+            unresolved=list(data.get("unresolved", [])),
+            reads=int(data.get("reads", 0)),
+            write_units=float(data.get("write_units", 0.0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -164,16 +237,25 @@ class Closer:
             last_month = max((p for p in mine if p.kind == MONTH), default=None, key=lambda p: p.index)
             self.progress.advance(zone, last_day, last_month, min(days, default=None, key=lambda p: p.index))
 
-    def close_due(self, now_ms: int, parts: int = DIRECTORY_PARTITIONS) -> CloseSummary:
-        """Close everything due at ``now_ms``, in order: each day (all its parts), then the months."""
+    def close_due(
+        self,
+        now_ms: int,
+        parts: int = DIRECTORY_PARTITIONS,
+        on_run: Callable[[list[Bucket], CloseSummary], None] = lambda run, summary: None,
+    ) -> CloseSummary:
+        """Close everything due at ``now_ms``, in order: each day (all its parts), then the months; ``on_run`` is
+        told each run of periods once it is finished, with what its parts did."""
         summary = CloseSummary()
         due = self.plan_due(now_ms)
         for stage in (due.days, due.months):
             for run in runs_of(stage):
+                done = CloseSummary()
                 for part in range(parts):
-                    summary.add(self.close_part(run, part))
+                    done.add(self.close_part(run, part))
                 self.finish(run)
-                summary.periods += [period.sort_key for period in run]
+                done.periods += [period.sort_key for period in run]
+                summary.add(done)
+                on_run(run, done)
         return summary
 
     def _counters(self, period: Bucket, part: int, summary: CloseSummary) -> list[str]:
@@ -256,3 +338,105 @@ def _widest(prefixes: tuple[str, ...]) -> list[str]:
     """The prefixes none of the others starts: listing them lists every kept counter once."""
     ordered = sorted(set(prefixes))
     return [p for p in ordered if not any(p != q and p.startswith(q) for q in ordered)]
+
+
+class CloseStages:
+    """The state machine's steps (``CLOSE_STEPS``) over a ``Closer``, in the JSON the states pass each other.
+
+    Each refuses (``CloseRefused``) a period whose close time has not come by
+    ``clock`` (default the machine's): the plan an instant ``now`` later than
+    it, a part or the finish a period not due. So an execution started by hand
+    with any input, or a part's event edited, can close nothing early.
+    """
+
+    def __init__(self, closer: Closer, clock: Callable[[], int] = now_ms) -> None:
+        self.closer = closer
+        self.clock = clock
+
+    def plan(self, now: str | int | None = None) -> dict[str, Any]:
+        """What is due at ``now`` (default the clock): each run of days, and of months, as one item per
+        directory partition for the maps, and every period for the finish."""
+        at = self._instant(now)
+        due = self.closer.plan_due(at)
+
+        def items(periods: Sequence[Bucket]) -> list[dict[str, Any]]:
+            return [
+                {"periods": [period.sort_key for period in run], "part": part}
+                for run in runs_of(periods)
+                for part in range(DIRECTORY_PARTITIONS)
+            ]
+
+        return {
+            "now": iso_second(at),
+            "days": items(due.days),
+            "months": items(due.months),
+            "finish": [period.sort_key for period in (*due.days, *due.months)],
+        }
+
+    def close_part(self, periods: Sequence[str], part: int) -> dict[str, Any]:
+        """Close one run of periods (their sort keys) for directory partition ``part``: what it did."""
+        if not isinstance(part, int) or isinstance(part, bool) or not 0 <= part < DIRECTORY_PARTITIONS:
+            raise CloseRefused(f"part must be a directory partition, 0 to {DIRECTORY_PARTITIONS - 1}, got {part!r}")
+        run = self._due(periods)
+        if len(runs_of(run)) != 1:
+            raise CloseRefused(f"a part closes one run of consecutive periods of one zone and kind, got {list(periods)}")
+        summary = self.closer.close_part(run, part)
+        summary.periods = [period.sort_key for period in run]
+        return {"part": part, **summary.to_json()}
+
+    def finish(self, periods: Sequence[str], closed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
+        """Every part of ``periods`` is closed: each zone's progress moves on to them. The answer: the periods,
+        each kept zone's progress now, and what the parts did (``closed``: the maps' answers), added up."""
+        finished = self._due(periods)
+        self.closer.finish(finished)
+        total = CloseSummary()
+        for answers in (closed or {}).values():
+            for answer in answers:
+                total.add(CloseSummary.from_json({**answer, "periods": []}))
+        total.periods = [period.sort_key for period in finished]
+        progress = {zone: progress_json(self.closer.progress.read(zone)) for zone in self.closer.settings.kept_zones}
+        return {"periods": total.periods, "progress": progress, "closed": total.to_json()}
+
+    def _instant(self, now: str | int | None) -> int:
+        clock = self.clock()
+        if now is None or now == "":
+            return clock
+        try:
+            at = parse_instant(str(now))
+        except InvalidInstant as error:
+            raise CloseRefused(f"now {error}") from None
+        if at > clock:
+            raise CloseRefused(
+                f"now {now} is later than the clock ({iso_second(clock)}): a period closed before its records are all "
+                "in would stay short for good"
+            )
+        return at
+
+    def _due(self, sort_keys: Sequence[str]) -> list[Bucket]:
+        """The periods these sort keys name, each a day or month of a kept zone whose close time has come."""
+        if isinstance(sort_keys, str) or not all(isinstance(key, str) for key in sort_keys):
+            raise CloseRefused(f"periods must be a list of day and month sort keys, got {sort_keys!r}")
+        clock = self.clock()
+        found = []
+        for key in sort_keys:
+            try:
+                period = Bucket.from_sort_key(key)
+            except ValueError:
+                period = None
+            if period is None or not period.is_long:
+                raise CloseRefused(f"{key!r} is not a day or a month (D#UTC@2026-11-28, MO#UTC@2026-11)")
+            if period.zone not in self.closer.settings.kept_zones:
+                kept = ", ".join(self.closer.settings.kept_zones) or "none"
+                raise CloseRefused(f"{key}: zone {period.zone} is not kept (kept zones: {kept})")
+            if closes_at(period) > clock:
+                raise CloseRefused(
+                    f"{key} closes at {iso_second(closes_at(period))}, after the clock ({iso_second(clock)}): "
+                    "closed now it would stay short for good"
+                )
+            found.append(period)
+        return found
+
+
+def progress_json(progress: Progress) -> dict[str, str | None]:
+    """A zone's progress as the finish reports it: ISO dates, None where nothing is closed yet."""
+    return {name: None if value is None else value.isoformat() for name, value in asdict(progress).items()}

@@ -15,9 +15,13 @@
 - ``audit_stages.scan_segment``: the audit's function (``ScanFunction``), a
   segment of its parallel Scan of the events table written to S3
   (``tally.parallel_audit.AUDIT_STAGES``).
+- ``close_stages.plan``, ``.close_part``, ``.finish``: the close of days and
+  months (``PlanFunction``, ``PartFunction``, ``FinishFunction`` of the
+  ``Close`` construct), one per kind of step of its daily state machine
+  (``tally.closing.CLOSE_STEPS``).
 
 These modules may import anything in tally; the library never imports them
 back (tests/test_imports.py), only the local toolkit (``tally.local``) does,
 to run them on this machine as Lambda does. Stage functions are named by
-string in ``STAGES`` and ``AUDIT_STAGES``, which the construct renders.
+string in ``STAGES``, ``AUDIT_STAGES`` and ``CLOSE_STEPS``, which the constructs render.
 """
