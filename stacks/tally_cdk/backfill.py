@@ -26,10 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import json
-from typing import Any
-
-from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -47,7 +44,7 @@ from tally import parallel_backfill
 from tally.core.settings import ENV_EVENTS_TABLE
 from tally.parallel_audit import AUDIT_STAGES
 from tally.parallel_backfill import REFUSALS, STAGES, WORK_FOLDER, Stage
-from tally_cdk.roles import LOG_RETENTION, role_with_own_logs
+from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs
 
 # A fold worker parses a file at about one core's speed: 1,769 MB is one full vCPU. A committer drives
 # 32 updates in flight; its merged range and the boto3 threads fit the same size.
@@ -63,25 +60,15 @@ CHILD_RETRIES = 4
 BACKFILL_COMMENT = "tally: count a point-in-time export of the events table in parallel, exactly once"
 AUDIT_COMMENT = "tally: Scan the events table in parallel segments for scripts/audit.py, which recounts what they find"
 EXECUTION_TIMEOUT = Duration.hours(24)  # the backfill must finish within a day of count-from anyway
+# Every wildcard the backfill's policies hold is a name made at run time: an export's files and the work beside
+# them (under the configured prefix), the events table's exports, the versions of the state machine's own
+# functions (CDK grants ``<function>:*``), its own map runs' executions, and X-Ray and log delivery, which take no
+# resource. The stack tests list them, so a new one is a test failure until reviewed.
 WILDCARD_REASON = (
     "The backfill's objects and executions are named at run time: one export's files and the work folder "
     "beside them under the configured exports prefix, the events table's exports, the versions of the state "
     "machine's own functions and its own map runs; X-Ray and log delivery take no resource."
 )
-
-
-def nag_text(value: Any) -> str:
-    """A resolved resource as cdk-nag names it in a finding: references in <>, joins joined, the rest as JSON."""
-    if isinstance(value, str):
-        return value
-    if "Ref" in value:
-        return f"<{value['Ref']}>"
-    if "Fn::GetAtt" in value:
-        return "<{}.{}>".format(*value["Fn::GetAtt"])
-    if "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return separator.join(map(nag_text, parts))
-    return json.dumps(value, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -142,7 +129,7 @@ class AccountBackfill(Construct):
         self.functions = {stage.name: self._function(stage) for stage in (*STAGES, *AUDIT_STAGES)}
         self.state_machine = self._state_machine("StateMachine", STAGES, BACKFILL_COMMENT)
         self.audit_state_machine = self._state_machine("AuditStateMachine", AUDIT_STAGES, AUDIT_COMMENT)
-        self._acknowledge_wildcards()
+        acknowledge_wildcards(self, WILDCARD_REASON)
 
     # Where things lie in the exports' bucket.
     def _objects(self, folder: str) -> str:
@@ -290,27 +277,6 @@ class AccountBackfill(Construct):
         # The fold map's ItemReader reads the plan's list of files (named per export at run time).
         machine.add_to_role_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._work]))
         return machine
-
-    def _acknowledge_wildcards(self) -> None:
-        """Acknowledge, on each policy, the wildcard resources it holds, each by its own finding id.
-
-        Every one is a name made at run time: an export's files and the work beside them (under the
-        configured prefix), the events table's exports, the versions of the state machine's own functions
-        (CDK grants ``<function>:*``), its own map runs' executions, and X-Ray and log delivery, which take
-        no resource. The stack tests list them, so a new one is a test failure until reviewed.
-        """
-        stack = Stack.of(self)
-        for policy in self.node.find_all():
-            if not isinstance(policy, iam.CfnPolicy):
-                continue
-            document = stack.resolve(policy.policy_document)
-            for statement in document["Statement"]:
-                resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-                for resource in map(nag_text, resources):
-                    if "*" in resource:
-                        Validations.of(policy).acknowledge(
-                            Acknowledgment(id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]", reason=WILDCARD_REASON)
-                        )
 
     def _state(self, stage: Stage) -> sfn.State:
         if stage.over is None:
