@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -56,7 +55,7 @@ from tally.core.alerts import alerts_of
 from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.item_growth import ITEM_GROWTH_KB, SHARDS_PER_LANE
 from tally.core.ranking import RANK_PREFIX
-from tally.core.rules import ENV_RULES, Rules
+from tally.core.rules import Rules
 from tally.core.tables import COUNTS_TABLE, TableDescription
 
 HANDLER = "tally.functions.stream_handler.handler"
@@ -346,26 +345,14 @@ class Tally(Construct):
         return function
 
     def _settings_environment(self) -> dict[str, str]:
-        """The settings both functions read at cold start (`Settings.from_env`)."""
-        handler_settings = self.settings.handler_settings
+        """The settings every function reads at cold start (`Settings.from_env`): the counting settings as the
+        handler publishes them (``counting_environment``: rules, retentions, lanes, ranked and calendar prefixes,
+        count-from), the counts table, and where logs, metrics and alert events go."""
         return {
-            **self._count_from_environment(),
+            **self.settings.handler_settings.counting_environment(),
             tally_settings.ENV_COUNTS_TABLE: self.counts_table.table_name,
-            tally_settings.ENV_COUNTER_ATTRIBUTE: handler_settings.counter_attribute,
-            tally_settings.ENV_TIME_ATTRIBUTE: handler_settings.time_attribute,
-            tally_settings.ENV_VALUE_ATTRIBUTE: handler_settings.value_attribute,
-            tally_settings.ENV_MINUTE_RETENTION_HOURS: str(self.settings.minute_retention_hours),
-            tally_settings.ENV_HOUR_RETENTION_DAYS: str(self.settings.hour_retention_days),
-            tally_settings.ENV_MAX_CLOCK_SKEW_SECONDS: str(self.settings.max_clock_skew_seconds),
-            tally_settings.ENV_BUCKET_LANES: str(handler_settings.bucket_lanes),
-            **(
-                {tally_settings.ENV_RANKED_PREFIXES: json.dumps(list(handler_settings.ranked_prefixes))}
-                if handler_settings.ranked_prefixes
-                else {}
-            ),
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-            **({ENV_RULES: self.settings.rules_json} if self.settings.rules_json else {}),
             **({ENV_ALERT_BUS: self.settings.alert_bus} if self.settings.alert_bus else {}),
         }
 
@@ -400,11 +387,6 @@ class Tally(Construct):
             layers=[self.powertools_layer],
             environment=self._settings_environment(),
         )
-
-    def _count_from_environment(self) -> dict[str, str]:
-        """Set only when adopting a table with history: records that arrived earlier are the backfill's."""
-        count_from_ms = self.settings.handler_settings.count_from_ms
-        return {} if count_from_ms is None else {tally_settings.ENV_COUNT_FROM: str(count_from_ms // 1000)}
 
     def _connect_stream(self) -> None:
         window = self.settings.tumbling_window_seconds

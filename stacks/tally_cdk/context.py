@@ -57,6 +57,10 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "backfillWorkers": 100,
     "backfillCommitters": 10,
     "backfillMaxWcu": 1000,
+    "calendarPrefixes": [],
+    "calendarZones": [],
+    "dayRetentionDays": 400,
+    "monthRetentionMonths": 84,
 }
 
 # The context key of each read API property, so an error names the key to fix.
@@ -81,6 +85,10 @@ HANDLER_SETTING_KEYS = {
     "max_clock_skew_ms": "maxClockSkewSeconds",
     "count_from_ms": "countFrom",
     "ranked_prefixes": "rankedPrefixes",
+    "calendar_prefixes": "calendarPrefixes",
+    "calendar_zones": "calendarZones",
+    "day_retention_ms": "dayRetentionDays",
+    "month_retention_months": "monthRetentionMonths",
 }
 
 REMOVAL_POLICIES = ("retain", "destroy")
@@ -133,6 +141,8 @@ class StackSettings:
         max_clock_skew_seconds = reader.integer("maxClockSkewSeconds", minimum=0)
         events_table_name, events_stream_arn = reader.events_table()
         bucket_lanes = reader.integer("bucketLanes", minimum=1, maximum=MAX_BUCKET_LANES)
+        day_retention_days = reader.integer("dayRetentionDays", minimum=1)
+        month_retention_months = reader.integer("monthRetentionMonths", minimum=1)
         rules_json = reader.rules("rules")
         try:
             handler_settings = Settings(
@@ -146,6 +156,11 @@ class StackSettings:
                 bucket_lanes=bucket_lanes,
                 rules=parse_rules(rules_json) if rules_json else None,
                 ranked_prefixes=reader.text_list("rankedPrefixes"),
+                # Days and months (core/ladder.py), closed once a day in the account (tally_cdk.closing).
+                calendar_prefixes=tuple(dict.fromkeys(reader.text_list("calendarPrefixes"))),
+                calendar_zones=tuple(dict.fromkeys(reader.text_list("calendarZones"))),
+                day_retention_ms=day_retention_days * DAY_MS,
+                month_retention_months=month_retention_months,
             )
         except SettingsError as error:
             named = error.naming({field: f"{key}={reader.shown(key)}" for field, key in HANDLER_SETTING_KEYS.items()})

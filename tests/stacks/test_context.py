@@ -9,7 +9,7 @@ import pytest
 
 from stacks import TallyStack
 from tally_cdk.context import DEFAULT_CONTEXT, ContextError, StackSettings, stack_name_from_context
-from tally.core.units import HOUR_MS
+from tally.core.units import DAY_MS, HOUR_MS
 
 
 def settings_with(**overrides: Any) -> StackSettings:
@@ -197,6 +197,49 @@ def test_read_api_keys_come_as_json_from_cdk_json_and_as_text_from_the_command_l
     ],
 )
 def test_bad_read_api_keys_name_the_key_in_one_line(overrides, message):
+    with pytest.raises(ContextError) as refused:
+        settings_with(**overrides)
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+def test_calendar_keys_reach_the_handler_settings_from_cdk_json_or_the_command_line():
+    listed = settings_with(calendarPrefixes=["orders/", "signups"], calendarZones=["Europe/Berlin"], dayRetentionDays=500,
+                           monthRetentionMonths=120)
+    typed = settings_with(calendarPrefixes="orders/,signups,orders/", calendarZones='["Europe/Berlin"]',
+                          dayRetentionDays="500", monthRetentionMonths="120")
+    for settings in (listed, typed):
+        handler = settings.handler_settings
+        assert handler.calendar_prefixes == ("orders/", "signups") and handler.kept_zones == ("UTC", "Europe/Berlin")
+        assert (handler.day_retention_ms, handler.month_retention_months) == (500 * DAY_MS, 120)
+    defaults = StackSettings.from_context({}.get).handler_settings
+    assert (defaults.calendar_prefixes, defaults.calendar_zones) == ((), ())
+    assert (defaults.day_retention_ms, defaults.month_retention_months, defaults.kept_zones) == (400 * DAY_MS, 84, ())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"calendarPrefixes": ["orders/"], "calendarZones": ["Mars/Olympus"]},
+         "context calendarZones=['Mars/Olympus']: unknown time zone 'Mars/Olympus'"),
+        ({"calendarPrefixes": "orders/", "calendarZones": "Asia/Kolkata"},
+         "context calendarZones=Asia/Kolkata: time zone Asia/Kolkata: its offset from UTC is not a whole number of hours"),
+        ({"calendarPrefixes": "orders/", "hourRetentionDays": "5"},
+         "context hourRetentionDays=5, calendarPrefixes=orders/: hour retention must be at least 7 days"),
+        ({"calendarPrefixes": '["orders/", 3]'}, "context calendarPrefixes must be a list of strings"),
+        ({"calendarZones": {"Europe/Berlin": 1}}, "context calendarZones must be a list of strings"),
+        ({"calendarPrefixes": "[orders/"}, "context calendarPrefixes must be a JSON list of strings"),
+        ({"calendarZones": ["Europe/Berlin"]},
+         "context calendarZones=['Europe/Berlin'], calendarPrefixes=[]: calendar zones need calendar prefixes"),
+        ({"calendarPrefixes": ["#late#"]}, "context calendarPrefixes=['#late#']: calendar prefixes must not start with '#'"),
+        ({"dayRetentionDays": "30"},
+         "context dayRetentionDays=30, hourRetentionDays=90: day retention must be at least the hour retention"),
+        ({"monthRetentionMonths": "3"},
+         "context monthRetentionMonths=3, dayRetentionDays=400: month retention must cover the day retention"),
+        ({"monthRetentionMonths": 0}, "context monthRetentionMonths must be at least 1"),
+        ({"dayRetentionDays": "forever"}, "context dayRetentionDays must be a whole number"),
+    ],
+)
+def test_bad_calendar_keys_stop_the_synth_naming_the_key_in_one_line(overrides, message):
     with pytest.raises(ContextError) as refused:
         settings_with(**overrides)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
