@@ -20,7 +20,12 @@ from constructs import Construct
 from tally_cdk.context import StackSettings
 from tally_cdk.construct import CDK_REMOVAL_POLICIES, Tally, table_from_description
 from tally.core.tables import events_table_for
-from tally.stack_outputs import AUDIT_STATE_MACHINE_OUTPUT, EXPORTS_OUTPUT, STATE_MACHINE_OUTPUT
+from tally.stack_outputs import (
+    AUDIT_STATE_MACHINE_OUTPUT,
+    CLOSE_STATE_MACHINE_OUTPUT,
+    EXPORTS_OUTPUT,
+    STATE_MACHINE_OUTPUT,
+)
 
 
 class TallyStack(Stack):
@@ -69,3 +74,5 @@ class TallyStack(Stack):
             CfnOutput(self, STATE_MACHINE_OUTPUT, value=self.tally.backfill.state_machine.state_machine_arn)
             CfnOutput(self, AUDIT_STATE_MACHINE_OUTPUT, value=self.tally.backfill.audit_state_machine.state_machine_arn)
             CfnOutput(self, EXPORTS_OUTPUT, value=self.settings.backfill.exports)
+        if self.tally.close is not None:
+            CfnOutput(self, CLOSE_STATE_MACHINE_OUTPUT, value=self.tally.close.state_machine.state_machine_arn)

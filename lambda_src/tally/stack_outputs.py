@@ -15,6 +15,7 @@ STACK_OUTPUT_KEYS = ("EventsTableName", "CountsTableName", "EventsStreamArn", "F
 STATE_MACHINE_OUTPUT = "BackfillStateMachineArn"  # only where the stack has the backfill in the account
 AUDIT_STATE_MACHINE_OUTPUT = "AuditStateMachineArn"  # ... and the audit's Scan beside it
 EXPORTS_OUTPUT = "BackfillExports"  # s3://BUCKET/PREFIX: where exports go, and both state machines' work
+CLOSE_STATE_MACHINE_OUTPUT = "CloseStateMachineArn"  # only where counters keep days and months (calendarPrefixes)
 
 
 class StackOutputsError(LookupError):

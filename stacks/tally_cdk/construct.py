@@ -46,6 +46,7 @@ from constructs import Construct, IValidation
 
 import tally
 from tally_cdk.backfill import AccountBackfill
+from tally_cdk.closing import AccountClose
 from tally_cdk.context import StackSettings
 from tally_cdk.read_api import ReadApi
 from tally_cdk.roles import role_with_own_logs
@@ -206,6 +207,7 @@ class Tally(Construct):
         self.node.add_validation(_StreamContract(self))
         self.read_api = self._read_api()
         self.backfill = self._backfill()
+        self.close = self._close()
         self.alarms = self._alarms()
         self._dashboard(self.alarms)
 
@@ -388,6 +390,21 @@ class Tally(Construct):
             environment=self._settings_environment(),
         )
 
+    def _close(self) -> AccountClose | None:
+        """The daily close of days and months, only where counters keep them (``calendarPrefixes``): with the
+        package and settings that count the stream."""
+        if not self.settings.handler_settings.calendar_prefixes:
+            return None
+        return AccountClose(
+            self,
+            "Close",
+            counts_table=self.counts_table,
+            code=self.code,
+            runtime=RUNTIME,
+            layers=[self.powertools_layer],
+            environment=self._settings_environment(),
+        )
+
     def _connect_stream(self) -> None:
         window = self.settings.tumbling_window_seconds
         self.function.add_event_source(
@@ -458,6 +475,8 @@ class Tally(Construct):
         alarms.append(self._item_growth_alarm())
         if self.read_api is not None:
             alarms += [self._alarm_above(*alarm) for alarm in self.read_api.alarms()]
+        if self.close is not None:
+            alarms += [self._alarm_above(*alarm) for alarm in self.close.alarms()]
         if self.settings.alarm_topic_arn:
             topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.settings.alarm_topic_arn)
             for alarm in alarms:
@@ -580,6 +599,8 @@ class Tally(Construct):
         )
         if self.read_api is not None:
             dashboard.add_widgets(*self.read_api.widgets())
+        if self.close is not None:
+            dashboard.add_widgets(*self.close.widgets())
 
 
 def table_from_description(

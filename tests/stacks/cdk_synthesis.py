@@ -28,6 +28,8 @@ IMPORTED_STACK_NAME = "Adopting"
 READ_API_ID = "ReadApi"
 # ... and those of the in-account backfill's (switched on by backfillExports).
 BACKFILL_ID = "Backfill"
+# ... and those of the close of days and months (switched on by calendarPrefixes).
+CLOSE_ID = "Close"
 
 ORDERS_STREAM_ARN = "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
 # As `make synth CDK_ARGS="-c eventsTableName=orders -c eventsStreamArn=... -c countFrom=..."` gives them.
@@ -38,6 +40,9 @@ IMPORTED_CONTEXT = {
     "countFrom": "2026-11-23T10:00:00Z",
     # The backfill in the account, reading the exports the adoption takes into this prefix.
     "backfillExports": "s3://orders-exports/tally",
+    # Days and months of every order counter in UTC and in Berlin, closed in the account (JSON, as in cdk.json).
+    "calendarPrefixes": ["orders"],
+    "calendarZones": ["Europe/Berlin"],
 }
 
 # As `-c key=value` delivers them: strings.
@@ -62,6 +67,11 @@ CONTEXT_OVERRIDES = {
     "apiDashboard": "true",
     "apiLatencyAlarmMs": "800",
     "rankedPrefixes": "jobs/,revenue/",  # top lists of these two, certified from rank records
+    # Revenue's days and months in UTC and New York, kept longer than the defaults, closed in the account.
+    "calendarPrefixes": "revenue/",
+    "calendarZones": '["America/New_York"]',
+    "dayRetentionDays": "800",
+    "monthRetentionMonths": "120",
 }
 
 
@@ -111,11 +121,12 @@ def synthesize(app: cdk.App, outdir: Path, stack_names: list[str]) -> Synthesis:
 
 
 def counting_part(template: dict[str, Any]) -> dict[str, Any]:
-    """The template without the read API and the backfill: what counts events (their tests read the whole)."""
+    """The template without the read API, the backfill and the close: what counts events (their tests read the
+    whole)."""
     resources = {
         name: body
         for name, body in template["Resources"].items()
-        if READ_API_ID not in name and not name.startswith(BACKFILL_ID)
+        if READ_API_ID not in name and not name.startswith((BACKFILL_ID, CLOSE_ID))
     }
     return {**template, "Resources": resources}
 
