@@ -1,10 +1,12 @@
-"""The in-account backfill's state machine, run here: the same stages, the same handlers, worker processes for children.
+"""The in-account state machines, run here: the same steps, the same handlers, worker processes for children.
 
 ``tally.parallel_backfill.STAGES`` is what the construct renders as Step
 Functions states; this runs them the way Step Functions does: a stage once,
 with the fields of the state it selects, or a map of children, each given its
 item and those fields, at most ``workers`` at a time (here: processes), each
 child tried again on failure. Against moto's server, or real AWS.
+``run_close`` runs the close of days and months the same way, from
+``tally.closing.CLOSE_STEPS``.
 
 ``ExecutionFollower`` follows the real one: the execution's status, its map
 runs' counts and the summaries its children leave in S3.
@@ -22,6 +24,7 @@ from typing import Any
 
 import tally.parallel_backfill as parallel_backfill
 from tally.backfill import rules_digest
+from tally.closing import CLOSE_STEPS, MAX_PARTS_AT_ONCE, CloseRefused
 from tally.parallel_backfill import STAGES, Stage
 
 CHILD_ATTEMPTS = 3  # a child that fails is tried again, as the map's retrier does
@@ -31,15 +34,17 @@ def _set_environment(environment: Mapping[str, str]) -> None:
     os.environ.update(environment)
 
 
-def _run_child(handler_path: str, event: dict[str, Any]) -> Any:
-    """One child, in a worker process: the Lambda handler, tried up to CHILD_ATTEMPTS times."""
+def _run_child(
+    handler_path: str, event: dict[str, Any], refusals: tuple[type[Exception], ...] = parallel_backfill.REFUSALS
+) -> Any:
+    """One child, in a worker process: the Lambda handler, tried up to CHILD_ATTEMPTS times (a refusal once)."""
     module, _, name = handler_path.rpartition(".")
     handler = getattr(importlib.import_module(module), name)
     attempt = 1
     while True:
         try:
             return handler(event)
-        except parallel_backfill.REFUSALS:
+        except refusals:
             raise
         except Exception:
             if attempt == CHILD_ATTEMPTS:
@@ -113,6 +118,42 @@ def run(
             for child in as_completed(children):
                 child.result()
                 on_child(stage)
+    return state
+
+
+def run_close(
+    execution_input: Mapping[str, Any] | None = None,
+    *,
+    environment: Mapping[str, str],
+    workers: int = MAX_PARTS_AT_ONCE,
+    say: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """The close's state machine (``CLOSE_STEPS``) as the construct renders it: the plan given the execution's
+    input (``{}``: the clock's now), each map's children given their item whole, ``workers`` at a time, their
+    answers in the items' order, then the finish given the periods and those answers. Its answer: the
+    execution's output. ``environment``: the functions' (COUNTS_TABLE and the counting settings)."""
+    state: dict[str, Any] = {}
+    with ProcessPoolExecutor(workers, initializer=_set_environment, initargs=(dict(environment),)) as pool:
+        for step in CLOSE_STEPS:
+            if step.over is not None:
+                items = list(state[step.over])
+                say(f"   {step.name}: {len(items):,} {'part' if len(items) == 1 else 'parts'}")
+                children = [pool.submit(_run_child, step.handler_path, item, (CloseRefused,)) for item in items]
+                state[step.result] = [child.result() for child in children]  # type: ignore[index]
+                continue
+            if step.name == "plan":
+                event: dict[str, Any] = dict(execution_input or {})
+            else:
+                event = {
+                    "periods": state["finish"],
+                    "closed": {s.over: state[s.result] for s in CLOSE_STEPS if s.over is not None},  # type: ignore[index, misc]
+                }
+            answer = pool.submit(_run_child, step.handler_path, event, (CloseRefused,)).result()
+            if step.name == "plan":
+                state = answer
+                say(f"   plan: {len(answer['finish']):,} periods due at {answer['now']}")
+            else:
+                return answer
     return state
 
 
