@@ -54,10 +54,11 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def client(service: str, endpoint_url: str | None = None) -> Any:
+def client(service: str, endpoint_url: str | None = None, connections: int = 10) -> Any:
     """A boto3 client with standard retries; the endpoint defaults to AWS_ENDPOINT_URL (boto3 reads it).
 
     S3 addresses buckets by path, which a loopback endpoint (moto's server) needs and AWS accepts.
+    ``connections``: requests in flight at once (boto3's default pool of 10; more for a caller's threads).
     Refuses (tally.local.cli.ScriptError) when nothing answers at the endpoint or
     no credentials exist for AWS, rather than let boto3 retry for a minute.
     """
@@ -66,7 +67,9 @@ def client(service: str, endpoint_url: str | None = None) -> Any:
         service,
         region_name=region(),
         endpoint_url=endpoint_url,
-        config=Config(retries={"mode": "standard", "max_attempts": 8}, s3={"addressing_style": "path"}),
+        config=Config(
+            retries={"mode": "standard", "max_attempts": 8}, s3={"addressing_style": "path"}, max_pool_connections=connections
+        ),
     )
 
 

@@ -1,0 +1,167 @@
+"""Close the days and months that are due: each kept counter's day summed once from its hours, each month from its days.
+
+    .venv/bin/python scripts/close_periods.py                              # close what is due now
+    .venv/bin/python scripts/close_periods.py --dry-run                    # what is due, nothing written
+    .venv/bin/python scripts/close_periods.py --at 2026-11-28T03:15Z       # as a run at that instant would
+    .venv/bin/python scripts/close_periods.py --endpoint http://127.0.0.1:5000 --table counts-1a2b
+
+Counters starting with one of the calendar prefixes keep day and month buckets
+in UTC and in each calendar zone (TALLY_CALENDAR_PREFIXES and
+TALLY_CALENDAR_ZONES; context calendarPrefixes and calendarZones). A day is
+closed two days and an hour after it ends, a month once its days are: this
+command closes, in each kept zone, the days after the last one closed whose
+time has come (at most a month of days a run; run it again to catch up) and
+the months they complete, as the stack's daily state machine does in the
+account. It reads the settings the counting function published in the counts
+table (the calendar it keeps), else this shell's. Running it again, or while
+the state machine runs, writes nothing twice.
+
+Prints each run of periods closed, then the periods closed, the counters read,
+the items written and those found already closed. --at closes as a run at that
+instant would; it may not be later than now (a day closed before its records
+are all in would stay short for good). The table is --table, else COUNTS_TABLE,
+else a stack's outputs (--stack), else tally-counts; the endpoint --endpoint,
+else AWS_ENDPOINT_URL (moto's server, DynamoDB Local), else AWS. Bad input: one
+line on stderr, exit status 2. A table that keeps no days or months has nothing
+to close: one line saying so, exit status 0 (a daily cron job on it is no
+failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from tally.closing import CLOSE_WORKERS, CloseSummary, Closer, Due, runs_of
+from tally.core.buckets import DAY, Bucket, iso_second
+from tally.core.instants import InvalidInstant, parse_instant
+from tally.core.settings import Settings, SettingsError
+from tally.core.windows import now_ms
+from tally.dynamo.commit import COMMIT_WORKERS
+from tally.dynamo.counts_table import CountsTable
+from tally.local.aws import ArgumentParser, client, resolve_tables
+from tally.local.cli import ScriptError, console, entry_point, require_table, where
+
+err = console(stderr=True)
+NOTHING_KEPT = "nothing to close: the table keeps no days or months (calendarPrefixes)"
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--at", "--now", dest="at", metavar="INSTANT",
+        help="close as a run at this instant would: ISO-8601 with an offset or epoch seconds, not later than now "
+        "(default now)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="show what is due, write nothing")
+    parser.add_argument("--endpoint", metavar="URL", help="the DynamoDB endpoint (default AWS_ENDPOINT_URL, else AWS)")
+    parser.add_argument("--table", "--counts-table", dest="counts_table", help="counts table name")
+    parser.add_argument("--stack", help="read the counts table's name from this deployed tally stack's outputs")
+    return parser
+
+
+@entry_point
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = args.endpoint  # every client, and every message naming where
+    at = instant(args.at)
+    environment_settings = Settings.from_env()  # a bad setting is reported before anything is read
+    name = resolve_tables(args).counts
+    dynamodb = client("dynamodb", connections=max(CLOSE_WORKERS, COMMIT_WORKERS))  # a close's reads and commits
+    require_table(dynamodb, name, "--table or COUNTS_TABLE")
+    settings, source = table_settings(CountsTable(dynamodb, name, environment_settings), environment_settings)
+    if not settings.calendar_prefixes:
+        print(NOTHING_KEPT)
+        err.print(f"(the settings of {source})", highlight=False)
+        return 0
+    closer = Closer(CountsTable(dynamodb, name, settings, previous_release_until_ms=0))
+    due = closer.plan_due(at)
+    if not due.days and not due.months:
+        print(f"nothing due at {iso_second(at)}: every day and month whose close time has come is closed")
+        return 0
+    show_due(due, at, name, source)
+    if args.dry_run:
+        err.print("dry run: nothing written")
+        return 0
+    summary = closer.close_due(at, on_run=say_run)
+    show_closed(summary, due)
+    return 0
+
+
+def instant(text: str | None) -> int:
+    """The instant to close at: --at, not later than now; else now."""
+    clock = now_ms()
+    if text is None:
+        return clock
+    try:
+        at = parse_instant(text)
+    except InvalidInstant as error:
+        raise ScriptError(f"--at {error}") from None
+    if at > clock:
+        raise ScriptError(
+            f"--at {text} is later than now ({iso_second(clock)}): a day closed before its records are all in would "
+            "stay short for good"
+        )
+    return at
+
+
+def table_settings(counts: CountsTable, environment_settings: Settings) -> tuple[Settings, str]:
+    """The settings to close with, and where they come from: those the counting function published in the table
+    (the calendar it keeps, the lanes it writes), else this shell's."""
+    published = counts.published_settings()
+    if published is None:
+        return environment_settings, f"this shell's environment (no counting function has published its settings in {counts.table_name})"
+    try:
+        settings = published.settings()
+    except SettingsError as error:
+        raise ScriptError(f"the settings {published.publisher} published in {counts.table_name} are unreadable here: {error}") from None
+    source = f"{published.publisher}, published in {counts.table_name} at {iso_second(published.published_ms)}"
+    return dataclasses.replace(settings, counts_table=counts.table_name), source
+
+
+def span(run: Sequence[Bucket]) -> str:
+    first, last = (period.sort_key.split("@", 1)[1] for period in (run[0], run[-1]))
+    return first if first == last else f"{first} .. {last}"
+
+
+def show_due(due: Due, at: int, table: str, source: str) -> None:
+    listing = Table(title=f"due at {iso_second(at)} in {table} at {where()}")
+    for column in ("zone", "days", "months"):
+        listing.add_column(column)
+    for zone in dict.fromkeys(period.zone for period in (*due.days, *due.months)):
+        cells = []
+        for periods in (due.days, due.months):
+            runs = runs_of([period for period in periods if period.zone == zone])
+            count = sum(len(run) for run in runs)
+            cells.append(", ".join(span(run) for run in runs) + (f" ({count})" if count > 1 else "") if runs else "")
+        listing.add_row(zone, *cells)
+    console().print(listing)
+    err.print(f"settings: {source}", highlight=False)
+
+
+def say_run(run: list[Bucket], done: CloseSummary) -> None:
+    kind = "days" if run[0].kind == DAY else "months"
+    err.print(
+        f"closed {run[0].zone} {kind} {span(run)}: {done.counters:,} counters, {done.written:,} items written, "
+        f"{done.already_closed:,} already closed",
+        highlight=False,
+    )
+
+
+def show_closed(summary: CloseSummary, due: Due) -> None:
+    zones = len({period.zone for period in (*due.days, *due.months)})
+    print(
+        f"closed {len(due.days):,} days and {len(due.months):,} months of {zones} zone{'s' if zones > 1 else ''}: "
+        f"{summary.counters:,} counters, {summary.written:,} items written, {summary.already_closed:,} already closed "
+        f"({summary.reads:,} read requests, {summary.write_units:,.0f} write units)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

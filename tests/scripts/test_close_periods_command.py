@@ -1,0 +1,108 @@
+"""scripts/close_periods.py on moto's server: what is due, the close itself (the items close_due writes, nothing twice),
+the settings the table's counting function published, and one line with exit status 2 for bad input."""
+
+from __future__ import annotations
+
+import pytest
+from closing_support import ZONE, calendar_settings, count_a_month, long_items
+from script_support import load_script
+
+from tally.closing import Closer
+from tally.core.buckets import iso_second
+from tally.core.settings import Settings
+from tally.core.units import DAY_MS
+from tally.core.windows import now_ms
+from tally.dynamo.counts_table import CountsTable
+from tally.dynamo.tables import create_tables
+from tally.local.aws import client
+
+pytestmark = pytest.mark.server
+
+close_periods = load_script("close_periods")
+
+
+@pytest.fixture
+def counted(tables):
+    """A month of events whose close is due, in the counts table and a twin, the calendar's settings published in
+    both by "stream runner" (this shell's environment keeps no calendar)."""
+    dynamodb, now = client("dynamodb"), now_ms()
+    twin = f"{tables.counts}-twin"
+    create_tables(dynamodb, f"{tables.events}-twin", twin)
+    for name in (tables.counts, twin):
+        count_a_month(dynamodb, calendar_settings(name), now)
+        CountsTable(dynamodb, name, calendar_settings(name)).publish_settings("stream runner", now)
+    return tables, twin
+
+
+def test_a_dry_run_lists_the_due_days_and_months_of_every_kept_zone_and_writes_nothing(counted, capsys):
+    (tables, _twin) = counted
+    before = long_items(client("dynamodb"), tables.counts)  # late records' own additions to their days
+
+    assert close_periods.main(["--dry-run"]) == 0
+
+    out, err = capsys.readouterr()
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") == 4}
+    assert set(rows) - {"zone"} == {"UTC", ZONE}
+    assert all(" .. " in row and "(31)" in row for zone, row in rows.items() if zone != "zone")  # a month of days
+    assert "settings: stream runner, published in" in err and "dry run: nothing written" in err
+    assert long_items(client("dynamodb"), tables.counts) == before
+
+
+def test_the_close_writes_what_close_due_writes_and_a_run_again_writes_nothing(counted, capsys):
+    tables, twin = counted
+    dynamodb = client("dynamodb")
+    at = iso_second(now_ms())
+
+    assert close_periods.main(["--at", at]) == 0
+
+    out, err = capsys.readouterr()
+    expected = Closer(CountsTable(dynamodb, twin, calendar_settings(twin), previous_release_until_ms=0)).close_due(now_ms())
+    assert long_items(dynamodb, tables.counts) == long_items(dynamodb, twin)
+    closed = out.strip().splitlines()[-1]
+    assert closed.startswith("closed ") and f"{expected.written:,} items written, 0 already closed" in closed
+    assert f"{expected.counters:,} counters" in closed and " of 2 zones" in closed
+    assert err.count("closed UTC days ") == 1 and f"closed {ZONE} months " in err
+
+    assert close_periods.main(["--now", at]) == 0  # the next days: none holds an event
+    again = capsys.readouterr().out.strip().splitlines()[-1]
+    assert " 0 items written, 0 already closed" in again
+
+
+def test_a_table_that_keeps_no_days_has_nothing_to_close(tables, capsys, monkeypatch):
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["orders/"]')  # this shell's; the table's function keeps none
+    CountsTable(client("dynamodb"), tables.counts, Settings()).publish_settings("stream runner", now_ms())
+
+    assert close_periods.main([]) == 0
+
+    out, err = capsys.readouterr()
+    assert out == close_periods.NOTHING_KEPT + "\n" == "nothing to close: the table keeps no days or months (calendarPrefixes)\n"
+    assert "the settings of stream runner" in err
+
+
+def test_without_published_settings_this_shells_are_used(tables, capsys, monkeypatch):
+    assert close_periods.main([]) == 0
+    assert capsys.readouterr().out == close_periods.NOTHING_KEPT + "\n"
+
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["orders/"]')
+    assert close_periods.main(["--dry-run"]) == 0  # the first month whose hours are all kept: due, though empty
+    out, err = capsys.readouterr()
+    assert "UTC" in out and "this shell's environment" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--at", "tomorrow"], "--at must be epoch seconds or ISO-8601 with a UTC offset"),
+        (["--at", str(now_ms() // 1000 + 2 * DAY_MS // 1000)], "is later than now"),
+        (["--dry-run", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--endpoint", "localhost:5000"], "is not a URL"),
+        (["--table", "no-such-table"], "no table 'no-such-table'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_2(tables, capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        status = close_periods.main(argv)
+        raise SystemExit(status)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
