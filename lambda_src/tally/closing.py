@@ -92,6 +92,9 @@ CLOSE_STEPS = (
 )
 # Parts closed at once: one per directory partition of a run (each reads its counters 32 at a time).
 MAX_PARTS_AT_ONCE = DIRECTORY_PARTITIONS
+# Days one part of the state machine closes at most: a run that catches up a month of days is cut in weeks, so a
+# part of a million counters a day stays well within Lambda's 15 minutes (bench/close_scale.py).
+MAX_DAYS_PER_PART = 7
 
 
 class CloseRefused(ValueError):
@@ -320,14 +323,14 @@ def _of(values: dict, within: Callable[[str], bool]) -> dict:
     return {sort_key: value for (_partition, sort_key), value in values.items() if within(sort_key)}
 
 
-def runs_of(periods: Sequence[Bucket]) -> list[list[Bucket]]:
-    """``periods`` in runs a close reads at once: consecutive periods of one zone and kind, at most a month of
-    days (their children fit one Query of a few pages)."""
+def runs_of(periods: Sequence[Bucket], longest: int = MAX_DAYS_PER_RUN) -> list[list[Bucket]]:
+    """``periods`` in runs a close reads at once: consecutive periods of one zone and kind, at most ``longest``
+    of them (a month of days: their children fit one Query of a few pages)."""
     found: list[list[Bucket]] = []
     for period in periods:
         last = found[-1][-1] if found else None
         if last is not None and (last.zone, last.kind) == (period.zone, period.kind) and period.index == last.index + 1 \
-                and len(found[-1]) < MAX_DAYS_PER_RUN:
+                and len(found[-1]) < longest:
             found[-1].append(period)
         else:
             found.append([period])
@@ -354,15 +357,15 @@ class CloseStages:
         self.clock = clock
 
     def plan(self, now: str | int | None = None) -> dict[str, Any]:
-        """What is due at ``now`` (default the clock): each run of days, and of months, as one item per
-        directory partition for the maps, and every period for the finish."""
+        """What is due at ``now`` (default the clock): each run of days (at most ``MAX_DAYS_PER_PART``), and of
+        months, as one item per directory partition for the maps, and every period for the finish."""
         at = self._instant(now)
         due = self.closer.plan_due(at)
 
         def items(periods: Sequence[Bucket]) -> list[dict[str, Any]]:
             return [
                 {"periods": [period.sort_key for period in run], "part": part}
-                for run in runs_of(periods)
+                for run in runs_of(periods, MAX_DAYS_PER_PART)
                 for part in range(DIRECTORY_PARTITIONS)
             ]
 
@@ -374,15 +377,15 @@ class CloseStages:
         }
 
     def close_part(self, periods: Sequence[str], part: int) -> dict[str, Any]:
-        """Close one run of periods (their sort keys) for directory partition ``part``: what it did."""
+        """Close one run of periods (their sort keys) for directory partition ``part``: what it did (its
+        numbers only: the maps keep every part's answer in the execution's state, whose size is bounded)."""
         if not isinstance(part, int) or isinstance(part, bool) or not 0 <= part < DIRECTORY_PARTITIONS:
             raise CloseRefused(f"part must be a directory partition, 0 to {DIRECTORY_PARTITIONS - 1}, got {part!r}")
         run = self._due(periods)
         if len(runs_of(run)) != 1:
             raise CloseRefused(f"a part closes one run of consecutive periods of one zone and kind, got {list(periods)}")
         summary = self.closer.close_part(run, part)
-        summary.periods = [period.sort_key for period in run]
-        return {"part": part, **summary.to_json()}
+        return {"part": part, **{name: value for name, value in summary.to_json().items() if name != "periods"}}
 
     def finish(self, periods: Sequence[str], closed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
         """Every part of ``periods`` is closed: each zone's progress moves on to them. The answer: the periods,
