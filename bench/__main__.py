@@ -32,8 +32,11 @@ hour of two cores) and modeled on AWS up to 10^9, ``python -m bench
 backfill-scale-model`` that model alone (with one rule's history beside the
 whole table's) from the measured figures published, in seconds, and ``python
 -m bench backfill-rule`` the write units of one rule's history against its
-floor (seconds; also part of a plain run); each replaces only its own figures
-in the file(s) it writes, and the targets.
+floor (seconds; also part of a plain run), and ``python -m bench
+close-scale-model`` the daily close of days and months measured per counter
+here and modeled at 10^4 to 10^6 counters a day (about a second; also part of
+a plain run); each replaces only its own figures in the file(s) it writes, and
+the targets.
 """
 
 from __future__ import annotations
@@ -52,7 +55,21 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import aggregates, alerts, backfill, backfill_scale, latency, read_api, reads, scale, speed, top, workloads, writes
+from bench import (
+    aggregates,
+    alerts,
+    backfill,
+    backfill_scale,
+    close_scale,
+    latency,
+    read_api,
+    reads,
+    scale,
+    speed,
+    top,
+    workloads,
+    writes,
+)
 from tally.local.delivery import DeliveryConfig
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
@@ -271,6 +288,7 @@ def run() -> dict[str, Any]:
     results.update(timed("alerts", alert_results))
     results.update(timed("top N", top_results))
     results.update(timed("one rule's backfill", backfill_rule_results))
+    results.update(timed("the close of days and months (model)", close_scale_results))
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
@@ -402,6 +420,44 @@ def backfill_rule_results() -> dict[str, Any]:
     return {"backfill_rule": backfill.rule_results()}
 
 
+def close_scale_results() -> dict[str, Any]:
+    """The daily close of days and months: its requests and CPU per counter measured here, modeled at scale."""
+    return close_scale.results()
+
+
+def report_close_scale(out: Console, results: dict[str, Any]) -> None:
+    figures = results.get("close_scale")
+    if not figures:
+        return
+    assumed = figures["assumed"]
+    per = figures["per_counter"]
+    table = Table(title=f"The close of one counter, measured here ({figures['measured']['counters_of_each_kind']} of each kind, "
+                        "every directory partition, one thread)")
+    for column in ("close", "Queries", "updates", "sketch writes", "WCU", "children bytes", "client CPU ms"):
+        table.add_column(column, justify="right")
+    for label, row in per.items():
+        table.add_row(label.replace("_", " "), f"{row['queries']:g}", f"{row['updates']:g}", f"{row['sketch_writes']:g}",
+                      f"{row['write_units']:g}", f"{row['children_bytes']:,.0f}", f"{row['cpu_seconds'] * 1000:.3f}")
+    out.print(table)
+    model = Table(title=f"The daily close on AWS, modeled ({assumed['request_seconds'] * 1000:g} ms a request, "
+                        f"{assumed['reads_in_flight']} reads and {assumed['updates_in_flight']} updates in flight a part, "
+                        f"sketch merges one at a time, {assumed['distinct_share']:.0%} distinct counters)")
+    for column in ("run", "counters/day", "zones", "parts", "requests", "RRU", "WCU", "longest part", "wall", "GB-s",
+                   "cost $", "keeps up"):
+        model.add_column(column, justify="right")
+    for row in figures["rows"]:
+        longest = _duration(row["longest_part_seconds"])
+        if "longest_part_seconds_a_month_a_part" in row:
+            longest += f" ({_duration(row['longest_part_seconds_a_month_a_part'])})"
+        model.add_row(row["case"], f"{row['counters_a_day']:.0e}", "+".join(row["zones"]).replace("America/", ""),
+                      str(row["parts"]), f"{row['requests']:,}", f"{row['read_units']:,}", f"{row['write_units']:,}",
+                      longest, _duration(row["wall_seconds"]), f"{row['lambda_gb_seconds']:,}", f"{row['cost_usd']:,.2f}",
+                      "yes" if row["keeps_up"] and row["within_lambda_timeout"] else "NO")
+    out.print(model)
+    out.print(f"a month of the daily close at 10^6 counters a day in two zones: ${figures['month_at_a_million_counters_two_zones_usd']:,.2f}"
+              " (catch-up: the longest part in parts of a week of days, and of a whole month in brackets)")
+
+
 def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
     figures = results["backfill_scale"]
     measured = figures["measured"]
@@ -481,6 +537,7 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "backfill-scale": (backfill_scale_results, lambda out, results: report_backfill_scale(out, results)),
          "backfill-scale-model": (backfill_scale_model_results, lambda out, results: report_backfill_scale(out, results)),
          "backfill-rule": (backfill_rule_results, lambda out, results: backfill.report_rule(out, results["backfill_rule"])),
+         "close-scale-model": (close_scale_results, lambda out, results: report_close_scale(out, results)),
          "writes": (write_results, lambda out, results: (report_writes(out, results), report_targets(out, results)))}
 
 
@@ -550,6 +607,7 @@ def report(results: dict[str, Any]) -> None:
     report_top(out, results)
     if results.get("backfill_rule"):
         backfill.report_rule(out, results["backfill_rule"])
+    report_close_scale(out, results)
 
     table = Table(title="Speed")
     for column in ("measure", "tally", "origin", "origin/tally"):
