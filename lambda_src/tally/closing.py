@@ -32,6 +32,7 @@ from typing import Any
 from tally.core.buckets import DAY, MONTH, Bucket, day_index, iso_second, lane_sort_key
 from tally.core.commit import Writer
 from tally.core.directory import DIRECTORY_PARTITIONS, days_between
+from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.ladder import (
     Closed,
     Progress,
@@ -43,7 +44,6 @@ from tally.core.ladder import (
     late_partition,
 )
 from tally.core.segments import MAX_SEGMENT_ITEMS, Item, Segment
-from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings
 from tally.core.sketches import Sketch, union
 from tally.core.windows import now_ms

@@ -32,13 +32,15 @@ def close_resources(template: dict[str, Any]) -> dict[str, str]:
 
 
 def table_arns(statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The statements with the counts table's ARN written as TABLE, whatever its logical id."""
-    for statement in statements:
-        statement["Resource"] = [
+    """Copies of the statements with the counts table's ARN written as TABLE, whatever its logical id (the
+    session's templates stay as synthesized)."""
+    return [
+        {**statement, "Resource": [
             TABLE if isinstance(r, dict) and r.get("Fn::GetAtt", [""])[0].startswith("CountsTable") else r
             for r in as_list(statement["Resource"])
-        ]
-    return statements
+        ]}
+        for statement in statements
+    ]
 
 
 def test_a_table_that_keeps_no_days_pays_for_no_close(default_synthesis: Synthesis):
