@@ -35,6 +35,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
 from tally.closing import CLOSE_WORKERS, CloseSummary, Closer, Due, runs_of
@@ -161,6 +162,12 @@ def show_closed(summary: CloseSummary, due: Due) -> None:
         f"{summary.counters:,} counters, {summary.written:,} items written, {summary.already_closed:,} already closed "
         f"({summary.reads:,} read requests, {summary.write_units:,.0f} write units)"
     )
+    if summary.unresolved:
+        shown = ", ".join(summary.unresolved[:5]) + (f" and {len(summary.unresolved) - 5:,} more" if len(summary.unresolved) > 5 else "")
+        err.print(
+            f"[yellow]note:[/] {len(summary.unresolved):,} periods were closed from hours an overlap left unresolved "
+            f"({escape(shown)}): reads say they may be low, as they say of those hours",
+        )
 
 
 if __name__ == "__main__":
