@@ -20,7 +20,7 @@ from moto import mock_aws
 
 from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
-from tally.closing import Closer
+from tally.closing import Closer, CloseRefused
 from tally.core.buckets import Bucket
 from tally.core.ladder import CLOSE_AFTER_MS, LATE_AFTER_MS, first_closable_day, late_partition
 from tally.core.rules import parse_rules
@@ -245,3 +245,19 @@ def test_a_day_closed_from_an_hour_an_overlap_left_unresolved_is_marked_so():
         assert stored_day["unresolved"]["SS"] == ["close H#2028-05-10T12: ~abc 1..9 <=3"]
         untouched = client.get_item(TableName=counts, Key={"pk": {"S": "orders/acme"}, "sk": {"S": day.sort_key}})["Item"]
         assert "unresolved" not in untouched
+
+
+def test_days_whose_hours_may_be_gone_are_refused_not_closed_short():
+    """Closes stopped for longer than the hours are kept: the next plan refuses in one line, never closes a
+    day from hours that may have expired (the alarm on a failed execution says so)."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"stopped-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        table = CountsTable(client, counts, dataclasses.replace(SETTINGS, counts_table=counts))
+        ProgressItems(client, counts).advance("UTC", Bucket.of_day(date(2028, 1, 31), "UTC"), None,
+                                              Bucket.of_day(date(2028, 1, 1), "UTC"))
+        closer = Closer(table)
+        assert closer.plan_due(parse_instant("2028-04-20T03:00:00Z")).days  # 80 days on: still closable
+        with pytest.raises(CloseRefused, match="D#UTC@2028-02-01 can no longer be closed: its hours are past"):
+            closer.plan_due(parse_instant("2028-05-01T03:00:00Z"))

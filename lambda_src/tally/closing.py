@@ -24,7 +24,7 @@ one close in its life), so the stages refuse it, whatever they are given.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -46,6 +46,7 @@ from tally.core.ladder import (
 from tally.core.segments import MAX_SEGMENT_ITEMS, Item, Segment
 from tally.core.settings import Settings
 from tally.core.sketches import Sketch, union
+from tally.core.units import DAY_MS
 from tally.core.windows import now_ms
 from tally.dynamo.closing import ProgressItems
 from tally.dynamo.counts_table import CountsTable
@@ -56,6 +57,8 @@ from tally.dynamo.directory import CounterDirectory
 MAX_DAYS_PER_RUN = 31
 # Counters whose children are read at once: a close part is bound by its reads' round trips.
 CLOSE_WORKERS = 32
+# Counters whose reads a part holds at once.
+READ_CHUNK = 2048
 
 # The close's Lambda functions, one per kind of step (named here, never imported: they import this module).
 STEPS_MODULE = "tally.functions.close_stages"
@@ -173,6 +176,8 @@ class Closer:
             progress = self.progress.read(zone)
             first = progress.since or first_closable_day(zone, now_ms, self.settings)
             due = due_days(zone, progress.days, first, now_ms)[:max_days]
+            if due:
+                self._refuse_expired(Bucket.of_day(due[0], zone), now_ms)
             days += [Bucket.of_day(day, zone) for day in due]
             last_month = None if progress.months is None else Bucket.of_month(progress.months, zone)
             month = Bucket.of_month(first, zone) if last_month is None else last_month._replace(index=last_month.index + 1)
@@ -182,6 +187,17 @@ class Closer:
                 month = month._replace(index=month.index + 1)
         return Due(tuple(days), tuple(months))
 
+    def _refuse_expired(self, day: Bucket, now_ms: int) -> None:
+        """CloseRefused for a day whose first hour may be gone within the day a run has: its close would be
+        short. Closes stopped that long leave days only a backfill can count (it adds to days directly)."""
+        first_hour = children(day)[0]
+        if not first_hour.alive_at(now_ms + DAY_MS, self.settings):
+            raise CloseRefused(
+                f"{day.sort_key} can no longer be closed: its hours are past the hour retention "
+                f"({self.settings.hour_retention_ms // DAY_MS} days, hourRetentionDays), the closes having stopped "
+                "since; count those days with a backfill from an export, then move the zone's progress past them"
+            )
+
     def close_part(self, periods: Sequence[Bucket], part: int) -> CloseSummary:
         """Close ``periods`` (consecutive days, or months, of one zone) for the kept counters of directory
         partition ``part``: each counter's children of all of them read at once (``workers`` at a time), then
@@ -190,11 +206,9 @@ class Closer:
         if not periods:
             return summary
         counters = sorted({name for period in periods for name in self._counters(period, part, summary)})
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            read = list(pool.map(lambda counter: self._closed(counter, periods), counters))
         segment = _close_segment(periods)
         unsure: list[tuple[Item, set[str]]] = []
-        for counter, (closed_by_period, requests) in zip(counters, read):
+        for counter, (closed_by_period, requests) in self._read_all(counters, periods):
             summary.counters += 1
             summary.reads += requests
             for period in periods:
@@ -223,6 +237,16 @@ class Closer:
             self.progress.mark_unresolved(counter, stored, marks, period.ttl_seconds(self.settings))
             summary.unresolved.append(f"{counter} {period.sort_key}")
         return summary
+
+    def _read_all(
+        self, counters: list[str], periods: Sequence[Bucket]
+    ) -> Iterator[tuple[str, tuple[dict[str, tuple[Closed, Sketch | None, set[str]]], int]]]:
+        """Each counter's ``_closed``, ``workers`` reads in flight, a few thousand counters held at a time: a part
+        of a million counters a day must fit a function's memory."""
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            for start in range(0, len(counters), READ_CHUNK):
+                chunk = counters[start : start + READ_CHUNK]
+                yield from zip(chunk, pool.map(lambda counter: self._closed(counter, periods), chunk))
 
     def _commit(self, segment: Segment, summary: CloseSummary) -> None:
         result = self.table.commit(segment, self.writer)
