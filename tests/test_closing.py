@@ -207,7 +207,8 @@ def test_a_counter_outside_the_prefixes_keeps_no_days_and_late_records_left_mark
     table, events, _, _ = year
     assert not table.query("views/home", "D#", "D#~").counts
     assert not table.query("views/home", "MO#", "MO#~").counts
-    assert table.query(late_partition("signups"), "H#", "H#~").counts  # late records marked their hours
+    assert table.query(late_partition("signups"), "H#", "H#~").counts == {}  # marks are attributes, not items
+    assert table.query("signups", "H#", "H#~").late_counts  # late records marked their hours
 
 
 def test_the_close_runs_once_a_day_and_a_second_run_finds_nothing_to_do(year):

@@ -41,7 +41,6 @@ from tally.core.ladder import (
     closes_at,
     due_days,
     first_closable_day,
-    late_partition,
 )
 from tally.core.segments import MAX_SEGMENT_ITEMS, Item, Segment
 from tally.core.settings import Settings
@@ -304,13 +303,13 @@ class Closer:
     ) -> tuple[dict[str, tuple[Closed, Sketch | None, set[str]]], int]:
         """What ``counter``'s periods add, by period sort key: their children less the children's late marks, the
         children's distinct values, and the marks of children an overlap left unresolved (``close <child>: <mark>``);
-        and the requests it took (a Query of its children, one of its marks, one per sketch lane of a distinct
-        counter)."""
+        and the requests it took (a Query of its children, plus one per sketch lane of a distinct counter). A
+        child's late marks are attributes of the child itself, added in the same update as the late records, so
+        the close never reads one without the other."""
         first, last = children(periods[0])[0], children(periods[-1])[1]
         rules = self.settings.counter_rules
         distinct = rules.counts_distinct(counter)
         read = self.table.query(counter, first.sort_key, last.sort_key, distinct=distinct)
-        marks = self.table.query(late_partition(counter), first.sort_key, last.sort_key)
         sums, bins = rules.sums(counter), rules.keeps_histogram(counter)
         closed = {}
         for period in periods:
@@ -318,15 +317,15 @@ class Closer:
             sketches = [sketch for key, sketch in read.sketches.items() if within(key[1])]
             closed[period.sort_key] = (
                 closed_value(
-                    _of(read.counts, within), _of(marks.counts, within),
-                    _of(read.sums, within) if sums else None, _of(marks.sums, within),
-                    _of(read.bins, within) if bins else None, _of(marks.bins, within),
+                    _of(read.counts, within), _of(read.late_counts, within),
+                    _of(read.sums, within) if sums else None, _of(read.late_sums, within),
+                    _of(read.bins, within) if bins else None, _of(read.late_bins, within),
                 ),
                 union(sketches) if sketches else None,
                 {f"close {sort_key}: {mark}" for (_, sort_key), marks in read.unresolved.items() if within(sort_key)
                  for mark in marks},
             )
-        return closed, read.requests + marks.requests
+        return closed, read.requests
 
 
 def _close_segment(periods: Sequence[Bucket]) -> Segment:

@@ -3,6 +3,8 @@ from decimal import Decimal
 
 import pytest
 
+from factories import image, stream_record
+
 from tally.core.buckets import Bucket, lane_sort_key
 from tally.core.commit import (
     LEGACY_MARKER_PREFIX,
@@ -37,7 +39,9 @@ from tally.core.histograms import bin_of
 from tally.core.overlaps import held_records
 from tally.core.retry import Backoff
 from tally.core.rules import parse_rules
-from tally.core.segments import MAX_ITEM_BINS, Segment
+from tally.core.ladder import Ladder
+from tally.core.records import parse_record
+from tally.core.segments import MAX_ITEM_BINS, Segment, SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 
@@ -546,3 +550,23 @@ def test_an_export_segment_is_never_read_again_and_its_unsplit_items_are_left_un
     assert not any(isinstance(step, ReadRecords) for step in log)
     assert {u.item for u in result.unresolved} == {("a", HOUR), ("a", MINUTE), ("b", HOUR)}
     assert all("not held" in u.why for u in result.unresolved)
+
+
+def test_a_late_records_marks_ride_in_the_same_update_as_its_hour_and_day():
+    """A close reads an hour and its late marks at one instant: they are one item, written by one update, so no
+    close can see the record in the hour without its mark (or the reverse)."""
+    rules = parse_rules('[{"name": "lat", "counter": "lat/{page}", "histogram": "ms"}]')
+    kept = Settings(calendar_prefixes=("lat/",), rules=rules)
+    event = 1_795_000_000_000
+    record = stream_record(image(id="x", page="a", ms=250, ts=event), arrival_s=event / 1000 + 3 * 86_400, sequence="7")
+    folder = SegmentFolder(ladder=Ladder(kept))
+    list(folder.fold([parse_record(record, kept)]))
+    hours, rest = segment_updates(folder.close(), Writer.of_shard("arn", "s"), "t", kept)
+    [hour] = hours
+    names = hour.request["ExpressionAttributeNames"]
+    assert sorted(names[n] for n in names if not n.startswith("#w") and n != "#ttl") == sorted(
+        ["count", "late", bin_of(250), "L" + bin_of(250)])
+    by_key = {u.request["Key"]["sk"]["S"][:2]: u for u in rest}
+    assert "late" in by_key["D#"].request["ExpressionAttributeNames"].values()
+    assert "late" not in by_key["MO"].request["ExpressionAttributeNames"].values()
+    assert all(not u.request["Key"]["pk"]["S"].startswith("#late#") for u in hours + rest)

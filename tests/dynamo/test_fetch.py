@@ -114,7 +114,7 @@ def test_a_counters_items_are_read_across_pages(dynamodb, settings):
     client.faults["query"] = [lambda real, kwargs: real(**kwargs, Limit=7)] * 5
     items = CountsTable(client, COUNTS, settings).counter_items("c")
     assert [item["count"] for item in items] == list(range(1, 31))
-    assert client.calls["query"] == 5 + 1 + 1  # its partition's five pages, its one sketch lane's partition, its late marks
+    assert client.calls["query"] == 5 + 1  # its partition's five pages, then its one sketch lane's partition
 
 
 def test_a_counters_items_include_its_sketches_in_every_lane_partition(dynamodb, settings):
@@ -156,8 +156,8 @@ def test_reads_merge_the_sketches_0_2_0_left_in_the_counters_partition(dynamodb,
     assert client.calls["query"] == ranged.requests == 3  # the counter's range (0.2.0's sketches in it), each lane's
 
 
-def test_a_counters_items_include_its_days_months_and_late_marks(dynamodb, settings):
-    """Deleting a counter that keeps days deletes them and its late marks too."""
+def test_a_counters_items_include_its_days_and_months_and_their_late_marks_are_their_own_attributes(dynamodb, settings):
+    """Deleting a counter that keeps days deletes them too; a late record's marks are read with its hour and day."""
     kept = replace(settings, calendar_prefixes=("c",))
     table = CountsTable(dynamodb, COUNTS, kept)
     [late] = parse_record(counter_record("c", T0, arrival_s=(T0 + 3 * DAY_MS) / 1000), kept)
@@ -165,4 +165,8 @@ def test_a_counters_items_include_its_days_months_and_late_marks(dynamodb, setti
     list(folder.fold([[late]]))
     table.commit(folder.close(), WRITER)
     kinds = {(item["pk"], item["sk"].split("#")[0]) for item in table.counter_items("c")}
-    assert kinds == {("c", "H"), ("c", "D"), ("c", "MO"), (late_partition("c"), "H"), (late_partition("c"), "D")}
+    assert kinds == {("c", "H"), ("c", "D"), ("c", "MO")}
+    days, months = table.query("c", "D#", "D#~"), table.query("c", "MO#", "MO#~")
+    assert set(days.late_counts.values()) == {1} and len(days.late_counts) == 1  # UTC's day: its mark
+    assert months.counts and not months.late_counts  # a month is never closed into anything: no marks
+    assert table.query("c", "H#", "H#~").late_counts and not table.query(late_partition("c"), "D#", "H#~").counts

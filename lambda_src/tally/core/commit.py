@@ -77,7 +77,8 @@ from typing import Any
 
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import lane_sort_key
-from tally.core.histograms import NEGATIVE, POSITIVE, ZERO_BIN, is_bin
+from tally.core.histograms import LATE_BIN_PREFIX, NEGATIVE, POSITIVE, ZERO_BIN, is_bin, is_late_bin, late_bin
+from tally.core.ladder import LATE_PREFIX, late_partition
 from tally.core.overlaps import RecordsAgain, Unmatched, with_carried_records
 from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
@@ -86,6 +87,8 @@ from tally.core.settings import Settings
 from tally.core.tables import (
     COUNT_ATTRIBUTE,
     COUNTS_TABLE,
+    LATE_COUNT_ATTRIBUTE,
+    LATE_SUM_ATTRIBUTE,
     SUM_ATTRIBUTE,
     TTL_ATTRIBUTE,
     UNRESOLVED_ATTRIBUTE,
@@ -389,16 +392,43 @@ CommitStep = ReadMarkers | ReadRecords | Send | Put | Pause
 ReadAgain = Callable[[ReadRecords], RecordsAgain]
 
 
-def additions(delta: Delta) -> dict[str, int | Decimal]:
+# What late records add to an item's late marks: count, units (None: no sum), bins (None: none).
+Late = tuple[int, int | None, dict[str, int] | None]
+
+
+def additions(delta: Delta, late: Late | None = None) -> dict[str, int | Decimal]:
     """What one bucket item of a segment adds, by attribute: its count, its sum for a summing
-    counter, and one count per histogram bin for a histogram rule."""
+    counter, one count per histogram bin for a histogram rule, and ``late``'s part of them as the
+    item's late marks (core/ladder.py), in the same update so that a close never sees one without the other."""
     _, count, units, bins, _sketch = delta
     added: dict[str, int | Decimal] = {COUNT_ATTRIBUTE: count}
     if units is not None:
         added[SUM_ATTRIBUTE] = decimal_of(units)
     if bins:
         added.update(bins)
+    if late is not None:
+        late_count, late_units, late_bins = late
+        added[LATE_COUNT_ATTRIBUTE] = late_count
+        if late_units is not None:
+            added[LATE_SUM_ATTRIBUTE] = decimal_of(late_units)
+        for name, value in (late_bins or {}).items():
+            added[late_bin(name)] = value
     return added
+
+
+def late_of(segment: Segment, item: Item, after: int | None = None) -> Late | None:
+    """What the segment's late records add to ``item``'s late marks: all of it, or that of the records held past
+    position ``after`` (the rest of an item that took the segment's first part). None for none."""
+    mark = (late_partition(item[0]), item[1])
+    if mark not in segment.deltas:
+        return None
+    if after is None:
+        return segment.deltas[mark], segment.sums.get(mark), segment.bins.get(mark)
+    records = [(units, bin) for position, units, bin in _held_for(segment, mark) if position > after]
+    if not records:
+        return None
+    _, count, units, bins, _ = _delta_of(segment, mark, records)
+    return count, units, bins
 
 
 def bucket_update(
@@ -430,7 +460,7 @@ def bucket_update(
     terms = []
     bins: dict[str, int] = {}
     for index, (attribute, amount) in enumerate(added.items()):
-        if is_bin(attribute):
+        if is_bin(attribute) or is_late_bin(attribute):
             bins[attribute] = int(amount)
             continue
         names[f"#a{index}"] = attribute
@@ -466,9 +496,9 @@ def segment_updates(
     hours: list[Update] = []
     minutes: list[Update] = []
     for delta in segment.ordered_deltas():
-        if delta[0] in skipped:
+        if delta[0] in skipped or delta[0][0].startswith(LATE_PREFIX):  # marks ride on their items' updates
             continue
-        update = item_update(delta, writer, table_name, settings, position, watermark)
+        update = item_update(delta, writer, table_name, settings, position, watermark, late=late_of(segment, delta[0]))
         (hours if delta[0][1].kind == "H" else minutes).append(update)
     return hours, minutes
 
@@ -482,9 +512,10 @@ def item_update(
     watermark: bytes,
     seen: bytes | None = None,
     unresolved: Unresolved | None = None,
+    late: Late | None = None,
 ) -> Update:
     """One bucket item's update for ``delta`` of the segment at ``position`` that leaves ``watermark`` (the rest
-    of it, on the watermark ``seen``; marking the item ``unresolved``)."""
+    of it, on the watermark ``seen``; marking the item ``unresolved``), with ``late``'s share as its late marks."""
     counter, bucket = delta[0]
     key = {
         COUNTS_TABLE.partition_key: counter,
@@ -492,7 +523,7 @@ def item_update(
     }
     mark = None if unresolved is None else unresolved.mark
     request = bucket_update(
-        table_name, key, additions(delta), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen, mark
+        table_name, key, additions(delta, late), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen, mark
     )
     return Update(delta[0], request, writer.tag, position, delta[1], unresolved=unresolved)
 
@@ -786,11 +817,15 @@ class _Overlap:
             raise ValueError(f"a taken answer carries the item's watermark: {answer!r}")
         if update.resumes >= MAX_RESUMES:
             raise RetriesExhausted(f"{update.name}: its watermark kept moving under {MAX_RESUMES} resumed updates")
-        rest = untaken(self.segment, update.item, Watermark.decode(answer.watermark), writer)
+        watermark = Watermark.decode(answer.watermark)
+        rest = untaken(self.segment, update.item, watermark, writer)
         if rest is None:
             return None
+        whole = rest[1] == self.segment.deltas[update.item]
+        late = late_of(self.segment, update.item, None if whole else watermark.position)
         resend = item_update(
-            rest, writer, table_name, settings, update.position, writer.watermark(self.segment), seen=answer.watermark
+            rest, writer, table_name, settings, update.position, writer.watermark(self.segment), seen=answer.watermark,
+            late=late,
         )
         return dataclasses.replace(resend, resumes=update.resumes + 1)
 
@@ -798,10 +833,13 @@ class _Overlap:
         self, update: Update, answer: Answer, writer: Writer, table_name: str, settings: Settings, why: str
     ) -> Update:
         assert answer.watermark is not None
-        rest, unresolved = unresolved_rest(self.segment, update.item, Watermark.decode(answer.watermark), writer, why)
+        watermark = Watermark.decode(answer.watermark)
+        rest, unresolved = unresolved_rest(self.segment, update.item, watermark, writer, why)
+        unheld = self.segment.unheld_through if self.segment.unheld_through is not None else watermark.position
+        late = late_of(self.segment, update.item, max(watermark.position, unheld)) if watermark.through and rest[1] else None
         resend = item_update(
             rest, writer, table_name, settings, update.position, writer.watermark(self.segment),
-            seen=answer.watermark, unresolved=unresolved,
+            seen=answer.watermark, unresolved=unresolved, late=late,
         )
         return dataclasses.replace(resend, resumes=update.resumes + 1)
 
@@ -847,7 +885,10 @@ def bin_additions(bins: dict[str, int], names: dict[str, str], values: dict[str,
         if value is None:
             value = placeholders[count] = f":b{len(placeholders)}"
             values[value] = {"N": str(count)}
-        placeholder = "#" + _SIGN_LETTER[name[0]] + name[1:]
+        if name.startswith(LATE_BIN_PREFIX):  # a late mark's share of a bin: #Lp2Q
+            placeholder = "#L" + _SIGN_LETTER[name[1]] + name[2:]
+        else:
+            placeholder = "#" + _SIGN_LETTER[name[0]] + name[1:]
         names[placeholder] = name
         terms.append(f", {placeholder} {value}")
     return "".join(terms)

@@ -91,6 +91,19 @@ def is_bin(name: str) -> bool:
     return name == ZERO_BIN or (len(name) == 3 and name[0] in "+-" and name[1:] in _CODES)
 
 
+# A late mark's bins (core/ladder.py) ride on the same item: the bin's name after this letter.
+LATE_BIN_PREFIX = "L"
+
+
+def late_bin(name: str) -> str:
+    """The attribute holding what late records added to bin ``name`` of an item."""
+    return LATE_BIN_PREFIX + name
+
+
+def is_late_bin(name: str) -> bool:
+    return name.startswith(LATE_BIN_PREFIX) and is_bin(name[1:])
+
+
 def _index(name: str) -> int:
     return _CODES[name[1:]] - _OFFSET
 

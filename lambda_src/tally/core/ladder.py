@@ -14,7 +14,11 @@ An event's record is **late** when it arrives more than ``LATE_AFTER_MS``
 after its hour ended, or comes from an export (a backfill counts history at
 any time). A late record adds, besides its minute and hour, directly to its
 day and month in every kept zone, and marks what it added to its hour and to
-its days in the late partition (``#late#<counter>``, same sort keys). Every
+its days: attributes of those very items (``late``, ``late_sum``, ``L<bin>``),
+added by the same update as the record itself. A segment folds the marks as
+items of a pseudo-counter (``#late#<counter>``, same sort keys), so that
+windows' state, held records and overlaps treat them like any item, and the
+commit writes them into their items' updates (``commit.late_of``). Every
 other record is on time: it reaches its day only through the close, which
 runs ``CLOSE_AFTER_MS`` after the period ends, when no on-time record of it
 can still be committed (the event source mapping gives a record up a day
@@ -23,7 +27,7 @@ record alone, so a retry rebuilds the same segments, and every addition is
 an ADD: a late record and a close reach a day in either order and the day
 holds both once. A close's sums are read where nothing of them moves: on-time
 records are all in; a late one adds to its hour and to its mark in one
-segment, and the close subtracts the mark. Distinct values merge by union,
+update of one item, and the close subtracts the mark. Distinct values merge by union,
 so a day's sketch takes its hours' sketches whole and late values again
 changes nothing: sketches keep no marks.
 """
@@ -43,14 +47,15 @@ LATE_AFTER_MS = DAY_MS
 # A period is closed this long after it ends: every on-time record of it is in by then (a late one is
 # added directly), with an hour's margin for the last invocation's retries.
 CLOSE_AFTER_MS = LATE_AFTER_MS + STREAM_RETENTION_MS + HOUR_MS
-# The partition of a counter's late marks: what late records added to its hours and days.
+# The pseudo-counter a segment folds a counter's late marks under (what late records add to its hours and
+# days); the commit writes them as attributes of the counter's own items, never as items of their own.
 LATE_PREFIX = "#late#"
 
 Item = tuple[str, Bucket]
 
 
 def late_partition(counter: str) -> str:
-    """Where the late marks of ``counter`` live: ``#late#orders/acme``, under the buckets' own sort keys."""
+    """The pseudo-counter of ``counter``'s late marks in a segment: ``#late#orders/acme``, same sort keys."""
     return LATE_PREFIX + counter
 
 
@@ -62,7 +67,7 @@ def is_late(hour: int, arrival_ms: int) -> bool:
 @dataclass(frozen=True)
 class LongItems:
     """What a late record of one counter and hour adds to: its day and month in each kept zone (direct), and
-    the marks of its hour and of those days (late partition)."""
+    the marks of its hour and of those days (as pseudo-items of ``late_partition``)."""
 
     direct: tuple[Item, ...]
     marks: tuple[Item, ...]

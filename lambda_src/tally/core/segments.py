@@ -32,7 +32,7 @@ from typing import Any
 
 from tally.core.buckets import Bucket, buckets_of
 from tally.core.histograms import is_bin
-from tally.core.ladder import Ladder
+from tally.core.ladder import LATE_PREFIX, Ladder, late_partition
 from tally.core.sketches import SPARSE_LIMIT, Sketch, register_index
 from tally.core.records import CounterEvent, Outcome, Reason
 
@@ -153,7 +153,7 @@ class Segment:
         for item, names in new_bins.items():
             held = bins.get(item, ())
             added_bytes += _BIN_BYTES * len(names) + (0 if held else _BINS_OVERHEAD_BYTES)
-            if len(held) + len(names) > MAX_ITEM_BINS:
+            if len(held) + len(names) + _bins_sharing_the_update(bins, new_bins, item) > MAX_ITEM_BINS:
                 return True
         return (
             len(deltas) + len(new) > (max_items or MAX_SEGMENT_ITEMS)
@@ -302,6 +302,14 @@ class Segment:
 
 
 _AGGREGATE_FIELDS = frozenset({"bins", "sketch"})
+
+
+def _bins_sharing_the_update(bins: dict[Item, dict[str, int]], new_bins: dict[Item, set[str]], item: Item) -> int:
+    """The bins of the item whose update ``item``'s also names: a late mark's item and its bucket's are one
+    item in the table (core/ladder.py), so their bins share one update expression."""
+    counter, bucket = item
+    other = (counter[len(LATE_PREFIX):], bucket) if counter.startswith(LATE_PREFIX) else (late_partition(counter), bucket)
+    return len(set(bins.get(other, ())) | new_bins.get(other, set()))
 
 
 def _sketch_bytes(hashes: set[int]) -> int:

@@ -63,6 +63,10 @@ COUNT_ATTRIBUTE = "count"
 SUM_ATTRIBUTE = "sum"  # only in the buckets of summing counters
 SKETCH_ATTRIBUTE = "hll"  # only in the buckets of distinct counters: a sketch of their values (core/sketches.py)
 TTL_ATTRIBUTE = "ttl"
+# Only on the hour and day items of counters that keep days (core/ladder.py): what late records added to the
+# item's count and sum (its bins' share: histograms.late_bin), which a close subtracts.
+LATE_COUNT_ATTRIBUTE = "late"
+LATE_SUM_ATTRIBUTE = "late_sum"
 # Only on a bucket item an overlap left unresolved (core/commit.py): a string set of what it may lack; reads
 # show the counters whose items carry it as not exact until the repair (scripts/audit.py --repair) clears it.
 UNRESOLVED_ATTRIBUTE = "unresolved"

@@ -14,10 +14,17 @@ from typing import Any
 from tally.core.amounts import stored_units
 from tally.core.buckets import bucket_item_keys, last_lane_bound, sketch_partitions, stored_bucket
 from tally.core.commit import RetriesExhausted
-from tally.core.histograms import is_bin
-from tally.core.ladder import late_partition
+from tally.core.histograms import is_bin, is_late_bin
 from tally.core.sketches import Sketch
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SKETCH_ATTRIBUTE, SUM_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
+from tally.core.tables import (
+    COUNT_ATTRIBUTE,
+    COUNTS_TABLE,
+    LATE_COUNT_ATTRIBUTE,
+    LATE_SUM_ATTRIBUTE,
+    SKETCH_ATTRIBUTE,
+    SUM_ATTRIBUTE,
+    UNRESOLVED_ATTRIBUTE,
+)
 from tally.dynamo.calls import BATCH_GET_LIMIT, Key, TableAccess, key_of, retried_while_throttled
 
 
@@ -32,6 +39,10 @@ class Fetched:
     sketches: dict[Key, Sketch] = field(default_factory=dict)
     # Buckets one of whose items an overlap left unresolved (core/commit.py): what their marks say.
     unresolved: dict[Key, set[str]] = field(default_factory=dict)
+    # What late records added to hours and days (core/ladder.py): only a close reads them.
+    late_counts: dict[Key, int] = field(default_factory=dict)
+    late_sums: dict[Key, int] = field(default_factory=dict)
+    late_bins: dict[Key, dict[str, int]] = field(default_factory=dict)
     requests: int = 0
     items: int = 0
 
@@ -46,6 +57,13 @@ class Fetched:
             if is_bin(name):
                 bins = self.bins.setdefault(key, {})
                 bins[name] = bins.get(name, 0) + int(value["N"])
+            elif is_late_bin(name):
+                bins = self.late_bins.setdefault(key, {})
+                bins[name[1:]] = bins.get(name[1:], 0) + int(value["N"])
+        if LATE_COUNT_ATTRIBUTE in item:
+            self.late_counts[key] = self.late_counts.get(key, 0) + int(item[LATE_COUNT_ATTRIBUTE]["N"])
+        if LATE_SUM_ATTRIBUTE in item:
+            self.late_sums[key] = self.late_sums.get(key, 0) + stored_units(item[LATE_SUM_ATTRIBUTE]["N"])
         if UNRESOLVED_ATTRIBUTE in item:
             self.unresolved.setdefault(key, set()).update(item[UNRESOLVED_ATTRIBUTE]["SS"])
         if SKETCH_ATTRIBUTE in item:
@@ -63,6 +81,9 @@ class Fetched:
         self.bins.update(other.bins)
         self.sketches.update(other.sketches)
         self.unresolved.update(other.unresolved)
+        self.late_counts.update(other.late_counts)
+        self.late_sums.update(other.late_sums)
+        self.late_bins.update(other.late_bins)
         self.requests += other.requests
         self.items += other.items
 
@@ -145,11 +166,10 @@ class Fetches(TableAccess):
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def counter_items(self, counter: str) -> list[dict[str, Any]]:
-        """Every stored item of ``counter`` (all buckets, all lanes, the sketches of a distinct counter in their
-        lane partitions, and the late marks of a counter that keeps days) as {pk, sk, count}, all pages, strongly
-        consistent."""
+        """Every stored item of ``counter`` (all buckets, all lanes, and the sketches of a distinct counter in
+        their lane partitions) as {pk, sk, count}, all pages, strongly consistent."""
         items: list[dict[str, Any]] = []
-        for partition in (counter, *sketch_partitions(counter, self.settings.bucket_lanes), late_partition(counter)):
+        for partition in (counter, *sketch_partitions(counter, self.settings.bucket_lanes)):
             request: dict[str, Any] = {
                 "TableName": self.table_name,
                 "KeyConditionExpression": "#pk = :pk",
