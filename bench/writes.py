@@ -42,8 +42,22 @@ DEDUP_TABLE = "dedup-counts"
 def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, forward_to: Any = None) -> MeteredClient:
     """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
     client = MeteredClient(("pk", "sk"), forward_to)
+    delivery = tally_delivery(client, tally_settings(workload, settings), config)
+    for chunk in workload.chunks():
+        delivery.deliver(chunk)
+    delivery.close()
+    return client
+
+
+def tally_settings(workload: Workload, settings: Settings) -> Settings:
+    """The settings tally counts ``workload`` with: ``settings`` with the workload's rules, if it has any."""
     if workload.rules:
-        settings = dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
+        return dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
+    return settings
+
+
+def tally_delivery(client: MeteredClient, settings: Settings, config: DeliveryConfig) -> ShardDelivery:
+    """One shard's event source mapping, invoking tally's handler path over ``client`` (one container)."""
     # One update at a time into the meter (it keeps one image of the table), and the steady
     # state: no segment here can predate this release, so no markers of the previous one are read.
     table = metered_counts(client, settings)
@@ -57,11 +71,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         response, _summary = process(event, directory.recording(table.commit), settings)
         return response
 
-    delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in workload.chunks():
-        delivery.deliver(chunk)
-    delivery.close()
-    return client
+    return ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
 
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
