@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from bench import origin
+from bench import calendar_buckets, origin
 from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient, metered_counts
 from bench.dedup import DedupHandler
 from bench.workloads import (
@@ -128,10 +128,14 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     """Requests, items written and write units of every design and of the floor, for one workload.
 
     ``tally`` runs with ``settings`` (the deployment's: no ranked prefix by
-    default), ``tally_ranked`` with every counter ranked; every ratio counts
-    all of a run's write units, directory and rank records included.
+    default), ``tally_ranked`` with every counter ranked, ``tally_calendar``
+    with every counter keeping days and months in UTC and New York, closed
+    (``bench.calendar_buckets``); every ratio counts all of a run's write
+    units, directory and rank records included (and the close's, against a
+    floor with one write per counter-day and counter-month).
     """
     events = workload.total
+    with_days = calendar_buckets.closed_figures(workload, settings, config)
     tally = tally_figures(run_tally(workload, settings, config).meter, config, events)
     ranked = tally_figures(run_tally(workload, ranking_everything(settings), config).meter, config, events)
     origin_run = run_origin(workload, config.batch_size).meter
@@ -161,6 +165,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         },
         "tally": tally,
         "tally_ranked": ranked,
+        "tally_calendar": with_days,
         "floor": {
             "writes": floor,
             "write_units": floor,  # every bucket item is far under 1 KB: one unit per plain write
@@ -173,6 +178,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "tally_bucket_writes_over_floor": round(tally["bucket_writes"] / floor, 3),
             "tally_units_over_floor_units": round(tally["write_units"] / floor, 3),
             "tally_ranked_units_over_floor_units": round(ranked["write_units"] / floor, 3),
+            "tally_calendar_units_over_floor_units": with_days["units_over_floor_units"],
             "directory_units_over_counting_units": round(tally["directory_write_units"] / counting_units, 4),
             "directory_units_over_floor_units": round(tally["directory_write_units"] / floor, 4),
             "rank_units_over_floor_units": round(ranked["rank_write_units"] / floor, 4),

@@ -73,3 +73,28 @@ def test_late_records_add_to_their_days_directly_and_the_daily_close_adds_the_re
     stream = run.ledger.of("stream")
     assert stream["writes:day or month"] >= len(late) and stream["writes:late mark"] >= len(late)
     assert run.closes > 6  # once a day, then until everything closed
+
+
+def test_the_writes_rows_carry_the_ratio_with_days_and_months_and_the_targets_judge_it():
+    import bench.__main__ as bench_main
+
+    workload = workloads.steady(counters=3, per_second=2, seconds=120)
+    measured = writes.measure(workload, Settings(), CONFIG)
+    ratio = measured["ratios"]["tally_calendar_units_over_floor_units"]
+    assert ratio == measured["tally_calendar"]["units_over_floor_units"] > 1.0
+    assert measured["ratios"]["tally_units_over_floor_units"] == round(
+        measured["tally"]["write_units"] / measured["floor"]["write_units"], 3)  # without days: as before
+    rows = [t for t in bench_main.targets(_published_with(measured)) if "days and months" in t["target"]]
+    assert [t["figure"] for t in rows if t["target"].startswith("steady")] == [ratio]
+    assert {"target": "days and months (python -m bench calendar)", "wanted": "run", "figure": None, "met": False} in rows
+
+
+def _published_with(measured: dict) -> dict:
+    """The published figures with the steady row replaced by ``measured``, and without the calendar part."""
+    import json
+    from pathlib import Path
+
+    published = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results.json").read_text())
+    published["writes"] = [measured if w["workload"] == "steady" else w for w in published["writes"]]
+    published.pop("calendar", None)
+    return published
