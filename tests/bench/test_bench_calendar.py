@@ -98,3 +98,34 @@ def _published_with(measured: dict) -> dict:
     published["writes"] = [measured if w["workload"] == "steady" else w for w in published["writes"]]
     published.pop("calendar", None)
     return published
+
+
+def test_the_calendar_part_publishes_alone_and_its_targets_are_judged_from_its_figures(tmp_path, monkeypatch, capsys):
+    import json
+    from pathlib import Path
+
+    import bench.__main__ as bench_main
+
+    published = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results.json").read_text())
+    figures = published["calendar"]
+    judged = {t["target"]: t for t in bench_main.targets(published)}
+    assert judged["365 closed days of 1 counter: read units (strong, worst zone)"]["figure"] == max(
+        row["read_units_strong"] for row in figures["reads"]["days"])
+    assert judged["this month so far (month_to_date): requests, worst instant"]["figure"] == max(
+        row["requests"] for row in figures["reads"]["month_to_date"])
+    workload = judged["calendar workload, closed daily: all WCU / floor WCU (counter-days and -months included)"]
+    assert workload["figure"] == figures["workload"]["units_over_floor_units"] > 1.0
+    for w in published["writes"]:  # every write workload judged with days and months, met or not
+        ratio = w["ratios"]["tally_calendar_units_over_floor_units"]
+        row = judged[f"{w['workload']}: tally with days and months (all writes, close included) WCU / floor WCU"]
+        assert row["figure"] == ratio and row["met"] == (ratio <= 1.1)
+    monkeypatch.setattr(bench_main, "ROOT", tmp_path)
+    monkeypatch.setattr(bench_main, "LATEST", tmp_path / "latest.json")
+    monkeypatch.setattr(bench_main, "PUBLISHED", tmp_path / "results.json")
+    monkeypatch.setattr(bench_main, "deployment", lambda: (Settings(), CONFIG, {}))
+    monkeypatch.setattr(bench_main.calendar_buckets, "results", lambda settings, config: {"calendar": figures})
+    (tmp_path / "results.json").write_text('{"published": true}\n')
+    bench_main.main(["calendar", "--publish"])
+    assert json.loads((tmp_path / "results.json").read_text()) == {"published": True, "calendar": figures}
+    printed = capsys.readouterr().out
+    assert "Reads of closed days and months" in printed and "Storage a plain count counter keeps" in printed
