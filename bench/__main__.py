@@ -32,10 +32,14 @@ hour of two cores) and modeled on AWS up to 10^9, ``python -m bench
 backfill-scale-model`` that model alone (with one rule's history beside the
 whole table's) from the measured figures published, in seconds, and ``python
 -m bench backfill-rule`` the write units of one rule's history against its
-floor (seconds; also part of a plain run), and ``python -m bench
+floor (seconds; also part of a plain run), ``python -m bench
 close-scale-model`` the daily close of days and months measured per counter
 here and modeled at 10^4 to 10^6 counters a day (about a second; also part of
-a plain run); each replaces only its own figures in the file(s) it writes, and
+a plain run), and ``python -m bench calendar`` days and months: a season of
+traffic with late records closed daily, the reads of closed days and months
+and of this month so far, and the storage a counter keeps (a couple of
+minutes; the write workloads' figures with days and months come with
+``writes``); each replaces only its own figures in the file(s) it writes, and
 the targets.
 """
 
@@ -60,6 +64,7 @@ from bench import (
     alerts,
     backfill,
     backfill_scale,
+    calendar_buckets,
     close_scale,
     latency,
     read_api,
@@ -145,12 +150,19 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     fixed_1000 = [entry for entry in results.get("scale_fixed_rate", []) if entry["shards"] == 1000]
     # Every write unit a user pays: bucket updates, directory entries and rank records, with the default
     # settings (nothing ranked) and with every counter ranked.
+    # With days and months (every counter, UTC and one zone): the stream's writes and the close's, against the
+    # floor with one write per counter-day and counter-month in each zone.
     over_floor = [
         (f"{w['workload']}: {label} WCU / floor WCU", w["ratios"][ratio])
         for w in results["writes"]
-        for label, ratio in (("tally", "tally_units_over_floor_units"), ("tally ranked", "tally_ranked_units_over_floor_units"))
+        for label, ratio in (
+            ("tally", "tally_units_over_floor_units"),
+            ("tally ranked", "tally_ranked_units_over_floor_units"),
+            ("tally with days and months (all writes, close included)", "tally_calendar_units_over_floor_units"),
+        )
         if ratio in w["ratios"]
     ]
+    calendar = results.get("calendar")
     top_rows = {(row["counters"], row["distribution"]): row for row in results.get("top", {}).get("rows", [])}
     top_zipf = top_rows.get((1_000_000, "zipf"))
     top_writes = results.get("top_writes")
@@ -201,6 +213,20 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             else ()
         ),
         *rule_rows,
+        *(
+            (
+                ("calendar workload, closed daily: all WCU / floor WCU (counter-days and -months included)", "<= 1.1",
+                 calendar["workload"]["units_over_floor_units"], lambda v: v <= 1.1),
+                ("365 closed days of 1 counter: read units (strong, worst zone)", "<= 10",
+                 calendar["reads"]["worst"]["days_read_units_strong"], lambda v: v <= 10),
+                ("24 closed months of 1 counter: read units (strong, worst zone)", "<= 2",
+                 calendar["reads"]["worst"]["months_read_units_strong"], lambda v: v <= 2),
+                ("this month so far (month_to_date): requests, worst instant", "<= 3",
+                 calendar["reads"]["worst"]["month_to_date_requests"], lambda v: v <= 3),
+            )
+            if calendar
+            else ()
+        ),
         ("origin's mock: origin WCU / tally WCU", ">= 1.15", mock["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1.15),
         *(
             (f"1,000 shards, fixed rate, {entry['mix']}: origin / tally", ">= 1.5", entry["origin_over_tally"], lambda v: v >= 1.5)
@@ -242,6 +268,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         judged.append({"target": "1,000 shards, fixed rate (make bench-scale)", "wanted": "run", "figure": None, "met": False})
     if not top_zipf or not top_writes:
         judged.append({"target": "top N (python -m bench top)", "wanted": "run", "figure": None, "met": False})
+    if not calendar:
+        judged.append({"target": "days and months (python -m bench calendar)", "wanted": "run", "figure": None, "met": False})
     if not midnight_1000:
         judged.append({"target": "1,000 shards across midnight (make bench-scale)", "wanted": "run", "figure": None,
                        "met": False})
@@ -289,6 +317,7 @@ def run() -> dict[str, Any]:
     results.update(timed("top N", top_results))
     results.update(timed("one rule's backfill", backfill_rule_results))
     results.update(timed("the close of days and months (model)", close_scale_results))
+    results.update(timed("days and months", calendar_results))
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))
@@ -458,6 +487,13 @@ def report_close_scale(out: Console, results: dict[str, Any]) -> None:
               " (catch-up: the longest part in parts of a week of days, and of a whole month in brackets)")
 
 
+def calendar_results() -> dict[str, Any]:
+    """Days and months (bench.calendar_buckets): the calendar workload closed daily, the reads of closed days and
+    months and of this month so far, the storage a counter keeps, and the close checked on moto."""
+    settings, config, _ = deployment()
+    return calendar_buckets.results(settings, config)
+
+
 def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
     figures = results["backfill_scale"]
     measured = figures["measured"]
@@ -538,13 +574,16 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "backfill-scale-model": (backfill_scale_model_results, lambda out, results: report_backfill_scale(out, results)),
          "backfill-rule": (backfill_rule_results, lambda out, results: backfill.report_rule(out, results["backfill_rule"])),
          "close-scale-model": (close_scale_results, lambda out, results: report_close_scale(out, results)),
-         "writes": (write_results, lambda out, results: (report_writes(out, results), report_targets(out, results)))}
+         "calendar": (calendar_results, lambda out, results: (calendar_buckets.report(out, results),
+                                                              report_targets(out, results))),
+         "writes": (write_results, lambda out, results: (report_writes(out, results), calendar_buckets.report(out, results),
+                                                         report_targets(out, results)))}
 
 
 def report_writes(out: Console, results: dict[str, Any]) -> None:
     table = Table(title="Write cost per 1,000 events (WCU)")
     for column in ("workload", "events", "origin", "dedup", "tally", "floor", "tally/floor", "ranked/floor",
-                   "origin/tally", "dedup/tally", "directory WCU (share of tally)",
+                   "with days and months / floor", "origin/tally", "dedup/tally", "directory WCU (share of tally)",
                    "rank records WCU, all ranked (share of floor)", "busiest item writes/s: origin -> tally"):
         table.add_column(column, justify="right")
     for w in results["writes"]:
@@ -553,6 +592,7 @@ def report_writes(out: Console, results: dict[str, Any]) -> None:
             f"{w['dedup']['write_units_per_1000_events']:,}",
             f"{w['tally']['write_units_per_1000_events']:,}", f"{w['floor']['write_units_per_1000_events']:,}",
             f"{w['ratios']['tally_units_over_floor_units']}x", f"{w['ratios']['tally_ranked_units_over_floor_units']}x",
+            _calendar_ratio(w["ratios"].get("tally_calendar_units_over_floor_units")),
             f"{w['ratios']['origin_units_over_tally_units']:,}x",
             f"{w['ratios']['dedup_units_over_tally_units']:,}x",
             f"{w['tally']['directory_write_units']:,} (+{w['ratios']['directory_units_over_counting_units']:.1%})",
@@ -574,6 +614,13 @@ def report_writes(out: Console, results: dict[str, Any]) -> None:
         f"transitions: {moved['description']}; {moved['counter_events']:,} counter events; moto stores what the "
         f"meter saw: tally {checked['tally_matches_moto']}, origin {checked['origin_matches_moto']}"
     )
+
+
+def _calendar_ratio(ratio: float | None) -> str:
+    """A workload's all write units with days and months over its floor with them; marked where it misses 1.1."""
+    if ratio is None:
+        return "not run"
+    return f"{ratio}x" if ratio <= 1.1 else f"[red]{ratio}x (misses 1.1)[/red]"
 
 
 def report_targets(out: Console, results: dict[str, Any]) -> None:
@@ -598,6 +645,7 @@ def report(results: dict[str, Any]) -> None:
     )
 
     report_writes(out, results)
+    calendar_buckets.report(out, results)
 
     report_histogram(out, results["histogram"])
     report_distinct(out, results)

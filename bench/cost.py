@@ -6,17 +6,20 @@ significant digits, plus one; binary: its bytes). Writes cost one unit per
 started KB (two for an item written inside a transaction); an UpdateItem is
 charged for the larger of the item before and after, and a conditional write
 whose condition fails for the item as it is (at least one unit). Reads cost one unit per started 4 KB (strongly
-consistent; half that eventually consistent): per item in a BatchGetItem, per
-request for the summed items of a Query. A read of a missing item still costs
-the minimum unit.
+consistent; half that eventually consistent): per item in a BatchGetItem or a
+GetItem, per request for the summed items of a Query (whole items, whatever it
+projects). A read of a missing item still costs the minimum unit. Storage is
+billed by the same item sizes plus 100 bytes of indexing overhead per item.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -32,6 +35,13 @@ WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
 # DynamoDB's ceiling for one partition, hence for one item: 1,000 write units per second.
 PARTITION_WRITE_UNITS_PER_SECOND = 1000
+# A Query returns at most 1 MB of items a request; the rest comes in further pages.
+QUERY_PAGE_BYTES = 1024 * 1024
+# Storage at rest, standard table class (us-east-1, on-demand and provisioned alike): per GB-month, a GB being
+# 2^30 bytes, each item billed at its size plus 100 bytes of indexing overhead.
+STORAGE_PRICE_PER_GB_MONTH = 0.25
+STORAGE_GB_BYTES = 2**30
+STORAGE_ITEM_OVERHEAD_BYTES = 100
 
 
 def number_size(value: Decimal | int | str) -> int:
@@ -81,6 +91,17 @@ def query_read_units(item_sizes: Iterable[int], *, consistent: bool) -> float:
     return units if consistent else units / 2
 
 
+def get_read_units(size: int, *, consistent: bool) -> float:
+    """GetItem: the item's size rounded up to 4 KB (a missing item: the minimum unit)."""
+    units = max(1, math.ceil(size / READ_UNIT_BYTES))
+    return units if consistent else units / 2
+
+
+def stored_bytes(size: int) -> int:
+    """What DynamoDB bills an item's storage by: its size plus the per-item overhead."""
+    return size + STORAGE_ITEM_OVERHEAD_BYTES
+
+
 @dataclass
 class WriteMeter:
     """Writes and write units, with how often each item was written in each time slot."""
@@ -99,11 +120,28 @@ class WriteMeter:
     sketch_units: int = 0  # their write units (also in units)
     read_requests: int = 0  # BatchGetItem calls: the sketches a merge starts from
     read_units: float = 0  # their read units (strongly consistent)
+    query_requests: int = 0  # Query calls (a close's listings and children; a reader's ranges), pages each
+    query_read_units: float = 0  # their read units, each as consistent as it asked
+    get_requests: int = 0  # GetItem calls (a close's progress)
+    get_read_units: float = 0
     writes_per_item_slot: Counter[tuple[Hashable, int]] = field(default_factory=Counter)
+    # Writes and their units by the kind of item (``MeteredClient.kind_of``; empty where none is given).
+    writes_by_kind: Counter[str] = field(default_factory=Counter)
+    units_by_kind: Counter[str] = field(default_factory=Counter)
+
+    def figures(self) -> Counter[str]:
+        """Every count above but the per-item ones, as a Counter: what a phase of a run adds is a difference."""
+        totals: Counter[str] = Counter({name: getattr(self, name) for name in _SUMMED})
+        totals.update({f"writes:{kind}": n for kind, n in self.writes_by_kind.items()})
+        totals.update({f"units:{kind}": n for kind, n in self.units_by_kind.items()})
+        return totals
 
     def busiest_item_writes(self) -> int:
         """Most writes any one item took within one slot."""
         return max(self.writes_per_item_slot.values(), default=0)
+
+
+_SUMMED = tuple(name for name, kind in WriteMeter.__annotations__.items() if kind in ("int", "float"))
 
 
 # tally's bucket update (tally.core.commit.bucket_update): ADD terms (count, sum, histogram bins),
@@ -113,6 +151,15 @@ TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = i
 TALLY_CONDITIONS = ("attribute_not_exists(#w) OR #w < :w", "#w = :seen")
 SKETCH_UPDATE = "SET #sketch = :sketch, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
+# A close's progress (tally.dynamo.closing.ProgressItems.advance): only forward.
+PROGRESS_UPDATE = "SET #p = :p, #since = if_not_exists(#since, :p)"
+PROGRESS_CONDITION = "attribute_not_exists(#p) OR #p < :p"
+# The Query key conditions tally makes: a whole partition, its names under a prefix, a run of sort keys.
+QUERY_CONDITIONS = {
+    "#pk = :pk": lambda sk, values: True,
+    "#pk = :pk AND begins_with(#sk, :prefix)": lambda sk, values: sk.startswith(values[":prefix"]["S"]),
+    "#pk = :pk AND #sk BETWEEN :first AND :last": lambda sk, values: values[":first"]["S"] <= sk <= values[":last"]["S"],
+}
 ORIGIN_SUM_UPDATE = (
     "SET #count = if_not_exists(#count, :zero) + :one, #sum = if_not_exists(#sum, :zero) + :amount, "
     "#ttl = if_not_exists(#ttl, :ttl)"
@@ -130,7 +177,11 @@ class MeteredClient:
     ``if_not_exists`` increment, a transaction of a deduplication Put and such
     increments) and refuses any other.
     When given a real client (moto), every call is also forwarded to it, so
-    the metered image can be checked against what DynamoDB stored.
+    the metered image can be checked against what DynamoDB stored. It also
+    answers and charges the reads a close and a reader make (``Query`` of a
+    partition, of its names under a prefix or of a run of sort keys, in 1 MB
+    pages; ``GetItem``; eventually consistent ``BatchGetItem``): from moto when
+    forwarding, from its own image otherwise, charged by the whole items read.
     ``slot`` tags the writes with the time slot the caller is in (the tumbling
     window, or the second of the event), for the per-item write rate.
     """
@@ -142,6 +193,10 @@ class MeteredClient:
         self.sizes: dict[tuple[str, ...], int] = {}
         self.meter = WriteMeter()
         self.slot = 0
+        # What kind of item a key is (a partition key and a sort key -> a name), for ``writes_by_kind``.
+        self.kind_of: Callable[[tuple[str, ...]], str] | None = None
+        # Each partition's sort keys in order, built at the first Query the image answers, then kept up.
+        self._partitions: dict[str, list[str]] | None = None
 
     def transact_write_items(self, TransactItems: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
         self.meter.requests += 1
@@ -206,16 +261,85 @@ class MeteredClient:
         return answer
 
     def batch_get_item(self, RequestItems: dict[str, dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # noqa: N803
-        """Strongly consistent reads of sketch items, answered from the metered image, each key charged."""
+        """Reads of exact keys (a sketch merge's, strongly consistent; a reader's), answered from the metered
+        image, each key charged."""
         self.meter.read_requests += 1
         responses: dict[str, list[dict[str, Any]]] = {}
         for table, request in RequestItems.items():
-            if not request.get("ConsistentRead"):
-                raise ValueError("the meter only answers the strongly consistent reads of a sketch merge")
             identities = [tuple(key[name]["S"] for name in self.key_attributes) for key in request["Keys"]]
-            self.meter.read_units += batch_get_read_units((self.sizes.get(i, 0) for i in identities), consistent=True)
+            consistent = bool(request.get("ConsistentRead"))
+            self.meter.read_units += batch_get_read_units((self.sizes.get(i, 0) for i in identities), consistent=consistent)
             responses[table] = [self.items[i] for i in identities if i in self.items]
         return {"Responses": responses, "UnprocessedKeys": {}}
+
+    def get_item(self, **request: Any) -> dict[str, Any]:
+        """One item by its key, charged by its size (a missing one: the minimum unit)."""
+        identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
+        self.meter.get_requests += 1
+        if self.forward_to is not None:
+            answer = self.forward_to.get_item(**request)
+            size = self.sizes.get(identity, item_size(answer["Item"]) if "Item" in answer else 0)
+        else:
+            item = self.items.get(identity)
+            answer = {} if item is None else {"Item": _projected(item, request)}
+            size = self.sizes.get(identity, 0)
+        self.meter.get_read_units += get_read_units(size, consistent=bool(request.get("ConsistentRead")))
+        return answer
+
+    def query(self, **request: Any) -> dict[str, Any]:
+        """One page of a Query, charged by the whole items it reads (a projection does not lower it)."""
+        condition = request["KeyConditionExpression"]
+        if condition not in QUERY_CONDITIONS or not request.get("ScanIndexForward", True):
+            raise ValueError(f"unmetered query {condition!r}")
+        values = request["ExpressionAttributeValues"]
+        partition = values[":pk"]["S"]
+        self.meter.query_requests += 1
+        if self.forward_to is not None:
+            answer = self.forward_to.query(**request)
+            sizes = [
+                self.sizes.get((partition, item["sk"]["S"]), item_size(item)) if "sk" in item else item_size(item)
+                for item in answer.get("Items", [])
+            ]
+        else:
+            answer, sizes = self._query_image(request, partition, values)
+        self.meter.query_read_units += query_read_units(sizes, consistent=bool(request.get("ConsistentRead")))
+        return answer
+
+    def _query_image(self, request: Mapping[str, Any], partition: str, values: Mapping[str, Any]) -> tuple[dict, list[int]]:
+        if self.key_attributes != ("pk", "sk"):
+            raise ValueError("the meter answers queries of tally's counts table only")
+        keys = self._sort_keys(partition)
+        condition = request["KeyConditionExpression"]
+        matches = QUERY_CONDITIONS[condition]
+        low = values.get(":first", values.get(":prefix", {"S": ""}))["S"]
+        start = bisect.bisect_left(keys, low)
+        if "ExclusiveStartKey" in request:
+            start = max(start, bisect.bisect_right(keys, request["ExclusiveStartKey"]["sk"]["S"]))
+        limit = request.get("Limit")
+        found: list[str] = []
+        read = 0
+        more = False
+        for sort_key in itertools.islice(keys, start, None):
+            if not matches(sort_key, values):
+                break  # every condition holds on one run of sort keys from ``low``
+            size = self.sizes[(partition, sort_key)]
+            if (limit is not None and len(found) == limit) or (found and read + size > QUERY_PAGE_BYTES):
+                more = True
+                break
+            found.append(sort_key)
+            read += size
+        answer: dict[str, Any] = {"Items": [_projected(self.items[(partition, k)], request) for k in found]}
+        answer["Count"] = answer["ScannedCount"] = len(found)
+        if more:
+            answer["LastEvaluatedKey"] = {"pk": {"S": partition}, "sk": {"S": found[-1]}}
+        return answer, [self.sizes[(partition, k)] for k in found]
+
+    def _sort_keys(self, partition: str) -> list[str]:
+        if self._partitions is None:
+            self._partitions = {}
+            for pk, sk in sorted(self.items):
+                self._partitions.setdefault(pk, []).append(sk)
+        return self._partitions.get(partition, [])
 
     def _write_sketch(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """A merged sketch written on condition that the item still holds what the merge read."""
@@ -248,17 +372,27 @@ class MeteredClient:
     def _write(self, key: Mapping[str, Any], after: dict[str, dict[str, str]], *, transactional: bool) -> None:
         identity = tuple(key[name]["S"] for name in self.key_attributes)
         size = item_size(after)
-        before = self.sizes.get(identity, 0)
+        before = self.sizes.get(identity)
+        if before is None and self._partitions is not None:
+            bisect.insort(self._partitions.setdefault(identity[0], []), identity[1])
         self.items[identity], self.sizes[identity] = after, size
+        units = write_units(max(before or 0, size), transactional=transactional)
         self.meter.item_writes += 1
-        self.meter.units += write_units(max(before, size), transactional=transactional)
+        self.meter.units += units
         self.meter.writes_per_item_slot[(identity, self.slot)] += 1
+        if self.kind_of is not None:
+            kind = self.kind_of(identity)
+            self.meter.writes_by_kind[kind] += 1
+            self.meter.units_by_kind[kind] += units
 
     def _condition_holds(self, request: Mapping[str, Any]) -> bool:
         condition = request["ConditionExpression"]
+        identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
+        if condition == PROGRESS_CONDITION:
+            held = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#p"])
+            return held is None or held["S"] < request["ExpressionAttributeValues"][":p"]["S"]
         if condition not in TALLY_CONDITIONS:
             raise ValueError(f"unmetered condition {condition!r}")
-        identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
         watermark = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#w"])
         values = request["ExpressionAttributeValues"]
         if condition == TALLY_CONDITIONS[1]:
@@ -283,10 +417,24 @@ class MeteredClient:
             _add(item, names["#count"], values[":one"]["N"])
             if ":amount" in values:
                 _add(item, names["#sum"], values[":amount"]["N"])
+        elif expression == PROGRESS_UPDATE:
+            item[names["#p"]] = values[":p"]
+            item.setdefault(names["#since"], values[":p"])
+            return item
         else:
             raise ValueError(f"unmetered update expression {expression!r}")
         item.setdefault(names["#ttl"], values[":ttl"])
         return item
+
+
+def _projected(item: dict[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes of ``item`` a request's ProjectionExpression names (all of them without one)."""
+    projection = request.get("ProjectionExpression")
+    if projection is None:
+        return dict(item)
+    names = request.get("ExpressionAttributeNames", {})
+    wanted = {names.get(part.strip(), part.strip()) for part in projection.split(",")}
+    return {name: value for name, value in item.items() if name in wanted}
 
 
 def _add(item: dict[str, dict[str, str]], attribute: str, amount: str) -> None:

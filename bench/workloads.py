@@ -265,6 +265,52 @@ def backfill(counters: int = 10, days: int = 30, total: int = 100_000, per_secon
     )
 
 
+CALENDAR_START_MS = 1_789_862_400_000  # 2026-09-20T00:00Z: October and November whole, New York's DST end between
+# How late a calendar workload's records reach the stream: (share, least, most) in ms; the rest within seconds.
+CALENDAR_LATENESS = ((0.05, 60_000, 30 * 60_000), (0.01, 25 * 3_600_000, 10 * DAY_MS))
+
+
+def calendar(counters: int = 200, days: int = 75, total: int = 100_000, seed: int = 75) -> Workload:
+    """A season of traffic for day and month buckets: ``counters`` counters (Zipf popularity, the busiest about
+    a sixth of the events, the quietest a few a day), events spread over ``days`` days from 2026-09-20; 94 % reach
+    the stream within 5 seconds, 5 % 1-30 minutes late, 1 % 25 hours to 10 days late (late for the long rungs:
+    they add to their days and months directly). In stream order, by arrival."""
+    weights = list(itertools.accumulate(1 / rank for rank in range(1, counters + 1)))
+    names = [f"shop-{index:03d}/orders" for index in range(counters)]
+
+    @functools.cache
+    def timeline() -> tuple[tuple[tuple[str, int], ...], tuple[int, ...]]:
+        rng = random.Random(seed)
+        drawn = []
+        for _ in range(total):
+            name = names[bisect.bisect_left(weights, rng.random() * weights[-1])]
+            event_ms = CALENDAR_START_MS + rng.randrange(days * DAY_MS)
+            draw, delay = rng.random(), rng.randrange(5_000)
+            for share, least, most in CALENDAR_LATENESS:
+                if draw < share:
+                    delay = rng.randrange(least, most)
+                    break
+                draw -= share
+            drawn.append((event_ms + delay, event_ms, name))
+        drawn.sort()
+        return tuple((name, event_ms) for _, event_ms, name in drawn), tuple(arrival for arrival, _, _ in drawn)
+
+    def events() -> Iterator[Event]:
+        return iter(timeline()[0])
+
+    def arrival(index: int, event_ms: int) -> int:
+        return timeline()[1][index]
+
+    return Workload(
+        "calendar",
+        f"{counters} counters (Zipf), {days} days from 2026-09-20, {total:,} events: 94 % on time, 5 % 1-30 min late, "
+        "1 % 1-10 days late",
+        events,
+        total,
+        arrival=arrival,
+    )
+
+
 @dataclass(frozen=True)
 class ChangeWorkload(Workload):
     """Items that change: ``changes`` gives (arrival ms, change) in stream order, a fresh iteration each call;

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from bench import origin
+from bench import calendar_buckets, origin
 from bench.cost import PARTITION_WRITE_UNITS_PER_SECOND, MeteredClient, metered_counts
 from bench.dedup import DedupHandler
 from bench.workloads import (
@@ -42,8 +42,22 @@ DEDUP_TABLE = "dedup-counts"
 def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, forward_to: Any = None) -> MeteredClient:
     """Deliver the workload to tally; each write is tagged with its tumbling window (or invocation)."""
     client = MeteredClient(("pk", "sk"), forward_to)
+    delivery = tally_delivery(client, tally_settings(workload, settings), config)
+    for chunk in workload.chunks():
+        delivery.deliver(chunk)
+    delivery.close()
+    return client
+
+
+def tally_settings(workload: Workload, settings: Settings) -> Settings:
+    """The settings tally counts ``workload`` with: ``settings`` with the workload's rules, if it has any."""
     if workload.rules:
-        settings = dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
+        return dataclasses.replace(settings, time_attribute=workload.time_attribute, rules=parse_rules(workload.rules))
+    return settings
+
+
+def tally_delivery(client: MeteredClient, settings: Settings, config: DeliveryConfig) -> ShardDelivery:
+    """One shard's event source mapping, invoking tally's handler path over ``client`` (one container)."""
     # One update at a time into the meter (it keeps one image of the table), and the steady
     # state: no segment here can predate this release, so no markers of the previous one are read.
     table = metered_counts(client, settings)
@@ -57,11 +71,7 @@ def run_tally(workload: Workload, settings: Settings, config: DeliveryConfig, fo
         response, _summary = process(event, directory.recording(table.commit), settings)
         return response
 
-    delivery = ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
-    for chunk in workload.chunks():
-        delivery.deliver(chunk)
-    delivery.close()
-    return client
+    return ShardDelivery(handler, shard_id=SHARD_ID, stream_arn=STREAM_ARN, config=config)
 
 
 def run_origin(workload: Workload, batch_size: int, forward_to: Any = None) -> MeteredClient:
@@ -118,10 +128,14 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
     """Requests, items written and write units of every design and of the floor, for one workload.
 
     ``tally`` runs with ``settings`` (the deployment's: no ranked prefix by
-    default), ``tally_ranked`` with every counter ranked; every ratio counts
-    all of a run's write units, directory and rank records included.
+    default), ``tally_ranked`` with every counter ranked, ``tally_calendar``
+    with every counter keeping days and months in UTC and New York, closed
+    (``bench.calendar_buckets``); every ratio counts all of a run's write
+    units, directory and rank records included (and the close's, against a
+    floor with one write per counter-day and counter-month).
     """
     events = workload.total
+    with_days = calendar_buckets.closed_figures(workload, settings, config)
     tally = tally_figures(run_tally(workload, settings, config).meter, config, events)
     ranked = tally_figures(run_tally(workload, ranking_everything(settings), config).meter, config, events)
     origin_run = run_origin(workload, config.batch_size).meter
@@ -151,6 +165,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
         },
         "tally": tally,
         "tally_ranked": ranked,
+        "tally_calendar": with_days,
         "floor": {
             "writes": floor,
             "write_units": floor,  # every bucket item is far under 1 KB: one unit per plain write
@@ -163,6 +178,7 @@ def measure(workload: Workload, settings: Settings, config: DeliveryConfig) -> d
             "tally_bucket_writes_over_floor": round(tally["bucket_writes"] / floor, 3),
             "tally_units_over_floor_units": round(tally["write_units"] / floor, 3),
             "tally_ranked_units_over_floor_units": round(ranked["write_units"] / floor, 3),
+            "tally_calendar_units_over_floor_units": with_days["units_over_floor_units"],
             "directory_units_over_counting_units": round(tally["directory_write_units"] / counting_units, 4),
             "directory_units_over_floor_units": round(tally["directory_write_units"] / floor, 4),
             "rank_units_over_floor_units": round(ranked["rank_write_units"] / floor, 4),

@@ -220,3 +220,71 @@ def test_the_per_page_fan_out_puts_rank_records_as_moto_stores_them_each_hour_it
     figures = top.write_costs(settings, config, workload)
     assert figures["rank_writes"] == figures["rank_write_units"] == len(ranks)  # each put once, far under 1 KB
     assert figures["ratios"]["ranks_over_floor"] == round(len(ranks) / figures["floor_write_units"], 3)
+
+
+def test_the_meter_answers_queries_and_gets_as_moto_does_and_charges_the_whole_items():
+    """A close's and a reader's reads, answered from the meter's image or forwarded to moto: the same pages, the same
+    items, the same units."""
+    import boto3
+    from moto import mock_aws
+
+    from tally.core.tables import COUNTS_TABLE
+
+    items = [("c", f"H#2026-11-01T{h:02d}", "x" * (h * 40)) for h in range(24)] + [("c", "M#2026-11-01T00:00", "m")]
+    requests = [
+        {"KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
+         "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+         "ExpressionAttributeValues": {":pk": {"S": "c"}, ":first": {"S": "H#2026-11-01T03"}, ":last": {"S": "H#2026-11-01T20"}}},
+        {"KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)", "ProjectionExpression": "#sk",
+         "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+         "ExpressionAttributeValues": {":pk": {"S": "c"}, ":prefix": {"S": "H#"}}, "Limit": 5},
+        {"KeyConditionExpression": "#pk = :pk", "ExpressionAttributeNames": {"#pk": "pk"},
+         "ExpressionAttributeValues": {":pk": {"S": "c"}}, "ConsistentRead": True},
+    ]
+    with mock_aws():
+        moto = boto3.client("dynamodb", region_name="us-east-1")
+        moto.create_table(**COUNTS_TABLE.create_table_request("counts"))
+        meter, forwarding = MeteredClient(("pk", "sk")), MeteredClient(("pk", "sk"), forward_to=moto)
+        for client in (meter, forwarding):
+            client.batch_write_item(RequestItems={"counts": [
+                {"PutRequest": {"Item": {"pk": {"S": pk}, "sk": {"S": sk}, "pad": {"S": pad}}}} for pk, sk, pad in items]})
+        for request in requests:
+            pages = []
+            for client in (meter, forwarding):
+                answers, cursor = [], None
+                while True:
+                    answer = client.query(TableName="counts", **request, **({"ExclusiveStartKey": cursor} if cursor else {}))
+                    answers.append(answer["Items"])
+                    cursor = answer.get("LastEvaluatedKey")
+                    if not cursor:
+                        break
+                pages.append(answers)
+            assert pages[0] == pages[1]
+        key = {"pk": {"S": "c"}, "sk": {"S": "H#2026-11-01T05"}}
+        assert meter.get_item(TableName="counts", Key=key)["Item"] == forwarding.get_item(TableName="counts", Key=key)["Item"]
+        assert "Item" not in meter.get_item(TableName="counts", Key={**key, "sk": {"S": "none"}})
+    assert (meter.meter.query_requests, meter.meter.query_read_units) == (
+        forwarding.meter.query_requests, forwarding.meter.query_read_units)
+    assert forwarding.meter.query_requests == 1 + 5 + 1  # a run, 24 hours in pages of 5, a partition
+    # Charged by whole items, a projection or not: the run 03..20 (eventual), five pages of names, the partition.
+    size = {sk: item_size({"pk": {"S": pk}, "sk": {"S": sk}, "pad": {"S": pad}}) for pk, sk, pad in items}
+    hours = sorted(sk for sk in size if sk.startswith("H#"))
+    expected = (query_read_units([size[sk] for sk in hours[3:21]], consistent=False)
+                + sum(query_read_units([size[sk] for sk in hours[n:n + 5]], consistent=False) for n in range(0, 25, 5))
+                + query_read_units(size.values(), consistent=True))
+    assert meter.meter.query_read_units == expected
+    assert (meter.meter.get_requests, meter.meter.get_read_units) == (2, 1.0)  # eventually consistent: half a unit each
+
+
+def test_a_close_progress_moves_only_forward_and_each_try_is_charged():
+    from datetime import date
+
+    from tally.dynamo.closing import Progress, ProgressItems
+
+    client = MeteredClient(("pk", "sk"))
+    progress = ProgressItems(client, "counts")
+    progress.advance("UTC", Bucket.of_day(date(2026, 11, 2), "UTC"), None)
+    progress.advance("UTC", Bucket.of_day(date(2026, 11, 1), "UTC"), None)  # back: refused, as DynamoDB refuses it
+    assert progress.read("UTC") == Progress(since=date(2026, 11, 2), days=date(2026, 11, 2))
+    assert (client.meter.item_writes, client.meter.failed_conditions, client.meter.units) == (1, 1, 2)
+    assert (client.meter.get_requests, client.meter.get_read_units) == (1, 1)  # strongly consistent, under 4 KB
