@@ -9,7 +9,7 @@ rule: their sketches too), against an in-memory table that answers Query
 (paged at 1 MB) and meters every request by DynamoDB's rules (``CloseMeter``
 over ``bench.cost.MeteredClient``). That gives, for the code as it is, the
 requests each counter costs (by kind: the counter directory's Queries, the
-children's, the late marks', the sketch lanes', the updates, the sketch
+children's (their late marks with them), the sketch lanes', the updates, the sketch
 reads and writes), their read and write units, and the client's CPU per
 counter (one thread; the seconds this machine's core spends building requests
 and parsing answers, the table's own work left out as far as it can be: the
@@ -135,7 +135,7 @@ class CloseMeter(MeteredClient):
         return answer
 
 
-KINDS = (("#counters#", "directory"), ("#late#", "marks"), ("#sketches#", "sketch lanes"))
+KINDS = (("#counters#", "directory"), ("#sketches#", "sketch lanes"))
 STREAM_WRITER = Writer.of_shard("arn:aws:dynamodb:us-east-1:123456789012:table/events/stream/bench", "shardId-00000001")
 CLOSE_WRITER = Writer.of_close()
 
@@ -303,7 +303,7 @@ def run_figures(counters_a_day: int, per: dict[str, float], cpu: float, utc_days
     # Every partition of every UTC day, and part 0 the previous release's partition (empty) too.
     directory_queries = utc_days * (DIRECTORY_PARTITIONS * pages + 1)
     directory_units = utc_days * (DIRECTORY_PARTITIONS * query_units(names_bytes, pages) + 0.5)
-    queries_per_counter = per["queries"]  # the children's Query, the marks', a distinct counter's lanes
+    queries_per_counter = per["queries"]  # the children's Query (their late marks in it), a distinct counter's lanes
     children_units = (query_units(per["children_bytes"] * days, 1) + 0.5 * (queries_per_counter - 1))
     updates, sketch_writes = per["updates"] * days, per["sketch_writes"] * days
     # The sketches a merge starts from: 100 keys a BatchGetItem (the measured few counters a part read them in one).

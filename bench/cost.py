@@ -152,7 +152,7 @@ TALLY_CONDITIONS = ("attribute_not_exists(#w) OR #w < :w", "#w = :seen")
 SKETCH_UPDATE = "SET #sketch = :sketch, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 # A close's progress (tally.dynamo.closing.ProgressItems.advance): only forward.
-PROGRESS_UPDATE = "SET #p = :p, #since = if_not_exists(#since, :p)"
+PROGRESS_UPDATE = "SET #p = :p, #since = if_not_exists(#since, :since)"
 PROGRESS_CONDITION = "attribute_not_exists(#p) OR #p < :p"
 # The Query key conditions tally makes: a whole partition, its names under a prefix, a run of sort keys.
 QUERY_CONDITIONS = {
@@ -419,7 +419,7 @@ class MeteredClient:
                 _add(item, names["#sum"], values[":amount"]["N"])
         elif expression == PROGRESS_UPDATE:
             item[names["#p"]] = values[":p"]
-            item.setdefault(names["#since"], values[":p"])
+            item.setdefault(names["#since"], values[":since"])
             return item
         else:
             raise ValueError(f"unmetered update expression {expression!r}")
