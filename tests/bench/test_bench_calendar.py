@@ -71,7 +71,9 @@ def test_late_records_add_to_their_days_directly_and_the_daily_close_adds_the_re
                   if key[1].startswith(f"MO#{zone}@") and not key[0].startswith("#")}
         assert sum(months.values()) == len(counted)
     stream = run.ledger.of("stream")
-    assert stream["writes:day or month"] >= len(late) and stream["writes:late mark"] >= len(late)
+    assert stream["writes:day or month"] >= len(late) and stream["writes:late mark"] == 0  # marks ride on their items
+    marked = sum(int(item["late"]["N"]) for key, item in items.items() if key[1].startswith("H#") and "late" in item)
+    assert marked == len(late)  # each late record marked its hour once
     assert run.closes > 6  # once a day, then until everything closed
 
 
