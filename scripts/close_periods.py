@@ -38,9 +38,8 @@ from collections.abc import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from tally.closing import CLOSE_WORKERS, CloseSummary, Closer, Due, runs_of
+from tally.closing import CLOSE_WORKERS, CloseSummary, Closer, Due, instant_by, runs_of
 from tally.core.buckets import DAY, Bucket, iso_second
-from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.settings import Settings, SettingsError
 from tally.core.windows import now_ms
 from tally.dynamo.commit import COMMIT_WORKERS
@@ -101,15 +100,9 @@ def instant(text: str | None) -> int:
     if text is None:
         return clock
     try:
-        at = parse_instant(text)
-    except InvalidInstant as error:
+        return instant_by(text, clock)
+    except ValueError as error:
         raise ScriptError(f"--at {error}") from None
-    if at > clock:
-        raise ScriptError(
-            f"--at {text} is later than now ({iso_second(clock)}): a day closed before its records are all in would "
-            "stay short for good"
-        )
-    return at
 
 
 def table_settings(counts: CountsTable, environment_settings: Settings) -> tuple[Settings, str]:

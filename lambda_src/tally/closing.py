@@ -360,6 +360,21 @@ def runs_of(periods: Sequence[Bucket], longest: int = MAX_DAYS_PER_RUN) -> list[
     return found
 
 
+def instant_by(text: str, clock_ms: int) -> int:
+    """The instant a close is asked to close at, never later than ``clock_ms``; ValueError (its text follows the
+    parameter's name) for one that is not an instant or is later."""
+    try:
+        at = parse_instant(text)
+    except InvalidInstant as error:
+        raise ValueError(str(error)) from None
+    if at > clock_ms:
+        raise ValueError(
+            f"{text} is later than the clock ({iso_second(clock_ms)}): a period closed before its records are all in "
+            "would stay short for good"
+        )
+    return at
+
+
 def _widest(prefixes: tuple[str, ...]) -> list[str]:
     """The prefixes none of the others starts: listing them lists every kept counter once."""
     ordered = sorted(set(prefixes))
@@ -428,15 +443,9 @@ class CloseStages:
         if now is None or now == "":
             return clock
         try:
-            at = parse_instant(str(now))
-        except InvalidInstant as error:
+            return instant_by(str(now), clock)
+        except ValueError as error:
             raise CloseRefused(f"now {error}") from None
-        if at > clock:
-            raise CloseRefused(
-                f"now {now} is later than the clock ({iso_second(clock)}): a period closed before its records are all "
-                "in would stay short for good"
-            )
-        return at
 
     def _due(self, sort_keys: Sequence[str]) -> list[Bucket]:
         """The periods these sort keys name, each a day or month of a kept zone whose close time has come."""

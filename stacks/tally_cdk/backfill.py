@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -44,7 +44,7 @@ from tally import parallel_backfill
 from tally.core.settings import ENV_EVENTS_TABLE
 from tally.parallel_audit import AUDIT_STAGES
 from tally.parallel_backfill import REFUSALS, STAGES, WORK_FOLDER, Stage
-from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs
+from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs, stage_function
 
 # A fold worker parses a file at about one core's speed: 1,769 MB is one full vCPU. A committer drives
 # 32 updates in flight; its merged range and the boto3 threads fit the same size.
@@ -150,29 +150,20 @@ class AccountBackfill(Construct):
         for statement in self._statements(stage):
             role.add_to_policy(statement)
         heavy = stage.over is not None
-        function = lambda_.Function(
+        return stage_function(
             self,
             name,
             description=f"tally backfill: {self._role_purpose(stage)}",
-            code=self._code,
             handler=stage.handler_path,
-            runtime=self._runtime,
-            architecture=lambda_.Architecture.ARM_64,
             memory_size=WORKER_MEMORY_MB if heavy else PLAN_MEMORY_MB,
             timeout=WORKER_TIMEOUT if heavy else PLAN_TIMEOUT,
             role=role,
             log_group=log_group,
+            code=self._code,
+            runtime=self._runtime,
             layers=self._layers,
             environment=self._environment,
         )
-        Validations.of(function).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions::AwsSolutions-L1",
-                reason="The runtime is pinned to python3.13 together with the matching Powertools "
-                "layer flavour (python313), as for the counting function; moving both is a reviewed upgrade.",
-            )
-        )
-        return function
 
     @staticmethod
     def _role_purpose(stage: Stage) -> str:

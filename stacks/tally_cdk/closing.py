@@ -29,7 +29,7 @@ from) is held to ``#sketches#*`` and its GetItem (the lanes' history) to
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -45,7 +45,7 @@ from tally.closing import CLOSE_STEPS, MAX_PARTS_AT_ONCE, STEPS_MODULE, CloseRef
 from tally.core.buckets import SKETCH_PREFIX
 from tally.dynamo.closing import PROGRESS_PARTITION
 from tally.dynamo.settings import SETTINGS_KEY
-from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs
+from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs, stage_function
 
 # 03:15 UTC: a day closes two days and an hour after it ends (core/ladder.CLOSE_AFTER_MS), so the run of day D+3
 # closes day D in UTC and in every zone behind UTC by up to 22 hours; a zone ahead of UTC closes its day too.
@@ -122,29 +122,20 @@ class AccountClose(Construct):
         for statement in self._statements(handler):
             role.add_to_policy(statement)
         part = handler == "close_part"
-        function = lambda_.Function(
+        return stage_function(
             self,
             name,
             description=f"tally close: {PURPOSES[handler]}",
-            code=self._code,
             handler=f"{STEPS_MODULE}.{handler}",
-            runtime=self._runtime,
-            architecture=lambda_.Architecture.ARM_64,
             memory_size=PART_MEMORY_MB if part else STEP_MEMORY_MB,
             timeout=PART_TIMEOUT if part else STEP_TIMEOUT,
             role=role,
             log_group=log_group,
+            code=self._code,
+            runtime=self._runtime,
             layers=self._layers,
             environment=self._environment,
         )
-        Validations.of(function).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions::AwsSolutions-L1",
-                reason="The runtime is pinned to python3.13 together with the matching Powertools "
-                "layer flavour (python313), as for the counting function; moving both is a reviewed upgrade.",
-            )
-        )
-        return function
 
     def _statements(self, handler: str) -> list[iam.PolicyStatement]:
         table = self.counts_table.table_arn

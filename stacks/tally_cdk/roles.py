@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -24,6 +25,48 @@ def role_with_own_logs(scope: Construct, name: str, description: str) -> tuple[i
     role = iam.Role(scope, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=description)
     log_group.grant_write(role)
     return role, log_group
+
+
+def stage_function(
+    scope: Construct,
+    name: str,
+    *,
+    description: str,
+    handler: str,
+    memory_size: int,
+    timeout: Duration,
+    role: iam.Role,
+    log_group: logs.LogGroup,
+    code: lambda_.Code,
+    runtime: lambda_.Runtime,
+    layers: list[lambda_.ILayerVersion],
+    environment: dict[str, str],
+) -> lambda_.Function:
+    """One function of a state machine (the backfill's, the close's): arm64, its own role and logs, the counting
+    function's runtime and Powertools layer, whose pinning cdk-nag is told of once here."""
+    function = lambda_.Function(
+        scope,
+        name,
+        description=description,
+        code=code,
+        handler=handler,
+        runtime=runtime,
+        architecture=lambda_.Architecture.ARM_64,
+        memory_size=memory_size,
+        timeout=timeout,
+        role=role,
+        log_group=log_group,
+        layers=layers,
+        environment=environment,
+    )
+    Validations.of(function).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions::AwsSolutions-L1",
+            reason="The runtime is pinned to python3.13 together with the matching Powertools "
+            "layer flavour (python313), as for the counting function; moving both is a reviewed upgrade.",
+        )
+    )
+    return function
 
 
 def nag_text(value: Any) -> str:

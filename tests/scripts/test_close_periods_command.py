@@ -93,7 +93,7 @@ def test_without_published_settings_this_shells_are_used(tables, capsys, monkeyp
     ("argv", "message"),
     [
         (["--at", "tomorrow"], "--at must be epoch seconds or ISO-8601 with a UTC offset"),
-        (["--at", str(now_ms() // 1000 + 2 * DAY_MS // 1000)], "is later than now"),
+        (["--at", str(now_ms() // 1000 + 2 * DAY_MS // 1000)], "is later than the clock"),
         (["--dry-run", "--bogus"], "unrecognized arguments: --bogus"),
         (["--endpoint", "localhost:5000"], "is not a URL"),
         (["--table", "no-such-table"], "no table 'no-such-table'"),

@@ -279,7 +279,7 @@ class Settings:
             count_from_ms=_count_from(env.get(ENV_COUNT_FROM)),
             bucket_lanes=_whole(env, ENV_BUCKET_LANES, defaults.bucket_lanes, 1),
             rules=_rules(env),
-            ranked_prefixes=_ranked_prefixes(env.get(ENV_RANKED_PREFIXES)),
+            ranked_prefixes=_string_list(env, ENV_RANKED_PREFIXES, '["views/"]'),
             calendar_prefixes=_string_list(env, ENV_CALENDAR_PREFIXES, '["orders/"]'),
             calendar_zones=_string_list(env, ENV_CALENDAR_ZONES, '["America/New_York"]'),
             day_retention_ms=_whole(env, ENV_DAY_RETENTION_DAYS, defaults.day_retention_ms, DAY_MS),
@@ -356,16 +356,3 @@ def zone_refusal(name: str) -> str | None:
                     return (f"time zone {name}: its offset from UTC is not a whole number of hours, so its days do not "
                             "begin on whole UTC hours; tally closes days from hour buckets")
     return None
-
-
-def _ranked_prefixes(raw: str | None) -> tuple[str, ...]:
-    """TALLY_RANKED_PREFIXES: a JSON list of strings, e.g. ["views/", "jobs/"]; unset or empty ranks nothing."""
-    if raw is None or not raw.strip():
-        return ()
-    try:
-        prefixes = json.loads(raw)
-    except ValueError:
-        prefixes = None
-    if not isinstance(prefixes, list) or not all(isinstance(prefix, str) for prefix in prefixes):
-        raise SettingsError(f'{ENV_RANKED_PREFIXES} must be a JSON list of strings like ["views/"], got {raw!r}')
-    return tuple(dict.fromkeys(prefixes))
