@@ -262,3 +262,48 @@ def test_days_whose_hours_may_be_gone_are_refused_not_closed_short():
         assert closer.plan_due(parse_instant("2028-04-20T03:00:00Z")).days  # 80 days on: still closable
         with pytest.raises(CloseRefused, match="D#UTC@2028-02-01 can no longer be closed: its hours are past"):
             closer.plan_due(parse_instant("2028-05-01T03:00:00Z"))
+
+
+class LateDuringClose(CountsTable):
+    """The table, committing a late record of the day being closed right after the close reads its hours (or
+    right before): the race a close must win whatever its order."""
+
+    def __init__(self, table: CountsTable, late: dict, before: bool) -> None:
+        super().__init__(table.client, table.table_name, table.settings, previous_release_until_ms=0)
+        self.late, self.before, self.sent = late, before, False
+
+    def query(self, counter, first_sk, last_sk, consistent=False, distinct=False):
+        if self.before and not self.sent and first_sk.startswith("H#"):
+            self.sent = True
+            deliver(self, [self.late], [2 * 10**20])
+        read = super().query(counter, first_sk, last_sk, consistent=consistent, distinct=distinct)
+        if not self.before and not self.sent and first_sk.startswith("H#"):
+            self.sent = True
+            deliver(self, [self.late], [2 * 10**20])
+        return read
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["late-record-after-the-close-read", "late-record-before-it"])
+def test_a_late_record_racing_the_close_of_its_day_is_counted_once(before):
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"race-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        table = CountsTable(client, counts, dataclasses.replace(SETTINGS, counts_table=counts), previous_release_until_ms=0)
+        day = parse_instant("2028-05-10T00:00:00Z")
+        on_time = [{"id": f"o{n}", "shop": "acme", "amount": Decimal(2), "buyer": f"b{n}", "ts": day + n * HOUR_MS,
+                    "arrival": day + n * HOUR_MS + 1000} for n in range(5)]
+        deliver(table, on_time, [10**20])
+        ProgressItems(client, counts).advance("UTC", Bucket.of_day(date(2028, 5, 9), "UTC"), None,
+                                              Bucket.of_day(date(2028, 5, 1), "UTC"))
+        ProgressItems(client, counts).advance("America/New_York", Bucket.of_day(date(2028, 5, 9), "America/New_York"),
+                                              None, Bucket.of_day(date(2028, 5, 1), "America/New_York"))
+        now = day + CLOSE_AFTER_MS + 2 * DAY_MS
+        late = {"id": "late", "shop": "acme", "amount": Decimal(5), "buyer": "z", "ts": day + 3 * HOUR_MS, "arrival": now - 1000}
+        racing = LateDuringClose(table, late, before)
+        Closer(racing, workers=1).close_due(now)
+        assert racing.sent
+        utc = client.get_item(TableName=counts, Key={"pk": {"S": "orders/acme"}, "sk": {"S": "D#UTC@2028-05-10"}})["Item"]
+        assert (utc["count"]["N"], Decimal(utc["sum"]["N"])) == ("6", Decimal(15))
+        hour = client.get_item(TableName=counts, Key={"pk": {"S": "orders/acme"}, "sk": {"S": "H#2028-05-10T03"}})["Item"]
+        assert (hour["count"]["N"], hour["late"]["N"]) == ("2", "1")
