@@ -35,9 +35,10 @@ from tally.invocation import process
 
 START = parse_instant("2027-12-20T00:00:00Z")  # the year holds 29 February 2028 and both of New York's DST changes
 YEAR_DAYS = 400
-# `make test` streams its first 110 days (31 January, 29 February, New York's March change, the silent counter's
-# first weeks); the whole year runs as a sweep, on moto and on DynamoDB Local.
-SHORT_DAYS = 110
+# `make test` streams its first 90 days of events (31 January, 29 February, New York's March change, the silent
+# counter's first weeks); the whole year runs as a sweep, on moto and on DynamoDB Local. Arrivals and closes go
+# on for 60 days after the last event.
+SHORT_DAYS = 90
 ZONE = "America/New_York"
 RULES = parse_rules(json.dumps([
     {"name": "orders", "counter": "orders/{shop}", "sum": "amount", "distinct": "buyer"},
@@ -55,9 +56,9 @@ def synthetic_year(days: int = YEAR_DAYS) -> list[dict]:
     found = []
     special = [parse_instant(t) for t in ("2028-03-12T06:30:00Z", "2028-11-05T05:30:00Z", "2028-02-29T23:59:00Z",
                                           "2028-03-01T04:59:59Z", "2028-01-31T23:30:00Z", "2028-12-31T23:59:59Z")]
-    special = [instant for instant in special if instant < START + (days - 40) * DAY_MS]
+    special = [instant for instant in special if instant < START + days * DAY_MS - 2 * HOUR_MS]
     for n in range(900 * days // YEAR_DAYS):
-        ts = START + rng.randrange((days - 40) * DAY_MS) if n % 5 else rng.choice(special) + rng.randrange(-2 * HOUR_MS, 2 * HOUR_MS)
+        ts = START + rng.randrange(days * DAY_MS) if n % 5 else rng.choice(special) + rng.randrange(-2 * HOUR_MS, 2 * HOUR_MS)
         late = rng.choice([0, 0, 0, 0, 30_000, 40 * MINUTE_MS, 5 * HOUR_MS, LATE_AFTER_MS + HOUR_MS, 3 * DAY_MS,
                            17 * DAY_MS, 40 * DAY_MS])
         shop = rng.choice(["acme", "acme", "bolt", "quiet"])
@@ -119,7 +120,7 @@ def stored(table: CountsTable, counters: list[str], zone: str, kind: str) -> dic
     ("moto", SHORT_DAYS),
     pytest.param(("moto", YEAR_DAYS), marks=[pytest.mark.sweep]),
     pytest.param(("dynamodb-local", YEAR_DAYS), marks=[pytest.mark.sweep]),
-], ids=["moto-110-days", "moto-year", "dynamodb-local-year"])
+], ids=["moto-90-days", "moto-year", "dynamodb-local-year"])
 def year(request):
     """The year streamed, with the close run every fifth simulated day at 03:00 UTC; one close interrupted. On
     moto in this process, and on DynamoDB Local."""
@@ -307,3 +308,20 @@ def test_a_late_record_racing_the_close_of_its_day_is_counted_once(before):
         assert (utc["count"]["N"], Decimal(utc["sum"]["N"])) == ("6", Decimal(15))
         hour = client.get_item(TableName=counts, Key={"pk": {"S": "orders/acme"}, "sk": {"S": "H#2028-05-10T03"}})["Item"]
         assert (hour["count"]["N"], hour["late"]["N"]) == ("2", "1")
+
+
+@pytest.mark.parametrize("days", [SHORT_DAYS, YEAR_DAYS])
+def test_the_streamed_days_hold_the_dates_where_calendars_break(days):
+    """What the differential runs on: 29 February, New York's spring change (and, in the whole year, its fall
+    change and 31 December), events days and weeks late, and a counter silent for months."""
+    events = synthetic_year(days)
+    times = {event["ts"] for event in events}
+    assert any(parse_instant("2028-02-29T00:00:00Z") <= ts < parse_instant("2028-03-01T00:00:00Z") for ts in times)
+    assert any(abs(ts - parse_instant("2028-03-12T07:00:00Z")) < 2 * HOUR_MS for ts in times)
+    if days == YEAR_DAYS:
+        assert any(abs(ts - parse_instant("2028-11-05T06:00:00Z")) < 2 * HOUR_MS for ts in times)
+        assert any(parse_instant("2028-12-31T00:00:00Z") <= ts < parse_instant("2029-01-01T00:00:00Z") for ts in times)
+    lateness = [event["arrival"] - event["ts"] for event in events]
+    assert max(lateness) > 30 * DAY_MS and sum(late > DAY_MS + HOUR_MS for late in lateness) > 20
+    quiet = [e["ts"] for e in events if e["shop"] == "quiet"]
+    assert not any(parse_instant("2028-03-01T00:00:00Z") <= ts < parse_instant("2028-09-01T00:00:00Z") for ts in quiet)
