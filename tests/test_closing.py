@@ -198,7 +198,7 @@ def test_progress_begins_at_the_first_day_the_first_close_closed(year, zone):
     """``since`` is where readers may begin taking days from their items: the first day closed, not the last
     day of the first run."""
     table, _, runs, _ = year
-    progress = ProgressItems(table.client, COUNTS).read(zone)
+    progress = ProgressItems(table.client, table.table_name).read(zone)
     first_run = START + 3 * HOUR_MS  # the fixture's first close
     assert progress.since == first_closable_day(zone, first_run, SETTINGS) and progress.since.day == 1
     assert f"D#{zone}@{progress.since.isoformat()}" in runs[0].periods
