@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from closing_support import ZONE, calendar_environment, calendar_settings, count_a_month, long_items
 
 from tally.closing import Closer
@@ -18,7 +16,6 @@ from tally.dynamo.tables import create_tables
 from tally.local.state_machine import run_close
 
 
-@pytest.mark.sweep  # about 25 s of worker processes: tests/functions/test_close_stages.py checks the same steps in process
 def test_the_machines_steps_close_what_close_due_closes_and_a_second_execution_writes_nothing(shared_moto_server):
     client = shared_moto_server.client("dynamodb")
     suffix = uuid.uuid4().hex[:8]
