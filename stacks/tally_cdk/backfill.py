@@ -44,7 +44,7 @@ from tally import parallel_backfill
 from tally.core.settings import ENV_EVENTS_TABLE
 from tally.parallel_audit import AUDIT_STAGES
 from tally.parallel_backfill import REFUSALS, STAGES, WORK_FOLDER, Stage
-from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs, stage_function
+from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, stage_function
 
 # A fold worker parses a file at about one core's speed: 1,769 MB is one full vCPU. A committer drives
 # 32 updates in flight; its merged range and the boto3 threads fit the same size.
@@ -145,20 +145,16 @@ class AccountBackfill(Construct):
         return self._objects(WORK_FOLDER)
 
     def _function(self, stage: Stage) -> lambda_.Function:
-        name = f"{stage.name.capitalize()}Function"
-        role, log_group = role_with_own_logs(self, name, f"tally backfill {stage.name}: {self._role_purpose(stage)}")
-        for statement in self._statements(stage):
-            role.add_to_policy(statement)
         heavy = stage.over is not None
         return stage_function(
             self,
-            name,
+            f"{stage.name.capitalize()}Function",
             description=f"tally backfill: {self._role_purpose(stage)}",
+            role_description=f"tally backfill {stage.name}: {self._role_purpose(stage)}",
+            statements=self._statements(stage),
             handler=stage.handler_path,
             memory_size=WORKER_MEMORY_MB if heavy else PLAN_MEMORY_MB,
             timeout=WORKER_TIMEOUT if heavy else PLAN_TIMEOUT,
-            role=role,
-            log_group=log_group,
             code=self._code,
             runtime=self._runtime,
             layers=self._layers,

@@ -45,7 +45,7 @@ from tally.closing import CLOSE_STEPS, MAX_PARTS_AT_ONCE, STEPS_MODULE, CloseRef
 from tally.core.buckets import SKETCH_PREFIX
 from tally.dynamo.closing import PROGRESS_PARTITION
 from tally.dynamo.settings import SETTINGS_KEY
-from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, role_with_own_logs, stage_function
+from tally_cdk.roles import LOG_RETENTION, acknowledge_wildcards, stage_function
 
 # 03:15 UTC: a day closes two days and an hour after it ends (core/ladder.CLOSE_AFTER_MS), so the run of day D+3
 # closes day D in UTC and in every zone behind UTC by up to 22 hours; a zone ahead of UTC closes its day too.
@@ -117,20 +117,16 @@ class AccountClose(Construct):
         acknowledge_wildcards(self, WILDCARD_REASON)
 
     def _function(self, handler: str) -> lambda_.Function:
-        name = FUNCTION_NAMES[handler]
-        role, log_group = role_with_own_logs(self, name, f"tally close {handler}: {PURPOSES[handler]}")
-        for statement in self._statements(handler):
-            role.add_to_policy(statement)
         part = handler == "close_part"
         return stage_function(
             self,
-            name,
+            FUNCTION_NAMES[handler],
             description=f"tally close: {PURPOSES[handler]}",
+            role_description=f"tally close {handler}: {PURPOSES[handler]}",
+            statements=self._statements(handler),
             handler=f"{STEPS_MODULE}.{handler}",
             memory_size=PART_MEMORY_MB if part else STEP_MEMORY_MB,
             timeout=PART_TIMEOUT if part else STEP_TIMEOUT,
-            role=role,
-            log_group=log_group,
             code=self._code,
             runtime=self._runtime,
             layers=self._layers,

@@ -32,18 +32,22 @@ def stage_function(
     name: str,
     *,
     description: str,
+    role_description: str,
+    statements: list[iam.PolicyStatement],
     handler: str,
     memory_size: int,
     timeout: Duration,
-    role: iam.Role,
-    log_group: logs.LogGroup,
     code: lambda_.Code,
     runtime: lambda_.Runtime,
     layers: list[lambda_.ILayerVersion],
     environment: dict[str, str],
 ) -> lambda_.Function:
-    """One function of a state machine (the backfill's, the close's): arm64, its own role and logs, the counting
-    function's runtime and Powertools layer, whose pinning cdk-nag is told of once here."""
+    """One function of a state machine (the backfill's, the close's): arm64, its own role (``statements`` and
+    nothing else) and logs, the counting function's runtime and Powertools layer, whose pinning cdk-nag is told
+    of once here."""
+    role, log_group = role_with_own_logs(scope, name, role_description)
+    for statement in statements:
+        role.add_to_policy(statement)
     function = lambda_.Function(
         scope,
         name,
