@@ -67,9 +67,16 @@ def test_the_close_writes_what_close_due_writes_and_a_run_again_writes_nothing(c
     assert f"{expected.counters:,} counters" in closed and " of 2 zones" in closed
     assert err.count("closed UTC days ") == 1 and f"closed {ZONE} months " in err
 
-    assert close_periods.main(["--now", at]) == 0  # the next days: none holds an event
-    again = capsys.readouterr().out.strip().splitlines()[-1]
-    assert " 0 items written, 0 already closed" in again
+    # A zone's first run closes at most a month of days, from its own first closable month (New York's may begin
+    # a month before UTC's): later runs close the rest; once all is closed, a run again writes nothing.
+    twin_closer = Closer(CountsTable(dynamodb, twin, calendar_settings(twin), previous_release_until_ms=0))
+    while twin_closer.close_due(now_ms()).periods:
+        assert close_periods.main(["--now", at]) == 0
+        capsys.readouterr()
+    assert long_items(dynamodb, tables.counts) == long_items(dynamodb, twin)
+    assert close_periods.main(["--now", at]) == 0
+    again = capsys.readouterr()
+    assert "nothing due" in again.out + again.err
 
 
 def test_a_table_that_keeps_no_days_has_nothing_to_close(tables, capsys, monkeypatch):
