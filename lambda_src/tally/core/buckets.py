@@ -245,12 +245,20 @@ def counted_buckets(event_ms: int, arrival_ms: int, settings: Retentions) -> tup
     decision uses the record's arrival, never a clock, so a retried invocation
     rebuilds the same segments.
     """
-    minute, hour = Bucket("M", event_ms // MINUTE_MS), Bucket("H", event_ms // HOUR_MS)
-    if minute.alive_at(arrival_ms, settings):
-        return minute, hour
-    if hour.alive_at(arrival_ms, settings):
-        return (hour,)
-    return ()
+    rungs = counted_rungs(event_ms, arrival_ms, settings)
+    if rungs == 2:
+        return Bucket("M", event_ms // MINUTE_MS), Bucket("H", event_ms // HOUR_MS)
+    return (Bucket("H", event_ms // HOUR_MS),) if rungs else ()
+
+
+def counted_rungs(event_ms: int, arrival_ms: int, settings: Retentions) -> int:
+    """How many of ``counted_buckets`` there are (2: minute and hour, 1: the hour alone, 0: late), in integers:
+    ``Bucket.alive_at`` of each at ``arrival_ms``, without building them, for the parse of every record."""
+    if ((event_ms // MINUTE_MS + 1) * MINUTE_MS + settings.minute_retention_ms) // 1000 * 1000 > arrival_ms:
+        return 2
+    if ((event_ms // HOUR_MS + 1) * HOUR_MS + settings.hour_retention_ms) // 1000 * 1000 > arrival_ms:
+        return 1
+    return 0
 
 
 class InvalidTime(ValueError):

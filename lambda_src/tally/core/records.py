@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.core.buckets import Bucket, InvalidTime, counted_buckets, parse_event_time
+from tally.core.buckets import Bucket, InvalidTime, counted_buckets, counted_rungs, parse_event_time
 from tally.core.instants import MAX_EPOCH_MS
 from tally.core.rules import (
     ARRIVAL,
@@ -343,14 +343,15 @@ def _time_of(
             event_ms = parse_event_time(item[source])
         except (InvalidTime, ValueError) as error:
             return Rejection(Reason.INVALID_TIME, str(error), sequence, arrival_ms, owner)
-    placed = place_in_time(event_ms, arrival_ms, settings, source)
-    if type(placed[0]) is not Bucket:
-        reason, detail = placed
-        refused = Rejection(reason, detail, sequence, arrival_ms, owner)
-        if reason is Reason.LATE_EVENT and settings.calendar_prefixes and _day_kept(event_ms, arrival_ms, settings):
-            return LongOnly(event_ms, refused)
-        return refused
-    return event_ms, len(placed) == 1
+    if event_ms <= arrival_ms + settings.max_clock_skew_ms:  # place_in_time's answer, without its buckets
+        rungs = counted_rungs(event_ms, arrival_ms, settings)
+        if rungs:
+            return event_ms, rungs == 1
+    reason, detail = place_in_time(event_ms, arrival_ms, settings, source)  # type: ignore[misc]
+    refused = Rejection(reason, detail, sequence, arrival_ms, owner)  # type: ignore[arg-type]
+    if reason is Reason.LATE_EVENT and settings.calendar_prefixes and _day_kept(event_ms, arrival_ms, settings):
+        return LongOnly(event_ms, refused)
+    return refused
 
 
 def _day_kept(event_ms: int, arrival_ms: int, settings: Settings) -> bool:
