@@ -41,7 +41,7 @@ from tally.core.retry import Backoff
 from tally.core.rules import parse_rules
 from tally.core.ladder import Ladder
 from tally.core.records import parse_record
-from tally.core.segments import MAX_ITEM_BINS, Segment, SegmentFolder
+from tally.core.segments import MAX_ITEM_BINS, HeldRecords, Segment, SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 
@@ -350,13 +350,15 @@ def folded(first: int, last: int, *, carried_through: int | None = None, counter
     """A segment of one record per position from ``first`` to ``last``, each adding 1 to the counter's minute and
     hour (even positions also to "b"'s hour); those up to ``carried_through`` came in the window state."""
     seg = Segment(str(first), T0, str(first))
+    records = []
     for position in range(first, last + 1):
         contributions = [((counter, MINUTE), (counter, HOUR), None, None, None)]
         if position % 2 == 0:
             contributions.append((None, ("b", HOUR), None, None, None))
         seg.add(str(position), contributions)
+        records.append((position, contributions))
     if carried_through is not None:
-        seg.held = [(p, c) for p, c in seg.held if p > carried_through]
+        seg.held = HeldRecords.of((p, c) for p, c in records if p > carried_through)
         seg.carried_last = str(carried_through)
     return seg
 
@@ -464,9 +466,10 @@ OVERLAP_SETTINGS = Settings(rules=parse_rules('[{"name": "a", "counter": "{count
 def carried(first: int, last: int, carried_through: int) -> Segment:
     """A segment of ``records_of`` from first to last, those up to ``carried_through`` carried as sums."""
     seg = Segment(str(first), T0, str(first))
-    for position, contributions in held_records(records_of(first, last), OVERLAP_SETTINGS):
+    records = held_records(records_of(first, last), OVERLAP_SETTINGS)
+    for position, contributions in records:
         seg.add(str(position), contributions)
-    seg.held = [(p, c) for p, c in seg.held if p > carried_through]
+    seg.held = HeldRecords.of((p, c) for p, c in records if p > carried_through)
     seg.carried_last = str(carried_through)
     return seg
 

@@ -12,7 +12,7 @@ from tally.core.commit import THROUGH, Watermark, Writer, order_preserving, unta
 from tally.core.overlaps import Unmatched, held_records, with_carried_records
 from tally.core.records import parse_record
 from tally.core.rules import parse_rules
-from tally.core.segments import Segment, SegmentFolder
+from tally.core.segments import HeldRecords, Segment, SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
 
@@ -53,7 +53,7 @@ def test_the_carried_records_read_again_give_the_segment_every_record_it_counts(
     assert seg.carried_last == records[6]["dynamodb"]["SequenceNumber"]
     rebuilt = with_carried_records(seg, records[:7], RULES)
     assert rebuilt.carried_last is None and rebuilt.unheld_through is None
-    assert rebuilt.held == held_records(records, RULES)  # as if one invocation had folded them all
+    assert rebuilt.held == HeldRecords.of(held_records(records, RULES))  # as if one invocation had folded them all
     assert (rebuilt.deltas, rebuilt.sums, rebuilt.bins, rebuilt.records) == (seg.deltas, seg.sums, seg.bins, seg.records)
     # Records past the carried ones (a reader that read on) are left out: they are held already.
     assert with_carried_records(seg, records, RULES).held == rebuilt.held

@@ -1,8 +1,10 @@
 import base64
+import gc
 import json
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from factories import counter_record, stream_record
 from tally.core.buckets import Bucket
@@ -12,6 +14,7 @@ from tally.core.sketches import SPARSE_LIMIT, Sketch, hash_of
 from tally.core.segments import (
     MAX_ITEM_BINS,
     STATE_BUDGET_BYTES,
+    HeldRecords,
     Segment,
     SegmentFolder,
     UnreadableState,
@@ -323,3 +326,65 @@ def test_a_window_state_carries_days_months_and_late_marks():
     assert kinds == [("#late#", "D", "Europe/Berlin"), ("#late#", "D", "UTC"), ("#late#", "H", ""), ("c", "D", "Europe/Berlin"),
                      ("c", "D", "UTC"), ("c", "H", ""), ("c", "MO", "Europe/Berlin"), ("c", "MO", "UTC")]
     assert Segment.from_state(json.loads(json.dumps(segment.to_state()))).deltas == segment.deltas
+
+
+def _tracked_objects_under(root):
+    """The garbage collector's tracked objects reachable from ``root`` (itself included), classes aside."""
+    seen, stack = {}, [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or not gc.is_tracked(obj) or isinstance(obj, type):
+            continue
+        seen[id(obj)] = obj
+        stack.extend(gc.get_referents(obj))
+    return seen
+
+
+def test_held_records_keep_no_tracked_object_per_record():
+    """The records a window holds cost the garbage collector per item they touch, never per record."""
+    events = [event(f"c{n % 3}", T0 + (n % 7) * MINUTE_MS, 1000 + n, units=n) for n in range(6000)]
+    folder = SegmentFolder()
+    assert not list(folder.fold(one_each(events)))
+    held = folder.open.held
+    assert len(held) == 6000
+    items = len(folder.open.deltas)  # 3 counters x (7 minutes + 1 hour)
+    assert len(_tracked_objects_under(held)) < 10 * items
+
+
+_CONTRIBUTION = st.tuples(
+    st.sampled_from(["a", "b"]),  # counter
+    st.integers(0, 2),  # minute of the hour, or hour alone (2)
+    st.one_of(st.none(), st.integers(-(10**20), 10**20)),  # units
+    st.one_of(st.none(), st.sampled_from(["+Aa", "+Ab", "0"])),  # bin
+)
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(records=st.lists(st.lists(_CONTRIBUTION, min_size=1, max_size=3), min_size=1, max_size=12),
+       cut=st.integers(0, 12))
+def test_held_records_give_each_items_records_as_they_were_added(records, cut):
+    """What an overlap reads of held records (each item's positions, units and bins, in stream order), also
+    across records held in two parts and joined, equals the records as folded."""
+    hour = Bucket.of_hour(T0 // HOUR_MS)
+    folded = []
+    for offset, contributions in enumerate(records):
+        made = [
+            (None if minute == 2 else (counter, Bucket.of_minute(T0 // MINUTE_MS + minute)), (counter, hour), units, bin, None)
+            for counter, minute, units, bin in contributions
+        ]
+        folded.append((500 + offset, made))
+    whole = HeldRecords.of(folded)
+    joined = HeldRecords.of(folded[:cut])
+    joined.extend(HeldRecords.of(folded[cut:]))
+    for held in (whole, joined):
+        assert held == whole and len(held) == len(records)
+        for item in held.items:
+            expected = [(position, units, bin) for position, made in folded
+                        for minute, hour_item, units, bin, _ in made for touched in (minute, hour_item) if touched == item]
+            assert list(held.of_item(item)) == expected
+        counts, sums, bins = held.totals()
+        for item, count in counts.items():
+            records_of_item = list(held.of_item(item))
+            assert count == len(records_of_item)
+            with_units = [units for _, units, _ in records_of_item if units is not None]
+            assert sums.get(item) == (sum(with_units) if with_units else None)

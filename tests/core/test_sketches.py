@@ -125,3 +125,16 @@ def test_any_registers_in_use_compress_within_what_segments_charge_them(indices,
         registers[index] = rng.randint(1, 53)  # any rank, even ones no real set of values gives
     sketch = Sketch.from_bytes(b"\x02" + zlib.compress(bytes(registers), 9))
     assert len(base64.b64encode(sketch.to_bytes())) <= _dense_bytes(sketch.registers_used())
+
+
+@hypothesis_settings(max_examples=40, deadline=None)
+@given(first=st.lists(st.integers(0, 2**64 - 1), max_size=400), second=st.lists(st.integers(0, 2**64 - 1), max_size=400))
+def test_a_dense_sketch_keeps_count_of_its_registers_in_use_through_adds_merges_copies_and_storage(first, second):
+    """The count a fold reads at every value stays the registers not 0, however the registers changed."""
+    a, b = Sketch(first), Sketch(second)
+    for sketch in (a, b, Sketch.from_bytes(a.to_bytes()), a.copy()):
+        if not sketch.exact:
+            assert sketch.registers_used() == REGISTERS - sketch.registers.count(0)
+    a.merge(b)
+    if not a.exact:
+        assert a.registers_used() == REGISTERS - a.registers.count(0)

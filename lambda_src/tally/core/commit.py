@@ -574,10 +574,8 @@ def segment_delta(segment: Segment, item: Item) -> Delta:
 
 def _held_for(segment: Segment, item: Item) -> Iterator[tuple[int, int | None, str | None]]:
     """The held records that add to ``item``: position, units, histogram bin; in stream order."""
-    for position, contributions in segment.held or ():
-        for minute, hour, units, bin, _hashed in contributions:
-            if item == hour or item == minute:
-                yield position, units, bin
+    if segment.held is not None:
+        yield from segment.held.of_item(item)
 
 
 def unresolved_rest(segment: Segment, item: Item, watermark: Watermark, writer: Writer, why: str) -> tuple[Delta, Unresolved]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from tally.core.records import parse_record
 from tally.core.ladder import Ladder
-from tally.core.segments import Contribution, Segment, contributions
+from tally.core.segments import Contribution, HeldRecords, Segment, added_by
 from tally.core.settings import Settings
 
 
@@ -47,7 +47,7 @@ def held_records(records: Iterable[Mapping[str, Any]], settings: Settings) -> li
     ladder = Ladder.of(settings)
     for record in records:
         outcomes = parse_record(record, settings)
-        added = [c for outcome in outcomes for c in contributions(outcome, ladder)]
+        added = added_by(outcomes, ladder)
         if added and outcomes[0].sequence is not None:
             held.append((int(outcomes[0].sequence), added))
     return held
@@ -63,18 +63,33 @@ def with_carried_records(segment: Segment, records: Iterable[Mapping[str, Any]],
     if not rebuilt or rebuilt[0][0] != first or rebuilt[-1][0] != carried_last:
         ends = f"{rebuilt[0][0]}..{rebuilt[-1][0]}" if rebuilt else "none"
         raise Unmatched(f"the stream gave records {ends} where the window state carried {first}..{carried_last}")
-    held = list(segment.held or ())
+    held = segment.held if segment.held is not None else HeldRecords()
     check = Segment(segment.first_sequence, segment.first_arrival_ms, segment.first_sequence, held=None)
-    for position, added in rebuilt + held:
+    for position, added in rebuilt:
         check.add(str(position), added)
-    if check.records != segment.records:
-        raise Unmatched(f"the stream gave {check.records - len(held)} counted records where the window state "
+    if check.records + len(held) != segment.records:
+        raise Unmatched(f"the stream gave {check.records} counted records where the window state "
                         f"carried {segment.records - len(held)}")
-    for name in ("deltas", "sums", "bins"):
-        ours, theirs = getattr(check, name), getattr(segment, name)
+    for name, held_part in zip(("deltas", "sums", "bins"), held.totals(), strict=True):
+        ours, theirs = _plus(getattr(check, name), held_part), getattr(segment, name)
         if ours != theirs:
             differing = sorted(item for item in ours.keys() | theirs.keys() if ours.get(item) != theirs.get(item))
             counter, bucket = differing[0]
             raise Unmatched(f"the records read again add other {name} than the window state carried "
                             f"({len(differing)} items, e.g. {counter} {bucket.sort_key}): a rule changed since")
-    return dataclasses.replace(segment, held=rebuilt + held, carried_last=None)
+    every = HeldRecords.of(rebuilt)
+    every.extend(held)
+    return dataclasses.replace(segment, held=every, carried_last=None)
+
+
+def _plus(mine: dict, theirs: dict) -> dict:
+    """Two per-item tallies added (counts, sums, or histograms of bins)."""
+    total = dict(mine)
+    for item, value in theirs.items():
+        if item not in total:
+            total[item] = value
+        elif isinstance(value, dict):
+            total[item] = {name: total[item].get(name, 0) + value.get(name, 0) for name in total[item].keys() | value}
+        else:
+            total[item] += value
+    return total

@@ -9,7 +9,8 @@ Folding is deterministic in stream order, so a retried invocation rebuilds the
 very same segments, with the same first records: their updates find the
 watermarks they left and skip what they applied. A reader that cuts the same
 records elsewhere (another window length, a runner stopped early) builds other
-segments; a segment keeps the records it folded in this process (``held``) so
+segments; a segment keeps where the records it folded in this process lie and
+what each added to each item (``held``, compactly: no object per record), so
 that an item which already took part of it can be sent exactly the rest.
 
 A segment closes early only when it would outgrow MAX_SEGMENT_ITEMS (bounding
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import base64
 import json
+from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,10 +115,10 @@ class Segment:
     bins: dict[Item, dict[str, int]] = field(default_factory=dict)
     sketches: dict[Item, Sketch] = field(default_factory=dict)
     state_bytes: int = 0  # an upper bound on the size of this segment's entries in the window state
-    # The records folded in this process, by position, with what each adds (never in the window state): an
-    # item that already took part of the segment, from a reader that cut the stream elsewhere, is sent the
-    # rest, rebuilt from them. None: records are not held (a backfill's segments, too large to keep twice).
-    held: list[tuple[int, list[Contribution]]] | None = field(default_factory=list, compare=False, repr=False)
+    # The records folded in this process and what each adds to each item (never in the window state): an item
+    # that already took part of the segment, from a reader that cut the stream elsewhere, is sent the rest,
+    # rebuilt from them. None: records are not held (a backfill's segments, too large to keep twice).
+    held: HeldRecords | None = field(default_factory=lambda: HeldRecords(), compare=False, repr=False)
     # The last record folded before ``held`` starts: the records up to it came in the window state, as sums.
     carried_last: str | None = field(default=None, compare=False)
 
@@ -131,6 +134,15 @@ class Segment:
     ) -> bool:
         """Whether adding ``contributions`` would pass the limits (default MAX_SEGMENT_ITEMS, STATE_BUDGET_BYTES)."""
         deltas, sums, bins = self.deltas, self.sums, self.bins
+        for minute, hour, units, bin, hashed in contributions:  # most records add to what is there: no growth
+            if hashed is not None or hour not in deltas or (minute is not None and minute not in deltas):
+                break
+            if units is not None and (hour not in sums or (minute is not None and minute not in sums)):
+                break
+            if bin is not None and (bin not in bins.get(hour, ()) or (minute is not None and bin not in bins.get(minute, ()))):
+                break
+        else:
+            return False
         new: dict[Item, bool] = {}
         new_bins: dict[Item, set[str]] = {}
         new_hashes: dict[Item, set[int]] = {}
@@ -161,7 +173,9 @@ class Segment:
         )
 
     def add(self, sequence: str, contributions: list[Contribution]) -> None:
-        """Fold one record's contributions in (the records come in stream order)."""
+        """Fold one record's contributions in (the records come in stream order), holding them if it holds any."""
+        if self.held is not None:
+            self.held.add(sequence, contributions)
         deltas = self.deltas
         for minute, hour, units, bin, hashed in contributions:
             for item in (hour,) if minute is None else (minute, hour):
@@ -179,10 +193,12 @@ class Segment:
                 if bin is not None:
                     self._add_bin(item, bin)
                 if hashed is not None:
-                    self.state_bytes += self._sketch_growth(item, (hashed,))
-                    self.sketches.setdefault(item, Sketch()).add(hashed)
-        if self.held is not None:
-            self.held.append((int(sequence), contributions))
+                    sketch = self.sketches.get(item)
+                    if sketch is None or sketch.hashes is None or hashed not in sketch.hashes:  # else: held already
+                        self.state_bytes += self._sketch_growth(item, (hashed,))
+                        if sketch is None:
+                            sketch = self.sketches[item] = Sketch()
+                        sketch.add(hashed)
         self.last_sequence = sequence
         self.records += 1
 
@@ -301,6 +317,114 @@ class Segment:
             raise UnreadableState(f"segment state unreadable: {type(error).__name__}: {error}"[:300]) from None
 
 
+class HeldItem:
+    """The held records that add to one item, as ordinals among the segment's held records (an array of machine
+    integers: one entry per contribution, so a record that adds twice is there twice), and what the entries that
+    carry them add to the item's sum (units) and histogram (a bin's name), by entry."""
+
+    __slots__ = ("ordinals", "unit_entries", "units", "bin_entries", "bins")
+
+    def __init__(self) -> None:
+        self.ordinals = array("I")
+        self.unit_entries = array("I")
+        self.units: list[int] = []
+        self.bin_entries = array("I")
+        self.bins: list[str] = []
+
+    def records(self) -> Iterator[tuple[int, int | None, str | None]]:
+        """Each entry's record ordinal, units (None: it adds none) and bin (None: it adds to no histogram)."""
+        units = dict(zip(self.unit_entries, self.units, strict=True))
+        bins = dict(zip(self.bin_entries, self.bins, strict=True))
+        for entry, ordinal in enumerate(self.ordinals):
+            yield ordinal, units.get(entry), bins.get(entry)
+
+
+class HeldRecords:
+    """The records a segment folded in this process, as much of them as an overlap needs and in compact form:
+    their positions (the stream's sequence numbers) in stream order, and per item the records that add to it
+    (``HeldItem``). No Python object is kept per record, so a window of held records costs the garbage
+    collector nothing; sketches are left out, as an item's sketch merges whole (commit.py)."""
+
+    __slots__ = ("positions", "items")
+
+    def __init__(self) -> None:
+        self.positions: list[str] = []
+        self.items: dict[Item, HeldItem] = {}
+
+    @classmethod
+    def of(cls, records: Iterable[tuple[int, list[Contribution]]]) -> HeldRecords:
+        """Records given by position with their contributions, in stream order (records read again)."""
+        held = cls()
+        for position, contributions in records:
+            held.add(str(position), contributions)
+        return held
+
+    def add(self, sequence: str, contributions: list[Contribution]) -> None:
+        """Hold one more record: it runs for every record folded, so its work per item is written out here."""
+        ordinal = len(self.positions)
+        self.positions.append(sequence)
+        items = self.items
+        for minute, hour, units, bin, _hashed in contributions:
+            for item in (hour,) if minute is None else (minute, hour):
+                kept = items.get(item)
+                if kept is None:
+                    kept = items[item] = HeldItem()
+                ordinals = kept.ordinals
+                if units is not None:
+                    kept.unit_entries.append(len(ordinals))
+                    kept.units.append(units)
+                if bin is not None:
+                    kept.bin_entries.append(len(ordinals))
+                    kept.bins.append(bin)
+                ordinals.append(ordinal)
+
+    def records(self) -> Iterator[tuple[int, list[Contribution]]]:
+        """Each record held, by position, with what it adds to each item (as an hour's contribution: an item
+        alone), in stream order: what ``of`` takes."""
+        by_ordinal: list[list[Contribution]] = [[] for _ in self.positions]
+        for item, kept in self.items.items():
+            for ordinal, units, bin in kept.records():
+                by_ordinal[ordinal].append((None, item, units, bin, None))
+        for sequence, contributions in zip(self.positions, by_ordinal, strict=True):
+            yield int(sequence), contributions
+
+    def extend(self, later: HeldRecords) -> None:
+        """Hold ``later``'s records too, which follow these in the stream."""
+        for position, contributions in later.records():
+            self.add(str(position), contributions)
+
+    def of_item(self, item: Item) -> Iterator[tuple[int, int | None, str | None]]:
+        """The held records that add to ``item``: position, units (None: the item keeps no sum), histogram bin."""
+        kept = self.items.get(item)
+        if kept is None:
+            return
+        positions = self.positions
+        for ordinal, units, bin in kept.records():
+            yield int(positions[ordinal]), units, bin
+
+    def totals(self) -> tuple[dict[Item, int], dict[Item, int], dict[Item, dict[str, int]]]:
+        """What the held records add, per item: counts, sums (of the items some record sums into), histogram bins."""
+        counts, sums, bins = {}, {}, {}
+        for item, kept in self.items.items():
+            counts[item] = len(kept.ordinals)
+            if kept.unit_entries:
+                sums[item] = sum(kept.units)
+            if kept.bin_entries:
+                bins[item] = dict(Counter(kept.bins))
+        return counts, sums, bins
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HeldRecords):
+            return NotImplemented
+        mine = {item: list(self.of_item(item)) for item in self.items}
+        return self.positions == other.positions and mine == {item: list(other.of_item(item)) for item in other.items}
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 _AGGREGATE_FIELDS = frozenset({"bins", "sketch"})
 
 
@@ -386,6 +510,13 @@ def contributions(outcome: Outcome, ladder: Ladder | None = None) -> list[Contri
     return ladder.climbed(one, outcome.counter, outcome.event_ms, outcome.arrival_ms)
 
 
+def added_by(outcomes: list[Outcome], ladder: Ladder | None) -> list[Contribution]:
+    """What one record's outcomes add: the fold's step, and an overlap's where it reads records again."""
+    if ladder is None:
+        return [c for c in map(contribution, outcomes) if c is not None]
+    return [c for outcome in outcomes for c in contributions(outcome, ladder)]
+
+
 class SegmentFolder:
     """Folds parsed records, in stream order, into segments; all of one record's outcomes go to one segment.
 
@@ -413,10 +544,7 @@ class SegmentFolder:
         """Yield each segment that had to close early; the last one stays in ``open``."""
         ladder = self.ladder
         for outcomes in records:
-            if ladder is None:
-                added = [c for c in map(contribution, outcomes) if c is not None]
-            else:
-                added = [c for outcome in outcomes for c in contributions(outcome, ladder)]
+            added = added_by(outcomes, ladder)
             if not added:
                 continue
             segment = self.open
@@ -426,7 +554,7 @@ class SegmentFolder:
             if self.open is None:
                 first = outcomes[0]
                 assert first.sequence is not None and first.arrival_ms is not None
-                self.open = Segment(first.sequence, first.arrival_ms, first.sequence, held=[] if self.hold_records else None)
+                self.open = Segment(first.sequence, first.arrival_ms, first.sequence, held=HeldRecords() if self.hold_records else None)
             self.open.add(outcomes[0].sequence, added)  # type: ignore[arg-type]
 
     def close(self) -> Segment | None:

@@ -84,11 +84,12 @@ def _register_of(hashed: int) -> tuple[int, int]:
 class Sketch:
     """The distinct values of a bucket (or a window): exact hashes while few, HyperLogLog registers beyond."""
 
-    __slots__ = ("hashes", "registers")
+    __slots__ = ("hashes", "registers", "used")
 
     def __init__(self, hashes: Iterable[int] = ()) -> None:
         self.hashes: set[int] | None = set()
         self.registers: bytearray | None = None
+        self.used = 0  # registers not 0, kept as they change (dense): a fold asks for it at every value
         for hashed in hashes:
             self.add(hashed)
 
@@ -105,6 +106,8 @@ class Sketch:
             return
         index, rank = _register_of(hashed)
         if rank > self.registers[index]:
+            if not self.registers[index]:
+                self.used += 1
             self.registers[index] = rank
 
     def merge(self, other: Sketch) -> None:
@@ -121,6 +124,7 @@ class Sketch:
         for index in range(REGISTERS):
             if theirs[index] > mine[index]:
                 mine[index] = theirs[index]
+        self.used = REGISTERS - mine.count(0)
 
     def _densify(self) -> None:
         registers = bytearray(REGISTERS)
@@ -128,7 +132,7 @@ class Sketch:
             index, rank = _register_of(hashed)
             if rank > registers[index]:
                 registers[index] = rank
-        self.hashes, self.registers = None, registers
+        self.hashes, self.registers, self.used = None, registers, REGISTERS - registers.count(0)
 
     def count(self) -> int:
         """The number of distinct values: exact for a sparse sketch, estimated within STANDARD_ERROR otherwise."""
@@ -141,12 +145,13 @@ class Sketch:
         """Registers not 0: the distinct register indices of its values (of its hashes while exact)."""
         if self.registers is None:
             return len({register_index(hashed) for hashed in self.hashes or ()})
-        return REGISTERS - self.registers.count(0)
+        return self.used
 
     def copy(self) -> Sketch:
         twin = Sketch()
         twin.hashes = None if self.hashes is None else set(self.hashes)
         twin.registers = None if self.registers is None else bytearray(self.registers)
+        twin.used = self.used
         return twin
 
     def to_bytes(self) -> bytes:
@@ -172,6 +177,7 @@ class Sketch:
             if len(registers) != REGISTERS or max(registers) > _RANK_BITS + 1:
                 raise UnreadableSketch("dense sketch: not 4,096 registers of a 64-bit hash")
             sketch.hashes, sketch.registers = None, bytearray(registers)
+            sketch.used = REGISTERS - registers.count(0)
             return sketch
         raise UnreadableSketch(f"format {data[0]} of {len(data)} bytes")
 
