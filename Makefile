@@ -102,21 +102,21 @@ rules-demo: $(DEMO_STAMP) $(LOCAL_BACKEND_TOOLS)
 serve: $(DEMO_STAMP) $(DASHBOARD) $(LOCAL_BACKEND_TOOLS)
 	$(BIN)/python scripts/serve.py $(SERVE_ARGS)
 
-# Cost and speed against the origin design, side by side (not part of `make test`). Writes bench/latest.json;
-# PUBLISH=1 also writes bench/results.json, the tracked figures the README quotes.
+# Cost and speed against the origin design, side by side (not part of `make test`). Writes every figure it measures
+# into bench/results.json, the tracked figures the README quotes, and names those that regressed by more than 20 %.
 # The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link or anchor fails.
 docs: $(DEV_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
 
 bench: $(DEMO_STAMP)
-	$(BIN)/python -m bench $(if $(PUBLISH),--publish)
+	$(BIN)/python -m bench
 
 # The scale model (1 to 1,000 shards, and windows across a UTC midnight with up to a million counters): its figures
-# join bench/latest.json (and bench/results.json with PUBLISH=1) beside make bench's. Each part runs in a process of
-# its own, so a part holds only its own runs' memory; each merges only its own figures.
+# join bench/results.json beside make bench's. Each part runs in a process of its own, so a part holds only its own
+# runs' memory; each merges only its own figures.
 SCALE_PARTS := scale-shards scale-lanes scale-fixed-rate scale-distinct day-boundary alert-latency
 bench-scale: $(DEMO_STAMP)
-	set -e; for part in $(SCALE_PARTS); do $(BIN)/python -m bench $$part $(if $(PUBLISH),--publish); done
+	set -e; for part in $(SCALE_PARTS); do $(BIN)/python -m bench $$part; done
 
 # The CDK CLI pinned in package.json; `npm ci` installs exactly package-lock.json.
 node_modules/.package-lock.json: package.json package-lock.json

@@ -1,10 +1,11 @@
 """``make bench``: tally against the origin design, cost and speed, in one run.
 
-Prints the figures and the targets they meet or miss, and writes them to
-bench/latest.json (untracked: a run on this machine). ``--publish`` (``make
-bench PUBLISH=1``) also writes bench/results.json, the tracked figures the
-README quotes, so a plain run never leaves a clone dirty. Settings come from
-cdk.json's context, so the figures describe what ``cdk deploy`` would run.
+Prints the figures and the targets they meet or miss, and writes every
+figure it measured into bench/results.json, the tracked figures the README
+and the docs quote, so no figure of an old run stands beside new code; a
+figure more than 20 % worse than the one it replaces is named at the end
+(bench/published.py). Settings come from cdk.json's context, so the figures
+describe what ``cdk deploy`` would run.
 
 The scale model (1 to 1,000 shards, minutes of simulated traffic) is not part
 of a plain run: ``make bench-scale`` runs its parts, each in a process of its
@@ -57,8 +58,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from bench.published import REGRESSION, Regression, named_regressions
 from bench import (
     aggregates,
     alerts,
@@ -81,7 +84,6 @@ from tally.core.units import DAY_MS, HOUR_MS
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = Path(__file__).resolve().parent / "results.json"
-LATEST = Path(__file__).resolve().parent / "latest.json"
 FILES_PER_BENCH_EXPORT = backfill_scale.FILES
 console = Console(stderr=True)
 
@@ -239,6 +241,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("range plan RCU (strong), any 24 h window, isolated", "<= 4", range_units, lambda v: v <= 4),
         ("range plan RCU (strong), any 24 h window, fast path", "<= 3", fast_range_units, lambda v: v <= 3),
         ("parse + fold records/s per core", ">= 200000", cpu, lambda v: v >= 200_000),
+        ("fold records/s per core", ">= 400000", results["cpu"]["fold_records_per_second"], lambda v: v >= 400_000),
         *(
             (f"1,000 shards, fixed rate, {entry['mix']}: failed invocations", "0", entry["failed_invocations"], lambda v: v == 0)
             for entry in fixed_1000
@@ -664,6 +667,10 @@ def report(results: dict[str, Any]) -> None:
     table.add_row("parse records/s (1 core)", f"{cpu['parse_records_per_second']:,}", "", "")
     table.add_row("fold records/s (1 core)", f"{cpu['fold_records_per_second']:,}", "", "")
     table.add_row("parse + fold records/s (1 core)", f"{cpu['parse_and_fold_records_per_second']:,}", "", "")
+    for row in cpu.get("aggregates", []):
+        table.add_row(f"{row['aggregate']}: fold / parse + fold records/s (x plain)",
+                      f"{row['fold_records_per_second']:,} ({row['fold_over_plain']}x) / "
+                      f"{row['parse_and_fold_records_per_second']:,} ({row['parse_and_fold_over_plain']}x)", "", "")
     for run in results["invocation_against_moto"]:
         table.add_row(f"1,000-record invocation, {run['workload']} (s)", str(run["tally_seconds"]), str(run["origin_seconds"]),
                       f"{run['origin_over_tally']}x")
@@ -950,37 +957,44 @@ def main(argv: list[str] | None = None) -> int:
         "part", nargs="?", choices=sorted(PARTS),
         help="run only the scale model, the read API's load, the histogram rule or the distinct rule",
     )
-    parser.add_argument("--publish", action="store_true", help="also write bench/results.json, the published figures")
     parser.add_argument("--items", type=int, help="backfill-scale: items of the export measured here (default 10^6)")
     args = parser.parse_args(argv)
     if args.items is not None and (args.part != "backfill-scale" or args.items < FILES_PER_BENCH_EXPORT):
         parser.error(f"--items goes with backfill-scale, and is at least {FILES_PER_BENCH_EXPORT}")
-    paths = (LATEST, PUBLISHED) if args.publish else (LATEST,)
     start = time.perf_counter()
     if args.part:
         measure, show = PARTS[args.part]
         if args.items is not None:
             measure = functools.partial(measure, args.items)
         figures = timed(args.part, measure)
-        for path in paths:
-            results = json.loads(path.read_text()) if path.exists() else {}
-            results.update(figures)
-            if judgeable(results):  # a full run's figures are there to judge the targets by
-                results["targets"] = targets(results)
-            path.write_text(json.dumps(results, indent=2) + "\n")
-            console.log(f"wrote the {args.part} figures to {path.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
-        show(Console(width=150), results)
-        return 0
-    figures = run()
-    figures["seconds"] = round(time.perf_counter() - start)
-    for path in paths:  # the scale model's figures, from its own runs, stay
-        results = {**(json.loads(path.read_text()) if path.exists() else {}), **figures}
-        if judgeable(results):
-            results["targets"] = targets(results)
-        path.write_text(json.dumps(results, indent=2) + "\n")
-        console.log(f"wrote {path.relative_to(ROOT)} in {figures['seconds']} s")
-    report(results)
+    else:
+        figures = run()
+        figures["seconds"] = round(time.perf_counter() - start)
+    published = json.loads(PUBLISHED.read_text()) if PUBLISHED.exists() else {}
+    results = {**published, **figures}  # the figures of parts not run here stay
+    if judgeable(results):  # a full run's figures are there to judge the targets by
+        results["targets"] = targets(results)
+    worse = named_regressions(published, figures)
+    PUBLISHED.write_text(json.dumps(results, indent=2) + "\n")
+    console.log(f"wrote {'the ' + args.part + ' figures' if args.part else 'the figures'} to "
+                f"{PUBLISHED.relative_to(ROOT)} in {time.perf_counter() - start:.0f} s")
+    out = Console(width=150)
+    if args.part:
+        show(out, results)
+    else:
+        report(results)
+    report_regressions(out, worse)
     return 0
+
+
+def report_regressions(out: Console, worse: list[Regression]) -> None:
+    """Name every figure more than REGRESSION worse than the one published before this run."""
+    if not worse:
+        out.print(f"No figure regressed by more than {REGRESSION:.0%} against the published ones.")
+        return
+    out.print(f"[bold red]{len(worse)} figure(s) regressed by more than {REGRESSION:.0%} against the published ones:[/bold red]")
+    for regression in worse:
+        out.print(f"  {escape(str(regression))}")
 
 
 if __name__ == "__main__":

@@ -122,12 +122,11 @@ def test_the_calendar_part_publishes_alone_and_its_targets_are_judged_from_its_f
         row = judged[f"{w['workload']}: tally with days and months (all writes, close included) WCU / floor WCU"]
         assert row["figure"] == ratio and row["met"] == (ratio <= 1.1)
     monkeypatch.setattr(bench_main, "ROOT", tmp_path)
-    monkeypatch.setattr(bench_main, "LATEST", tmp_path / "latest.json")
     monkeypatch.setattr(bench_main, "PUBLISHED", tmp_path / "results.json")
     monkeypatch.setattr(bench_main, "deployment", lambda: (Settings(), CONFIG, {}))
     monkeypatch.setattr(bench_main.calendar_buckets, "results", lambda settings, config: {"calendar": figures})
     (tmp_path / "results.json").write_text('{"published": true}\n')
-    bench_main.main(["calendar", "--publish"])
+    bench_main.main(["calendar"])
     assert json.loads((tmp_path / "results.json").read_text()) == {"published": True, "calendar": figures}
     printed = capsys.readouterr().out
     assert "Reads of closed days and months" in printed and "Storage a plain count counter keeps" in printed

@@ -46,12 +46,11 @@ def test_at_a_million_counters_a_day_the_close_keeps_up_and_a_week_a_part_stays_
 
 def test_the_model_runs_alone_and_replaces_only_its_own_figures(tmp_path, monkeypatch, capsys, measured):
     monkeypatch.setattr(bench_main, "ROOT", tmp_path)
-    monkeypatch.setattr(bench_main, "LATEST", tmp_path / "latest.json")
     monkeypatch.setattr(bench_main, "PUBLISHED", tmp_path / "results.json")
     monkeypatch.setattr(close_scale, "measure", lambda: measured)
     (tmp_path / "results.json").write_text('{"published": true}\n')
 
-    bench_main.main(["close-scale-model", "--publish"])
+    bench_main.main(["close-scale-model"])
 
     published = json.loads((tmp_path / "results.json").read_text())
     assert set(published) == {"published", "close_scale"} and published["close_scale"]["measured"] == measured

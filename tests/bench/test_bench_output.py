@@ -1,4 +1,4 @@
-"""Where `make bench` writes: a plain run leaves the published figures (tracked) alone."""
+"""Where `make bench` writes: every figure it measures, into the published figures (tracked), naming regressions."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def outputs(tmp_path, monkeypatch):
-    """The bench's two destinations moved into tmp_path, and a run that yields a small result."""
+    """The bench's published figures moved into tmp_path, and a run that yields a small result."""
     monkeypatch.setattr(bench_main, "ROOT", tmp_path)
-    monkeypatch.setattr(bench_main, "LATEST", tmp_path / "latest.json")
     monkeypatch.setattr(bench_main, "PUBLISHED", tmp_path / "results.json")
     monkeypatch.setattr(bench_main, "run", lambda: {"figures": {"reads": 3}})
     monkeypatch.setattr(bench_main, "report", lambda results: None)
@@ -25,10 +24,39 @@ def outputs(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_plain_run_writes_latest_and_leaves_the_published_figures_alone(outputs):
+def test_a_run_publishes_what_it_measured_and_keeps_the_figures_of_parts_run_apart(outputs):
     bench_main.main([])
-    assert json.loads((outputs / "latest.json").read_text())["figures"] == {"reads": 3}
-    assert json.loads((outputs / "results.json").read_text()) == {"published": True}
+    published = json.loads((outputs / "results.json").read_text())
+    assert published == {"published": True, "figures": {"reads": 3}, "seconds": published["seconds"]}
+
+
+def test_a_run_names_each_figure_that_regressed_by_more_than_a_fifth(outputs, monkeypatch, capsys):
+    before = {
+        "cpu": {"fold_records_per_second": 500_000, "parse_records_per_second": 200_000, "records": 100_000},
+        "writes": [{"workload": "steady", "tally": {"write_units": 1000, "origin_seconds": 1.0}},
+                   {"workload": "hot counter", "tally": {"write_units": 10}}],
+        "invocation_against_moto": [{"workload": "steady", "tally_seconds": 1.0, "origin_over_tally": 5.0}],
+    }
+    after = {
+        "cpu": {"fold_records_per_second": 390_000, "parse_records_per_second": 170_000, "records": 1},
+        # the list in another order: entries are matched by what they are
+        "writes": [{"workload": "hot counter", "tally": {"write_units": 13}},
+                   {"workload": "steady", "tally": {"write_units": 1100, "origin_seconds": 9.0}}],
+        "invocation_against_moto": [{"workload": "steady", "tally_seconds": 1.3, "origin_over_tally": 3.9}],
+    }
+    (outputs / "results.json").write_text(json.dumps(before))
+    monkeypatch.setattr(bench_main, "run", lambda: after)
+    bench_main.main([])
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "4 figure(s) regressed by more than 20%" in printed
+    for figure in ("cpu.fold_records_per_second: 500,000 published, 390,000 now (-22 %)",
+                   "writes[workload=hot counter].tally.write_units: 10 published, 13 now (+30 %)",
+                   "invocation_against_moto[workload=steady].tally_seconds: 1.0 published, 1.3 now (+30 %)",
+                   "invocation_against_moto[workload=steady].origin_over_tally: 5.0 published, 3.9 now (-22 %)"):
+        assert figure in printed
+    # within a fifth, a count of what was run, and another design's own time are not regressions
+    assert "parse_records" not in printed and "records:" not in printed and "origin_seconds" not in printed
+    assert json.loads((outputs / "results.json").read_text())["cpu"]["fold_records_per_second"] == 390_000
 
 
 def test_the_scale_models_distinct_rule_runs_alone_and_replaces_only_its_figures(outputs, monkeypatch, capsys):
@@ -37,7 +65,7 @@ def test_the_scale_models_distinct_rule_runs_alone_and_replaces_only_its_figures
            "all_shards_committed_seconds": 3.0, "failed_invocations": 0}
     monkeypatch.setattr(bench_main.scale, "distinct_results", lambda: {"scale_distinct": [row]})
     monkeypatch.setattr(bench_main.scale, "results", lambda: pytest.fail("the whole scale model ran"))
-    bench_main.main(["scale-distinct", "--publish"])
+    bench_main.main(["scale-distinct"])
     assert json.loads((outputs / "results.json").read_text()) == {"published": True, "scale_distinct": [row]}
     assert "a distinct rule on the hot counter" in capsys.readouterr().out
 
@@ -72,17 +100,10 @@ def test_each_part_of_the_scale_models_shard_runs_publishes_alone_and_keeps_the_
     monkeypatch.setattr(bench_main.scale, "results", lambda: pytest.fail("the whole scale model ran"))
     others = {name: "published before" for name in rows if name != key}
     (outputs / "results.json").write_text(json.dumps({"published": True, **others}))
-    bench_main.main([part, "--publish"])
+    bench_main.main([part])
     published = json.loads((outputs / "results.json").read_text())
     assert published == {"published": True, **others, key: rows[key], "scale_model": bench_main.scale.model_description()}
     assert title in capsys.readouterr().out
-
-
-def test_publish_writes_both_and_keeps_the_figures_of_parts_run_apart(outputs):
-    bench_main.main(["--publish"])
-    published = json.loads((outputs / "results.json").read_text())
-    assert published == {"published": True, "figures": {"reads": 3}, "seconds": published["seconds"]}
-    assert json.loads((outputs / "latest.json").read_text())["figures"] == {"reads": 3}
 
 
 def test_the_targets_of_the_scale_model_are_judged_from_its_own_run_or_marked_missing(capsys):
@@ -103,9 +124,7 @@ def test_the_targets_of_the_scale_model_are_judged_from_its_own_run_or_marked_mi
     assert all(t["figure"] is not None for t in judged)
 
 
-def test_fresh_runs_are_ignored_by_git_and_the_published_figures_are_tracked():
-    ignored = subprocess.run(["git", "check-ignore", "-q", "bench/latest.json"], cwd=ROOT)
-    assert ignored.returncode == 0
+def test_the_published_figures_are_tracked():
     tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "bench/results.json"], cwd=ROOT, capture_output=True)
     assert tracked.returncode == 0
 
@@ -129,12 +148,12 @@ def test_the_backfills_model_and_one_rules_history_run_alone_and_replace_only_th
     published = json.loads((ROOT / "bench" / "results.json").read_text())
     (outputs / "results.json").write_text(json.dumps({"published": True, "backfill_scale": published["backfill_scale"]}))
     monkeypatch.setattr(bench_main.backfill_scale, "measure", lambda items=0: pytest.fail("the backfill was measured"))
-    bench_main.main(["backfill-scale-model", "--publish"])  # the model alone, from the measured figures published
+    bench_main.main(["backfill-scale-model"])  # the model alone, from the measured figures published
     assert json.loads((outputs / "results.json").read_text()) == {"published": True, "backfill_scale": published["backfill_scale"]}
     assert "one rule's history on AWS" in capsys.readouterr().out
     row = published["backfill_rule"][0]
     monkeypatch.setattr(bench_main.backfill, "rule_results", lambda: [row])
-    bench_main.main(["backfill-rule", "--publish"])
+    bench_main.main(["backfill-rule"])
     assert json.loads((outputs / "results.json").read_text()) == {
         "published": True, "backfill_scale": published["backfill_scale"], "backfill_rule": [row]
     }
