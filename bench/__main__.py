@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import multiprocessing
 import os
 import platform
 import sys
@@ -85,6 +86,8 @@ from tally.core.units import DAY_MS, HOUR_MS
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = Path(__file__).resolve().parent / "results.json"
 FILES_PER_BENCH_EXPORT = backfill_scale.FILES
+# The counting parts of a run (requests, units, items: no time) share the machine's cores; the timed parts run alone.
+COUNTING_WORKERS = max(1, min(2, os.cpu_count() or 1))
 console = Console(stderr=True)
 
 
@@ -279,32 +282,65 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return judged
 
 
+def write_jobs(settings: Settings, config: DeliveryConfig, measured: tuple) -> list[tuple[str, Any]]:
+    """Every workload's writes (tally as deployed and with every counter ranked, the origin, the deduplicating
+    design and the floor), and three of them written into moto as well: one job each, a label and a callable
+    giving its figures (the workloads' entries under ``writes``, in the order of ``measured``)."""
+    return [
+        *((f"writes: {w.name}", lambda w=w: {"writes": [writes.measure(w, settings, config)]}) for w in measured),
+        ("writes into moto", lambda: {"writes_checked_against_moto": writes.verify_against_moto(
+            workloads.origin_mock(hours=2), settings, config)}),
+        ("fan-out writes into moto", lambda: {"fan_out_writes_checked_against_moto": writes.verify_against_moto(
+            workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config)}),
+        ("transitions writes into moto", lambda: {"transitions_writes_checked_against_moto": writes.verify_against_moto(
+            workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config)}),
+    ]
+
+
 def write_results(
     settings: Settings | None = None, config: DeliveryConfig | None = None, measured: tuple | None = None
 ) -> dict[str, Any]:
-    """Every workload's writes (tally as deployed and with every counter ranked, the origin, the deduplicating
-    design and the floor), and three of them written into moto as well."""
+    """``write_jobs``' figures, one job after the other (``python -m bench writes``)."""
     if settings is None or config is None:
         settings, config, _ = deployment()
     if measured is None:
         measured = (workloads.origin_mock(), workloads.steady(), workloads.hot(), workloads.fan_out(),
                     workloads.backfill(), workloads.transitions())
-    return {
-        "writes": [timed(f"writes: {w.name}", lambda w=w: writes.measure(w, settings, config)) for w in measured],
-        "writes_checked_against_moto": timed(
-            "writes into moto", lambda: writes.verify_against_moto(workloads.origin_mock(hours=2), settings, config)
-        ),
-        "fan_out_writes_checked_against_moto": timed(
-            "fan-out writes into moto",
-            lambda: writes.verify_against_moto(workloads.fan_out(providers=5, per_second=2, seconds=300), settings, config),
-        ),
-        "transitions_writes_checked_against_moto": timed(
-            "transitions writes into moto",
-            lambda: writes.verify_against_moto(
-                workloads.transitions(providers=5, per_second=2, seconds=300, ttl_minutes=20), settings, config
-            ),
-        ),
-    }
+    return merged([timed(label, job) for label, job in write_jobs(settings, config, measured)])
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Jobs' figures in one: lists under the same key joined in the jobs' order, anything else as given."""
+    results: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, list) and isinstance(results.get(key), list):
+                results[key] = results[key] + value
+            else:
+                results[key] = value
+    return results
+
+
+# The counting jobs of a run, by label, for the worker processes (forked: they find them here by label).
+_JOBS: dict[str, Any] = {}
+# Jobs that take longest, started first so that both cores finish together.
+_LONGEST_FIRST = ("writes: transitions", "writes: hot counter", "fan-out writes into moto", "days and months",
+                  "writes: fan-out", "writes: backfill", "top N", "histogram rule", "distinct rule")
+
+
+def _run_job(label: str) -> dict[str, Any]:
+    return timed(label, _JOBS[label])
+
+
+def counted_in_parallel(jobs: list[tuple[str, Any]], workers: int) -> dict[str, Any]:
+    """The jobs' figures, run ``workers`` at a time in forked processes (they count requests and units, which
+    sharing the cores does not change), merged in the jobs' order."""
+    _JOBS.clear()
+    _JOBS.update(jobs)
+    order = sorted(_JOBS, key=lambda label: _LONGEST_FIRST.index(label) if label in _LONGEST_FIRST else len(_LONGEST_FIRST))
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        by_label = dict(zip(order, pool.map(_run_job, order, chunksize=1), strict=True))
+    return merged([by_label[label] for label, _ in jobs])
 
 
 def run() -> dict[str, Any]:
@@ -312,15 +348,19 @@ def run() -> dict[str, Any]:
     mock, steady, hot = workloads.origin_mock(), workloads.steady(), workloads.hot()
     fan_out, backfill, transitions = workloads.fan_out(), workloads.backfill(), workloads.transitions()
     results: dict[str, Any] = {"machine": machine(), "settings": described}
-    results.update(write_results(settings, config, (mock, steady, hot, fan_out, backfill, transitions)))
-    results.update(timed("histogram rule", lambda: histogram_results(settings, config)))
-    results.update(timed("distinct rule", distinct_results))
-    results.update(timed("reads", read_results))
-    results.update(timed("alerts", alert_results))
-    results.update(timed("top N", top_results))
-    results.update(timed("one rule's backfill", backfill_rule_results))
-    results.update(timed("the close of days and months (model)", close_scale_results))
-    results.update(timed("days and months", calendar_results))
+    counting = [
+        *write_jobs(settings, config, (mock, steady, hot, fan_out, backfill, transitions)),
+        ("histogram rule", lambda: histogram_results(settings, config)),
+        ("distinct rule", distinct_results),
+        ("reads", read_results),
+        ("alerts", alert_results),
+        ("top N", top_results),
+        ("one rule's backfill", backfill_rule_results),
+        ("the close of days and months (model)", close_scale_results),
+        ("days and months", calendar_results),
+    ]
+    results.update(counted_in_parallel(counting, COUNTING_WORKERS))
+    # What is timed runs alone, one part after the other, once the counting is done.
     results["cpu"] = timed("parse and fold", lambda: speed.parse_and_fold(steady, settings))
     results["invocation_against_moto"] = timed("invocations", lambda: speed.invocations([steady, hot], settings, config))
     results["query_latency_moto_server"] = timed("query latency", lambda: latency.measure(settings))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,19 @@ def test_the_targets_of_one_rules_history_are_judged_from_its_figures():
         assert others["figure"] == row["other_rules_items_written"] == 0 and others["met"]
     without = {key: value for key, value in published.items() if key != "backfill_rule"}
     assert not [t for t in bench_main.targets(without) if t["target"].startswith("one-rule backfill")]
+
+
+def _measured(figures):
+    time.sleep(0.2)  # long enough for the other worker to take a job meanwhile
+    return figures
+
+
+def test_the_counting_jobs_run_on_both_cores_and_merge_in_their_own_order():
+    jobs = [(f"writes: {name}", lambda name=name: _measured({"writes": [{"workload": name, "pid": os.getpid()}]}))
+            for name in ("origin mock", "steady", "hot counter", "fan-out", "backfill", "transitions")]
+    jobs.append(("alerts", lambda: _measured({"alerts": {"pid": os.getpid()}})))
+    results = bench_main.counted_in_parallel(jobs, workers=2)
+    assert [entry["workload"] for entry in results["writes"]] == ["origin mock", "steady", "hot counter", "fan-out",
+                                                                   "backfill", "transitions"]
+    pids = {entry["pid"] for entry in results["writes"]} | {results["alerts"]["pid"]}
+    assert os.getpid() not in pids and len(pids) == 2  # two worker processes, never this one
