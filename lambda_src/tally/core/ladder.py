@@ -52,6 +52,9 @@ CLOSE_AFTER_MS = LATE_AFTER_MS + STREAM_RETENTION_MS + HOUR_MS
 LATE_PREFIX = "#late#"
 
 Item = tuple[str, Bucket]
+# What mends closes stopped past the hour retention: it records the days they can no longer close as missing and
+# moves past them (the close's refusal names it, on every surface that closes; reads of those days name it too).
+SKIP_MISSING = "scripts/close_periods.py --skip-missing"
 
 
 def late_partition(counter: str) -> str:
@@ -89,18 +92,34 @@ def long_items(counter: str, hour: int, zones: Iterable[str], hour_kept: bool = 
 class Progress:
     """How far a zone's closes got (its progress item, ``dynamo/closing.py``): the first day closed, the last
     day closed and the first day of the last month closed; None where nothing is closed yet. Days and months
-    between ``since`` and these are complete in their items."""
+    between ``since`` and these are complete in their items, except the days ``missing`` (runs of days, first
+    and last, that closes stopped too long left unclosable: their hours had expired, ``close_periods.py
+    --skip-missing`` moved past them) and the months holding any of them."""
 
     since: date | None = None
     days: date | None = None
     months: date | None = None  # the first day of the last month closed
+    missing: tuple[tuple[date, date], ...] = ()
 
     def day_closed(self, day: Bucket) -> bool:
-        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days
+        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days \
+            and self.missing_run(day) is None
 
     def month_closed(self, month: Bucket) -> bool:
         first = month_first_day(month.index)
-        return self.since is not None and self.months is not None and self.since <= first <= self.months
+        return self.since is not None and self.months is not None and self.since <= first <= self.months \
+            and not self.month_missing(month)
+
+    def missing_run(self, day: Bucket) -> tuple[date, date] | None:
+        """The run of missing days holding ``day`` (the widest, where runs recorded apart overlap), or None."""
+        local = day_date(day.index)
+        runs = [run for run in self.missing if run[0] <= local <= run[1]]
+        return max(runs, key=lambda run: (run[1] - run[0], run[0]), default=None)
+
+    def month_missing(self, month: Bucket) -> bool:
+        """Whether a day of ``month`` is missing: the month can be neither closed nor read whole."""
+        first, last = month_first_day(month.index), month_first_day(month.index + 1)
+        return any(start < last and first <= end for start, end in self.missing)
 
 
 def closes_at(period: Bucket) -> int:

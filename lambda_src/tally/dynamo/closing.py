@@ -2,7 +2,9 @@
 
 One item per zone, ``#calendar`` / the zone's name: ``since`` (the first day
 closed), ``days`` (the last day closed) and ``months`` (the first day of the
-last month closed), ISO dates. It only moves forward (a conditional update),
+last month closed), ISO dates, and ``missing`` (a string set of runs of days,
+``2028-02-01..2028-02-20``, that closes stopped past the hour retention left
+unclosable, skipped by ``close_periods.py --skip-missing``). It only moves forward (a conditional update),
 so a close run twice or two racing leave it where the furthest one got. A
 reader takes a period from its day or month items only up to it, and from
 the hours after it.
@@ -46,7 +48,30 @@ class ProgressItems:
         def field(name: str) -> date | None:
             return date.fromisoformat(item[name]["S"]) if name in item else None
 
-        return Progress(field("since"), field("days"), field("months"))
+        missing = tuple(sorted(_run_of(text) for text in item.get("missing", {}).get("SS", [])))
+        return Progress(field("since"), field("days"), field("months"), missing)
+
+    def skip(self, zone: str, first: date, last: date) -> bool:
+        """Move ``zone``'s closed days on past ``first`` .. ``last``, days that can no longer be closed (their
+        hours have expired), recording them as missing in the same update: readers refuse them instead of
+        taking them from their items, and the close carries on after them. False when the progress is already
+        past ``last`` (skipped before, or closed by a close racing this one): nothing written."""
+        try:
+            retried_while_throttled(
+                self.backoff,
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_key(zone),
+                UpdateExpression="SET #days = :last ADD #missing :run",
+                ConditionExpression="#days < :last",
+                ExpressionAttributeNames={"#days": "days", "#missing": "missing"},
+                ExpressionAttributeValues={":last": {"S": last.isoformat()}, ":run": {"SS": [_run_text(first, last)]}},
+            )
+        except ClientError as error:
+            if error_code(error) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None, first_day: Bucket | None = None) -> None:
         """Move ``zone``'s progress on to these (a day, a month), never back. ``since`` is set once, by the first
@@ -98,6 +123,16 @@ class ProgressReads(TableAccess):
         progress = ProgressItems(self.client, self.table_name, self.backoff).read(zone, consistent=False)
         self._progress_read[zone] = (now, progress)
         return progress, 1
+
+
+def _run_text(first: date, last: date) -> str:
+    """A run of missing days as the progress item keeps it: ``2028-02-01..2028-02-20``."""
+    return f"{first.isoformat()}..{last.isoformat()}"
+
+
+def _run_of(text: str) -> tuple[date, date]:
+    first, _, last = text.partition("..")
+    return date.fromisoformat(first), date.fromisoformat(last)
 
 
 def _key(zone: str) -> dict[str, dict[str, str]]:
