@@ -70,7 +70,9 @@ account, one Lambda worker each (the stack's audit state machine), which write
 the items the filter lets through to S3; this command reads those and
 recounts them here (--here Scans from this machine instead). Give a large
 table many segments there (--segments 200). Exit status 0
-when every counter agrees, 1 on any difference, 2 on bad input.
+when every counter agrees, 1 on any difference, 2 on bad input; the last
+line says which: VERDICT: NO DIFFERENCE, or VERDICT: DIFFERENCE: N counters
+differ in M periods (on stderr with --json, whose stdout is one object a line).
 
 --repair recounts, instead of a window, each bucket that an overlap left
 unresolved (its records had left the stream: the function's log, the
@@ -178,7 +180,22 @@ def main(argv: list[str] | None = None) -> int:
         raise ScriptError("name at least one counter to audit (or --rules, or --repair)")
     rows = audit(args)
     show(rows, args.json)
+    # The last line, on stdout (stderr with --json, whose stdout is one object a line).
+    print(verdict(rows), file=sys.stderr if args.json else sys.stdout)
     return 0 if all(row["difference"] in (0, None) for row in rows) else 1
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """The audit in one line: ``VERDICT: NO DIFFERENCE``, or how many counters differ, in how many periods (a window
+    is one period; a series, one per period)."""
+    differing = [row for row in rows if row["difference"] not in (0, None)]
+    if not differing:
+        return "VERDICT: NO DIFFERENCE"
+    counters, periods = len({row["counter"] for row in differing}), len(differing)
+    return (
+        f"VERDICT: DIFFERENCE: {counters} counter{'s' if counters != 1 else ''} "
+        f"differ{'s' if counters == 1 else ''} in {periods} period{'s' if periods != 1 else ''}"
+    )
 
 
 def audit(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -53,6 +53,8 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     assert status == 0
     assert all(row["tally"] == row["recount"] > 0 for row in rows.values())
     assert audit_json(capsys, "--window", "3h", "--at", str(end // MINUTE_MS * 60)) == (status, rows)  # epoch seconds
+    assert audit.main([*COUNTERS, "--window", "3h", "--at", at_iso]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "VERDICT: NO DIFFERENCE"  # the table's last line
 
     # An event the stream never saw (as if the stream had been off): tally cannot know of it, the audit can.
     stamped = end - HOUR_MS
@@ -64,6 +66,11 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     assert status == 1
     assert rows["orders"]["recount"] == rows["orders"]["tally"] + 1 and rows["orders"]["difference"] == -1
     assert rows["refunds"]["difference"] == 0
+    for json_lines in ([], ["--json"]):  # with --json the verdict ends stderr: stdout is one object a line
+        assert audit.main([*COUNTERS, "--window", "3h", "--at", at_iso, *json_lines]) == 1
+        output = capsys.readouterr()
+        shown = output.err if json_lines else output.out
+        assert shown.splitlines()[-1] == "VERDICT: DIFFERENCE: 1 counter differs in 1 period"
 
 
 def test_a_query_on_an_index_recounts_the_same(server_env, capsys, monkeypatch):
@@ -445,9 +452,10 @@ def test_rules_recount_only_the_counters_they_write_and_find_them_equal(tables, 
         "jobs/all": (40 + 13, 40 + 13),  # every job by rule "all", and the provider named "all" by rule "jobs"
     }
     assert rows["jobs/all"]["shared_with"] == ["all"] and rows["jobs/acme"]["shared_with"] == []
-    assert errors.splitlines()[-1] == (
-        "jobs/all: also written by 'all': tally keeps one total, recounted with every rule that writes it"
-    )
+    assert errors.splitlines()[-2:] == [
+        "jobs/all: also written by 'all': tally keeps one total, recounted with every rule that writes it",
+        "VERDICT: NO DIFFERENCE",
+    ]
     status, rows, _ = rules_audit(capsys, "--rules", "paid", "--at", at_iso)
     assert status == 0 and {counter: row["recount"] for counter, row in rows.items()} == {"revenue/s1": 20}
 
