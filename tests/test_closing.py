@@ -421,3 +421,46 @@ def test_days_whose_hours_expired_are_skipped_as_missing_and_the_close_carries_o
         for zone in ("UTC", ZONE):
             ProgressItems(client, counts).advance(zone, Bucket.of_day(date(2028, 6, 2), zone), None)
         assert Closer(table).plan_due(parse_instant("2028-06-05T03:00:00Z")).months == ()
+
+
+def test_a_prefix_declared_later_reads_its_days_before_its_first_close_from_hours():
+    """Days of a zone are closed from March for "orders/"; "signups" is declared in May. Its counters' days
+    before the first close that knew of it were never closed: a read takes them from hours (brute force), not
+    from day items that were never written."""
+    from freezegun import freeze_time
+
+    from tally import Reader
+
+    rng = random.Random(9)
+    first = parse_instant("2028-05-01T00:00:00Z")
+    declared, now = parse_instant("2028-05-10T04:00:00Z"), parse_instant("2028-05-20T03:00:00Z")
+    events = []
+    for n in range(240):
+        ts = first + rng.randrange(19 * DAY_MS)
+        late = rng.choice([0, 30_000, 5 * HOUR_MS, LATE_AFTER_MS + HOUR_MS, 3 * DAY_MS])
+        events.append({"id": f"p{n}", "shop": "bolt", "amount": Decimal(1), "buyer": "b", "ts": ts,
+                       "arrival": ts + late + rng.randrange(1000)})
+    events = sorted((event for event in events if event["arrival"] < now), key=lambda event: event["arrival"])
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"declared-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        before = dataclasses.replace(SETTINGS, counts_table=counts, calendar_prefixes=("orders/",))
+        after = dataclasses.replace(SETTINGS, counts_table=counts)  # orders/ and signups
+        early = [event for event in events if event["arrival"] < declared]
+        deliver(CountsTable(client, counts, before, previous_release_until_ms=0), early, [10**20])
+        while Closer(CountsTable(client, counts, before, previous_release_until_ms=0)).close_due(declared - HOUR_MS).periods:
+            pass
+        table = CountsTable(client, counts, after, previous_release_until_ms=0)
+        deliver(table, events[len(early):], [2 * 10**20])
+        while Closer(table).close_due(now).periods:
+            pass
+
+        with freeze_time("2028-05-20T03:00:00Z"):
+            for zone in ("UTC", ZONE):
+                signups, orders = Reader(counts, client=client, settings=after).calendar(
+                    ["signups", "orders/bolt"], "day", tz=zone, start="2028-05-01", end="2028-05-21")
+                expected = dict(Counter(local(event["ts"], zone) for event in events
+                                        if date(2028, 5, 1) <= local(event["ts"], zone) < date(2028, 5, 21)))
+                for series in (signups, orders):
+                    assert {point.start.date(): point.count for point in series.points if point.count} == expected, series.counter

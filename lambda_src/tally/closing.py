@@ -289,7 +289,9 @@ class Closer:
             days = [p for p in mine if p.kind == DAY]
             last_day = max(days, default=None, key=lambda p: p.index)
             last_month = max((p for p in mine if p.kind == MONTH), default=None, key=lambda p: p.index)
-            self.progress.advance(zone, last_day, last_month, min(days, default=None, key=lambda p: p.index))
+            self.progress.advance(
+                zone, last_day, last_month, min(days, default=None, key=lambda p: p.index), self.settings.calendar_prefixes
+            )
 
     def close_due(
         self,

@@ -100,6 +100,20 @@ class Progress:
     days: date | None = None
     months: date | None = None  # the first day of the last month closed
     missing: tuple[tuple[date, date], ...] = ()
+    # Each calendar prefix, and the first and last day a close closed its counters: a prefix declared later
+    # begins later, one no longer declared stops where it was.
+    prefixes: tuple[tuple[str, date, date], ...] = ()
+
+    def of_counter(self, counter: str) -> Progress:
+        """The progress of ``counter``'s own days: those closed under a prefix it starts with (the widest span,
+        where several are kept), within the zone's; nothing closed where no close knew of one."""
+        matching = [(since, days) for prefix, since, days in self.prefixes if counter.startswith(prefix)]
+        if not matching or self.since is None or self.days is None:
+            return Progress(missing=self.missing)
+        since, days = max(self.since, min(s for s, _ in matching)), min(self.days, max(d for _, d in matching))
+        whole = month_first_day(month_index(date.fromordinal(days.toordinal() + 1)) - 1)  # the last month days ends
+        months = None if self.months is None else min(self.months, whole)
+        return Progress(since, days, months, self.missing, self.prefixes)
 
     def day_closed(self, day: Bucket) -> bool:
         return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days \
