@@ -196,12 +196,15 @@ def test_every_closed_day_and_month_is_brute_force(year, zone, kind):
 @pytest.mark.parametrize("zone", ["UTC", ZONE])
 def test_progress_begins_at_the_first_day_the_first_close_closed(year, zone):
     """``since`` is where readers may begin taking days from their items: the first day closed, not the last
-    day of the first run."""
+    day of the first run; the first day whose hours were all kept, not the first whole month. Months begin with
+    the first whole one."""
     table, _, runs, _ = year
     progress = ProgressItems(table.client, table.table_name).read(zone)
-    first_run = START + 3 * HOUR_MS  # the fixture's first close
-    assert progress.since == first_closable_day(zone, first_run, SETTINGS) and progress.since.day == 1
+    first_run = START + 3 * HOUR_MS  # the fixture's first close: 89 days and a day of slack back is 22 Sep 03:00
+    assert progress.since == first_closable_day(zone, first_run, SETTINGS) == date(2027, 9, 23 if zone == "UTC" else 22)
     assert f"D#{zone}@{progress.since.isoformat()}" in runs[0].periods
+    assert not any(f"MO#{zone}@2027-09" in run.periods for run in runs)
+    assert any(f"MO#{zone}@2027-10" in run.periods for run in runs)
 
 
 def test_a_counter_outside_the_prefixes_keeps_no_days_and_late_records_left_marks(year):
@@ -357,7 +360,7 @@ def test_days_whose_hours_expired_are_skipped_as_missing_and_the_close_carries_o
         table = CountsTable(client, counts, settings, previous_release_until_ms=0)
         before = [event for event in events if event["arrival"] < stopped]
         deliver(table, before, [10**20])
-        assert Closer(table).close_due(stopped).periods  # UTC's 1 and 2 May, New York's 1 May; then closes stop
+        assert Closer(table).close_due(stopped).periods  # UTC's 30 April to 2 May, New York's 29 April to 1 May; then stopped
         deliver(table, events[len(before):], [2 * 10**20])
 
         closer = Closer(table)
@@ -375,7 +378,7 @@ def test_days_whose_hours_expired_are_skipped_as_missing_and_the_close_carries_o
         assert closer.skip_missing(now) == [] and closer.close_due(now).periods == []  # again: nothing more
         progress = ProgressItems(client, counts).read("UTC")
         assert (progress.since, progress.days, progress.missing) == (
-            date(2028, 5, 1), date(2028, 5, 17), ((date(2028, 5, 3), date(2028, 5, 14)),))
+            date(2028, 4, 30), date(2028, 5, 17), ((date(2028, 5, 3), date(2028, 5, 14)),))
 
         reader = Reader(counts, client=client, settings=settings)
         with freeze_time("2028-05-20T03:00:00Z"):

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date
 from typing import Any
 
-from tally.core.buckets import DAY, MONTH, Bucket, day_index, iso_second, lane_sort_key
+from tally.core.buckets import DAY, MONTH, Bucket, day_date, day_index, iso_second, lane_sort_key
 from tally.core.commit import Writer
 from tally.core.directory import DIRECTORY_PARTITIONS, days_between
 from tally.core.instants import InvalidInstant, parse_instant
@@ -43,6 +43,7 @@ from tally.core.ladder import (
     closes_at,
     due_days,
     first_closable_day,
+    first_whole_month,
 )
 from tally.core.segments import MAX_SEGMENT_ITEMS, Item, Segment
 from tally.core.settings import Settings
@@ -181,7 +182,10 @@ class Closer:
                 self._refuse_expired(Bucket.of_day(due[0], zone), now_ms)
             days += [Bucket.of_day(day, zone) for day in due]
             last_month = None if progress.months is None else Bucket.of_month(progress.months, zone)
-            month = Bucket.of_month(first, zone) if last_month is None else last_month._replace(index=last_month.index + 1)
+            if last_month is not None:
+                month = last_month._replace(index=last_month.index + 1)
+            else:  # a zone's first close: months begin with the first whole one (its finish records the one before)
+                month = Bucket.of_month(first if progress.since is not None else first_whole_month(first), zone)
             closed_through = due[-1] if due else progress.days
             while closed_through is not None and closes_at(month) <= now_ms and children(month)[1].index <= day_index(closed_through):
                 if not progress.month_missing(month):  # a month holding missing days is never closed short
@@ -289,9 +293,14 @@ class Closer:
             days = [p for p in mine if p.kind == DAY]
             last_day = max(days, default=None, key=lambda p: p.index)
             last_month = max((p for p in mine if p.kind == MONTH), default=None, key=lambda p: p.index)
-            self.progress.advance(
-                zone, last_day, last_month, min(days, default=None, key=lambda p: p.index), self.settings.calendar_prefixes
-            )
+            first_day = min(days, default=None, key=lambda p: p.index)
+            if first_day is not None and day_date(first_day.index).day != 1 and self.progress.read(zone).since is None:
+                # The zone's first close began within a month: that month is short of the days before, so it is
+                # passed over (recorded as the last month reached, which readers never take: it begins before
+                # since), and the next plan begins with the month after. Recorded first, since with it.
+                partial = Bucket.of_month(day_date(first_day.index), zone)
+                self.progress.advance(zone, None, partial, first_day)
+            self.progress.advance(zone, last_day, last_month, first_day, self.settings.calendar_prefixes)
 
     def close_due(
         self,

@@ -65,10 +65,11 @@ def test_the_close_writes_what_close_due_writes_and_a_run_again_writes_nothing(c
     closed = out.strip().splitlines()[-1]
     assert closed.startswith("closed ") and f"{expected.written:,} items written, 0 already closed" in closed
     assert f"{expected.counters:,} counters" in closed and " of 2 zones" in closed
-    assert err.count("closed UTC days ") == 1 and f"closed {ZONE} months " in err
+    assert err.count("closed UTC days ") == 1 and f"closed {ZONE} days " in err
 
-    # A zone's first run closes at most a month of days, from its own first closable month (New York's may begin
-    # a month before UTC's): later runs close the rest; once all is closed, a run again writes nothing.
+    # A zone's first run closes at most a month of days, from its own first closable day (each zone's whole days
+    # in the hours kept), and no month yet (the first closed is the first whole one): later runs close the rest and
+    # the months; once all is closed, a run again writes nothing.
     twin_closer = Closer(CountsTable(dynamodb, twin, calendar_settings(twin), previous_release_until_ms=0))
     while twin_closer.close_due(now_ms()).periods:
         assert close_periods.main(["--now", at]) == 0

@@ -37,7 +37,7 @@ from datetime import date, timedelta
 
 from tally.core.buckets import DAY, Bucket, day_date, day_index, local_day_of_hour, month_first_day
 from tally.core.calendar import CalendarError, Period, Span, iso_local, zone_of
-from tally.core.ladder import SKIP_MISSING, Progress
+from tally.core.ladder import SKIP_MISSING, Progress, first_whole_month
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
 
@@ -190,7 +190,7 @@ def _refusal(
     )
     if kind is Period.MONTH:
         kept = (
-            f"months are kept from {progress.since.isoformat()[:7]} (since the first close) for "
+            f"months are kept from {first_whole_month(progress.since).isoformat()[:7]} (since the first close) for "
             f"{settings.month_retention_months} months (monthRetentionMonths), {kept}"
         )
     earliest = _earliest(kind, zone, progress, now_ms, settings)
@@ -217,7 +217,7 @@ def _earliest(kind: Period, zone: str, progress: Progress, now_ms: int, settings
             day = day._replace(index=day.index + 1)
     days = f"a range may begin on {day_date(day.index).isoformat()} or later"
     if kind is Period.MONTH and progress.months is not None:
-        month = Bucket.of_month(progress.since, zone)
+        month = Bucket.of_month(first_whole_month(progress.since), zone)
         while not month.alive_at(now_ms, settings) and month_first_day(month.index) < progress.months:
             month = month._replace(index=month.index + 1)
         first = month_first_day(month.index)

@@ -207,13 +207,21 @@ def due_days(zone: str, after: date | None, first: date, now_ms: int) -> list[da
 
 
 def first_closable_day(zone: str, now_ms: int, settings: Settings) -> date:
-    """Where a table's closes begin: the first day of the first month whose every hour is still kept at
-    ``now_ms`` (a month closed from fewer days would be short)."""
+    """Where a zone's closes begin: the first day whose every hour is still kept at ``now_ms``, with a day of
+    slack. Every record of such a day is in its hours: on-time ones, and late ones too (a late record adds to
+    its day directly only once days are kept, and then marks its hour, which the close subtracts). Its month,
+    unless the day is the month's first, is never closed: it would be short of the days before."""
     earliest = now_ms - settings.hour_retention_ms + DAY_MS  # a day of slack before those hours expire
-    month = Bucket.of_month(day_date(local_day_of_hour(earliest // HOUR_MS, zone)), zone)
-    if month.start_ms < earliest:
-        month = month._replace(index=month.index + 1)
-    return month_first_day(month.index)
+    day = Bucket(DAY, local_day_of_hour(earliest // HOUR_MS, zone), zone)
+    if day.start_ms < earliest:
+        day = day._replace(index=day.index + 1)
+    return day_date(day.index)
+
+
+def first_whole_month(since: date) -> date:
+    """The first month a zone whose closes began on ``since`` closes: ``since``'s own on its first day, else the
+    next (its first day)."""
+    return since if since.day == 1 else month_first_day(month_index(since) + 1)
 
 
 class Ladder:

@@ -2,7 +2,8 @@
 
 One item per zone, ``#calendar`` / the zone's name: ``since`` (the first day
 closed), ``days`` (the last day closed) and ``months`` (the first day of the
-last month closed), ISO dates, and ``missing`` (a string set of runs of days,
+last month closed, or of the month a first close beginning within it passed
+over), ISO dates, and ``missing`` (a string set of runs of days,
 ``2028-02-01..2028-02-20``, that closes stopped past the hour retention left
 unclosable, skipped by ``close_periods.py --skip-missing``), and for each
 calendar prefix ``since:<prefix>`` and ``days:<prefix>``, the first and the
