@@ -3,6 +3,7 @@
     .venv/bin/python scripts/audit.py orders refunds --window 24h --at 2026-11-23T09:00Z
     .venv/bin/python scripts/audit.py orders --index by-counter          # Query a GSI keyed by the counter attribute
     .venv/bin/python scripts/audit.py --rules refunds --window 7d        # every counter of one rule of TALLY_RULES
+    .venv/bin/python scripts/audit.py orders --series day --tz America/New_York --from 2026-01-01 --to 2026-11-01
 
 The operator's independent proof: the recount shares none of tally's parsing
 of items, bucketing or window code (only the reading of --window and --at,
@@ -70,7 +71,20 @@ account, one Lambda worker each (the stack's audit state machine), which write
 the items the filter lets through to S3; this command reads those and
 recounts them here (--here Scans from this machine instead). Give a large
 table many segments there (--segments 200). Exit status 0
-when every counter agrees, 1 on any difference, 2 on bad input.
+when every counter agrees, 1 on any difference, 2 on bad input; the last
+line says which: VERDICT: NO DIFFERENCE, or VERDICT: DIFFERENCE: N counters
+differ in M periods (on stderr with --json, whose stdout is one object a line).
+
+--series day|month recounts, instead of one window, each day or month of
+--tz (an IANA zone, default UTC) from --from to --to (YYYY-MM-DD, the end
+excluded; the first and last periods cut to them, as tally's calendar cuts
+them): the items whose time lies between that zone's local midnights,
+against tally's calendar series of the same periods (Reader.calendar: closed
+days and months where kept, hours elsewhere), one row per counter and period.
+The table shows each counter's periods, totals and how many differ, then the
+periods that differ; --json prints every period. A range tally's calendar
+refuses (a zone off the whole hour, a range before what it keeps, missing
+days) is refused the same way, before any Scan.
 
 --repair recounts, instead of a window, each bucket that an overlap left
 unresolved (its records had left the stream: the function's log, the
@@ -85,6 +99,7 @@ twice. Exit status 0 when nothing is left unresolved, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import json
 import os
@@ -96,9 +111,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_FLOOR, Context, Decimal, InvalidOperation
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
@@ -136,12 +152,13 @@ _WIDE = Context(prec=100)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_SEGMENTS = 4
 MAX_FILTER_VALUES = 100  # DynamoDB's limit on the operands of IN
+SHOWN_PERIODS = 40  # periods that differ listed in the table (--json: all)
 
 
 def parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("counters", nargs="*", metavar="COUNTER", help="counter names (with --repair: all when none)")
-    parser.add_argument("--window", default="24h", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
+    parser.add_argument("--window", help="window length: 90m, 24h, 7d, 1d12h (default 24h)")
     parser.add_argument(
         "--at",
         help="end of the window: ISO-8601 with an offset, or epoch seconds; exclusive on a minute boundary (default now)",
@@ -156,6 +173,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="recount only these rules of TALLY_RULES: their counters (those named before --rules, or all they write)",
     )
+    parser.add_argument(
+        "--series", choices=("day", "month"),
+        help="recount each day or month of --tz from --from to --to instead of one window, against tally's calendar",
+    )
+    parser.add_argument("--tz", help="with --series: the IANA time zone of its days and months (default UTC)")
+    parser.add_argument("--from", dest="start", metavar="DATE", help="with --series: the first day, YYYY-MM-DD")
+    parser.add_argument("--to", dest="end", metavar="DATE", help="with --series: the day after the last, YYYY-MM-DD")
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter (bucket with --repair) and line")
     parser.add_argument(
@@ -174,11 +198,37 @@ def main(argv: list[str] | None = None) -> int:
         repaired = repair(args)
         show_repairs(repaired, args.json)
         return 0 if all(row["verdict"] == "repaired" for row in repaired) else 1
+    if args.series is None and (args.tz or args.start or args.end):
+        raise ScriptError("--tz, --from and --to go with --series day|month")
+    if args.series is not None:
+        if args.window or args.at or args.rules:
+            raise ScriptError("--series audits the periods --from --to of the counters named: give no --window, --at or --rules")
+        if not args.counters:
+            raise ScriptError("name at least one counter to audit by --series")
+        rows = audit_series(args)
+        show_series(rows, args.json)
+        print(verdict(rows), file=sys.stderr if args.json else sys.stdout)
+        return 0 if all(row["difference"] in (0, None) for row in rows) else 1
     if not args.counters and not args.rules:
         raise ScriptError("name at least one counter to audit (or --rules, or --repair)")
     rows = audit(args)
     show(rows, args.json)
+    # The last line, on stdout (stderr with --json, whose stdout is one object a line).
+    print(verdict(rows), file=sys.stderr if args.json else sys.stdout)
     return 0 if all(row["difference"] in (0, None) for row in rows) else 1
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """The audit in one line: ``VERDICT: NO DIFFERENCE``, or how many counters differ, in how many periods (a window
+    is one period; a series, one per period)."""
+    differing = [row for row in rows if row["difference"] not in (0, None)]
+    if not differing:
+        return "VERDICT: NO DIFFERENCE"
+    counters, periods = len({row["counter"] for row in differing}), len(differing)
+    return (
+        f"VERDICT: DIFFERENCE: {counters} counter{'s' if counters != 1 else ''} "
+        f"differ{'s' if counters == 1 else ''} in {periods} period{'s' if periods != 1 else ''}"
+    )
 
 
 def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -187,7 +237,7 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise ScriptError(f"at most {MAX_FILTER_VALUES} counters at a time")
     if args.segments < 1:
         raise ScriptError("--segments must be at least 1")
-    minutes = window_minutes(args.window)
+    minutes = window_minutes(args.window or "24h")
     at_ms = instant_ms(args.at) if args.at else int(datetime.now(UTC).timestamp() * 1000)
     last_minute = (at_ms - 1) // MINUTE_MS
     first_minute = last_minute - minutes + 1
@@ -280,6 +330,87 @@ def audit(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rule.name for rule in rules if rule.name not in names and rule.could_name(row["counter"])
             ]
     return rows
+
+
+def audit_series(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each counter's periods (--series) of --tz from --from to --to: tally's calendar series, and the recount of
+    each period from the items whose time lies in it, that zone's local midnights (the first and the last
+    period cut to the range, as tally cuts them). One row per counter and period."""
+    counters = list(dict.fromkeys(args.counters))
+    if len(counters) > MAX_FILTER_VALUES:
+        raise ScriptError(f"at most {MAX_FILTER_VALUES} counters at a time")
+    if args.segments < 1:
+        raise ScriptError("--segments must be at least 1")
+    try:
+        settings = Settings.from_env()
+        rules_text = os.environ.get(RULES_VARIABLE, "").strip()
+        rules = read_rules(rules_text) if rules_text else [classic_rule(settings.counter_attribute)]
+        if args.index and rules_text:
+            raise ScriptError(f"--index reads the classic counter attribute; with {RULES_VARIABLE} audit by Scan")
+        tables = resolve_tables(args)
+        dynamodb = client("dynamodb")
+        reader = Reader(tables.counts, client=dynamodb, settings=settings)
+        # tally's answer first: it checks the zone and the dates (one line, exit status 2) before any Scan.
+        answers = reader.calendar(counters, args.series, tz=args.tz, start=args.start, end=args.end, consistent=True)
+        starts = period_starts(args.series, args.tz or "UTC", answers[0].points[0].start.date(), answers[0].points[-1].end.date())
+        first_minute, last_minute = starts[0] // MINUTE_MS, starts[-1] // MINUTE_MS - 1
+        refuse_retired([rule for rule in rules if any(rule.could_name(counter) for counter in counters)], starts[-1])
+        blocked = {counter: _blocked(counter, rules) for counter in counters}
+        if all(blocked.values()):
+            raise ScriptError(f"nothing to recount: {blocked[counters[0]]}")
+        recounting = [rule for rule in rules if not rule.unrecountable]
+        attributes = (settings.counter_attribute, settings.time_attribute)
+        if args.index:
+            items = query_index(dynamodb, tables.events, args.index, counters, attributes, first_minute, last_minute)
+        else:
+            condition = scan_filter(counters, recounting, not rules_text, settings.time_attribute, first_minute, last_minute)
+            in_account = _audit_state_machine(args.stack) if args.stack and not args.here else None
+            if in_account:
+                items = scan_in_account(client("stepfunctions"), client("s3"), *in_account, args.segments, condition)
+            else:
+                items = scan_with_progress(dynamodb, tables.events, args.segments, condition)
+    except (SettingsError, StackOutputsError, ValueError) as error:
+        raise ScriptError(str(error)) from None
+    except ClientError as error:
+        if explain(error) is not None:
+            raise
+        detail = error.response.get("Error", {})
+        raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
+    minutes = [start // MINUTE_MS for start in starts]
+    recount: Counter[tuple[str, int]] = Counter()
+    wanted = set(counters)
+    for name, rule, item in counted(items, recounting, settings.time_attribute, first_minute, last_minute):
+        if name in wanted:
+            minute = event_minute(item.get(rule.time or settings.time_attribute))
+            recount[(name, bisect.bisect_right(minutes, minute) - 1)] += 1  # type: ignore[arg-type]
+    rows = []
+    for answer in answers:
+        why = blocked[answer.counter]
+        for index, point in enumerate(answer.points):
+            again = recount[(answer.counter, index)]
+            rows.append({
+                "counter": answer.counter,
+                "start": point.start.isoformat(),
+                "end": point.end.isoformat(),
+                "tally": point.count,
+                "recount": None if why else again,
+                "difference": None if why else point.count - again,
+                "not_recountable": why,
+            })
+    return rows
+
+
+def period_starts(series: str, zone_name: str, first: date, end: date) -> list[int]:
+    """The first instant (epoch ms) of each day or month of ``zone_name`` from ``first`` to ``end`` (excluded), the
+    first cut to ``first``, and last the instant ``end`` begins: the audit's own reading of local midnights (a
+    midnight a DST change skips is read with the offset before the change, the instant the clocks jump)."""
+    zone = ZoneInfo(zone_name)
+    days = [first]
+    while days[-1] < end:
+        day = days[-1]
+        following = day + timedelta(days=1) if series == "day" else date(day.year + day.month // 12, day.month % 12 + 1, 1)
+        days.append(min(following, end))
+    return [(datetime.combine(day, datetime.min.time(), tzinfo=zone) - EPOCH) // timedelta(milliseconds=1) for day in days]
 
 
 def _blocked(counter: str, rules: list[CounterRule]) -> str | None:
@@ -939,6 +1070,46 @@ def show(rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         if row["not_recountable"]:
             cli_console(stderr=True).print(f"{row['counter']}: not recountable: {row['not_recountable']}")
+
+
+def show_series(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """Each counter's periods: how many agree, how many differ, and the totals; then every period that differs."""
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    if not rows:
+        return
+    by_counter: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_counter.setdefault(row["counter"], []).append(row)
+    table = Table(title=f"audit of the periods of [{rows[0]['start']}, {rows[-1]['end']})")
+    for column in ("counter", "periods", "tally", "recount", "differing", ""):
+        table.add_column(column, justify="left" if column == "counter" else "right")
+    for counter, periods in by_counter.items():
+        total = sum(row["tally"] for row in periods)
+        if periods[0]["not_recountable"]:
+            table.add_row(counter, f"{len(periods):,}", f"{total:,}", "", "", "[yellow]NOT RECOUNTABLE")
+            continue
+        differing = sum(1 for row in periods if row["difference"])
+        verdict_cell = "[green]EQUAL" if not differing else "[red]DIFFERENT"
+        table.add_row(counter, f"{len(periods):,}", f"{total:,}", f"{sum(row['recount'] for row in periods):,}",
+                      f"{differing:,}", verdict_cell)
+    cli_console().print(table)
+    differing_rows = [row for row in rows if row["difference"]]
+    if differing_rows:
+        listing = Table(title="periods that differ")
+        for column in ("counter", "period", "tally", "recount", "difference"):
+            listing.add_column(column, justify="left" if column in ("counter", "period") else "right")
+        for row in differing_rows[:SHOWN_PERIODS]:
+            listing.add_row(row["counter"], f"{row['start']} .. {row['end']}", f"{row['tally']:,}", f"{row['recount']:,}",
+                            f"{row['difference']:+,}")
+        cli_console().print(listing)
+        if len(differing_rows) > SHOWN_PERIODS:
+            stderr.print(f"and {len(differing_rows) - SHOWN_PERIODS:,} more periods that differ (--json lists every period)")
+    for counter, periods in by_counter.items():
+        if periods[0]["not_recountable"]:
+            stderr.print(f"{counter}: not recountable: {periods[0]['not_recountable']}", highlight=False)
 
 
 def _iso_instant(text: str) -> int | None:

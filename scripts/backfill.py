@@ -32,7 +32,9 @@ committed is found by its watermarks and not counted again. A backfill must run
 within a day of its arrival. --max-wcu caps the
 write units per second it spends on the counts table. Bad input, an export
 that failed or was taken at another instant, or a table already backfilled
-from another export: one line on stderr, exit status 2.
+from another export: one line on stderr, exit status 2. --export-to checks
+that last before it starts an export: a history already counted (or being
+counted) from an export is refused before another is started and billed.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def run(args: argparse.Namespace) -> BackfillSummary:
             console.print(f"[yellow]note:[/yellow] {line}")
         tables = resolve_tables(args)
         dynamodb, s3 = client("dynamodb"), client("s3")
-        export = _export(args, dynamodb, tables.events, count_from_ms)
+        export = _export(args, dynamodb, tables.events, count_from_ms, CountsTable(dynamodb, tables.counts, settings), scope)
         export = exports.wait_until_done(
             dynamodb, export.arn, poll_seconds=args.poll_seconds, on_poll=_report_status
         )
@@ -209,13 +211,20 @@ def _count_from(text: str) -> int:
         raise ScriptError(f"--count-from {error}") from None
 
 
-def _export(args: argparse.Namespace, dynamodb: Any, events_table: str, count_from_ms: int) -> exports.Export:
+def _export(
+    args: argparse.Namespace, dynamodb: Any, events_table: str, count_from_ms: int, counts: CountsTable, scope: HistoryScope
+) -> exports.Export:
+    """The export to count: --export-arn's, or one started now at count-from (--export-to), once no claim says that
+    history is counted from another export already (an export is billed, and takes minutes to hours)."""
     if args.export_arn:
         return exports.describe(dynamodb, args.export_arn)
     bucket, _, prefix = args.export_to.removeprefix("s3://").partition("/")
     if not args.export_to.startswith("s3://") or not bucket:
         raise ScriptError(f"--export-to must look like s3://BUCKET/PREFIX, got {args.export_to!r}")
     table_arn = dynamodb.describe_table(TableName=events_table)["Table"]["TableArn"]
+    refusal = counts.new_export_refusal(table_arn, iso_second(count_from_ms), scope.rules)
+    if refusal is not None:
+        raise ScriptError(refusal)
     export = exports.start_export(dynamodb, table_arn, bucket, prefix.strip("/"), count_from_ms)
     console.print(f"started export {export.arn}\n  (if interrupted, resume with --export-arn {export.arn})")
     return export

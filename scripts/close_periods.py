@@ -4,6 +4,7 @@
     .venv/bin/python scripts/close_periods.py --dry-run                    # what is due, nothing written
     .venv/bin/python scripts/close_periods.py --at 2026-11-28T03:15Z       # as a run at that instant would
     .venv/bin/python scripts/close_periods.py --endpoint http://127.0.0.1:5000 --table counts-1a2b
+    .venv/bin/python scripts/close_periods.py --skip-missing               # after closes stopped too long
 
 Counters starting with one of the calendar prefixes keep day and month buckets
 in UTC and in each calendar zone (TALLY_CALENDAR_PREFIXES and
@@ -25,6 +26,15 @@ else AWS_ENDPOINT_URL (moto's server, DynamoDB Local), else AWS. Bad input: one
 line on stderr, exit status 2. A table that keeps no days or months has nothing
 to close: one line saying so, exit status 0 (a daily cron job on it is no
 failure).
+
+Closes stopped for longer than the hours are kept (hourRetentionDays) leave
+days that can no longer be closed: their hours have expired, and a day closed
+from what is left would stay short for good. The close refuses them in one
+line, exit status 2, naming --skip-missing: that records them in the zone's
+progress as missing and moves past them, then closes the rest as usual.
+Calendar reads of a missing day (and of a month holding one) are refused in
+one line saying so; the months holding them are never closed. Running it
+again skips nothing more.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from collections.abc import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from tally.closing import CLOSE_WORKERS, CloseSummary, Closer, Due, instant_by, runs_of
+from tally.closing import CLOSE_WORKERS, CloseRefused, CloseSummary, Closer, Due, instant_by, runs_of
 from tally.core.buckets import DAY, Bucket, iso_second
 from tally.core.settings import Settings, SettingsError
 from tally.core.windows import now_ms
@@ -59,6 +69,11 @@ def parser() -> argparse.ArgumentParser:
         "(default now)",
     )
     parser.add_argument("--dry-run", action="store_true", help="show what is due, write nothing")
+    parser.add_argument(
+        "--skip-missing", action="store_true",
+        help="first move each zone past the days that can no longer be closed (closes stopped past the hour "
+        "retention), recording them as missing, then close the rest",
+    )
     parser.add_argument("--endpoint", metavar="URL", help="the DynamoDB endpoint (default AWS_ENDPOINT_URL, else AWS)")
     parser.add_argument("--table", "--counts-table", dest="counts_table", help="counts table name")
     parser.add_argument("--stack", help="read the counts table's name from this deployed tally stack's outputs")
@@ -81,17 +96,42 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"(the settings of {source})", highlight=False)
         return 0
     closer = Closer(CountsTable(dynamodb, name, settings, previous_release_until_ms=0))
-    due = closer.plan_due(at)
-    if not due.days and not due.months:
-        print(f"nothing due at {iso_second(at)}: every day and month whose close time has come is closed")
-        return 0
-    show_due(due, at, name, source)
-    if args.dry_run:
-        err.print("dry run: nothing written")
-        return 0
-    summary = closer.close_due(at, on_run=say_run)
+    if args.skip_missing:
+        skip_missing(closer, at, args.dry_run)
+        if args.dry_run:
+            return 0
+    try:
+        due = closer.plan_due(at)
+        if not due.days and not due.months:
+            print(f"nothing due at {iso_second(at)}: every day and month whose close time has come is closed")
+            return 0
+        show_due(due, at, name, source)
+        if args.dry_run:
+            err.print("dry run: nothing written")
+            return 0
+        summary = closer.close_due(at, on_run=say_run)
+    except CloseRefused as error:  # days whose hours expired: the message names the mend
+        raise ScriptError(str(error)) from None
     show_closed(summary, due)
     return 0
+
+
+def skip_missing(closer: Closer, at: int, dry_run: bool) -> None:
+    """Record each zone's days that can no longer be closed as missing and move past them (--dry-run: say which)."""
+    runs = closer.unclosable(at)
+    if not runs:
+        print(f"nothing to skip at {iso_second(at)}: every due day's hours are still kept")
+    for zone, first, last in runs:
+        days = (last - first).days + 1
+        what = f"{zone} days {first.isoformat()}" + (f" .. {last.isoformat()} ({days})" if days > 1 else "")
+        print(
+            f"{'would skip' if dry_run else 'skipped'} {what}: their hours had expired, so they can no longer be "
+            "closed; recorded as missing (calendar reads refuse them, and their months are never closed)"
+        )
+    if dry_run:
+        err.print("dry run: nothing written (the days after them are planned once they are skipped)")
+    else:
+        closer.skip_missing(at)
 
 
 def instant(text: str | None) -> int:

@@ -1,7 +1,8 @@
 """A month of events counted into a counts table whose close is due, for the tests of the close's steps and command.
 
-The events fall on the first month a table's closes begin with (``first_closable_day``) and the days around it,
-some late by days (added to their days directly, and marked), on kept counters and one that keeps no days.
+The events fall on the month from the first day a table's closes begin with (``first_closable_day``) and the days
+before it, some late by days (added to their days directly, and marked), on kept counters and one that keeps no
+days.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def calendar_environment(counts_table: str) -> dict[str, str]:
 
 
 def count_a_month(client: Any, settings: Settings, now_ms: int, events: int = 240, seed: int = 5) -> int:
-    """``events`` events over the first closable month of ``now_ms`` (to its 28th) and three days before, committed
+    """``events`` events over 28 days from the first closable day of ``now_ms`` and three days before, committed
     through the stream's path with the counter directory recording; a fifth of them late by one to five days.
     Their number."""
     rng = random.Random(seed)

@@ -196,12 +196,15 @@ def test_every_closed_day_and_month_is_brute_force(year, zone, kind):
 @pytest.mark.parametrize("zone", ["UTC", ZONE])
 def test_progress_begins_at_the_first_day_the_first_close_closed(year, zone):
     """``since`` is where readers may begin taking days from their items: the first day closed, not the last
-    day of the first run."""
+    day of the first run; the first day whose hours were all kept, not the first whole month. Months begin with
+    the first whole one."""
     table, _, runs, _ = year
     progress = ProgressItems(table.client, table.table_name).read(zone)
-    first_run = START + 3 * HOUR_MS  # the fixture's first close
-    assert progress.since == first_closable_day(zone, first_run, SETTINGS) and progress.since.day == 1
+    first_run = START + 3 * HOUR_MS  # the fixture's first close: 89 days and a day of slack back is 22 Sep 03:00
+    assert progress.since == first_closable_day(zone, first_run, SETTINGS) == date(2027, 9, 23 if zone == "UTC" else 22)
     assert f"D#{zone}@{progress.since.isoformat()}" in runs[0].periods
+    assert not any(f"MO#{zone}@2027-09" in run.periods for run in runs)
+    assert any(f"MO#{zone}@2027-10" in run.periods for run in runs)
 
 
 def test_a_counter_outside_the_prefixes_keeps_no_days_and_late_records_left_marks(year):
@@ -325,3 +328,142 @@ def test_the_streamed_days_hold_the_dates_where_calendars_break(days):
     assert max(lateness) > 30 * DAY_MS and sum(late > DAY_MS + HOUR_MS for late in lateness) > 20
     quiet = [e["ts"] for e in events if e["shop"] == "quiet"]
     assert not any(parse_instant("2028-03-01T00:00:00Z") <= ts < parse_instant("2028-09-01T00:00:00Z") for ts in quiet)
+
+
+SHORT_HOURS = dataclasses.replace(SETTINGS, hour_retention_ms=7 * DAY_MS)  # the least a calendar allows
+
+
+def test_days_whose_hours_expired_are_skipped_as_missing_and_the_close_carries_on(monkeypatch):
+    """Closes stopped past the hour retention: the close refuses in one line naming the mend; the mend records the
+    days it can no longer close as missing and moves past them; the close then carries on with the days after;
+    reads of the missing days (and of their month) are refused in one line, those around them are brute force;
+    skipping again skips nothing."""
+    from freezegun import freeze_time
+
+    from tally import QueryError, Reader
+
+    rng = random.Random(4)
+    first = parse_instant("2028-05-01T00:00:00Z")
+    events = []
+    for n in range(300):
+        ts = first + rng.randrange(19 * DAY_MS - 4 * HOUR_MS)
+        late = rng.choice([0, 30_000, 5 * HOUR_MS, LATE_AFTER_MS + HOUR_MS, 3 * DAY_MS])
+        events.append({"id": f"m{n}", "shop": rng.choice(["bolt", "acme"]), "amount": Decimal(rng.randrange(1, 500)),
+                       "buyer": f"b{n % 7}", "ts": ts, "arrival": ts + late + rng.randrange(1000)})
+    stopped, now = parse_instant("2028-05-05T03:00:00Z"), parse_instant("2028-05-20T03:00:00Z")
+    events = sorted((event for event in events if event["arrival"] < now), key=lambda event: event["arrival"])
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"skipped-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        settings = dataclasses.replace(SHORT_HOURS, counts_table=counts)
+        table = CountsTable(client, counts, settings, previous_release_until_ms=0)
+        before = [event for event in events if event["arrival"] < stopped]
+        deliver(table, before, [10**20])
+        assert Closer(table).close_due(stopped).periods  # UTC's 30 April to 2 May, New York's 29 April to 1 May; then stopped
+        deliver(table, events[len(before):], [2 * 10**20])
+
+        closer = Closer(table)
+        with pytest.raises(CloseRefused) as refused:
+            closer.close_due(now)
+        assert str(refused.value).startswith("D#UTC@2028-05-03 can no longer be closed: its hours are past the hour "
+                                             "retention (7 days, hourRetentionDays)")
+        assert "run scripts/close_periods.py --skip-missing" in str(refused.value) and "\n" not in str(refused.value)
+
+        skipped = closer.skip_missing(now)
+        assert skipped == [("UTC", date(2028, 5, 3), date(2028, 5, 14)), (ZONE, date(2028, 5, 2), date(2028, 5, 13))]
+        closed = closer.close_due(now)
+        assert "D#UTC@2028-05-15" in closed.periods and "D#America/New_York@2028-05-16" in closed.periods
+        assert not [key for key in closed.periods if "D#UTC@2028-05-03" <= key <= "D#UTC@2028-05-14"]
+        assert closer.skip_missing(now) == [] and closer.close_due(now).periods == []  # again: nothing more
+        progress = ProgressItems(client, counts).read("UTC")
+        assert (progress.since, progress.days, progress.missing) == (
+            date(2028, 4, 30), date(2028, 5, 17), ((date(2028, 5, 3), date(2028, 5, 14)),))
+
+        reader = Reader(counts, client=client, settings=settings)
+        with freeze_time("2028-05-20T03:00:00Z"):
+            for zone, start, end in (("UTC", "2028-05-15", "2028-05-21"), (ZONE, "2028-05-14", "2028-05-21"),
+                                     ("UTC", "2028-05-01", "2028-05-03"), (ZONE, "2028-05-01", "2028-05-02")):
+                [series] = reader.calendar(["orders/bolt"], "day", tz=zone, start=start, end=end)
+                expected = Counter(local(event["ts"], zone) for event in events if event["shop"] == "bolt"
+                                   and date.fromisoformat(start) <= local(event["ts"], zone) < date.fromisoformat(end))
+                assert {point.start.date(): point.count for point in series.points if point.count} == dict(expected)
+                assert series.total > 0
+            for zone, start, end, parameter in (("UTC", "2028-05-10", "2028-05-20", "from"), ("UTC", "2028-05-01", "2028-05-04", "to"),
+                                                (ZONE, "2028-05-13", "2028-05-20", "from")):
+                with pytest.raises(QueryError) as missing:
+                    reader.calendar(["orders/bolt"], "day", tz=zone, start=start, end=end)
+                assert f"the days of {zone} from 2028-05-0" in str(missing.value) and " are missing: " in str(missing.value)
+                assert "\n" not in str(missing.value) and missing.value.parameter == parameter
+            with pytest.raises(QueryError, match="from 2028-05-03 to 2028-05-14 are missing: .* a range may end on "
+                                                 "2028-05-03 or begin on 2028-05-15"):
+                reader.calendar(["orders/bolt"], "month", start="2028-05-01", end="2028-06-01")
+
+        # Over HTTP: the same refusal, a 400 naming its parameter.
+        from factories import LambdaContext
+
+        from tally import http_api
+        from tally.functions import read_api
+        from tally.local.http_adapter import http_api_event
+
+        for name, value in {"COUNTS_TABLE": counts, **settings.counting_environment()}.items():
+            monkeypatch.setenv(name, value)
+        http_api.reader.cache_clear()
+        http_api.api_settings.cache_clear()
+        target = "/calendar?counter=orders/bolt&period=day&from=2028-05-10&to=2028-05-20"
+        with freeze_time("2028-05-20T03:00:00Z"):
+            response = read_api.handler(http_api_event("GET", target, [("host", "api.example")], route_key="GET /calendar"),
+                                        LambdaContext())
+        http_api.reader.cache_clear()
+        http_api.api_settings.cache_clear()
+        body = json.loads(response["body"])
+        assert response["statusCode"] == 400 and body["parameter"] == "from"
+        assert "the days of UTC from 2028-05-03 to 2028-05-14 are missing" in body["message"]
+
+        # A month holding missing days is never closed, though its days after them are.
+        for zone in ("UTC", ZONE):
+            ProgressItems(client, counts).advance(zone, Bucket.of_day(date(2028, 6, 2), zone), None)
+        assert Closer(table).plan_due(parse_instant("2028-06-05T03:00:00Z")).months == ()
+
+
+def test_a_prefix_declared_later_reads_its_days_before_its_first_close_from_hours():
+    """Days of a zone are closed from March for "orders/"; "signups" is declared in May. Its counters' days
+    before the first close that knew of it were never closed: a read takes them from hours (brute force), not
+    from day items that were never written."""
+    from freezegun import freeze_time
+
+    from tally import Reader
+
+    rng = random.Random(9)
+    first = parse_instant("2028-05-01T00:00:00Z")
+    declared, now = parse_instant("2028-05-10T04:00:00Z"), parse_instant("2028-05-20T03:00:00Z")
+    events = []
+    for n in range(240):
+        ts = first + rng.randrange(19 * DAY_MS)
+        late = rng.choice([0, 30_000, 5 * HOUR_MS, LATE_AFTER_MS + HOUR_MS, 3 * DAY_MS])
+        events.append({"id": f"p{n}", "shop": "bolt", "amount": Decimal(1), "buyer": "b", "ts": ts,
+                       "arrival": ts + late + rng.randrange(1000)})
+    events = sorted((event for event in events if event["arrival"] < now), key=lambda event: event["arrival"])
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"declared-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        before = dataclasses.replace(SETTINGS, counts_table=counts, calendar_prefixes=("orders/",))
+        after = dataclasses.replace(SETTINGS, counts_table=counts)  # orders/ and signups
+        early = [event for event in events if event["arrival"] < declared]
+        deliver(CountsTable(client, counts, before, previous_release_until_ms=0), early, [10**20])
+        while Closer(CountsTable(client, counts, before, previous_release_until_ms=0)).close_due(declared - HOUR_MS).periods:
+            pass
+        table = CountsTable(client, counts, after, previous_release_until_ms=0)
+        deliver(table, events[len(early):], [2 * 10**20])
+        while Closer(table).close_due(now).periods:
+            pass
+
+        with freeze_time("2028-05-20T03:00:00Z"):
+            for zone in ("UTC", ZONE):
+                signups, orders = Reader(counts, client=client, settings=after).calendar(
+                    ["signups", "orders/bolt"], "day", tz=zone, start="2028-05-01", end="2028-05-21")
+                expected = dict(Counter(local(event["ts"], zone) for event in events
+                                        if date(2028, 5, 1) <= local(event["ts"], zone) < date(2028, 5, 21)))
+                for series in (signups, orders):
+                    assert {point.start.date(): point.count for point in series.points if point.count} == expected, series.counter

@@ -48,7 +48,7 @@ from tally.local.http_adapter import LocalApi
 
 NOW_TEXT = "2026-01-20T15:20:00Z"  # a Tuesday: days closed through 17 January, months through December 2025
 NOW = parse_instant(NOW_TEXT)
-START = parse_instant("2024-01-01T05:00:00Z")  # the first events; the first close begins its days on 1 January
+START = parse_instant("2024-01-01T05:00:00Z")  # the first events; the first close begins its days on 6 December
 FIRST_CLOSE = parse_instant("2024-03-03T12:00:00Z")
 YORK = "America/New_York"
 RULES_JSON = json.dumps([
@@ -295,14 +295,14 @@ def test_the_progress_read_counts_in_the_first_kept_counters_requests(world):
     ("call", "message"),
     [
         (lambda r: r.calendar([SIGNUPS], "day", start="2023-12-01", end="2024-01-10"),
-         "the range begins 2023-12-01, before what UTC keeps: days are kept from 2024-01-01 (since the first close) "
+         "the range begins 2023-12-01, before what UTC keeps: days are kept from 2023-12-06 (since the first close) "
          "for 400 days (dayRetentionDays), hours for 90 days (hourRetentionDays); a range may begin on 2024-12-16 "
          "or later"),
         (lambda r: r.calendar([SIGNUPS], "week", tz=YORK, start="2024-06-01", end="2024-07-01"),
          "a range may begin on 2024-12-16 or later"),  # past since, but those days are no longer kept
         (lambda r: r.calendar([ORDERS], "month", tz=YORK, start="2023-11-01", end="2024-03-01"),
          "months are kept from 2024-01 (since the first close) for 84 months (monthRetentionMonths), days are kept "
-         "from 2024-01-01"),
+         "from 2023-12-06"),
         (lambda r: r.calendar([ORDERS], "month", tz=YORK, start="2024-06-15", end="2024-09-01"),
          "a range may begin on the first of a month from 2024-01 on, or on any day from 2024-12-16"),  # June cut
         (lambda r: r.calendar([SIGNUPS], "day", tz="America/Chicago", start="2025-06-01", end="2025-07-01"),
@@ -343,7 +343,7 @@ def test_the_progress_is_what_the_last_close_left(world):
     client, _ = world
     for zone in ("UTC", YORK):
         progress = ProgressItems(client, COUNTS).read(zone)
-        assert (progress.since, progress.days, progress.months) == (date(2024, 1, 1), date(2026, 1, 17), date(2025, 12, 1))
+        assert (progress.since, progress.days, progress.months) == (date(2023, 12, 6), date(2026, 1, 17), date(2025, 12, 1))
 
 
 # --- the query command and the HTTP API -------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def test_the_query_command_answers_a_year_of_days_past_the_hour_retention(deploy
     assert len(series["points"]) == 365 and series["requests"] == 2
     assert query_window.main([SIGNUPS, "--series", "day", "--from", "2023-12-01", "--to", "2024-01-10"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.count("\n") == 1 and "days are kept from 2024-01-01" in captured.err
+    assert captured.out == "" and captured.err.count("\n") == 1 and "days are kept from 2023-12-06" in captured.err
 
 
 def signed_get(api: LocalApi, target: str) -> tuple[int, dict]:

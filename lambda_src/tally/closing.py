@@ -27,13 +27,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from typing import Any
 
-from tally.core.buckets import DAY, MONTH, Bucket, day_index, iso_second, lane_sort_key
+from tally.core.buckets import DAY, MONTH, Bucket, day_date, day_index, iso_second, lane_sort_key
 from tally.core.commit import Writer
 from tally.core.directory import DIRECTORY_PARTITIONS, days_between
 from tally.core.instants import InvalidInstant, parse_instant
 from tally.core.ladder import (
+    SKIP_MISSING,
     Closed,
     Progress,
     children,
@@ -41,6 +43,7 @@ from tally.core.ladder import (
     closes_at,
     due_days,
     first_closable_day,
+    first_whole_month,
 )
 from tally.core.segments import MAX_SEGMENT_ITEMS, Item, Segment
 from tally.core.settings import Settings
@@ -179,23 +182,52 @@ class Closer:
                 self._refuse_expired(Bucket.of_day(due[0], zone), now_ms)
             days += [Bucket.of_day(day, zone) for day in due]
             last_month = None if progress.months is None else Bucket.of_month(progress.months, zone)
-            month = Bucket.of_month(first, zone) if last_month is None else last_month._replace(index=last_month.index + 1)
+            if last_month is not None:
+                month = last_month._replace(index=last_month.index + 1)
+            else:  # a zone's first close: months begin with the first whole one (its finish records the one before)
+                month = Bucket.of_month(first if progress.since is not None else first_whole_month(first), zone)
             closed_through = due[-1] if due else progress.days
             while closed_through is not None and closes_at(month) <= now_ms and children(month)[1].index <= day_index(closed_through):
-                months.append(month)
+                if not progress.month_missing(month):  # a month holding missing days is never closed short
+                    months.append(month)
                 month = month._replace(index=month.index + 1)
         return Due(tuple(days), tuple(months))
 
+    def _expired(self, day: Bucket, now_ms: int) -> bool:
+        """Whether ``day``'s first hour may be gone within the day a run has: its close would be short."""
+        return not children(day)[0].alive_at(now_ms + DAY_MS, self.settings)
+
     def _refuse_expired(self, day: Bucket, now_ms: int) -> None:
-        """CloseRefused for a day whose first hour may be gone within the day a run has: its close would be
-        short. Closes stopped that long leave days only a backfill can count (it adds to days directly)."""
-        first_hour = children(day)[0]
-        if not first_hour.alive_at(now_ms + DAY_MS, self.settings):
+        """CloseRefused for a day that can no longer be closed (``_expired``), in one line naming the mend."""
+        if self._expired(day, now_ms):
             raise CloseRefused(
                 f"{day.sort_key} can no longer be closed: its hours are past the hour retention "
                 f"({self.settings.hour_retention_ms // DAY_MS} days, hourRetentionDays), the closes having stopped "
-                "since; count those days with a backfill from an export, then move the zone's progress past them"
+                f"since; run {SKIP_MISSING} to record such days of {day.zone} as missing and close the days after them"
             )
+
+    def unclosable(self, now_ms: int) -> list[tuple[str, date, date]]:
+        """Each kept zone's run of due days that can no longer be closed at ``now_ms`` (``_expired``: their hours
+        are past the hour retention, the closes having stopped too long): (zone, first, last)."""
+        found = []
+        for zone in self.settings.kept_zones:
+            progress = self.progress.read(zone)
+            if progress.days is None:  # no close yet: closes begin where every hour is kept
+                continue
+            expired = []
+            for day in due_days(zone, progress.days, progress.days, now_ms):
+                if not self._expired(Bucket.of_day(day, zone), now_ms):
+                    break
+                expired.append(day)
+            if expired:
+                found.append((zone, expired[0], expired[-1]))
+        return found
+
+    def skip_missing(self, now_ms: int) -> list[tuple[str, date, date]]:
+        """Move each kept zone's progress past the days that can no longer be closed (``unclosable``), recording
+        them as missing: reads refuse them, the months holding them are never closed, and the close carries on
+        with the days after them. The runs skipped (none the second time)."""
+        return [run for run in self.unclosable(now_ms) if self.progress.skip(*run)]
 
     def close_part(self, periods: Sequence[Bucket], part: int) -> CloseSummary:
         """Close ``periods`` (consecutive days, or months, of one zone) for the kept counters of directory
@@ -261,7 +293,14 @@ class Closer:
             days = [p for p in mine if p.kind == DAY]
             last_day = max(days, default=None, key=lambda p: p.index)
             last_month = max((p for p in mine if p.kind == MONTH), default=None, key=lambda p: p.index)
-            self.progress.advance(zone, last_day, last_month, min(days, default=None, key=lambda p: p.index))
+            first_day = min(days, default=None, key=lambda p: p.index)
+            if first_day is not None and day_date(first_day.index).day != 1 and self.progress.read(zone).since is None:
+                # The zone's first close began within a month: that month is short of the days before, so it is
+                # passed over (recorded as the last month reached, which readers never take: it begins before
+                # since), and the next plan begins with the month after. Recorded first, since with it.
+                partial = Bucket.of_month(day_date(first_day.index), zone)
+                self.progress.advance(zone, None, partial, first_day)
+            self.progress.advance(zone, last_day, last_month, first_day, self.settings.calendar_prefixes)
 
     def close_due(
         self,
@@ -472,6 +511,13 @@ class CloseStages:
         return found
 
 
-def progress_json(progress: Progress) -> dict[str, str | None]:
-    """A zone's progress as the finish reports it: ISO dates, None where nothing is closed yet."""
-    return {name: None if value is None else value.isoformat() for name, value in asdict(progress).items()}
+def progress_json(progress: Progress) -> dict[str, Any]:
+    """A zone's progress as the finish reports it: ISO dates, None where nothing is closed yet, and the runs of
+    missing days (``first..last``) where closes stopped too long were skipped."""
+    found: dict[str, Any] = {
+        name: None if value is None else value.isoformat()
+        for name, value in (("since", progress.since), ("days", progress.days), ("months", progress.months))
+    }
+    if progress.missing:
+        found["missing"] = [f"{first.isoformat()}..{last.isoformat()}" for first, last in progress.missing]
+    return found

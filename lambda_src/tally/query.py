@@ -487,7 +487,8 @@ def calendar_series(
     groups: dict[Sources, list[str]] = {}
     for counter in dict.fromkeys(counters):
         sources = calendar_sources(
-            period, spans, zone, progress if reasons[counter] is None else None, now, settings, reasons[counter]
+            period, spans, zone, progress.of_counter(counter) if progress is not None and reasons[counter] is None else None,
+            now, settings, reasons[counter],
         )
         groups.setdefault(sources, []).append(counter)
     found: dict[str, CalendarSeries] = {}

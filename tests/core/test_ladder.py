@@ -20,6 +20,7 @@ from tally.core.ladder import (
     closes_at,
     due_days,
     first_closable_day,
+    first_whole_month,
     is_late,
     late_partition,
     long_items,
@@ -160,7 +161,11 @@ def test_days_close_two_days_and_an_hour_after_they_end_in_their_own_zone():
         date(2026, 11, 2), date(2026, 11, 3)]
 
 
-def test_closes_begin_with_the_first_month_whose_hours_are_all_kept():
+def test_closes_begin_with_the_first_day_whose_hours_are_all_kept_and_months_with_the_first_whole_one():
     now = parse_instant("2026-11-28T12:00:00Z")
-    assert first_closable_day("UTC", now, Settings()) == date(2026, 9, 1)  # 90 days of hours reach back to 30 Aug
-    assert first_closable_day("UTC", now, Settings(hour_retention_ms=30 * DAY_MS, minute_retention_ms=DAY_MS)) == date(2026, 11, 1)
+    assert first_closable_day("UTC", now, Settings()) == date(2026, 9, 1)  # 89 days and a day of slack: 31 Aug 12:00
+    short = Settings(hour_retention_ms=30 * DAY_MS, minute_retention_ms=DAY_MS)
+    assert first_closable_day("UTC", now, short) == date(2026, 10, 31)  # not 1 November: every day whole in hours
+    assert first_closable_day(NEW_YORK, now, short) == date(2026, 10, 31)  # 30 Oct 12:00 UTC is 08:00 there
+    assert first_closable_day(NEW_YORK, now - 9 * HOUR_MS, short) == date(2026, 10, 30)  # 30 Oct 03:00 UTC, 23:00 on the 29th
+    assert first_whole_month(date(2026, 10, 31)) == date(2026, 11, 1) and first_whole_month(date(2026, 11, 1)) == date(2026, 11, 1)

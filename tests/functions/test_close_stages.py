@@ -119,3 +119,22 @@ def test_a_table_that_keeps_no_days_plans_nothing(dynamodb, monkeypatch):
     monkeypatch.delenv("TALLY_CALENDAR_PREFIXES", raising=False)
     assert close_stages.plan({}) | {"now": ""} == {"now": "", "days": [], "months": [], "finish": []}
     assert close_stages.finish({"periods": []})["progress"] == {}
+
+
+def test_a_plan_after_closes_stopped_past_the_hour_retention_fails_naming_the_mend(environment):
+    """The state machine's failure (CloseRefused, never retried) says what the command says: the day, why, and
+    the command that moves past the days that can no longer be closed."""
+    from datetime import date, timedelta
+
+    from tally.dynamo.closing import ProgressItems
+
+    today = datetime.fromtimestamp(now_ms() / 1000, UTC).date()
+    for zone in ("UTC", ZONE):
+        ProgressItems(environment, COUNTS).advance(zone, Bucket.of_day(today - timedelta(days=100), zone), None,
+                                                   Bucket.of_day(date(today.year - 1, 1, 1), zone))
+    with pytest.raises(CloseRefused) as refused:
+        close_stages.plan({})
+    message = str(refused.value)
+    assert message.startswith(f"D#UTC@{(today - timedelta(days=99)).isoformat()} can no longer be closed: ")
+    assert message.endswith("run scripts/close_periods.py --skip-missing to record such days of UTC as missing and "
+                            "close the days after them") and "\n" not in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from decimal import Decimal
@@ -53,6 +54,8 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     assert status == 0
     assert all(row["tally"] == row["recount"] > 0 for row in rows.values())
     assert audit_json(capsys, "--window", "3h", "--at", str(end // MINUTE_MS * 60)) == (status, rows)  # epoch seconds
+    assert audit.main([*COUNTERS, "--window", "3h", "--at", at_iso]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "VERDICT: NO DIFFERENCE"  # the table's last line
 
     # An event the stream never saw (as if the stream had been off): tally cannot know of it, the audit can.
     stamped = end - HOUR_MS
@@ -64,6 +67,11 @@ def test_an_honest_table_audits_equal_and_a_lost_event_shows_as_a_difference(tab
     assert status == 1
     assert rows["orders"]["recount"] == rows["orders"]["tally"] + 1 and rows["orders"]["difference"] == -1
     assert rows["refunds"]["difference"] == 0
+    for json_lines in ([], ["--json"]):  # with --json the verdict ends stderr: stdout is one object a line
+        assert audit.main([*COUNTERS, "--window", "3h", "--at", at_iso, *json_lines]) == 1
+        output = capsys.readouterr()
+        shown = output.err if json_lines else output.out
+        assert shown.splitlines()[-1] == "VERDICT: DIFFERENCE: 1 counter differs in 1 period"
 
 
 def test_a_query_on_an_index_recounts_the_same(server_env, capsys, monkeypatch):
@@ -445,9 +453,10 @@ def test_rules_recount_only_the_counters_they_write_and_find_them_equal(tables, 
         "jobs/all": (40 + 13, 40 + 13),  # every job by rule "all", and the provider named "all" by rule "jobs"
     }
     assert rows["jobs/all"]["shared_with"] == ["all"] and rows["jobs/acme"]["shared_with"] == []
-    assert errors.splitlines()[-1] == (
-        "jobs/all: also written by 'all': tally keeps one total, recounted with every rule that writes it"
-    )
+    assert errors.splitlines()[-2:] == [
+        "jobs/all: also written by 'all': tally keeps one total, recounted with every rule that writes it",
+        "VERDICT: NO DIFFERENCE",
+    ]
     status, rows, _ = rules_audit(capsys, "--rules", "paid", "--at", at_iso)
     assert status == 0 and {counter: row["recount"] for counter, row in rows.items()} == {"revenue/s1": 20}
 
@@ -593,3 +602,62 @@ def test_rules_that_might_write_one_counter_are_told_from_those_that_cannot():
         "braces": ["braces"],
     }
     assert [rule.prefix for rule in rules] == ["jobs/", "jobs/all", "revenue/", "", "x{y}"]
+
+
+def test_a_series_of_days_and_months_is_recounted_period_by_period_in_its_zone(tables, capsys):
+    """--series: each New York day (and month) against the events whose time lies between its local midnights;
+    an event the stream never saw shows as one period of one counter that differs."""
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    york = ZoneInfo("America/New_York")
+    end = now_ms() - 5 * MINUTE_MS
+    events = Workload(counters=COUNTERS, hours=60, rate=(4, 8), seed=11).events(end)
+    write_items(client("dynamodb"), tables.events, [event.item() for event in events])
+    run_stream(tables)
+    today = datetime.fromtimestamp(end / 1000, UTC).astimezone(york).date()
+    first, last = today - timedelta(days=3), today + timedelta(days=1)
+    span = ["--tz", "America/New_York", "--from", first.isoformat(), "--to", last.isoformat()]
+
+    assert audit.main([*COUNTERS, "--series", "day", *span, "--json"]) == 0
+    output = capsys.readouterr()
+    rows = [json.loads(line) for line in output.out.splitlines()]
+    assert output.err.splitlines()[-1] == "VERDICT: NO DIFFERENCE"
+    assert [row["start"][:10] for row in rows if row["counter"] == "orders"] == [
+        (first + timedelta(days=n)).isoformat() for n in range(4)
+    ]
+    local = [datetime.fromtimestamp(event.ts_ms / 1000, UTC).astimezone(york).date() for event in events]
+    for row in rows:
+        day = datetime.fromisoformat(row["start"]).date()
+        wanted = sum(1 for event, on in zip(events, local) if event.counter == row["counter"] and on == day)
+        assert row["tally"] == row["recount"] == wanted
+    assert sum(row["recount"] for row in rows) == len(events) > 200
+
+    assert audit.main([*COUNTERS, "--series", "month", *span]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "VERDICT: NO DIFFERENCE"
+
+    # An event the stream never saw, at 23:30 in New York two days ago: one period of one counter differs.
+    unseen = datetime.combine(today - timedelta(days=2), datetime.min.time(), tzinfo=york) + timedelta(hours=23, minutes=30)
+    client("dynamodb").put_item(TableName=tables.events, Item={
+        "id": {"S": "unseen"}, "counter": {"S": "refunds"}, "ts": {"N": str(int(unseen.timestamp() * 1000))}})
+    assert audit.main([*COUNTERS, "--series", "day", *span]) == 1
+    output = capsys.readouterr()
+    assert output.out.splitlines()[-1] == "VERDICT: DIFFERENCE: 1 counter differs in 1 period"
+    assert "periods that differ" in output.out and f"{(today - timedelta(days=2)).isoformat()}T00:00:00" in output.out
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["orders", "--series", "day", "--from", "2026-11-01"], "a calendar read needs its first day and the day after"),
+        (["orders", "--series", "day", "--from", "2026-11-01", "--to", "2026-11-03", "--window", "1h"], "give no --window"),
+        (["orders", "--tz", "UTC"], "--tz, --from and --to go with --series"),
+        (["orders", "--series", "day", "--tz", "Asia/Kolkata", "--from", "2026-11-01", "--to", "2026-11-03"], "not on a whole hour"),
+        (["orders", "--series", "week", "--from", "2026-11-01", "--to", "2026-11-03"], "invalid choice: 'week'"),
+    ],
+)
+def test_a_bad_series_audit_is_one_line_and_exit_2(tables, capsys, arguments, message):
+    with pytest.raises(SystemExit) if "week" in arguments else contextlib.nullcontext():
+        assert audit.main(arguments) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1, error

@@ -160,6 +160,12 @@ def test_another_export_of_the_same_instant_is_refused(tables, capsys):
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and arns[0] in error and "twice" in error
 
+    # A new export of that history is refused before it is started (and billed), naming the one to resume.
+    assert backfill.main(["--export-to", f"s3://{bucket}/p3", "--count-from", count_from, "--poll-seconds", "0.05"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no new export is started" in error and f"--export-arn {arns[0]}" in error
+    assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == 2
+
 
 def test_a_prefix_holding_two_exports_without_a_manifest_is_refused(tables, capsys):
     dynamodb, s3 = client("dynamodb"), client("s3")
@@ -256,6 +262,11 @@ def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_
     assert backfill.main(["--rules", "refunds", "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "count it twice" in error and export.arn in error
+    exported = len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"])
+    assert backfill.main(["--rules", "refunds", "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"run with --rules refunds --export-arn {export.arn}" in error
+    assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == exported  # none started
 
 
 @pytest.mark.parametrize(

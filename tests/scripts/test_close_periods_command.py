@@ -65,10 +65,11 @@ def test_the_close_writes_what_close_due_writes_and_a_run_again_writes_nothing(c
     closed = out.strip().splitlines()[-1]
     assert closed.startswith("closed ") and f"{expected.written:,} items written, 0 already closed" in closed
     assert f"{expected.counters:,} counters" in closed and " of 2 zones" in closed
-    assert err.count("closed UTC days ") == 1 and f"closed {ZONE} months " in err
+    assert err.count("closed UTC days ") == 1 and f"closed {ZONE} days " in err
 
-    # A zone's first run closes at most a month of days, from its own first closable month (New York's may begin
-    # a month before UTC's): later runs close the rest; once all is closed, a run again writes nothing.
+    # A zone's first run closes at most a month of days, from its own first closable day (each zone's whole days
+    # in the hours kept), and no month yet (the first closed is the first whole one): later runs close the rest and
+    # the months; once all is closed, a run again writes nothing.
     twin_closer = Closer(CountsTable(dynamodb, twin, calendar_settings(twin), previous_release_until_ms=0))
     while twin_closer.close_due(now_ms()).periods:
         assert close_periods.main(["--now", at]) == 0
@@ -117,3 +118,55 @@ def test_bad_input_is_one_line_and_exit_status_2(tables, capsys, argv, message):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_closes_stopped_past_the_hour_retention_end_in_one_line_naming_the_skip_that_mends_them(tables, capsys, monkeypatch):
+    """The refusal is one line, exit status 2, naming --skip-missing; the skip (a dry run first) records the days
+    that can no longer be closed as missing and closes the rest; reads of those days say they are missing; a
+    second skip skips nothing."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.core.buckets import Bucket
+    from tally.dynamo.closing import ProgressItems
+
+    dynamodb, now = client("dynamodb"), now_ms()
+    settings = calendar_settings(tables.counts, hour_retention_ms=7 * DAY_MS)  # the least a calendar allows
+    CountsTable(dynamodb, tables.counts, settings).publish_settings("stream runner", now)
+    today = datetime.fromtimestamp(now / 1000, UTC).date()
+    progress = ProgressItems(dynamodb, tables.counts)
+    for zone in ("UTC", ZONE):  # closed through a fortnight ago, then stopped
+        progress.advance(zone, Bucket.of_day(today - timedelta(days=14), zone), None, Bucket.of_day(today - timedelta(days=40), zone))
+
+    assert close_periods.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"D#UTC@{(today - timedelta(days=13)).isoformat()} can no longer be closed: its hours are past" in err
+    assert "run scripts/close_periods.py --skip-missing" in err
+
+    assert close_periods.main(["--skip-missing", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"would skip UTC days {(today - timedelta(days=13)).isoformat()} .. " in out and f"would skip {ZONE} days" in out
+    assert progress.read("UTC").missing == ()
+
+    assert close_periods.main(["--skip-missing"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped UTC days {(today - timedelta(days=13)).isoformat()} .. " in out and f"skipped {ZONE} days" in out
+    assert out.strip().splitlines()[-1].startswith("closed ")  # and the close carried on
+    utc = progress.read("UTC")
+    [(first, last)] = utc.missing
+    assert first == today - timedelta(days=13) and last < utc.days
+
+    assert close_periods.main(["--skip-missing"]) == 0
+    again = capsys.readouterr()
+    assert "nothing to skip" in again.out and "nothing due" in again.out and progress.read("UTC").missing == utc.missing
+
+    for name, value in {"COUNTS_TABLE": tables.counts, **settings.counting_environment()}.items():
+        monkeypatch.setenv(name, value)
+    query_window = load_script("query_window")
+    argv = ["orders/acme", "--series", "day", "--from", (first + timedelta(days=1)).isoformat(), "--to", today.isoformat()]
+    assert query_window.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"the days of UTC from {first.isoformat()} to {last.isoformat()} are missing" in captured.err
+    after = ["orders/acme", "--series", "day", "--from", (last + timedelta(days=1)).isoformat(), "--to", today.isoformat()]
+    assert query_window.main(after) == 0

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 
 from tally.core.buckets import DAY, Bucket, day_date, day_index, local_day_of_hour, month_first_day
 from tally.core.calendar import CalendarError, Period, Span, iso_local, zone_of
-from tally.core.ladder import Progress
+from tally.core.ladder import SKIP_MISSING, Progress, first_whole_month
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
 
@@ -93,6 +94,10 @@ def calendar_sources(
                 continue
         for index in range(first, last + 1):
             day = Bucket(DAY, index, zone)
+            if progress is not None and progress.missing and day.alive_at(now_ms, settings):
+                missing = progress.missing_run(day)
+                if missing is not None:
+                    raise _missing(missing, zone, spans)
             if progress is not None and progress.day_closed(day) and day.alive_at(now_ms, settings):
                 days.append(day)
             else:
@@ -131,6 +136,18 @@ def _runs(indexes: Sequence[int]) -> list[tuple[int, int]]:
 
 def _bucket_runs(buckets: Sequence[Bucket]) -> list[Run]:
     return [(buckets[0]._replace(index=first), buckets[0]._replace(index=last)) for first, last in _runs([b.index for b in buckets])]
+
+
+def _missing(run: tuple[date, date], zone: str, spans: Sequence[Span]) -> CalendarError:
+    """Why a range holding missing days is refused, in one line: which days, why, and where a range may lie."""
+    first, last = run
+    days = first.isoformat() if first == last else f"{first.isoformat()} to {last.isoformat()}"
+    return CalendarError(
+        f"the days of {zone} from {days} are missing: the closes stopped until their hours had expired "
+        f"(hourRetentionDays), and {SKIP_MISSING} moved past them; a range may end on {first.isoformat()} "
+        f"or begin on {(last + timedelta(days=1)).isoformat()}",
+        "from" if day_index(spans[0].first_day) >= day_index(first) else "to",
+    )
 
 
 def _refusal(
@@ -173,7 +190,7 @@ def _refusal(
     )
     if kind is Period.MONTH:
         kept = (
-            f"months are kept from {progress.since.isoformat()[:7]} (since the first close) for "
+            f"months are kept from {first_whole_month(progress.since).isoformat()[:7]} (since the first close) for "
             f"{settings.month_retention_months} months (monthRetentionMonths), {kept}"
         )
     earliest = _earliest(kind, zone, progress, now_ms, settings)
@@ -192,7 +209,7 @@ def _earliest(kind: Period, zone: str, progress: Progress, now_ms: int, settings
     oldest = oldest_hour_ms(now_ms, settings)
     # The first day whose item is kept: the day after the one that ended a day retention ago, give or take DST.
     day = Bucket(DAY, max(day_index(progress.since), local_day_of_hour((now_ms - settings.day_retention_ms) // HOUR_MS, zone) - 1), zone)
-    while not day.alive_at(now_ms, settings):
+    while not day.alive_at(now_ms, settings) or progress.missing_run(day) is not None:
         day = day._replace(index=day.index + 1)
     if not progress.day_closed(day):  # every closed day has expired: hours only
         day = Bucket(DAY, local_day_of_hour(oldest // HOUR_MS, zone), zone)
@@ -200,7 +217,7 @@ def _earliest(kind: Period, zone: str, progress: Progress, now_ms: int, settings
             day = day._replace(index=day.index + 1)
     days = f"a range may begin on {day_date(day.index).isoformat()} or later"
     if kind is Period.MONTH and progress.months is not None:
-        month = Bucket.of_month(progress.since, zone)
+        month = Bucket.of_month(first_whole_month(progress.since), zone)
         while not month.alive_at(now_ms, settings) and month_first_day(month.index) < progress.months:
             month = month._replace(index=month.index + 1)
         first = month_first_day(month.index)

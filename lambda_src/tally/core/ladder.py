@@ -52,6 +52,9 @@ CLOSE_AFTER_MS = LATE_AFTER_MS + STREAM_RETENTION_MS + HOUR_MS
 LATE_PREFIX = "#late#"
 
 Item = tuple[str, Bucket]
+# What mends closes stopped past the hour retention: it records the days they can no longer close as missing and
+# moves past them (the close's refusal names it, on every surface that closes; reads of those days name it too).
+SKIP_MISSING = "scripts/close_periods.py --skip-missing"
 
 
 def late_partition(counter: str) -> str:
@@ -89,18 +92,48 @@ def long_items(counter: str, hour: int, zones: Iterable[str], hour_kept: bool = 
 class Progress:
     """How far a zone's closes got (its progress item, ``dynamo/closing.py``): the first day closed, the last
     day closed and the first day of the last month closed; None where nothing is closed yet. Days and months
-    between ``since`` and these are complete in their items."""
+    between ``since`` and these are complete in their items, except the days ``missing`` (runs of days, first
+    and last, that closes stopped too long left unclosable: their hours had expired, ``close_periods.py
+    --skip-missing`` moved past them) and the months holding any of them."""
 
     since: date | None = None
     days: date | None = None
     months: date | None = None  # the first day of the last month closed
+    missing: tuple[tuple[date, date], ...] = ()
+    # Each calendar prefix, and the first and last day a close closed its counters: a prefix declared later
+    # begins later, one no longer declared stops where it was.
+    prefixes: tuple[tuple[str, date, date], ...] = ()
+
+    def of_counter(self, counter: str) -> Progress:
+        """The progress of ``counter``'s own days: those closed under a prefix it starts with (the widest span,
+        where several are kept), within the zone's; nothing closed where no close knew of one."""
+        matching = [(since, days) for prefix, since, days in self.prefixes if counter.startswith(prefix)]
+        if not matching or self.since is None or self.days is None:
+            return Progress(missing=self.missing)
+        since, days = max(self.since, min(s for s, _ in matching)), min(self.days, max(d for _, d in matching))
+        whole = month_first_day(month_index(date.fromordinal(days.toordinal() + 1)) - 1)  # the last month days ends
+        months = None if self.months is None else min(self.months, whole)
+        return Progress(since, days, months, self.missing, self.prefixes)
 
     def day_closed(self, day: Bucket) -> bool:
-        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days
+        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days \
+            and self.missing_run(day) is None
 
     def month_closed(self, month: Bucket) -> bool:
         first = month_first_day(month.index)
-        return self.since is not None and self.months is not None and self.since <= first <= self.months
+        return self.since is not None and self.months is not None and self.since <= first <= self.months \
+            and not self.month_missing(month)
+
+    def missing_run(self, day: Bucket) -> tuple[date, date] | None:
+        """The run of missing days holding ``day`` (the widest, where runs recorded apart overlap), or None."""
+        local = day_date(day.index)
+        runs = [run for run in self.missing if run[0] <= local <= run[1]]
+        return max(runs, key=lambda run: (run[1] - run[0], run[0]), default=None)
+
+    def month_missing(self, month: Bucket) -> bool:
+        """Whether a day of ``month`` is missing: the month can be neither closed nor read whole."""
+        first, last = month_first_day(month.index), month_first_day(month.index + 1)
+        return any(start < last and first <= end for start, end in self.missing)
 
 
 def closes_at(period: Bucket) -> int:
@@ -174,13 +207,21 @@ def due_days(zone: str, after: date | None, first: date, now_ms: int) -> list[da
 
 
 def first_closable_day(zone: str, now_ms: int, settings: Settings) -> date:
-    """Where a table's closes begin: the first day of the first month whose every hour is still kept at
-    ``now_ms`` (a month closed from fewer days would be short)."""
+    """Where a zone's closes begin: the first day whose every hour is still kept at ``now_ms``, with a day of
+    slack. Every record of such a day is in its hours: on-time ones, and late ones too (a late record adds to
+    its day directly only once days are kept, and then marks its hour, which the close subtracts). Its month,
+    unless the day is the month's first, is never closed: it would be short of the days before."""
     earliest = now_ms - settings.hour_retention_ms + DAY_MS  # a day of slack before those hours expire
-    month = Bucket.of_month(day_date(local_day_of_hour(earliest // HOUR_MS, zone)), zone)
-    if month.start_ms < earliest:
-        month = month._replace(index=month.index + 1)
-    return month_first_day(month.index)
+    day = Bucket(DAY, local_day_of_hour(earliest // HOUR_MS, zone), zone)
+    if day.start_ms < earliest:
+        day = day._replace(index=day.index + 1)
+    return day_date(day.index)
+
+
+def first_whole_month(since: date) -> date:
+    """The first month a zone whose closes began on ``since`` closes: ``since``'s own on its first day, else the
+    next (its first day)."""
+    return since if since.day == 1 else month_first_day(month_index(since) + 1)
 
 
 class Ladder:

@@ -96,6 +96,31 @@ class BackfillClaims(TableAccess):
             f"counting {export_arn} too would count it twice (a changed rule is a new rule, with a new name)"
         )
 
+    def new_export_refusal(self, table_arn: str, count_from_iso: str, rules: tuple[str, ...] = ()) -> str | None:
+        """Why a new export of ``table_arn`` must not be started for this history, or None: a claim already ties it
+        to an export, and counting a second one would be refused by ``claim_backfill`` once that one (billed, and
+        taking minutes to hours) had finished. Read strongly consistent; the claim itself is still put by
+        ``claim_backfill`` before the first commit, so two backfills started at once still count one export."""
+        for sort_key, what in (
+            [(RULE_CLAIM_PREFIX + rule, f"rule {rule!r}") for rule in rules] if rules else [(count_from_iso, None)]
+        ):
+            key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": sort_key}}
+            held = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item")
+            if held is None:
+                continue
+            export = held.get("export", {}).get("S", "?")
+            if what is None:
+                history, resume = f"the history of {table_arn} at {count_from_iso}", f"--export-arn {export}"
+            else:
+                companions = held.get("rules", {}).get("S", rules[0]).replace(",", " ")
+                at = held.get("countFrom", {}).get("S", "?")
+                history, resume = f"the history of {what} (at {at})", f"--rules {companions} --export-arn {export}"
+            return (
+                f"{history} is counted from export {export}: no new export is started, as a second one would count "
+                f"it twice; to resume that backfill if it did not finish, run with {resume}"
+            )
+        return None
+
     def _put_claim(self, sort_key: str, table_arn: str, claim: dict[str, str], expires_s: int) -> dict[str, str] | None:
         """Put the claim unless another is held there: None once it is the table's (put now, or the same claim
         put before), else the claim held (its string attributes), read strongly consistent."""

@@ -2,7 +2,13 @@
 
 One item per zone, ``#calendar`` / the zone's name: ``since`` (the first day
 closed), ``days`` (the last day closed) and ``months`` (the first day of the
-last month closed), ISO dates. It only moves forward (a conditional update),
+last month closed, or of the month a first close beginning within it passed
+over), ISO dates, and ``missing`` (a string set of runs of days,
+``2028-02-01..2028-02-20``, that closes stopped past the hour retention left
+unclosable, skipped by ``close_periods.py --skip-missing``), and for each
+calendar prefix ``since:<prefix>`` and ``days:<prefix>``, the first and the
+last day a close closed its counters (a prefix declared later begins later:
+readers take its counters' days before it from hours). It only moves forward (a conditional update),
 so a close run twice or two racing leave it where the furthest one got. A
 reader takes a period from its day or month items only up to it, and from
 the hours after it.
@@ -24,6 +30,9 @@ from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
 from tally.dynamo.calls import TableAccess, error_code, retried_while_throttled
 
 PROGRESS_PARTITION = "#calendar"
+# A calendar prefix's own since: the progress item's attribute ``since:orders/``.
+PREFIX_SINCE = "since:"
+PREFIX_DAYS = "days:"
 # How long a reader trusts a zone's progress it read. Progress only moves forward, and a read takes from hours
 # whatever the progress it holds does not cover, so an older progress answers as exactly, only reading more.
 PROGRESS_SECONDS = 60
@@ -46,12 +55,52 @@ class ProgressItems:
         def field(name: str) -> date | None:
             return date.fromisoformat(item[name]["S"]) if name in item else None
 
-        return Progress(field("since"), field("days"), field("months"))
+        missing = tuple(sorted(_run_of(text) for text in item.get("missing", {}).get("SS", [])))
+        prefixes = tuple(sorted(
+            (name[len(PREFIX_SINCE):], date.fromisoformat(value["S"]), date.fromisoformat(item[PREFIX_DAYS + name[len(PREFIX_SINCE):]]["S"]))
+            for name, value in item.items() if name.startswith(PREFIX_SINCE) and PREFIX_DAYS + name[len(PREFIX_SINCE):] in item
+        ))
+        return Progress(field("since"), field("days"), field("months"), missing, prefixes)
 
-    def advance(self, zone: str, last_day: Bucket | None, last_month: Bucket | None, first_day: Bucket | None = None) -> None:
+    def skip(self, zone: str, first: date, last: date) -> bool:
+        """Move ``zone``'s closed days on past ``first`` .. ``last``, days that can no longer be closed (their
+        hours have expired), recording them as missing in the same update: readers refuse them instead of
+        taking them from their items, and the close carries on after them. False when the progress is already
+        past ``last`` (skipped before, or closed by a close racing this one): nothing written."""
+        try:
+            retried_while_throttled(
+                self.backoff,
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_key(zone),
+                UpdateExpression="SET #days = :last ADD #missing :run",
+                ConditionExpression="#days < :last",
+                ExpressionAttributeNames={"#days": "days", "#missing": "missing"},
+                ExpressionAttributeValues={":last": {"S": last.isoformat()}, ":run": {"SS": [_run_text(first, last)]}},
+            )
+        except ClientError as error:
+            if error_code(error) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def advance(
+        self,
+        zone: str,
+        last_day: Bucket | None,
+        last_month: Bucket | None,
+        first_day: Bucket | None = None,
+        prefixes: tuple[str, ...] = (),
+    ) -> None:
         """Move ``zone``'s progress on to these (a day, a month), never back. ``since`` is set once, by the first
-        close to finish: to ``first_day``, the first day it closed (default: the day or month it advances to)."""
-        for name, period in (("days", last_day), ("months", last_month)):
+        close to finish: to ``first_day``, the first day it closed (default: the day or month it advances to).
+        So, for each of ``prefixes`` (the calendar prefixes the days' close closed), are its own last day closed
+        and since (``days:<prefix>``, ``since:<prefix>``), by the same update of attributes of their own: a
+        prefix declared later has its counters' days closed from its first close on."""
+        # A prefix's first: stopped between, the zone's days have not moved, and readers take none of them closed.
+        updates = [*((PREFIX_DAYS + prefix, PREFIX_SINCE + prefix, last_day) for prefix in prefixes),
+                   ("days", "since", last_day), ("months", "since", last_month)]
+        for name, since_name, period in updates:
             if period is None:
                 continue
             first = day_date(period.index) if period.kind == DAY else month_first_day(period.index)
@@ -64,7 +113,7 @@ class ProgressItems:
                     Key=_key(zone),
                     UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :since)",
                     ConditionExpression="attribute_not_exists(#p) OR #p < :p",
-                    ExpressionAttributeNames={"#p": name, "#since": "since"},
+                    ExpressionAttributeNames={"#p": name, "#since": since_name},
                     ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
                 )
             except ClientError as error:
@@ -98,6 +147,16 @@ class ProgressReads(TableAccess):
         progress = ProgressItems(self.client, self.table_name, self.backoff).read(zone, consistent=False)
         self._progress_read[zone] = (now, progress)
         return progress, 1
+
+
+def _run_text(first: date, last: date) -> str:
+    """A run of missing days as the progress item keeps it: ``2028-02-01..2028-02-20``."""
+    return f"{first.isoformat()}..{last.isoformat()}"
+
+
+def _run_of(text: str) -> tuple[date, date]:
+    first, _, last = text.partition("..")
+    return date.fromisoformat(first), date.fromisoformat(last)
 
 
 def _key(zone: str) -> dict[str, dict[str, str]]:
