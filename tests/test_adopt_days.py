@@ -25,7 +25,7 @@ from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
 from tally import Reader
 from tally.backfill import BackfillSummary, HistoryScope, WriteRateLimit, backfill_export
-from tally.closing import Closer
+from tally.closing import Closer, progress_json
 from tally.core.calendar import CalendarError
 from tally.core.ladder import LATE_AFTER_MS, Progress, adopted_days
 from tally.core.settings import Settings
@@ -196,7 +196,8 @@ def test_after_the_first_close_the_reads_are_the_same(world):
     client, table, events, _, _ = world
     while Closer(table, workers=1).close_due(NOW).periods:
         pass
-    assert ProgressItems(client, COUNTS).read(YORK).days is not None
+    reported = progress_json(ProgressItems(client, COUNTS).read(YORK))
+    assert reported["days"] is not None and reported["adopted"] == {"orders/": "2027-10-17..2028-11-18"}
     for zone in ("UTC", YORK):
         for counter in COUNTERS:
             assert read(client, counter, "day", zone, *LAST_DAYS) == brute(events, counter, zone, "day", *LAST_DAYS)
