@@ -60,6 +60,7 @@ from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
+from tally.dynamo.closing import record_adoption
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally import exports
@@ -144,7 +145,10 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         counts = CountsTable(dynamodb, tables.counts, settings, previous_release_until_ms=0)
         expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
         counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s, rules=scope.rules)
-        return count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU), scope)
+        summary = count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU), scope)
+        if not scope.rules:  # every segment is in: the days the export covers are complete
+            record_adoption(dynamodb, tables.counts, settings, count_from_ms)
+        return summary
     except (SettingsError, ScopeRefused, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
         raise ScriptError(str(error)) from None
     except ClientError as error:

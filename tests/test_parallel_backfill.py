@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import random
@@ -15,12 +16,14 @@ from moto_tables import COUNTS, EVENTS
 
 from tally import parallel_backfill
 from tally.backfill import BackfillSummary, HistoryScope, ScopeRefused, WriteRateLimit, backfill_export
+from tally.core.ladder import Progress, adopted_days
 from tally.core.records import Reason
 from tally.core.rules import parse_rules
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS
 from tally.core.tables import COUNTS_TABLE
 from tally.dynamo.backfill import BackfillClaimed
+from tally.dynamo.closing import ProgressItems
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.parallel_backfill import (
@@ -123,7 +126,7 @@ def run_stages(backfill: Backfill, order_seed: int = 0, rules: str = "") -> dict
     random.Random(order_seed + 1).shuffle(ranges)
     for number in ranges:
         backfill.commit_range(planned["work"], planned["exportArn"], number, planned["rules"])
-    return backfill.summarize(planned["work"])
+    return backfill.summarize(planned["work"], planned["rules"])
 
 
 def table_contents(dynamodb, table: str) -> dict[tuple[str, str], dict]:
@@ -342,3 +345,30 @@ def test_the_plan_refuses_a_rule_whose_count_from_has_not_come(aws, monkeypatch)
     backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
     with pytest.raises(PlanRefused, match=r"^the history of rule big at 2026-11-18T11:06:40Z cannot be counted before"):
         backfill.plan(EXPORT_ARN, "big")
+
+
+def test_the_summary_records_the_days_the_whole_table_made_complete_and_a_rule_backfill_none(aws):
+    """Days kept: the commits leave the progress untouched (a stopped or redriven execution makes nothing read
+    from items early); the summary, run after every range committed, records the adopted days in each zone,
+    and again the same."""
+    dynamodb, s3 = aws
+    calendar = Settings(counts_table=COUNTS, events_table=EVENTS, count_from_ms=COUNT_FROM, rules=RULES,
+                        calendar_prefixes=("orders/",), calendar_zones=("America/New_York",))
+    described = ExportsOf(dynamodb, put_export(s3, history(30), files=2))
+    backfill = Backfill(described, s3, calendar, BackfillConfig(BUCKET, PREFIX, ranges=2))
+    progress = ProgressItems(dynamodb, COUNTS)
+    planned = backfill.plan(EXPORT_ARN)
+    for file in json.loads(s3.get_object(Bucket=BUCKET, Key=planned["filesKey"])["Body"].read()):
+        backfill.fold_file(planned["work"], file["key"], file["index"])
+    for number in planned["ranges"]:
+        backfill.commit_range(planned["work"], EXPORT_ARN, number)
+    assert [progress.read(zone) for zone in calendar.kept_zones] == [Progress(), Progress()]
+
+    backfill.summarize(planned["work"], planned["rules"])
+    backfill.summarize(planned["work"], planned["rules"])
+    for zone in calendar.kept_zones:
+        assert progress.read(zone).adopted == (("orders/", *adopted_days(COUNT_FROM, zone, calendar)),)
+    ProgressItems(dynamodb, COUNTS).client.delete_item(TableName=COUNTS, Key={"pk": {"S": "#calendar"}, "sk": {"S": "UTC"}})
+    added = dataclasses.replace(ADDED, calendar_prefixes=("big/",), counts_table=COUNTS)
+    Backfill(described, s3, added, BackfillConfig(BUCKET, PREFIX, ranges=2)).summarize(planned["work"], "big")
+    assert progress.read("UTC") == Progress()

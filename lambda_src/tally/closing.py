@@ -513,11 +513,14 @@ class CloseStages:
 
 def progress_json(progress: Progress) -> dict[str, Any]:
     """A zone's progress as the finish reports it: ISO dates, None where nothing is closed yet, and the runs of
-    missing days (``first..last``) where closes stopped too long were skipped."""
+    missing days (``first..last``) where closes stopped too long were skipped, and the days a whole-table backfill
+    made complete, per calendar prefix (``first..last``)."""
     found: dict[str, Any] = {
         name: None if value is None else value.isoformat()
         for name, value in (("since", progress.since), ("days", progress.days), ("months", progress.months))
     }
     if progress.missing:
         found["missing"] = [f"{first.isoformat()}..{last.isoformat()}" for first, last in progress.missing]
+    if progress.adopted:
+        found["adopted"] = {prefix: f"{first.isoformat()}..{last.isoformat()}" for prefix, first, last in progress.adopted}
     return found

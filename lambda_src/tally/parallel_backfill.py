@@ -19,7 +19,9 @@ Lambda function of ``tally.functions.backfill_stages`` over ``Backfill``:
    workers folded it. A rerun, with any number of ranges or workers, finds
    that watermark and adds nothing (an update found applied costs a write unit,
    so a committer also records the chunks it finished and a retry skips them).
-4. **summary** (``summarize``): what the files held and the commits wrote.
+4. **summary** (``summarize``): what the files held and the commits wrote; for the whole table, once every
+   range has committed, the days and months the export made complete, in each kept zone's progress
+   (``dynamo.closing.record_adoption``), for readers to take from their items.
 
 The claim item names the export and this protocol (``RANGES_PROTOCOL``), so
 an export begun by the single-process backfill (whose segments sit at other
@@ -59,6 +61,7 @@ from tally.core.segments import Item, Segment, contributions
 from tally.core.settings import Settings
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
+from tally.dynamo.closing import record_adoption
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 
@@ -117,7 +120,7 @@ STAGES = (
     Stage("plan", "plan", ("exportArn", "rules")),
     Stage("fold", "fold_file", ("work", "rules"), over="files", item="file"),
     Stage("commit", "commit_range", ("work", "exportArn", "rules"), over="ranges", item="range"),
-    Stage("summary", "summarize", ("work",), result="summary"),
+    Stage("summary", "summarize", ("work", "rules"), result="summary"),
 )
 
 
@@ -384,8 +387,12 @@ class Backfill:
             self._put_json(progress_key, done)
         return {"range": range_number, "bucket_updates": summary.bucket_updates, "write_units": summary.write_units}
 
-    def summarize(self, work: str) -> dict[str, Any]:
-        """Every file's and every range's summary, added up: what the backfill read, counted and wrote."""
+    def summarize(self, work: str, rules: str = "") -> dict[str, Any]:
+        """Every file's and every range's summary, added up: what the backfill read, counted and wrote. Run after
+        every range committed: for the whole table, it records the days the export made complete."""
+        if not rules and self.settings.calendar_prefixes:
+            scope = self._scope(rules)
+            record_adoption(self.dynamodb, self.settings.counts_table, scope.settings_for(self.settings), scope.count_from_ms)
         total = BackfillSummary()
         for folder in ("folded", "committed"):
             for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.config.bucket, Prefix=f"{work}/{folder}/"):

@@ -39,6 +39,7 @@ from tally.alerting import ALERTS_PREFIX
 from tally.core.directory import DIRECTORY_PREFIX
 from tally.core.ranking import RANK_PREFIX
 from tally.dynamo.backfill import BACKFILL_PREFIX
+from tally.dynamo.closing import PROGRESS_PARTITION
 from tally.dynamo.settings import SETTINGS_KEY
 from tally import parallel_backfill
 from tally.core.settings import ENV_EVENTS_TABLE
@@ -167,7 +168,7 @@ class AccountBackfill(Construct):
             "plan": "check and claim an export, list its data files",
             "fold": "fold one export data file into partials per counter range",
             "commit": "commit one counter range of partials to the counts table",
-            "summary": "add up what the backfill read and wrote",
+            "summary": "add up what the backfill read and wrote, record the days it made complete",
             "scan": "scan one segment of the events table for the audit",
         }[stage.name]
 
@@ -223,6 +224,16 @@ class AccountBackfill(Construct):
             return [
                 iam.PolicyStatement(actions=["dynamodb:Scan"], resources=[self.events_table_arn]),
                 iam.PolicyStatement(actions=["s3:PutObject"], resources=[self._work]),
+            ]
+        if stage.name == "summary":  # and the days the whole table made complete: each zone's progress item
+            return [
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._work]),
+                list_work,
+                iam.PolicyStatement(
+                    actions=["dynamodb:UpdateItem"],
+                    resources=[table],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [PROGRESS_PARTITION]}},
+                ),
             ]
         return [iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._work]), list_work]
 

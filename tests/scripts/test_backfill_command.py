@@ -113,7 +113,10 @@ def test_history_from_an_export_and_the_live_stream_count_every_event_once(table
         backfill.count_export(s3, exports.describe(dynamodb, export.arn), cut_short, settings, backfill.WriteRateLimit(1e9), backfill.HistoryScope(count_from))
     assert sum(every_bucket(dynamodb, tables.counts, COUNTERS).values()) > 0  # something had landed
 
+    adopted = []  # the days the export made complete, recorded once the whole commit has finished
+    monkeypatch.setattr(backfill, "record_adoption", lambda _client, table, _settings, at: adopted.append((table, at)))
     resumed = backfill.run(backfill.parser().parse_args(["--export-arn", export.arn, "--count-from", str(count_from // 1000), "--max-wcu", "1000000"]))
+    assert adopted == [(tables.counts, count_from)]
 
     assert resumed.updates_already_applied == 450
     assert resumed.items == len(history) + len(bad)
@@ -248,8 +251,11 @@ def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_
     table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
     export = exports.start_export(dynamodb, table_arn, bucket, "refunds", added)
 
+    adopted = []
+    monkeypatch.setattr(backfill, "record_adoption", lambda *arguments: adopted.append(arguments))
     for _ in range(2):  # the second run finds every watermark
         assert backfill.main(["--rules", "refunds", "--export-arn", export.arn, "--poll-seconds", "0.05"]) == 0
+    assert adopted == []  # a rule's history makes no counter's days complete
     shown = capsys.readouterr().out
     assert "refunds" in shown and "30" in shown
 

@@ -153,6 +153,13 @@ def test_committers_write_buckets_directory_and_ranks_never_claims_settings_or_a
     assert batch["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#counters#*", "#ranks#*"]}}
 
 
+def test_the_summary_reads_the_work_folder_and_updates_the_zones_progress_only(adopting):
+    statements = role_statements(adopting, "summarize")
+    assert {action for _, action, _ in granted(statements)} == {"s3:GetObject", "s3:ListBucket", "dynamodb:UpdateItem"}
+    (progress,) = [s for s in statements if "dynamodb:UpdateItem" in as_list(s["Action"])]
+    assert progress["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["#calendar"]}}
+
+
 def test_the_wildcards_acknowledged_are_the_reviewed_ones(imported_synthesis: Synthesis):
     (report,) = imported_synthesis.validation_report["pluginReports"]
     backfill = sorted(

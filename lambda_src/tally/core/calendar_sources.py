@@ -2,7 +2,9 @@
 
 A counter of the calendar prefixes keeps, in UTC and in each kept zone, an
 item per day and per month, written once by the close (``core/ladder.py``)
-and complete from then on: a late record adds to them directly. The zone's
+and complete from then on: a late record adds to them directly. A
+whole-table backfill makes the days and months of its export complete too,
+once its commit has finished (``Progress.adopted``). The zone's
 progress says which are closed (``Progress``). So a calendar read of such a
 counter in such a zone takes
 
@@ -12,12 +14,13 @@ counter in such a zone takes
 - every other day from its day item, when the day is closed and its item
   still kept (``dayRetentionDays``);
 - the rest from hours, as a window read groups them: the days before the
-  first close, the days since the last one (today's included), and the days
-  whose items have expired.
+  first close (after those a backfill made complete), the days since the
+  last one (today's included), and the days whose items have expired.
 
 Closed days follow each other from the first close on, and expire oldest
 first, so the days taken from hours are at most a head before the closed days
-and a tail after them: at most two windows, each one Query a counter (and
+and a tail after them, and, after an adoption, the days between the backfill's
+and the first close's: at most three windows, each one Query a counter (and
 one for the current hour's minutes). Hours are kept ``hourRetentionDays``: a
 window of them that begins earlier is refused (``CalendarError`` naming
 ``from``), saying what is kept. A counter outside the calendar prefixes, or a
@@ -35,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from tally.core.buckets import DAY, Bucket, day_date, day_index, local_day_of_hour, month_first_day
+from tally.core.buckets import DAY, Bucket, day_date, day_index, local_day_of_hour, month_first_day, month_index
 from tally.core.calendar import CalendarError, Period, Span, iso_local, zone_of
 from tally.core.ladder import SKIP_MISSING, Progress, first_whole_month
 from tally.core.settings import Settings
@@ -170,27 +173,39 @@ def _refusal(
             f"come from hours, and the oldest kept in {zone} begins {oldest}" + (f"; {hours_only}" if hours_only else ""),
             "from",
         )
-    if progress.since is None or progress.days is None:
+    closed = progress.since is not None and progress.days is not None
+    adopted = progress.adopted_run
+    if not closed and adopted is None:
         return CalendarError(
             f"the range begins {first}, past the hour retention ({hour_days} days, hourRetentionDays), and no day "
             f"of {zone} is closed yet: the oldest hour kept there begins {oldest}",
             "from",
         )
     day = day_date(local_day_of_hour(start_ms // HOUR_MS, zone))
-    if day > progress.days:  # the closes are behind, not the range too old
+    last_complete = max(d for d in (progress.days if closed else None, adopted[1] if adopted else None) if d is not None)
+    if day > last_complete and closed:  # the closes are behind, not the range too old
         return CalendarError(
             f"the days of {zone} from {day.isoformat()} are not closed (the last closed is "
             f"{progress.days.isoformat()}) and past the hour retention ({hour_days} days, hourRetentionDays): "
             "the closes have stopped; end the range before them",
             "from" if start_ms == spans[0].start_ms else "to",
         )
+    if day > last_complete:  # adopted, and no close has run since
+        return CalendarError(
+            f"the days of {zone} from {day.isoformat()} are not closed (no close has run since the backfill made "
+            f"the days to {last_complete.isoformat()} complete) and past the hour retention ({hour_days} days, "
+            "hourRetentionDays): the closes have not begun; end the range before them",
+            "from" if start_ms == spans[0].start_ms else "to",
+        )
+    began, since = (adopted[0], "since the backfill") if adopted is not None else (progress.since, "since the first close")
+    assert began is not None
     kept = (
-        f"days are kept from {progress.since.isoformat()} (since the first close) for "
+        f"days are kept from {began.isoformat()} ({since}) for "
         f"{settings.day_retention_ms // DAY_MS} days (dayRetentionDays)"
     )
     if kind is Period.MONTH:
         kept = (
-            f"months are kept from {first_whole_month(progress.since).isoformat()[:7]} (since the first close) for "
+            f"months are kept from {first_whole_month(began).isoformat()[:7]} ({since}) for "
             f"{settings.month_retention_months} months (monthRetentionMonths), {kept}"
         )
     earliest = _earliest(kind, zone, progress, now_ms, settings)
@@ -205,10 +220,12 @@ def _earliest(kind: Period, zone: str, progress: Progress, now_ms: int, settings
     """Where a range in ``zone`` may begin at ``now_ms``, in words: from the first closed day still kept (else
     from the first whole day of hours kept), and, for a monthly series, on the first of any closed month still
     kept before that."""
-    assert progress.since is not None and progress.days is not None
+    adopted = progress.adopted_run
+    began = adopted[0] if adopted is not None else progress.since
+    assert began is not None
     oldest = oldest_hour_ms(now_ms, settings)
     # The first day whose item is kept: the day after the one that ended a day retention ago, give or take DST.
-    day = Bucket(DAY, max(day_index(progress.since), local_day_of_hour((now_ms - settings.day_retention_ms) // HOUR_MS, zone) - 1), zone)
+    day = Bucket(DAY, max(day_index(began), local_day_of_hour((now_ms - settings.day_retention_ms) // HOUR_MS, zone) - 1), zone)
     while not day.alive_at(now_ms, settings) or progress.missing_run(day) is not None:
         day = day._replace(index=day.index + 1)
     if not progress.day_closed(day):  # every closed day has expired: hours only
@@ -216,9 +233,11 @@ def _earliest(kind: Period, zone: str, progress: Progress, now_ms: int, settings
         if day.start_ms < oldest:
             day = day._replace(index=day.index + 1)
     days = f"a range may begin on {day_date(day.index).isoformat()} or later"
-    if kind is Period.MONTH and progress.months is not None:
-        month = Bucket.of_month(first_whole_month(progress.since), zone)
-        while not month.alive_at(now_ms, settings) and month_first_day(month.index) < progress.months:
+    adopted_month = None if adopted is None else month_first_day(month_index(adopted[1] + timedelta(days=1)) - 1)
+    last_month = max((d for d in (progress.months, adopted_month) if d is not None), default=None)
+    if kind is Period.MONTH and last_month is not None:
+        month = Bucket.of_month(first_whole_month(began), zone)
+        while not month.alive_at(now_ms, settings) and month_first_day(month.index) < last_month:
             month = month._replace(index=month.index + 1)
         first = month_first_day(month.index)
         if progress.month_closed(month) and month.alive_at(now_ms, settings) and first < day_date(day.index):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 from tally.core.buckets import DAY, MONTH, Bucket, day_date, day_index, local_day_of_hour, month_first_day, month_index
 from tally.core.settings import STREAM_RETENTION_MS, Settings
@@ -94,7 +94,9 @@ class Progress:
     day closed and the first day of the last month closed; None where nothing is closed yet. Days and months
     between ``since`` and these are complete in their items, except the days ``missing`` (runs of days, first
     and last, that closes stopped too long left unclosable: their hours had expired, ``close_periods.py
-    --skip-missing`` moved past them) and the months holding any of them."""
+    --skip-missing`` moved past them) and the months holding any of them. So are, for the counters of a prefix
+    in ``adopted``, the days from its first to its last and the months wholly within them: those a whole-table
+    backfill made complete (``adopted_days``), whether or not a close has run since."""
 
     since: date | None = None
     days: date | None = None
@@ -103,26 +105,39 @@ class Progress:
     # Each calendar prefix, and the first and last day a close closed its counters: a prefix declared later
     # begins later, one no longer declared stops where it was.
     prefixes: tuple[tuple[str, date, date], ...] = ()
+    # Each calendar prefix a whole-table backfill counted, and the first and last day it made complete.
+    adopted: tuple[tuple[str, date, date], ...] = ()
 
     def of_counter(self, counter: str) -> Progress:
         """The progress of ``counter``'s own days: those closed under a prefix it starts with (the widest span,
-        where several are kept), within the zone's; nothing closed where no close knew of one."""
+        where several are kept), within the zone's, and those a backfill of such a prefix made complete;
+        nothing closed where no close knew of one."""
+        adopted = tuple(entry for entry in self.adopted if counter.startswith(entry[0]))
         matching = [(since, days) for prefix, since, days in self.prefixes if counter.startswith(prefix)]
         if not matching or self.since is None or self.days is None:
-            return Progress(missing=self.missing)
+            return Progress(missing=self.missing, adopted=adopted)
         since, days = max(self.since, min(s for s, _ in matching)), min(self.days, max(d for _, d in matching))
         whole = month_first_day(month_index(date.fromordinal(days.toordinal() + 1)) - 1)  # the last month days ends
         months = None if self.months is None else min(self.months, whole)
-        return Progress(since, days, months, self.missing, self.prefixes)
+        return Progress(since, days, months, self.missing, self.prefixes, adopted)
+
+    @property
+    def adopted_run(self) -> tuple[date, date] | None:
+        """The first and last day a backfill made complete (the latest, where several prefixes match), or None."""
+        return max(((first, last) for _, first, last in self.adopted), key=lambda run: (run[1], -run[0].toordinal()), default=None)
 
     def day_closed(self, day: Bucket) -> bool:
-        return self.since is not None and self.days is not None and self.since <= day_date(day.index) <= self.days \
-            and self.missing_run(day) is None
+        local = day_date(day.index)
+        closed = self.since is not None and self.days is not None and self.since <= local <= self.days
+        adopted = self.adopted_run
+        return (closed or (adopted is not None and adopted[0] <= local <= adopted[1])) and self.missing_run(day) is None
 
     def month_closed(self, month: Bucket) -> bool:
         first = month_first_day(month.index)
-        return self.since is not None and self.months is not None and self.since <= first <= self.months \
-            and not self.month_missing(month)
+        closed = self.since is not None and self.months is not None and self.since <= first <= self.months
+        adopted = self.adopted_run
+        whole = adopted is not None and adopted[0] <= first and month_first_day(month.index + 1) <= adopted[1] + timedelta(days=1)
+        return (closed or whole) and not self.month_missing(month)
 
     def missing_run(self, day: Bucket) -> tuple[date, date] | None:
         """The run of missing days holding ``day`` (the widest, where runs recorded apart overlap), or None."""
@@ -216,6 +231,26 @@ def first_closable_day(zone: str, now_ms: int, settings: Settings) -> date:
     if day.start_ms < earliest:
         day = day._replace(index=day.index + 1)
     return day_date(day.index)
+
+
+def adopted_days(count_from_ms: int, zone: str, settings: Settings) -> tuple[date, date] | None:
+    """The local days of ``zone`` that a whole-table backfill of an export taken at ``count_from_ms`` leaves
+    complete in their day items (and so the months wholly within them): from the first day all of whose
+    instants lie in UTC days still kept at that instant (an older event is refused, ``records._day_kept``) to
+    the last day that ended ``LATE_AFTER_MS`` or more before it: a record of such a day is in the export or,
+    arriving later, late, and adds to its items directly. (A day that ended less than that before may still
+    get on-time records after the instant, which reach its hours alone until its close.) None when no whole
+    day lies between."""
+    last = Bucket(DAY, local_day_of_hour(count_from_ms // HOUR_MS, zone), zone)
+    while last.end_ms > count_from_ms - LATE_AFTER_MS:
+        last = last._replace(index=last.index - 1)
+    oldest_kept_ms = (count_from_ms - settings.day_retention_ms) // DAY_MS * DAY_MS  # the first UTC day kept
+    first = Bucket(DAY, local_day_of_hour(oldest_kept_ms // HOUR_MS, zone), zone)
+    while first.start_ms < oldest_kept_ms:
+        first = first._replace(index=first.index + 1)
+    if first.index > last.index:
+        return None
+    return day_date(first.index), day_date(last.index)
 
 
 def first_whole_month(since: date) -> date:

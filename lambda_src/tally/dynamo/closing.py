@@ -8,7 +8,9 @@ over), ISO dates, and ``missing`` (a string set of runs of days,
 unclosable, skipped by ``close_periods.py --skip-missing``), and for each
 calendar prefix ``since:<prefix>`` and ``days:<prefix>``, the first and the
 last day a close closed its counters (a prefix declared later begins later:
-readers take its counters' days before it from hours). It only moves forward (a conditional update),
+readers take its counters' days before it from hours), and ``adopted:<prefix>``, the first and last day
+(``2026-01-01..2026-11-27``) a whole-table backfill made complete for its counters, recorded once the
+backfill's commit has finished (``record_adoption``). It only moves forward (a conditional update),
 so a close run twice or two racing leave it where the furthest one got. A
 reader takes a period from its day or month items only up to it, and from
 the hours after it.
@@ -24,8 +26,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from tally.core.buckets import DAY, Bucket, day_date, month_first_day
-from tally.core.ladder import Progress
+from tally.core.ladder import Progress, adopted_days
 from tally.core.retry import Backoff
+from tally.core.settings import Settings
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
 from tally.dynamo.calls import TableAccess, error_code, retried_while_throttled
 
@@ -33,6 +36,8 @@ PROGRESS_PARTITION = "#calendar"
 # A calendar prefix's own since: the progress item's attribute ``since:orders/``.
 PREFIX_SINCE = "since:"
 PREFIX_DAYS = "days:"
+# The days a whole-table backfill made complete for a prefix's counters: ``adopted:orders/``.
+PREFIX_ADOPTED = "adopted:"
 # How long a reader trusts a zone's progress it read. Progress only moves forward, and a read takes from hours
 # whatever the progress it holds does not cover, so an older progress answers as exactly, only reading more.
 PROGRESS_SECONDS = 60
@@ -60,7 +65,30 @@ class ProgressItems:
             (name[len(PREFIX_SINCE):], date.fromisoformat(value["S"]), date.fromisoformat(item[PREFIX_DAYS + name[len(PREFIX_SINCE):]]["S"]))
             for name, value in item.items() if name.startswith(PREFIX_SINCE) and PREFIX_DAYS + name[len(PREFIX_SINCE):] in item
         ))
-        return Progress(field("since"), field("days"), field("months"), missing, prefixes)
+        adopted = tuple(sorted(
+            (name[len(PREFIX_ADOPTED):], *_run_of(value["S"])) for name, value in item.items() if name.startswith(PREFIX_ADOPTED)
+        ))
+        return Progress(field("since"), field("days"), field("months"), missing, prefixes, adopted)
+
+    def adopt(self, zone: str, prefixes: tuple[str, ...], first: date, last: date) -> None:
+        """Record that a whole-table backfill made ``zone``'s days ``first`` .. ``last`` complete for the counters
+        of ``prefixes``: set, for each, unless a later backfill recorded more (it only moves forward), so a
+        backfill finished twice writes nothing new."""
+        for prefix in prefixes:
+            try:
+                retried_while_throttled(
+                    self.backoff,
+                    self.client.update_item,
+                    TableName=self.table_name,
+                    Key=_key(zone),
+                    UpdateExpression="SET #a = :a",
+                    ConditionExpression="attribute_not_exists(#a) OR #a < :a",
+                    ExpressionAttributeNames={"#a": PREFIX_ADOPTED + prefix},
+                    ExpressionAttributeValues={":a": {"S": _run_text(first, last)}},
+                )
+            except ClientError as error:
+                if error_code(error) != "ConditionalCheckFailedException":
+                    raise
 
     def skip(self, zone: str, first: date, last: date) -> bool:
         """Move ``zone``'s closed days on past ``first`` .. ``last``, days that can no longer be closed (their
@@ -130,6 +158,19 @@ class ProgressItems:
             ExpressionAttributeNames={"#u": UNRESOLVED_ATTRIBUTE, "#ttl": TTL_ATTRIBUTE},
             ExpressionAttributeValues={":u": {"SS": sorted(marks)}, ":ttl": {"N": str(ttl_seconds)}},
         )
+
+
+def record_adoption(client: Any, table_name: str, settings: Settings, count_from_ms: int) -> None:
+    """After a whole-table backfill of an export taken at ``count_from_ms`` has committed every segment to the
+    counts table ``table_name``: record in
+    each kept zone the days it made complete (``ladder.adopted_days``), so readers take them, and the months wholly
+    within them, from their items. Never before the whole commit finished: a day is complete only once every
+    exported event of it is in."""
+    items = ProgressItems(client, table_name)
+    for zone in settings.kept_zones:
+        run = adopted_days(count_from_ms, zone, settings)
+        if run is not None:
+            items.adopt(zone, settings.calendar_prefixes, *run)
 
 
 class ProgressReads(TableAccess):

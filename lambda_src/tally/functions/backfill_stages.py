@@ -36,5 +36,5 @@ def commit_range(event: Mapping[str, Any], context: Any = None) -> dict[str, Any
 
 
 def summarize(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work"} -> the backfill's summary."""
-    return _backfill().summarize(event["work"])
+    """Lambda: {"work", "rules"} -> the backfill's summary (and, for the whole table, the days it made complete)."""
+    return _backfill().summarize(event["work"], event.get("rules") or "")
