@@ -37,8 +37,8 @@ install: $(DEV_STAMP)
 
 # One pytest worker per core (pytest-xdist): the suite takes minutes instead of several times that. Each test
 # file runs whole in one worker, so a module's shared fixture (a deployed stack, a counted world) is built once,
-# and tests/stacks whole in one, sharing its syntheses; files go out in collection order, the longest first
-# (tests/conftest.py), not by their number of tests.
+# and tests/stacks whole in one, sharing its syntheses (tests/dashboard too, sharing its Chromium); files go out in
+# collection order, the longest first (tests/conftest.py), not by their number of tests.
 PYTEST_ARGS ?= -n auto --dist loadfile --no-loadscope-reorder
 # The tests keep the bytecode of tally, its scripts and its tests (in __pycache__, which git, the wheel and the
 # function's asset leave out) even where PYTHONDONTWRITEBYTECODE is set: each worker and each script the tests

@@ -96,20 +96,26 @@ LONGEST_FILES_FIRST = (
 )
 
 
+# Folders whose files share a process's costly session fixture, so that one worker runs them all.
+TOGETHER = (
+    "tests/stacks/",  # the session's syntheses (tests/stacks/conftest.py) and the CDK's Node process: about 10 s of CPU
+    "tests/dashboard/",  # one headless Chromium and its driver (tests/dashboard/conftest.py): seconds to start
+)
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """Whole files to each worker (--dist loadfile), every file of tests/stacks to one: they share the session's
-    syntheses (tests/stacks/conftest.py) and the CDK's Node process, which a second worker would start and
-    synthesize again (about 10 s of CPU)."""
+    """Whole files to each worker (--dist loadfile), every file of a TOGETHER folder to one: a second worker
+    would start its session fixture again."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class StacksTogether(LoadFileScheduling):
+    class FoldersTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
-            return "tests/stacks/" if scope.startswith("tests/stacks/") else scope
+            return next((folder for folder in TOGETHER if scope.startswith(folder)), scope)
 
-    return StacksTogether(config, log)
+    return FoldersTogether(config, log)
 
 
 def longest_files_first(items: list[pytest.Item]) -> None:
