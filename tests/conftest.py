@@ -103,9 +103,17 @@ TOGETHER = (
 )
 
 
+# Sweep members of a file that build a module fixture of their own, minutes long: each goes to a worker as if it
+# were a file of its own (its test ids begin with the fixture's), so that `make test-sweeps` builds the year on
+# moto and on DynamoDB Local at once, not one after the other in a single worker while the other has finished.
+APART = {
+    "tests/test_closing.py": ("moto-year", "dynamodb-local-year"),
+}
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Whole files to each worker (--dist loadfile), every file of a TOGETHER folder to one: a second worker
-    would start its session fixture again."""
+    would start its session fixture again. The APART members of a file go out on their own."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -113,6 +121,10 @@ def pytest_xdist_make_scheduler(config, log):
     class FoldersTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
+            ids = nodeid.partition("[")[2]
+            for member in APART.get(scope, ()):
+                if ids.startswith((f"{member}-", f"{member}]")):
+                    return f"{scope}[{member}]"
             return next((folder for folder in TOGETHER if scope.startswith(folder)), scope)
 
     return FoldersTogether(config, log)
