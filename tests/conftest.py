@@ -69,28 +69,32 @@ def pytest_configure(config):
 
 # The test files that take longest, longest first. `make test` hands whole files to its workers
 # (--dist loadfile --no-loadscope-reorder) in collection order: started first, they no longer leave one
-# worker running a long file alone at the end. The order changes only how long the suite takes.
+# worker running a long file alone at the end. The order changes only how long the suite takes. The first two
+# are long in `make test-sweeps` (the closing test's years, minutes each, go out apart: APART below; the rule
+# changes on DynamoDB Local wait for whole minutes) and short in `make test`; the stack tests, run together, are
+# make test's longest.
 LONGEST_FILES_FIRST = (
-    "faults/test_exact_counts.py",
     "test_closing.py",
-    "test_top.py",
+    "faults/test_rule_changes.py",
+    "stacks/test_wheel.py",
+    "faults/test_exact_counts.py",
+    "bench/test_bench_stored.py",
+    "scripts/test_run_stream.py",
     "scripts/test_local_pipeline.py",
     "faults/test_read_isolation.py",
-    "bench/test_bench_stored.py",
-    "stacks/test_wheel.py",
-    "scripts/test_deploy_local.py",
-    "bench/test_bench_cost.py",
-    "dashboard/test_dashboard_aggregates.py",
     "scripts/test_serve.py",
-    "test_reader.py",
-    "scripts/test_run_stream.py",
+    "test_top.py",
+    "scripts/test_deploy_local.py",
     "faults/test_reread.py",
+    "dashboard/test_dashboard_aggregates.py",
+    "bench/test_bench_cost.py",
+    "local/test_close_machine.py",
+    "test_reader.py",
     "scripts/test_query_window.py",
     "scripts/test_script_errors.py",
     "scripts/test_backfill_command.py",
     "test_reader_calendar_long.py",
     "test_reader_calendar.py",
-    "faults/test_rule_changes.py",
     "scripts/test_rules_demo.py",
     "dashboard/test_dashboard_page.py",
 )
