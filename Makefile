@@ -38,7 +38,7 @@ install: $(DEV_STAMP)
 # One pytest worker per core and one more (pytest-xdist): the suite takes minutes instead of several times that.
 # A worker spends about a quarter of its time waiting rather than computing (a window to close, a server to start,
 # a script's or a browser's answer), and the extra worker's tests use the cores meanwhile: on two
-# cores, make test took 430 s with two workers and 329 s with three, in the same conditions. Each test
+# cores, two pairs of runs in the same conditions took 430 and 313 s with two workers, 329 and 268 s with three. Each test
 # file runs whole in one worker, so a module's shared fixture (a deployed stack, a counted world) is built once,
 # and tests/stacks whole in one, sharing its syntheses (tests/dashboard too, sharing its Chromium); files go out in
 # collection order, the longest first (tests/conftest.py), not by their number of tests.
