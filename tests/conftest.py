@@ -69,47 +69,69 @@ def pytest_configure(config):
 
 # The test files that take longest, longest first. `make test` hands whole files to its workers
 # (--dist loadfile --no-loadscope-reorder) in collection order: started first, they no longer leave one
-# worker running a long file alone at the end. The order changes only how long the suite takes.
+# worker running a long file alone at the end. The order changes only how long the suite takes. The first two
+# are long in `make test-sweeps` (the closing test's years, minutes each, go out apart: APART below; the rule
+# changes on DynamoDB Local wait for whole minutes) and short in `make test`; the stack tests, run together, are
+# make test's longest.
 LONGEST_FILES_FIRST = (
-    "faults/test_exact_counts.py",
     "test_closing.py",
-    "test_top.py",
+    "faults/test_rule_changes.py",
+    "stacks/test_wheel.py",
+    "faults/test_exact_counts.py",
+    "bench/test_bench_stored.py",
+    "scripts/test_run_stream.py",
     "scripts/test_local_pipeline.py",
     "faults/test_read_isolation.py",
-    "bench/test_bench_stored.py",
-    "stacks/test_wheel.py",
-    "scripts/test_deploy_local.py",
-    "bench/test_bench_cost.py",
-    "dashboard/test_dashboard_aggregates.py",
     "scripts/test_serve.py",
-    "test_reader.py",
-    "scripts/test_run_stream.py",
+    "test_top.py",
+    "scripts/test_deploy_local.py",
     "faults/test_reread.py",
+    "dashboard/test_dashboard_aggregates.py",
+    "bench/test_bench_cost.py",
+    "local/test_close_machine.py",
+    "test_reader.py",
     "scripts/test_query_window.py",
     "scripts/test_script_errors.py",
     "scripts/test_backfill_command.py",
     "test_reader_calendar_long.py",
     "test_reader_calendar.py",
-    "faults/test_rule_changes.py",
     "scripts/test_rules_demo.py",
     "dashboard/test_dashboard_page.py",
 )
 
 
+# Folders whose files share a process's costly session fixture, so that one worker runs them all.
+TOGETHER = (
+    "tests/stacks/",  # the session's syntheses (tests/stacks/conftest.py) and the CDK's Node process: about 10 s of CPU
+    "tests/dashboard/",  # one headless Chromium and its driver (tests/dashboard/conftest.py): seconds to start
+)
+
+
+# Sweep members of a file that build a module fixture of their own, minutes long: each goes to a worker as if it
+# were a file of its own (its test ids begin with the fixture's), so that `make test-sweeps` builds the year on
+# moto and on DynamoDB Local at once, not one after the other in a single worker while the other has finished.
+APART = {
+    "tests/test_closing.py": ("moto-year", "dynamodb-local-year"),
+}
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """Whole files to each worker (--dist loadfile), every file of tests/stacks to one: they share the session's
-    syntheses (tests/stacks/conftest.py) and the CDK's Node process, which a second worker would start and
-    synthesize again (about 10 s of CPU)."""
+    """Whole files to each worker (--dist loadfile), every file of a TOGETHER folder to one: a second worker
+    would start its session fixture again. The APART members of a file go out on their own."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class StacksTogether(LoadFileScheduling):
+    class FoldersTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
-            return "tests/stacks/" if scope.startswith("tests/stacks/") else scope
+            ids = nodeid.partition("[")[2]
+            for member in APART.get(scope, ()):
+                if ids.startswith((f"{member}-", f"{member}]")):
+                    return f"{scope}[{member}]"
+            return next((folder for folder in TOGETHER if scope.startswith(folder)), scope)
 
-    return StacksTogether(config, log)
+    return FoldersTogether(config, log)
 
 
 def longest_files_first(items: list[pytest.Item]) -> None:

@@ -25,7 +25,9 @@ from freezegun import freeze_time
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from alert_support import ALERT_RULES, cross
-from test_http_api import BLOG, CREDENTIALS, NOW, blog, broken, call, environment, throttled  # noqa: F401 (fixtures)
+from test_http_api import (  # noqa: F401 (fixtures)
+    BLOG, CREDENTIALS, NOW, blog, broken, call, environment, read_function_environment, throttled,
+)
 
 import tally
 from moto_tables import COUNTS, EVENTS
@@ -146,12 +148,25 @@ def retired_rules(rules: str, name: str, retired_at: str) -> str:
     return json.dumps([rule | ({"retiredAt": retired_at} if rule["name"] == name else {}) for rule in json.loads(rules)])
 
 
-@pytest.fixture
-def answers(environment, blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
+@pytest.fixture(scope="module")
+def answers(blog) -> Iterator[tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]]:  # noqa: F811
     """The document, and (path, status, headers, body) of every request above and of the failures and
     refusals that need a changed world: a throttled and a broken read, a wrong signature, public read and the
     dashboard turned off (the document, fetched first, describes the routes with both on). The blog's rules
-    count beside two with alerts, one of them crossed, so that /alerts answers a state."""
+    count beside two with alerts, one of them crossed, so that /alerts answers a state.
+
+    Asked once for the module: its tests only read what was answered (160 requests, seconds each time)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        read_function_environment(monkeypatch)
+        try:
+            yield collect_answers(blog, monkeypatch)
+        finally:
+            http_api.reader.cache_clear()
+            http_api.api_settings.cache_clear()
+
+
+def collect_answers(blog, monkeypatch) -> tuple[dict[str, Any], list[tuple[str, int, dict[str, str], str]]]:  # noqa: F811
+    """The answers fixture's requests, under the read function's environment (``monkeypatch`` changes it)."""
     rules = json.dumps(json.loads(BLOG.rules_json) + json.loads(ALERT_RULES))
     monkeypatch.setenv(ENV_RULES, rules)
     http_api.reader.cache_clear()

@@ -68,8 +68,7 @@ def blog():
         yield client, settings
 
 
-@pytest.fixture
-def environment(blog, monkeypatch):
+def read_function_environment(monkeypatch) -> None:
     """The read function's environment as the stack writes it: public read of views/, the dashboard on."""
     for name, value in {
         "COUNTS_TABLE": COUNTS,
@@ -81,6 +80,12 @@ def environment(blog, monkeypatch):
         monkeypatch.setenv(name, value)
     http_api.reader.cache_clear()
     http_api.api_settings.cache_clear()
+
+
+@pytest.fixture
+def environment(blog, monkeypatch):
+    """The read function's environment over the blog (read_function_environment)."""
+    read_function_environment(monkeypatch)
     yield
     http_api.reader.cache_clear()
     http_api.api_settings.cache_clear()

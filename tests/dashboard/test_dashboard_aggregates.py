@@ -48,7 +48,7 @@ def served_blog():
             })
             dynamodb = client("dynamodb")
             create_tables(dynamodb, "blog-events", "blog-counts")
-            items = BLOG.items(Workload(counters=BLOG.keys, hours=25, rate=(2, 6), seed=3), now_ms())
+            items = BLOG.items(Workload(counters=BLOG.keys, hours=25, rate=(1, 3), seed=3), now_ms())
             write_items(dynamodb, "blog-events", items)
             handler = local_handler("blog-counts", log_level="ERROR")
             runner = StreamReader(client("dynamodbstreams"), stream_arn_of(dynamodb, "blog-events"), handler, context=LocalContext())
