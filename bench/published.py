@@ -7,8 +7,9 @@ compares them with those published. A figure that got more than
 from the figure's name: rates, speed-ups and ratios of another design's cost
 to tally's are better higher; times, latencies, requests, units and ratios
 to the floor are better lower. Figures of the other designs themselves (the
-origin's, the deduplicating design's) and figures with neither kind of name
-(counts of what a workload holds, settings) are not judged.
+origin's, the deduplicating design's), the requests a load test made in a
+set time (its rate is judged), and figures with neither kind of name (counts
+of what a workload holds, settings, ratios of two plans) are not judged.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 REGRESSION = 0.20
-_HIGHER = ("_per_second", "speed_up")
-_HIGHER_INFIX = ("_over_tally", "_over_batch", "_over_range", "_over_plain")
+_HIGHER = ("_per_second", "speed_up", "_over_plain")
+# Another design's cost over tally's (origin_over_tally, origin_units_over_tally_units, origin_over_batch, ...).
+_OTHER_OVER_TALLY = ("origin_over_", "origin_units_over_", "dedup_over_", "dedup_units_over_")
 _LOWER = ("_seconds", "_ms", "_units", "requests", "_over_floor", "_over_floor_units", "_bytes")
 _OTHER_DESIGNS = ("origin_", "dedup_")
 # Keys whose value names an entry of a list, so that entries are matched by what they are, not where they stand.
@@ -37,12 +39,13 @@ class Regression:
         return f"{self.figure}: {self.published:,} published, {self.measured:,} now ({change:+.0f} %)"
 
 
-def better_higher(key: str) -> bool | None:
-    """True where a larger figure is better, False where a smaller one is, None for a figure not judged."""
-    if key.startswith(_OTHER_DESIGNS) and not any(infix in key for infix in _HIGHER_INFIX):
-        return None
-    if key.endswith(_HIGHER) or any(infix in key for infix in _HIGHER_INFIX):
+def better_higher(key: str, beside: dict[str, Any] | None = None) -> bool | None:
+    """True where a larger figure is better, False where a smaller one is, None for a figure not judged.
+    ``beside``: the figures next to it (the requests a load test made are judged by their rate beside them)."""
+    if key.startswith(_OTHER_OVER_TALLY) or key.endswith(_HIGHER):
         return True
+    if key.startswith(_OTHER_DESIGNS) or (key == "requests" and beside and "requests_per_second" in beside):
+        return None
     if key.endswith(_LOWER):
         return False
     return None
@@ -57,7 +60,7 @@ def regressions(published: Any, measured: Any, where: str = "") -> Iterator[Regr
             if isinstance(old, (dict, list)):
                 yield from regressions(old, new, place)
             elif _number(old) and _number(new) and old > 0:
-                higher = better_higher(key)
+                higher = better_higher(key, published)
                 if higher is True and new < old * (1 - REGRESSION) or higher is False and new > old * (1 + REGRESSION):
                     yield Regression(place, old, new)
     elif isinstance(published, list) and isinstance(measured, list):
