@@ -151,9 +151,10 @@ TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = i
 TALLY_CONDITIONS = ("attribute_not_exists(#w) OR #w < :w", "#w = :seen")
 SKETCH_UPDATE = "SET #sketch = :sketch, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
-# A close's progress (tally.dynamo.closing.ProgressItems.advance): only forward.
-PROGRESS_UPDATE = "SET #p = :p, #since = if_not_exists(#since, :since)"
-PROGRESS_CONDITION = "attribute_not_exists(#p) OR #p < :p"
+# A close's progress (tally.dynamo.closing.ProgressItems.advance): attributes and their since set together, only
+# forward (judged by the first of them).
+PROGRESS_UPDATE = re.compile(r"SET #p0 = :p, #s0 = if_not_exists\(#s0, :since\)(, #p\d+ = :p, #s\d+ = if_not_exists\(#s\d+, :since\))*")
+PROGRESS_CONDITION = "attribute_not_exists(#p0) OR #p0 < :p"
 # The Query key conditions tally makes: a whole partition, its names under a prefix, a run of sort keys.
 QUERY_CONDITIONS = {
     "#pk = :pk": lambda sk, values: True,
@@ -389,7 +390,7 @@ class MeteredClient:
         condition = request["ConditionExpression"]
         identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
         if condition == PROGRESS_CONDITION:
-            held = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#p"])
+            held = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#p0"])
             return held is None or held["S"] < request["ExpressionAttributeValues"][":p"]["S"]
         if condition not in TALLY_CONDITIONS:
             raise ValueError(f"unmetered condition {condition!r}")
@@ -417,9 +418,12 @@ class MeteredClient:
             _add(item, names["#count"], values[":one"]["N"])
             if ":amount" in values:
                 _add(item, names["#sum"], values[":amount"]["N"])
-        elif expression == PROGRESS_UPDATE:
-            item[names["#p"]] = values[":p"]
-            item.setdefault(names["#since"], values[":since"])
+        elif PROGRESS_UPDATE.fullmatch(expression):
+            for placeholder, name in names.items():
+                if placeholder.startswith("#p"):
+                    item[name] = values[":p"]
+                else:
+                    item.setdefault(name, values[":since"])
             return item
         else:
             raise ValueError(f"unmetered update expression {expression!r}")

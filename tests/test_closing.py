@@ -467,3 +467,43 @@ def test_a_prefix_declared_later_reads_its_days_before_its_first_close_from_hour
                                         if date(2028, 5, 1) <= local(event["ts"], zone) < date(2028, 5, 21)))
                 for series in (signups, orders):
                     assert {point.start.date(): point.count for point in series.points if point.count} == expected, series.counter
+
+
+class _CountingClient:
+    """The table's client, counting the progress updates sent through it."""
+
+    def __init__(self, client):
+        self.client, self.updates = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def update_item(self, **request):
+        self.updates += 1
+        return self.client.update_item(**request)
+
+
+def test_a_zone_and_its_prefixes_move_on_in_one_update_and_a_prefix_alone_where_another_close_moved_the_zone():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        counting = _CountingClient(client)
+        progress = ProgressItems(counting, COUNTS)
+        day = lambda d: Bucket.of_day(date(2028, 3, d), ZONE)  # noqa: E731
+        progress.advance(ZONE, day(10), None, day(1), prefixes=("orders/", "signups"))
+        assert counting.updates == 1
+        read = ProgressItems(client, COUNTS).read(ZONE)
+        assert (read.since, read.days) == (date(2028, 3, 1), date(2028, 3, 10))
+        assert read.prefixes == (("orders/", date(2028, 3, 1), date(2028, 3, 10)), ("signups", date(2028, 3, 1), date(2028, 3, 10)))
+        # A close of an older release (no prefixes) moved the zone on; a prefix declared since still gets its days.
+        progress.advance(ZONE, day(12), None)
+        counting.updates = 0
+        progress.advance(ZONE, day(12), None, day(11), prefixes=("orders/", "signups", "refunds/"))
+        read = ProgressItems(client, COUNTS).read(ZONE)
+        assert counting.updates == 1 + 3  # the zone's update refused, then each prefix's own
+        assert dict((p, (s, d)) for p, s, d in read.prefixes) == {
+            "orders/": (date(2028, 3, 1), date(2028, 3, 12)),
+            "signups": (date(2028, 3, 1), date(2028, 3, 12)),
+            "refunds/": (date(2028, 3, 11), date(2028, 3, 12)),
+        }
+        assert (read.since, read.days) == (date(2028, 3, 1), date(2028, 3, 12))  # never moved back

@@ -123,30 +123,44 @@ class ProgressItems:
         """Move ``zone``'s progress on to these (a day, a month), never back. ``since`` is set once, by the first
         close to finish: to ``first_day``, the first day it closed (default: the day or month it advances to).
         So, for each of ``prefixes`` (the calendar prefixes the days' close closed), are its own last day closed
-        and since (``days:<prefix>``, ``since:<prefix>``), by the same update of attributes of their own: a
-        prefix declared later has its counters' days closed from its first close on."""
-        # A prefix's first: stopped between, the zone's days have not moved, and readers take none of them closed.
-        updates = [*((PREFIX_DAYS + prefix, PREFIX_SINCE + prefix, last_day) for prefix in prefixes),
-                   ("days", "since", last_day), ("months", "since", last_month)]
-        for name, since_name, period in updates:
-            if period is None:
-                continue
-            first = day_date(period.index) if period.kind == DAY else month_first_day(period.index)
-            since = day_date(first_day.index) if first_day is not None else first
-            try:
-                retried_while_throttled(
-                    self.backoff,
-                    self.client.update_item,
-                    TableName=self.table_name,
-                    Key=_key(zone),
-                    UpdateExpression="SET #p = :p, #since = if_not_exists(#since, :since)",
-                    ConditionExpression="attribute_not_exists(#p) OR #p < :p",
-                    ExpressionAttributeNames={"#p": name, "#since": since_name},
-                    ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
-                )
-            except ClientError as error:
-                if error_code(error) != "ConditionalCheckFailedException":
-                    raise  # otherwise another close got there first: progress never moves back
+        and since (``days:<prefix>``, ``since:<prefix>``), in the zone's day's update: a prefix declared later has
+        its counters' days closed from its first close on."""
+        # The zone's day and its prefixes' days move in one update (one write a run, and never one without the
+        # other); where another close moved the zone's day there first, each prefix's moves on its own.
+        if last_day is not None and not self._move(zone, last_day, first_day, [("days", "since")] + [
+            (PREFIX_DAYS + prefix, PREFIX_SINCE + prefix) for prefix in prefixes
+        ]):
+            for prefix in prefixes:
+                self._move(zone, last_day, first_day, [(PREFIX_DAYS + prefix, PREFIX_SINCE + prefix)])
+        if last_month is not None:
+            self._move(zone, last_month, first_day, [("months", "since")])
+
+    def _move(self, zone: str, period: Bucket, first_day: Bucket | None, names: list[tuple[str, str]]) -> bool:
+        """Set each (attribute, its since) of ``names`` to ``period``, in one update, if the first attribute lies
+        before it; False when it does not (another close got there first: progress never moves back)."""
+        first = day_date(period.index) if period.kind == DAY else month_first_day(period.index)
+        since = day_date(first_day.index) if first_day is not None else first
+        attribute_names = {}
+        assignments = []
+        for index, (name, since_name) in enumerate(names):
+            attribute_names[f"#p{index}"], attribute_names[f"#s{index}"] = name, since_name
+            assignments.append(f"#p{index} = :p, #s{index} = if_not_exists(#s{index}, :since)")
+        try:
+            retried_while_throttled(
+                self.backoff,
+                self.client.update_item,
+                TableName=self.table_name,
+                Key=_key(zone),
+                UpdateExpression="SET " + ", ".join(assignments),
+                ConditionExpression="attribute_not_exists(#p0) OR #p0 < :p",
+                ExpressionAttributeNames=attribute_names,
+                ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
+            )
+        except ClientError as error:
+            if error_code(error) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def mark_unresolved(self, counter: str, sort_key: str, marks: set[str], ttl_seconds: int) -> None:
         """Add ``marks`` to the unresolved marks of a period's item (created with its TTL if the close wrote none):
