@@ -484,22 +484,23 @@ class _CountingClient:
 
 
 def test_a_zone_and_its_prefixes_move_on_in_one_update_and_a_prefix_alone_where_another_close_moved_the_zone():
-    with mock_aws():
+    with mock_aws():  # tables of their own: another test's mocked account may be live in this worker
         client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
+        events, counts = f"events-{uuid.uuid4().hex[:8]}", f"counts-{uuid.uuid4().hex[:8]}"
+        create_tables(client, events, counts)
         counting = _CountingClient(client)
-        progress = ProgressItems(counting, COUNTS)
+        progress = ProgressItems(counting, counts)
         day = lambda d: Bucket.of_day(date(2028, 3, d), ZONE)  # noqa: E731
         progress.advance(ZONE, day(10), None, day(1), prefixes=("orders/", "signups"))
         assert counting.updates == 1
-        read = ProgressItems(client, COUNTS).read(ZONE)
+        read = ProgressItems(client, counts).read(ZONE)
         assert (read.since, read.days) == (date(2028, 3, 1), date(2028, 3, 10))
         assert read.prefixes == (("orders/", date(2028, 3, 1), date(2028, 3, 10)), ("signups", date(2028, 3, 1), date(2028, 3, 10)))
         # A close of an older release (no prefixes) moved the zone on; a prefix declared since still gets its days.
         progress.advance(ZONE, day(12), None)
         counting.updates = 0
         progress.advance(ZONE, day(12), None, day(11), prefixes=("orders/", "signups", "refunds/"))
-        read = ProgressItems(client, COUNTS).read(ZONE)
+        read = ProgressItems(client, counts).read(ZONE)
         assert counting.updates == 1 + 3  # the zone's update refused, then each prefix's own
         assert dict((p, (s, d)) for p, s, d in read.prefixes) == {
             "orders/": (date(2028, 3, 1), date(2028, 3, 12)),
