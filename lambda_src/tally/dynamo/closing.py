@@ -75,42 +75,26 @@ class ProgressItems:
         of ``prefixes``: set, for each, unless a later backfill recorded more (it only moves forward), so a
         backfill finished twice writes nothing new."""
         for prefix in prefixes:
-            try:
-                retried_while_throttled(
-                    self.backoff,
-                    self.client.update_item,
-                    TableName=self.table_name,
-                    Key=_key(zone),
-                    UpdateExpression="SET #a = :a",
-                    ConditionExpression="attribute_not_exists(#a) OR #a < :a",
-                    ExpressionAttributeNames={"#a": PREFIX_ADOPTED + prefix},
-                    ExpressionAttributeValues={":a": {"S": _run_text(first, last)}},
-                )
-            except ClientError as error:
-                if error_code(error) != "ConditionalCheckFailedException":
-                    raise
+            self._update_if(
+                zone,
+                UpdateExpression="SET #a = :a",
+                ConditionExpression="attribute_not_exists(#a) OR #a < :a",
+                ExpressionAttributeNames={"#a": PREFIX_ADOPTED + prefix},
+                ExpressionAttributeValues={":a": {"S": _run_text(first, last)}},
+            )
 
     def skip(self, zone: str, first: date, last: date) -> bool:
         """Move ``zone``'s closed days on past ``first`` .. ``last``, days that can no longer be closed (their
         hours have expired), recording them as missing in the same update: readers refuse them instead of
         taking them from their items, and the close carries on after them. False when the progress is already
         past ``last`` (skipped before, or closed by a close racing this one): nothing written."""
-        try:
-            retried_while_throttled(
-                self.backoff,
-                self.client.update_item,
-                TableName=self.table_name,
-                Key=_key(zone),
-                UpdateExpression="SET #days = :last ADD #missing :run",
-                ConditionExpression="#days < :last",
-                ExpressionAttributeNames={"#days": "days", "#missing": "missing"},
-                ExpressionAttributeValues={":last": {"S": last.isoformat()}, ":run": {"SS": [_run_text(first, last)]}},
-            )
-        except ClientError as error:
-            if error_code(error) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return self._update_if(
+            zone,
+            UpdateExpression="SET #days = :last ADD #missing :run",
+            ConditionExpression="#days < :last",
+            ExpressionAttributeNames={"#days": "days", "#missing": "missing"},
+            ExpressionAttributeValues={":last": {"S": last.isoformat()}, ":run": {"SS": [_run_text(first, last)]}},
+        )
 
     def advance(
         self,
@@ -145,16 +129,20 @@ class ProgressItems:
         for index, (name, since_name) in enumerate(names):
             attribute_names[f"#p{index}"], attribute_names[f"#s{index}"] = name, since_name
             assignments.append(f"#p{index} = :p, #s{index} = if_not_exists(#s{index}, :since)")
+        return self._update_if(
+            zone,
+            UpdateExpression="SET " + ", ".join(assignments),
+            ConditionExpression="attribute_not_exists(#p0) OR #p0 < :p",
+            ExpressionAttributeNames=attribute_names,
+            ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
+        )
+
+    def _update_if(self, zone: str, **request: Any) -> bool:
+        """One conditional update of ``zone``'s progress item; False where its condition did not hold (another
+        close or backfill got there first: progress never moves back)."""
         try:
             retried_while_throttled(
-                self.backoff,
-                self.client.update_item,
-                TableName=self.table_name,
-                Key=_key(zone),
-                UpdateExpression="SET " + ", ".join(assignments),
-                ConditionExpression="attribute_not_exists(#p0) OR #p0 < :p",
-                ExpressionAttributeNames=attribute_names,
-                ExpressionAttributeValues={":p": {"S": first.isoformat()}, ":since": {"S": since.isoformat()}},
+                self.backoff, self.client.update_item, TableName=self.table_name, Key=_key(zone), **request
             )
         except ClientError as error:
             if error_code(error) != "ConditionalCheckFailedException":
