@@ -63,33 +63,19 @@ def with_carried_records(segment: Segment, records: Iterable[Mapping[str, Any]],
     if not rebuilt or rebuilt[0][0] != first or rebuilt[-1][0] != carried_last:
         ends = f"{rebuilt[0][0]}..{rebuilt[-1][0]}" if rebuilt else "none"
         raise Unmatched(f"the stream gave records {ends} where the window state carried {first}..{carried_last}")
-    held = segment.held if segment.held is not None else HeldRecords()
+    every = [*rebuilt, *(segment.held.records() if segment.held is not None else ())]
     check = Segment(segment.first_sequence, segment.first_arrival_ms, segment.first_sequence, held=None)
-    for position, added in rebuilt:
+    for position, added in every:
         check.add(str(position), added)
-    if check.records + len(held) != segment.records:
-        raise Unmatched(f"the stream gave {check.records} counted records where the window state "
-                        f"carried {segment.records - len(held)}")
-    for name, held_part in zip(("deltas", "sums", "bins"), held.totals(), strict=True):
-        ours, theirs = _plus(getattr(check, name), held_part), getattr(segment, name)
+    held = len(every) - len(rebuilt)
+    if check.records != segment.records:
+        raise Unmatched(f"the stream gave {check.records - held} counted records where the window state "
+                        f"carried {segment.records - held}")
+    for name in ("deltas", "sums", "bins"):
+        ours, theirs = getattr(check, name), getattr(segment, name)
         if ours != theirs:
             differing = sorted(item for item in ours.keys() | theirs.keys() if ours.get(item) != theirs.get(item))
             counter, bucket = differing[0]
             raise Unmatched(f"the records read again add other {name} than the window state carried "
                             f"({len(differing)} items, e.g. {counter} {bucket.sort_key}): a rule changed since")
-    every = HeldRecords.of(rebuilt)
-    every.extend(held)
-    return dataclasses.replace(segment, held=every, carried_last=None)
-
-
-def _plus(mine: dict, theirs: dict) -> dict:
-    """Two per-item tallies added (counts, sums, or histograms of bins)."""
-    total = dict(mine)
-    for item, value in theirs.items():
-        if item not in total:
-            total[item] = value
-        elif isinstance(value, dict):
-            total[item] = {name: total[item].get(name, 0) + value.get(name, 0) for name in total[item].keys() | value}
-        else:
-            total[item] += value
-    return total
+    return dataclasses.replace(segment, held=HeldRecords.of(every), carried_last=None)

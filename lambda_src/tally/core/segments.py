@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import json
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -388,11 +387,6 @@ class HeldRecords:
         for sequence, contributions in zip(self.positions, by_ordinal, strict=True):
             yield int(sequence), contributions
 
-    def extend(self, later: HeldRecords) -> None:
-        """Hold ``later``'s records too, which follow these in the stream."""
-        for position, contributions in later.records():
-            self.add(str(position), contributions)
-
     def of_item(self, item: Item) -> Iterator[tuple[int, int | None, str | None]]:
         """The held records that add to ``item``: position, units (None: the item keeps no sum), histogram bin."""
         kept = self.items.get(item)
@@ -401,17 +395,6 @@ class HeldRecords:
         positions = self.positions
         for ordinal, units, bin in kept.records():
             yield int(positions[ordinal]), units, bin
-
-    def totals(self) -> tuple[dict[Item, int], dict[Item, int], dict[Item, dict[str, int]]]:
-        """What the held records add, per item: counts, sums (of the items some record sums into), histogram bins."""
-        counts, sums, bins = {}, {}, {}
-        for item, kept in self.items.items():
-            counts[item] = len(kept.ordinals)
-            if kept.unit_entries:
-                sums[item] = sum(kept.units)
-            if kept.bin_entries:
-                bins[item] = dict(Counter(kept.bins))
-        return counts, sums, bins
 
     def __len__(self) -> int:
         return len(self.positions)
