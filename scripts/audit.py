@@ -564,12 +564,16 @@ def recount_bucket(
     return Recount(count, units if summing else None, dict(bins))
 
 
-def show_repairs(rows: list[dict[str, Any]], as_json: bool) -> None:
+def printed_as_json(rows: list[dict[str, Any]], as_json: bool) -> bool:
+    """Print the rows one JSON object a line when asked (``--json``); whether it did."""
     if as_json:
         for row in rows:
             print(json.dumps(row))
-        return
-    if not rows:
+    return as_json
+
+
+def show_repairs(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if printed_as_json(rows, as_json) or not rows:
         return
     table = Table(title="repair of unresolved buckets")
     for column in ("counter", "bucket", "stored", "recount", "added", ""):
@@ -1051,11 +1055,7 @@ def show(rows: list[dict[str, Any]], as_json: bool) -> None:
                 "recounted with every rule that writes it",
                 highlight=False,
             )
-    if as_json:
-        for row in rows:
-            print(json.dumps(row))
-        return
-    if not rows:
+    if printed_as_json(rows, as_json) or not rows:
         return
     table = Table(title=f"audit of [{rows[0]['start']}, {rows[0]['end']})")
     for column in ("counter", "tally", "recount", "difference", ""):
@@ -1074,11 +1074,7 @@ def show(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 def show_series(rows: list[dict[str, Any]], as_json: bool) -> None:
     """Each counter's periods: how many agree, how many differ, and the totals; then every period that differs."""
-    if as_json:
-        for row in rows:
-            print(json.dumps(row))
-        return
-    if not rows:
+    if printed_as_json(rows, as_json) or not rows:
         return
     by_counter: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
