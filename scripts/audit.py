@@ -92,8 +92,14 @@ ItemsUnresolved alarm and every read that touches it say so), of the named
 counters or of all, and adds what it lacks in one transaction that clears
 its marks, if every lane still holds what was read. A bucket lacking more
 than its marks allow, or less than nothing, is left as it is, with the
-reason: run it once the stream has caught up. Run again, it repairs nothing
-twice. Exit status 0 when nothing is left unresolved, 1 otherwise.
+reason: run it once the stream has caught up. Then, the same way, each day
+and month (every zone) a close wrote from such buckets, which reads say may
+be low: recounted between its zone's local midnights, after the hours it
+was closed from (a month after its days); one closed from a bucket left
+unresolved waits for it. Each such day and month found is recorded, so a
+later run finds it again (one closed from an hour whose repair came first
+is found when its counter is named). Run again, it repairs nothing twice.
+Exit status 0 when nothing is left unresolved, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -182,7 +188,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter (bucket with --repair) and line")
     parser.add_argument(
-        "--repair", action="store_true", help="recount and repair the buckets an overlap left unresolved, then exit"
+        "--repair", action="store_true",
+        help="recount and repair the buckets an overlap left unresolved and the days and months closed from them, then exit",
     )
     add_table_arguments(parser)
     return parser
