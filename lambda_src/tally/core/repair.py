@@ -36,14 +36,7 @@ from typing import Any
 from tally.core.amounts import stored_units
 from tally.core.buckets import DAY, MONTH, Bucket
 from tally.core.histograms import is_bin
-from tally.core.tables import (
-    COUNT_ATTRIBUTE,
-    COUNTS_TABLE,
-    SUM_ATTRIBUTE,
-    TTL_ATTRIBUTE,
-    UNRESOLVED_ATTRIBUTE,
-    UNRESOLVED_PARTITION,
-)
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
 from tally.core.units import MINUTE_MS
 
 _BOUND = re.compile(r"<=(\d+)$")

@@ -11,14 +11,7 @@ from botocore.exceptions import ClientError
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import DAY, MONTH, ZONE_SEPARATOR, bucket_sort_key, lane_sort_keys
 from tally.core.repair import Correction, Lane
-from tally.core.tables import (
-    COUNT_ATTRIBUTE,
-    COUNTS_TABLE,
-    SUM_ATTRIBUTE,
-    TTL_ATTRIBUTE,
-    UNRESOLVED_ATTRIBUTE,
-    UNRESOLVED_PARTITION,
-)
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
 from tally.dynamo.calls import TableAccess, error_code, key_of, retried_while_throttled
 
 # The attribute a repaired item keeps: the marks the repair cleared, so that the item says what was done to it.
