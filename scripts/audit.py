@@ -92,8 +92,14 @@ ItemsUnresolved alarm and every read that touches it say so), of the named
 counters or of all, and adds what it lacks in one transaction that clears
 its marks, if every lane still holds what was read. A bucket lacking more
 than its marks allow, or less than nothing, is left as it is, with the
-reason: run it once the stream has caught up. Run again, it repairs nothing
-twice. Exit status 0 when nothing is left unresolved, 1 otherwise.
+reason: run it once the stream has caught up. Then, the same way, each day
+and month (every zone) a close wrote from such buckets, which reads say may
+be low: recounted between its zone's local midnights, after the hours it
+was closed from (a month after its days); one closed from a bucket left
+unresolved waits for it. Each such day and month found is recorded, so a
+later run finds it again (one closed from an hour whose repair came first
+is found when its counter is named). Run again, it repairs nothing twice.
+Exit status 0 when nothing is left unresolved, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -108,7 +114,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -122,12 +128,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tally.core.amounts import units_of
-from tally.core.buckets import Bucket
 from tally.core.directory import days_between
 from tally.core.histograms import bin_of
 from tally.core.instants import FORMS as INSTANT_FORMS
 from tally.core.instants import InvalidInstant, parse_instant
-from tally.core.repair import Recount, correction
+from tally.core.repair import Recount, bucket_minutes, correction, period_record, repair_rank, waiting_on
 from tally.core.settings import Settings, SettingsError
 from tally.core.windows import InvalidWindow, parse_length
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
@@ -183,7 +188,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--index", help="Query this index (partition key: the counter attribute) instead of a Scan")
     parser.add_argument("--json", action="store_true", help="one JSON object per counter (bucket with --repair) and line")
     parser.add_argument(
-        "--repair", action="store_true", help="recount and repair the buckets an overlap left unresolved, then exit"
+        "--repair", action="store_true",
+        help="recount and repair the buckets an overlap left unresolved and the days and months closed from them, then exit",
     )
     add_table_arguments(parser)
     return parser
@@ -487,7 +493,9 @@ def _listed(names: Iterable[str]) -> str:
 
 
 def repair(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Recount each unresolved bucket of the counters asked (all when none) and repair those the recount explains."""
+    """Recount each unresolved bucket of the counters asked (all when none) and repair those the recount explains:
+    minutes and hours first, then the days and months a close wrote from marked children (every zone), each after
+    its children."""
     try:
         settings = Settings.from_env()
         rules_text = os.environ.get(RULES_VARIABLE, "").strip()
@@ -496,22 +504,27 @@ def repair(args: argparse.Namespace) -> list[dict[str, Any]]:
         dynamodb = client("dynamodb")
         table = CountsTable(dynamodb, tables.counts, settings)
         records = table.unresolved_records(set(args.counters))
+        records += marked_periods(table, set(args.counters), records)
         if not records:
             stderr.print("nothing to repair: no bucket is unresolved" + (" for those counters" if args.counters else ""))
             return []
         by_bucket: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for record in records:
             by_bucket.setdefault((record["counter"]["S"], record["bucket"]["S"]), []).append(record)
-        spans = {key: _bucket_minutes(key[1]) for key in by_bucket}
+        spans = {key: bucket_minutes(key[1]) for key in by_bucket}
         counters = sorted({counter for counter, _ in by_bucket})
         first, last = min(span[0] for span in spans.values()), max(span[1] for span in spans.values())
         condition = scan_filter(counters, rules, not rules_text, settings.time_attribute, first, last)
         items = scan_with_progress(dynamodb, tables.events, max(1, args.segments), condition)
         repair_id = f"repair {datetime.now(UTC).isoformat(timespec='seconds')} {uuid.uuid4().hex[:8]}"
         rows = []
-        for (counter, bucket), bucket_records in sorted(by_bucket.items()):
+        left: dict[str, set[str]] = {}  # by counter, the buckets left unresolved so far: their periods wait
+        for counter, bucket in sorted(by_bucket, key=lambda key: (repair_rank(key[1]), key)):
             truth = recount_bucket(items, counter, rules, settings.time_attribute, *spans[(counter, bucket)])
-            rows.append(_repair_one(table, counter, bucket, truth, bucket_records, repair_id))
+            row = _repair_one(table, counter, bucket, truth, by_bucket[(counter, bucket)], repair_id, left.get(counter, set()))
+            if row["verdict"] != "repaired":
+                left.setdefault(counter, set()).add(bucket)
+            rows.append(row)
         return rows
     except (SettingsError, StackOutputsError, ValueError) as error:
         raise ScriptError(str(error)) from None
@@ -522,28 +535,44 @@ def repair(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
 
 
+def marked_periods(table: CountsTable, asked: set[str], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the days and months a close marked (no close writes one), of the counters asked and those
+    with unresolved records, put before anything is repaired: a run stopped, or a period left unresolved once
+    the hours' records are gone, is found again by the next run."""
+    recorded = {(record["counter"]["S"], record["bucket"]["S"]) for record in records}
+    found = [
+        period_record(counter, period, marks, ttl)
+        for counter in sorted(asked | {counter for counter, _ in recorded})
+        for period, (marks, ttl) in sorted(table.marked_periods(counter).items())
+        if (counter, period) not in recorded
+    ]
+    table.put_records(found)
+    return found
+
+
 REPAIR_ATTEMPTS = 5  # a lane changed between the read and the transaction: read and judge again
 
 
-def _repair_one(table: CountsTable, counter: str, bucket: str, truth: Recount, records: list[dict[str, Any]], repair_id: str) -> dict[str, Any]:
+def _repair_one(
+    table: CountsTable,
+    counter: str,
+    bucket: str,
+    truth: Recount,
+    records: list[dict[str, Any]],
+    repair_id: str,
+    left: Collection[str] = (),
+) -> dict[str, Any]:
+    """Repair one bucket, unless it is a period closed from a child ``left`` unresolved by this run."""
     row: dict[str, Any] = {"counter": counter, "bucket": bucket, "recount": truth.count}
     for _ in range(REPAIR_ATTEMPTS):
         lanes = table.bucket_lanes(counter, bucket)
-        fix = correction(lanes, truth)
+        fix = waiting_on(lanes, left) or correction(lanes, truth)
         row["stored"] = sum(lane.count for lane in lanes)
         if isinstance(fix, str):
             return {**row, "added": 0, "verdict": "left unresolved", "why": fix}
         if table.repair_bucket(counter, bucket, lanes, fix, records, repair_id):
             return {**row, "added": fix.count, "verdict": "repaired", "why": f"lacked {fix.count} of at most {fix.bound}"}
     return {**row, "added": 0, "verdict": "left unresolved", "why": f"its lanes kept changing over {REPAIR_ATTEMPTS} tries"}
-
-
-def _bucket_minutes(sort_key: str) -> tuple[int, int]:
-    """The first and last minute (since the epoch) of a bucket named by its sort key."""
-    bucket = Bucket.from_sort_key(sort_key)
-    if bucket.kind == "H":
-        return bucket.index * 60, bucket.index * 60 + 59
-    return bucket.index, bucket.index
 
 
 def recount_bucket(

@@ -199,7 +199,8 @@ def show_closed(summary: CloseSummary, due: Due) -> None:
         shown = ", ".join(summary.unresolved[:5]) + (f" and {len(summary.unresolved) - 5:,} more" if len(summary.unresolved) > 5 else "")
         err.print(
             f"[yellow]note:[/] {len(summary.unresolved):,} periods were closed from hours an overlap left unresolved "
-            f"({escape(shown)}): reads say they may be low, as they say of those hours",
+            f"({escape(shown)}): reads say they may be low, as they say of those hours, until scripts/audit.py "
+            "--repair recounts them from the events table",
         )
 
 

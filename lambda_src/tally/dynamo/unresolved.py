@@ -1,4 +1,5 @@
-"""The unresolved records of the counts table, and the transaction that repairs one bucket (core/repair.py)."""
+"""The unresolved records of the counts table, the days and months a close marked, and the transaction that repairs
+one bucket (core/repair.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from tally.core.amounts import decimal_of, text_of
-from tally.core.buckets import lane_sort_keys
+from tally.core.buckets import DAY, MONTH, ZONE_SEPARATOR, bucket_sort_key, lane_sort_keys
 from tally.core.repair import Correction, Lane
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
+from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
 from tally.dynamo.calls import TableAccess, error_code, key_of, retried_while_throttled
 
 # The attribute a repaired item keeps: the marks the repair cleared, so that the item says what was done to it.
@@ -36,6 +37,44 @@ class UnresolvedItems(TableAccess):
             if "LastEvaluatedKey" not in response:
                 return records
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def marked_periods(self, counter: str) -> dict[str, tuple[set[str], int | None]]:
+        """``counter``'s day and month items, every zone, that carry unresolved marks (a close wrote them from
+        marked children, or an overlap left a late record's update unresolved): by period sort key, the marks of
+        its lanes and its TTL. A Query of its days and one of its months, strongly consistent, marked items only."""
+        found: dict[str, tuple[set[str], int | None]] = {}
+        for kind in (DAY, MONTH):
+            request: dict[str, Any] = {
+                "TableName": self.table_name,
+                "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :low AND :high",
+                "FilterExpression": "attribute_exists(#u)",
+                "ExpressionAttributeNames": {
+                    "#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key, "#u": UNRESOLVED_ATTRIBUTE,
+                },
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": counter}, ":low": {"S": f"{kind}#"}, ":high": {"S": f"{kind}#~"},
+                },
+                "ConsistentRead": True,
+            }
+            while True:
+                response = retried_while_throttled(self.backoff, self.client.query, **request)
+                for item in response.get("Items", []):
+                    sort_key = item[COUNTS_TABLE.sort_key]["S"]
+                    if ZONE_SEPARATOR not in sort_key:  # not a period (no such item is written under D# or MO#)
+                        continue
+                    period = bucket_sort_key(sort_key)
+                    marks, ttl = found.get(period, (set(), None))
+                    ttl = int(item[TTL_ATTRIBUTE]["N"]) if TTL_ATTRIBUTE in item else ttl
+                    found[period] = (marks | set(item[UNRESOLVED_ATTRIBUTE]["SS"]), ttl)
+                if "LastEvaluatedKey" not in response:
+                    break
+                request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return found
+
+    def put_records(self, records: list[dict[str, Any]]) -> None:
+        """Put unresolved records (``repair.period_record``), one request each: a few a run."""
+        for record in records:
+            retried_while_throttled(self.backoff, self.client.put_item, TableName=self.table_name, Item=record)
 
     def bucket_lanes(self, counter: str, sort_key: str) -> list[Lane]:
         """Every stored lane of one bucket, read strongly consistent (a repair must start from the latest)."""
