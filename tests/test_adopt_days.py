@@ -1,16 +1,20 @@
 """Adopting a table with days: a whole-table backfill makes the days and months of its export readable in every
-kept zone at once, on moto, each period against brute force over the events.
+kept zone at once, on moto and on DynamoDB Local, each period against brute force over the events.
 
 The table holds 412 days of history of two calendar counters before count-from (2028-11-20T17:30Z), crowded
 about the midnights of UTC and New York, over both of New York's daylight saving changes, 29 February and
 month ends; orders/gust is silent from March to September. Some of it arrived after count-from (late, through
 the stream), with live traffic of the days about count-from. The backfill is first interrupted mid-commit,
-then run again; no close has run when the reads are made, then the first close runs.
+then run again; no close has run when the reads are made, then the first close runs, stopped half way and
+run again. DynamoDB Local cannot export a table: the export's items are fed to the backfill as its files would
+hand them over, on either server.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import uuid
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -84,7 +88,7 @@ def backfill(table: CountsTable, exported: list[dict], fail_after: int | None = 
     """The export counted as ``scripts/backfill.py --here`` counts it, in segments of 300 buckets; ``fail_after``
     segments committed, the next commit raises (a process killed mid-commit). Adoption is recorded once the
     last segment committed."""
-    commit = CounterDirectory(table.client, COUNTS, SETTINGS).recording(table.commit)
+    commit = CounterDirectory(table.client, table.table_name, table.settings).recording(table.commit)
     committed = []
 
     def counting(segment, writer):
@@ -96,22 +100,26 @@ def backfill(table: CountsTable, exported: list[dict], fail_after: int | None = 
     scope = HistoryScope(COUNT_FROM)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(backfill_module, "BACKFILL_SEGMENT_ITEMS", 300)
-        backfill_export(EXPORT, [("data/1.json.gz", exported)], scope=scope, settings=scope.settings_for(SETTINGS),
+        backfill_export(EXPORT, [("data/1.json.gz", exported)], scope=scope, settings=scope.settings_for(table.settings),
                         commit=counting, limit=WriteRateLimit(1e9), summary=BackfillSummary())
-    record_adoption(table.client, COUNTS, SETTINGS, COUNT_FROM)
+    record_adoption(table.client, table.table_name, table.settings, COUNT_FROM)
 
 
 def deliver(table: CountsTable, events: list[tuple[int, int, str]]) -> None:
     records = [stream_record(image(id=f"s{n}", counter=counter, ts=ts), arrival_s=arrival / 1000, sequence=str(10**20 + n))
                for n, (ts, arrival, counter) in enumerate(events)]
-    commit = CounterDirectory(table.client, COUNTS, SETTINGS).recording(table.commit)
-    process(window_event(records, final=True), commit, SETTINGS)
+    commit = CounterDirectory(table.client, table.table_name, table.settings).recording(table.commit)
+    process(window_event(records, final=True), commit, table.settings)
 
 
-def read(client, counter: str, period: str, zone: str, start: date, end: date) -> dict[date, int]:
-    [series] = Reader(COUNTS, client=client, settings=SETTINGS).calendar(
+def read(table: CountsTable, counter: str, period: str, zone: str, start: date, end: date) -> dict[date, int]:
+    [series] = Reader(table.table_name, client=table.client, settings=table.settings).calendar(
         [counter], period, tz=zone, start=start.isoformat(), end=end.isoformat())
     return {point.start.date(): point.count for point in series.points if point.count}
+
+
+def progress(table: CountsTable, zone: str) -> Progress:
+    return ProgressItems(table.client, table.table_name).read(zone)
 
 
 def brute(events, counter: str, zone: str, period: str, start: date, end: date) -> dict[date, int]:
@@ -123,31 +131,56 @@ def brute(events, counter: str, zone: str, period: str, start: date, end: date) 
     return dict(found)
 
 
+def assert_brute_force(table: CountsTable, events, zones=("UTC", YORK)) -> None:
+    for zone in zones:
+        for counter in COUNTERS:
+            assert read(table, counter, "day", zone, *LAST_DAYS) == brute(events, counter, zone, "day", *LAST_DAYS), (zone, counter)
+            assert read(table, counter, "month", zone, *MONTHS) == brute(events, counter, zone, "month", *MONTHS), (zone, counter)
+
+
 LAST_DAYS = (local_day(NOW, "UTC") - timedelta(days=364), local_day(NOW, "UTC") + timedelta(days=1))
 MONTHS = (date(2027, 12, 1), date(2028, 12, 1))
 
 
-@pytest.fixture(scope="module")
-def world():
-    """The table adopted: the backfill killed after two segments (what is read then is kept), run again to the
-    end, the stream's records after count-from counted."""
+@dataclasses.dataclass
+class World:
+    table: CountsTable
+    events: list[tuple[int, int, str]]
+    interrupted: dict[str, Progress]  # each zone's progress while the backfill was stopped
+    refused: CalendarError  # a read then
+
+
+@pytest.fixture(scope="module", params=["moto", pytest.param("dynamodb-local", marks=pytest.mark.dynamodb_local)])
+def world(request):
+    """The table adopted on moto or on DynamoDB Local: the backfill killed after two segments (what is read then
+    is kept), run again to the end, the stream's records after count-from counted."""
+    if request.param == "moto":
+        with mock_aws():
+            client = boto3.client("dynamodb", region_name="us-east-1")
+            create_tables(client, EVENTS, COUNTS)
+            yield from adopted(CountsTable(client, COUNTS, SETTINGS, previous_release_until_ms=0, workers=1))
+    else:
+        client = request.getfixturevalue("dynamodb_local").client("dynamodb")
+        name = f"adopt-{uuid.uuid4().hex[:8]}"  # the server outlives the module
+        create_tables(client, f"{name}-events", name)
+        settings = dataclasses.replace(SETTINGS, counts_table=name)
+        yield from adopted(CountsTable(client, name, settings, previous_release_until_ms=0, workers=1))
+
+
+def adopted(table: CountsTable):
     events = history()
     exported = [image(id=f"x{n}", counter=counter, ts=ts) for n, (ts, arrival, counter) in enumerate(events) if arrival < COUNT_FROM]
     live = [event for event in events if event[1] >= COUNT_FROM]
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
-        table = CountsTable(client, COUNTS, SETTINGS, previous_release_until_ms=0, workers=1)
-        with pytest.raises(RuntimeError):
-            backfill(table, exported, fail_after=2)
-        interrupted = {zone: ProgressItems(client, COUNTS).read(zone) for zone in SETTINGS.kept_zones}
-        with freeze_time(NOW_TEXT):
-            with pytest.raises(CalendarError) as refused:
-                read(client, COUNTERS[0], "day", "UTC", *LAST_DAYS)
-        backfill(table, exported)
-        deliver(table, live)
-        with freeze_time(NOW_TEXT):
-            yield client, table, events, interrupted, refused.value
+    with pytest.raises(RuntimeError):
+        backfill(table, exported, fail_after=2)
+    interrupted = {zone: progress(table, zone) for zone in SETTINGS.kept_zones}
+    with freeze_time(NOW_TEXT):
+        with pytest.raises(CalendarError) as refused:
+            read(table, COUNTERS[0], "day", "UTC", *LAST_DAYS)
+    backfill(table, exported)
+    deliver(table, live)
+    with freeze_time(NOW_TEXT):
+        yield World(table, events, interrupted, refused.value)
 
 
 def test_the_history_holds_what_days_get_wrong():
@@ -162,46 +195,66 @@ def test_the_history_holds_what_days_get_wrong():
 
 
 def test_an_interrupted_backfill_leaves_nothing_read_from_days(world):
-    _, _, _, interrupted, refused = world
-    assert all(progress == Progress() for progress in interrupted.values())
-    assert "no day of UTC is closed yet" in str(refused)
+    assert all(found == Progress() for found in world.interrupted.values())
+    assert "no day of UTC is closed yet" in str(world.refused)
 
 
 def test_adoption_is_recorded_in_every_kept_zone(world):
-    client = world[0]
     for zone in SETTINGS.kept_zones:
-        progress = ProgressItems(client, COUNTS).read(zone)
-        assert progress.since is None and progress.days is None  # no close has run
-        assert progress.adopted == (("orders/", *adopted_days(COUNT_FROM, zone, SETTINGS)),)
+        found = progress(world.table, zone)
+        assert found.since is None and found.days is None  # no close has run
+        assert found.adopted == (("orders/", *adopted_days(COUNT_FROM, zone, SETTINGS)),)
 
 
 @pytest.mark.parametrize("zone", ["UTC", YORK])
 def test_the_last_365_days_and_12_months_are_brute_force_before_any_close(world, zone):
-    client, _, events, _, _ = world
-    for counter in COUNTERS:
-        assert read(client, counter, "day", zone, *LAST_DAYS) == brute(events, counter, zone, "day", *LAST_DAYS), counter
-        assert read(client, counter, "month", zone, *MONTHS) == brute(events, counter, zone, "month", *MONTHS), counter
+    assert_brute_force(world.table, world.events, zones=(zone,))
 
 
 def test_adoption_again_or_older_changes_nothing(world):
-    client = world[0]
-    before = {zone: ProgressItems(client, COUNTS).read(zone) for zone in SETTINGS.kept_zones}
-    record_adoption(client, COUNTS, SETTINGS, COUNT_FROM)
-    record_adoption(client, COUNTS, SETTINGS, COUNT_FROM - 10 * DAY_MS)
-    assert {zone: ProgressItems(client, COUNTS).read(zone) for zone in SETTINGS.kept_zones} == before
+    table = world.table
+    before = {zone: progress(table, zone) for zone in SETTINGS.kept_zones}
+    record_adoption(table.client, table.table_name, table.settings, COUNT_FROM)
+    record_adoption(table.client, table.table_name, table.settings, COUNT_FROM - 10 * DAY_MS)
+    assert {zone: progress(table, zone) for zone in SETTINGS.kept_zones} == before
+
+
+class Stopping(Closer):
+    """A close killed once it has written the days of a run, before their progress moved: its rerun finds them
+    written, and a read meanwhile takes them from hours."""
+
+    def __init__(self, table: CountsTable) -> None:
+        super().__init__(table, workers=1)
+        self.wrote: list[str] = []
+
+    def _commit(self, segment, summary) -> None:
+        super()._commit(segment, summary)
+        self.wrote += [item.sort_key for _, item in segment.deltas]
+
+    def finish(self, periods) -> None:
+        if self.wrote:
+            raise RuntimeError("killed")
+        super().finish(periods)
 
 
 def test_after_the_first_close_the_reads_are_the_same(world):
-    """Last: the first close closes every day still whole in the hours, adopted ones included, each once."""
-    client, table, events, _, _ = world
+    """Last: the first close, killed after writing days, run again: it closes every day still whole in the hours,
+    adopted ones included, each once; the reads of a close half done are exact too."""
+    table = world.table
+    stopping = Stopping(table)
+    with pytest.raises(RuntimeError):
+        while stopping.close_due(NOW).periods:  # the days only the export and late records reach write nothing
+            pass
+    assert stopping.wrote
+    for written in stopping.wrote:  # D#<zone>@<day>: not yet closed for readers
+        zone, day = written[2:].split("@")
+        assert progress(table, zone).days < date.fromisoformat(day)
+    assert_brute_force(table, world.events)
     while Closer(table, workers=1).close_due(NOW).periods:
         pass
-    reported = progress_json(ProgressItems(client, COUNTS).read(YORK))
+    reported = progress_json(progress(table, YORK))
     assert reported["days"] is not None and reported["adopted"] == {"orders/": "2027-10-17..2028-11-18"}
-    for zone in ("UTC", YORK):
-        for counter in COUNTERS:
-            assert read(client, counter, "day", zone, *LAST_DAYS) == brute(events, counter, zone, "day", *LAST_DAYS)
-            assert read(client, counter, "month", zone, *MONTHS) == brute(events, counter, zone, "month", *MONTHS)
+    assert_brute_force(table, world.events)
 
 
 @pytest.mark.parametrize(
@@ -221,11 +274,10 @@ def test_adopted_days_are_those_no_record_after_the_instant_reaches_on_time(inst
 
 @pytest.mark.parametrize("zone", ["UTC", YORK])
 def test_a_range_before_the_adopted_days_is_refused_saying_where_one_may_begin(world, zone):
-    client = world[0]
     with pytest.raises(CalendarError) as days:
-        read(client, COUNTERS[0], "day", zone, date(2027, 10, 1), date(2027, 12, 1))
+        read(world.table, COUNTERS[0], "day", zone, date(2027, 10, 1), date(2027, 12, 1))
     with pytest.raises(CalendarError) as months:
-        read(client, COUNTERS[0], "month", zone, date(2027, 10, 1), date(2028, 1, 1))
+        read(world.table, COUNTERS[0], "month", zone, date(2027, 10, 1), date(2028, 1, 1))
     assert "days are kept from 2027-10-17 (since the backfill)" in str(days.value)
     assert "a range may begin on 2027-10-20 or later" in str(days.value)  # the first day item still kept at NOW
     assert "months are kept from 2027-11 (since the backfill)" in str(months.value)
