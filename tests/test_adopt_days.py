@@ -30,11 +30,13 @@ from moto_tables import COUNTS, EVENTS
 from tally import Reader
 from tally.backfill import BackfillSummary, HistoryScope, WriteRateLimit, backfill_export
 from tally.closing import Closer, progress_json
+from tally.core.buckets import iso_second
 from tally.core.calendar import CalendarError
 from tally.core.ladder import LATE_AFTER_MS, Progress, adopted_days
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.windows import parse_instant
+from tally.dynamo.backfill import BACKFILL_PREFIX, BackfillClaimed
 from tally.dynamo.closing import ProgressItems, record_adoption
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
@@ -48,7 +50,8 @@ NOW = parse_instant(NOW_TEXT)
 COUNTERS = ("orders/bolt", "orders/gust")
 SETTINGS = Settings(counts_table=COUNTS, events_table=EVENTS, calendar_prefixes=("orders/",), calendar_zones=(YORK,),
                     count_from_ms=COUNT_FROM)
-EXPORT = "arn:aws:dynamodb:us-east-1:123456789012:table/events/export/01"
+TABLE_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/events"
+EXPORT = f"{TABLE_ARN}/export/01"
 SILENT = (date(2028, 3, 1), date(2028, 10, 1))  # orders/gust counts nothing in between
 
 
@@ -98,6 +101,7 @@ def backfill(table: CountsTable, exported: list[dict], fail_after: int | None = 
         return commit(segment, writer)
 
     scope = HistoryScope(COUNT_FROM)
+    table.claim_backfill(TABLE_ARN, iso_second(COUNT_FROM), EXPORT, (COUNT_FROM + SETTINGS.hour_retention_ms) // 1000)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(backfill_module, "BACKFILL_SEGMENT_ITEMS", 300)
         backfill_export(EXPORT, [("data/1.json.gz", exported)], scope=scope, settings=scope.settings_for(table.settings),
@@ -217,6 +221,29 @@ def test_adoption_again_or_older_changes_nothing(world):
     record_adoption(table.client, table.table_name, table.settings, COUNT_FROM)
     record_adoption(table.client, table.table_name, table.settings, COUNT_FROM - 10 * DAY_MS)
     assert {zone: progress(table, zone) for zone in SETTINGS.kept_zones} == before
+
+
+@pytest.mark.parametrize("days", [2, -2])
+def test_the_table_adopted_is_not_backfilled_again_at_another_instant(world, days):
+    """A redeploy with a new countFrom, or the table adopted again into the same counts table: an export at another
+    instant holds the items counted already, by the backfill and by the stream since. Refused in one line, before
+    an export is started, for as long as the table's days and months hold what the first one counted."""
+    table, other = world.table, iso_second(COUNT_FROM + days * DAY_MS)
+    again = f"{TABLE_ARN}/export/02"
+    with pytest.raises(BackfillClaimed) as refused:
+        table.claim_backfill(TABLE_ARN, other, again, (COUNT_FROM + days * DAY_MS + SETTINGS.hour_retention_ms) // 1000)
+    assert str(refused.value).startswith(
+        f"the history of {TABLE_ARN} is counted already, at {iso_second(COUNT_FROM)} from export {EXPORT}, and the "
+        f"stream has counted since: a whole-table backfill at {other} would count those items twice;")
+    assert "\n" not in str(refused.value)
+    assert "no new export is started" in table.new_export_refusal(TABLE_ARN, other)
+    table.claim_backfill(TABLE_ARN, iso_second(COUNT_FROM), EXPORT, 0)  # the first one, resumed, may go on
+    assert table.new_export_refusal(TABLE_ARN, other, rules=("refunds",)) is None  # a rule's history is its own
+    claims = table.client.query(TableName=table.table_name, KeyConditionExpression="pk = :pk",
+                                ExpressionAttributeValues={":pk": {"S": BACKFILL_PREFIX + TABLE_ARN}}, ConsistentRead=True)
+    assert [claim["sk"]["S"] for claim in claims["Items"]] == [iso_second(COUNT_FROM)]
+    assert "ttl" not in claims["Items"][0]  # kept for good: the days and months it counted outlive any hour
+    assert_brute_force(table, world.events)
 
 
 class Stopping(Closer):
