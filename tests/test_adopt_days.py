@@ -243,7 +243,6 @@ def test_the_table_adopted_is_not_backfilled_again_at_another_instant(world, day
                                 ExpressionAttributeValues={":pk": {"S": BACKFILL_PREFIX + TABLE_ARN}}, ConsistentRead=True)
     assert [claim["sk"]["S"] for claim in claims["Items"]] == [iso_second(COUNT_FROM)]
     assert "ttl" not in claims["Items"][0]  # kept for good: the days and months it counted outlive any hour
-    assert_brute_force(table, world.events)
 
 
 class Stopping(Closer):
