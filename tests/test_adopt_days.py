@@ -12,6 +12,7 @@ hand them over, on either server.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import uuid
@@ -154,21 +155,27 @@ class World:
     refused: CalendarError  # a read then
 
 
+@contextlib.contextmanager
+def counts_table(request, backend: str, settings: Settings = SETTINGS):
+    """Fresh tables on moto (in this process) or on DynamoDB Local, and the counts table's CountsTable."""
+    if backend == "moto":
+        with mock_aws():
+            client = boto3.client("dynamodb", region_name="us-east-1")
+            create_tables(client, EVENTS, COUNTS)
+            yield CountsTable(client, COUNTS, settings, previous_release_until_ms=0, workers=1)
+    else:
+        client = request.getfixturevalue("dynamodb_local").client("dynamodb")
+        name = f"adopt-{uuid.uuid4().hex[:8]}"  # the server outlives the test
+        create_tables(client, f"{name}-events", name)
+        yield CountsTable(client, name, dataclasses.replace(settings, counts_table=name), previous_release_until_ms=0, workers=1)
+
+
 @pytest.fixture(scope="module", params=["moto", pytest.param("dynamodb-local", marks=pytest.mark.dynamodb_local)])
 def world(request):
     """The table adopted on moto or on DynamoDB Local: the backfill killed after two segments (what is read then
     is kept), run again to the end, the stream's records after count-from counted."""
-    if request.param == "moto":
-        with mock_aws():
-            client = boto3.client("dynamodb", region_name="us-east-1")
-            create_tables(client, EVENTS, COUNTS)
-            yield from adopted(CountsTable(client, COUNTS, SETTINGS, previous_release_until_ms=0, workers=1))
-    else:
-        client = request.getfixturevalue("dynamodb_local").client("dynamodb")
-        name = f"adopt-{uuid.uuid4().hex[:8]}"  # the server outlives the module
-        create_tables(client, f"{name}-events", name)
-        settings = dataclasses.replace(SETTINGS, counts_table=name)
-        yield from adopted(CountsTable(client, name, settings, previous_release_until_ms=0, workers=1))
+    with counts_table(request, request.param) as table:
+        yield from adopted(table)
 
 
 def adopted(table: CountsTable):
@@ -281,6 +288,36 @@ def test_after_the_first_close_the_reads_are_the_same(world):
     reported = progress_json(progress(table, YORK))
     assert reported["days"] is not None and reported["adopted"] == {"orders/": "2027-10-17..2028-11-18"}
     assert_brute_force(table, world.events)
+
+
+@pytest.mark.parametrize(
+    "backend", ["moto", pytest.param("dynamodb-local", marks=[pytest.mark.dynamodb_local, pytest.mark.sweep])])
+def test_a_first_close_racing_the_backfill_and_late_records_adds_nothing_twice(request, backend):
+    """The backfill killed after a segment; the stream's records after count-from (late ones of adopted days
+    among them) counted; the first close killed after writing days, then run to the end, all before the backfill
+    runs again and records the adoption. Every day and month equal to brute force then, and after a close again.
+    Hours are kept two weeks here, so that the first close has a dozen days to close, not three months; the last
+    120 days of the history: the older ones reach their days and months alone."""
+    events = [event for event in history() if event[0] >= COUNT_FROM - 120 * DAY_MS]
+    exported = [image(id=f"x{n}", counter=counter, ts=ts) for n, (ts, arrival, counter) in enumerate(events) if arrival < COUNT_FROM]
+    with counts_table(request, backend, dataclasses.replace(SETTINGS, hour_retention_ms=14 * DAY_MS)) as table:
+        with pytest.raises(RuntimeError):
+            backfill(table, exported, fail_after=1)
+        deliver(table, [event for event in events if event[1] >= COUNT_FROM])
+        stopping = Stopping(table)
+        with pytest.raises(RuntimeError):
+            while stopping.close_due(NOW).periods:
+                pass
+        while Closer(table, workers=1).close_due(NOW).periods:
+            pass
+        raced = progress(table, YORK)
+        assert raced.since is not None and raced.days is not None and not raced.adopted
+        backfill(table, exported)
+        with freeze_time(NOW_TEXT):
+            assert_brute_force(table, events)
+            while Closer(table, workers=1).close_due(NOW).periods:
+                pass
+            assert_brute_force(table, events)
 
 
 @pytest.mark.parametrize(
