@@ -236,10 +236,8 @@ def days_and_months(audit: Any) -> int:
     table of the months, then each series' verdict; 0 when every period is equal, else 1."""
     zones = ("UTC", ZONE)
     adopted = {zone: ProgressItems(client("dynamodb"), COUNTS_TABLE).read(zone).adopted_run for zone in zones}
-    made = ", ".join(
-        ("none" if run is None else f"{run[0]} .. {run[1]}") + ("" if len(set(adopted.values())) == 1 else f" of {zone}")
-        for zone, run in adopted.items()
-    )
+    named = {zone: "none" if run is None else f"{run[0]} .. {run[1]}" for zone, run in adopted.items()}
+    made = named["UTC"] if len(set(named.values())) == 1 else ", ".join(f"{run} of {zone}" for zone, run in named.items())
     console.print(
         f"7. days and months of {', '.join(CALENDAR_COUNTERS)}, read as soon as the backfill ended (no close has run): "
         f"the days the export made complete ({made}) from their items, the days after from hours"

@@ -4,6 +4,7 @@ last 24 hours, nor in any day of the last 365 or month of the last 12, in UTC an
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from script_support import load_script
@@ -36,6 +37,7 @@ def test_adoption_ends_with_an_audit_that_finds_no_difference(capsys):
     lines = out.splitlines()
     seventh = next(index for index, line in enumerate(lines) if line.startswith("7. days and months of checkouts"))
     assert "(no close has run)" in lines[seventh] and "from their items, the days after from hours" in lines[seventh]
+    assert re.search(r"the days the export made complete \(\d{4}-\d\d-\d\d \.\. \d{4}-\d\d-\d\d\) from", lines[seventh])
     months = [line for line in lines[seventh:] if line.startswith("│ 20")]
     assert len(months) == 12 and months[-1].startswith("│ ") and "(to date)" in months[-1]
     assert not any("≠" in month for month in months)  # a month that differs from the recount shows both
