@@ -157,15 +157,15 @@ class World:
 
 @contextlib.contextmanager
 def counts_table(request, backend: str, settings: Settings = SETTINGS):
-    """Fresh tables on moto (in this process) or on DynamoDB Local, and the counts table's CountsTable."""
-    if backend == "moto":
-        with mock_aws():
+    """Fresh tables on moto (in this process) or on DynamoDB Local, and the counts table's CountsTable. Named
+    afresh: DynamoDB Local outlives the test, and moto's mock of this module's world may be running too."""
+    name = f"adopt-{uuid.uuid4().hex[:8]}"
+    with contextlib.ExitStack() as stack:
+        if backend == "moto":
+            stack.enter_context(mock_aws())
             client = boto3.client("dynamodb", region_name="us-east-1")
-            create_tables(client, EVENTS, COUNTS)
-            yield CountsTable(client, COUNTS, settings, previous_release_until_ms=0, workers=1)
-    else:
-        client = request.getfixturevalue("dynamodb_local").client("dynamodb")
-        name = f"adopt-{uuid.uuid4().hex[:8]}"  # the server outlives the test
+        else:
+            client = request.getfixturevalue("dynamodb_local").client("dynamodb")
         create_tables(client, f"{name}-events", name)
         yield CountsTable(client, name, dataclasses.replace(settings, counts_table=name), previous_release_until_ms=0, workers=1)
 
