@@ -6,8 +6,9 @@ about the midnights of UTC and New York, over both of New York's daylight saving
 month ends; orders/gust is silent from March to September. Some of it arrived after count-from (late, through
 the stream), with live traffic of the days about count-from. The backfill is first interrupted mid-commit,
 then run again; no close has run when the reads are made, then the first close runs, stopped half way and
-run again. DynamoDB Local cannot export a table: the export's items are fed to the backfill as its files would
-hand them over, on either server.
+run again. A second whole-table backfill at another instant is refused. Apart, the first close races a
+backfill stopped half way and late records. DynamoDB Local cannot export a table: the export's items are fed
+to the backfill as its files would hand them over, on either server.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ def world(request):
 
 
 def adopted(table: CountsTable):
+    """The world built in ``table``, yielded with the clock at NOW."""
     events = history()
     exported = [image(id=f"x{n}", counter=counter, ts=ts) for n, (ts, arrival, counter) in enumerate(events) if arrival < COUNT_FROM]
     live = [event for event in events if event[1] >= COUNT_FROM]
