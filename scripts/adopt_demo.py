@@ -3,8 +3,11 @@
 moto's server plays DynamoDB, DynamoDB Streams and S3. The steps are the ones
 README "Adopting tally on an existing table" gives for AWS:
 
-1. a table full of events (20 hours of history, a few bad items), with a stream;
+1. a table full of events (20 hours of history, a few bad items, and a year of
+   checkouts, a few a day), with a stream;
 2. tally's settings: count from the next whole second (countFrom / TALLY_COUNT_FROM);
+   checkouts keep days and months (calendarPrefixes) in UTC and New York
+   (calendarZones);
 3. a point-in-time export of the table taken at that instant;
 4. live traffic after it, counted by the stream runner (the history's records
    arrived before count-from: routine skips);
@@ -15,27 +18,46 @@ README "Adopting tally on an existing table" gives for AWS:
 6. scripts/audit.py recounts every counter's 24 h window from the raw items,
    with a rule of its own, and must report no difference; then its Scan runs
    as the stack's audit state machine does, segments in worker processes,
-   and the audit's recount of what they found is shown beside.
+   and the audit's recount of what they found is shown beside;
+7. as soon as the backfill has ended, before any close: a daily series of the
+   last 365 days and the last 12 monthly totals of checkouts, in UTC and New
+   York, each period against scripts/audit.py --series, which
+   recounts it from the raw items: the days the export made complete are read
+   from their day items, the last few from hours.
 
 moto exports the table as it is when asked, whatever ExportTime says, so the
 export is requested at the count-from instant, before live traffic; on AWS the
-export is taken later, for that instant. Exit status 1 if the audit finds a difference.
+export is taken later, for that instant. Exit status 1 if an audit finds a difference.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import sys
 import time
 from collections import Counter
+from datetime import date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
+
+from rich.table import Table
 
 
 from tally.core.buckets import iso_minute, iso_second
-from tally.core.settings import ENV_COUNT_FROM, ENV_EVENTS_TABLE, Settings
-from tally.core.units import MINUTE_MS
+from tally.core.settings import (
+    ENV_CALENDAR_PREFIXES,
+    ENV_CALENDAR_ZONES,
+    ENV_COUNT_FROM,
+    ENV_DAY_RETENTION_DAYS,
+    ENV_EVENTS_TABLE,
+    Settings,
+)
+from tally.core.units import DAY_MS, MINUTE_MS
 from tally.core.windows import now_ms
+from tally.dynamo.closing import ProgressItems
 from tally.dynamo.tables import create_tables
 from tally import exports
 from tally.parallel_audit import AUDIT_STAGES, audit_work_prefix, gathered_items
@@ -55,7 +77,7 @@ from tally.local.cli import console as make_console
 from tally.local.cli import load_script
 from tally.local.delivery import DeliveryConfig
 from tally.local.stream_reader import StreamReader
-from tally.local.workload import DEFAULT_COUNTERS, Workload, bad_items
+from tally.local.workload import DEFAULT_COUNTERS, Event, Workload, bad_items
 
 EVENTS_TABLE = "orders"
 COUNTS_TABLE = "tally-counts"
@@ -65,6 +87,12 @@ DEMO_RANGES = 8
 DEMO_SEGMENTS = 6
 # tally backfills history up to the hour retention (90 d); the demo keeps its own workload small.
 MAX_HISTORY_HOURS = 72
+# The counters that keep days and months, the zone they are kept in besides UTC, and how far back the export's
+# items reach them (the default dayRetentionDays): the year of history the table holds for them.
+CALENDAR_COUNTERS = ("checkouts",)
+ZONE = "America/New_York"
+YEAR_DAYS = 400
+PER_DAY = (0, 6)  # events a day of each calendar counter in that year, inclusive
 
 console = make_console()
 
@@ -74,6 +102,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=2019, help="workload seed (default 2019)")
     parser.add_argument("--history-hours", type=int, default=20, help="hours of history before adoption (default 20)")
     parser.add_argument("--rate", nargs=2, type=int, default=[20, 100], metavar=("LOW", "HIGH"))
+    parser.add_argument(
+        "--year-rate", nargs=2, type=int, default=list(PER_DAY), metavar=("LOW", "HIGH"),
+        help=f"events a day of {', '.join(CALENDAR_COUNTERS)} in the {YEAR_DAYS} days of history before those hours "
+        f"(default {PER_DAY[0]} {PER_DAY[1]})",
+    )
     parser.add_argument("--workers", type=int, default=4, help="worker processes of the backfill's maps (default 4)")
     return parser
 
@@ -84,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         parser().error("--workers must be between 1 and 64")
     if not 1 <= args.history_hours <= MAX_HISTORY_HOURS:
         parser().error(f"--history-hours must be between 1 and {MAX_HISTORY_HOURS}: the demo writes every event of it")
+    if not 0 <= args.year_rate[0] <= args.year_rate[1]:
+        parser().error("--year-rate must be 0 <= LOW <= HIGH")
     if os.environ.get(ENV_BACKEND) == "dynamodb-local":
         parser().error(
             "the adoption demo exports the events table to S3, which DynamoDB Local cannot do: "
@@ -94,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.reset()
         os.environ.update({**server.environment(), "EVENTS_TABLE": EVENTS_TABLE, "COUNTS_TABLE": COUNTS_TABLE})
+        os.environ.update({
+            ENV_CALENDAR_PREFIXES: json.dumps(list(CALENDAR_COUNTERS)),
+            ENV_CALENDAR_ZONES: json.dumps([ZONE]),
+            ENV_DAY_RETENTION_DAYS: str(YEAR_DAYS),
+        })
         os.environ.pop(ENV_COUNT_FROM, None)
         return adopt(args)
     finally:
@@ -108,16 +148,22 @@ def adopt(args: argparse.Namespace) -> int:
     s3.create_bucket(Bucket=BUCKET)
     started = now_ms()
     history = Workload(hours=args.history_hours, rate=tuple(args.rate), seed=args.seed).events(started - MINUTE_MS)
-    write_items(dynamodb, EVENTS_TABLE, [event.item() for event in history] + bad_items(6, started, args.seed))
+    year = year_of_history(started - args.history_hours * 60 * MINUTE_MS, args.seed, tuple(args.year_rate))
+    write_items(dynamodb, EVENTS_TABLE, [event.item() for event in history + year] + bad_items(6, started, args.seed))
     console.print(
         f"1. table [bold]{EVENTS_TABLE}[/] holds {len(history):,} events ({args.history_hours} h of history "
-        f"ending {iso_minute(started)}) and 6 bad items; its stream has them all"
+        f"ending {iso_minute(started)}), {len(year):,} of {', '.join(CALENDAR_COUNTERS)} in the {YEAR_DAYS} days "
+        "before, and 6 bad items; its stream has them all"
     )
 
     count_from_ms = (now_ms() // 1000 + 1) * 1000
     count_from = str(count_from_ms // 1000)
     os.environ[ENV_COUNT_FROM] = count_from
     console.print(f"2. tally's settings: countFrom = {count_from} ({iso_second(count_from_ms)}), as -c countFrom=… deploys it")
+    console.print(
+        f"   calendarPrefixes = {json.dumps(list(CALENDAR_COUNTERS))}, calendarZones = {json.dumps([ZONE])}: "
+        f"their days and months are kept for {YEAR_DAYS} days and for years"
+    )
 
     table_arn = dynamodb.describe_table(TableName=EVENTS_TABLE)["Table"]["TableArn"]
     export = exports.start_export(dynamodb, table_arn, BUCKET, EXPORT_PREFIX, count_from_ms)
@@ -160,11 +206,80 @@ def adopt(args: argparse.Namespace) -> int:
         f"   the audit's Scan as the stack runs it ({DEMO_SEGMENTS} segments in {args.workers} worker processes), "
         "recounted: " + ", ".join(f"{counter} {recount[counter]:,}" for counter in DEFAULT_COUNTERS)
     )
-    if status == 0:
-        console.print("[bold green]VERDICT: NO DIFFERENCE[/] — history and live traffic each counted once")
+    series_status = days_and_months(audit)
+    if status == 0 and series_status == 0:
+        console.print(
+            "[bold green]VERDICT: NO DIFFERENCE[/] — history and live traffic each counted once, "
+            "in the last 24 hours and in every day and month of the last year"
+        )
     else:
-        console.print("[bold red]VERDICT: DIFFERENCE[/] — see the audit above")
-    return status
+        console.print("[bold red]VERDICT: DIFFERENCE[/] — see the audits above")
+    return max(status, series_status)
+
+
+def year_of_history(end_ms: int, seed: int, per_day: tuple[int, int] = PER_DAY) -> list[Event]:
+    """``per_day`` events a day (LOW to HIGH) of each calendar counter in the YEAR_DAYS before ``end_ms``, at
+    random times: a daily series in UTC and one in New York group them differently."""
+    rng = random.Random(f"year-{seed}")
+    events = []
+    for day in range(YEAR_DAYS):
+        start = end_ms - (day + 1) * DAY_MS
+        for counter in CALENDAR_COUNTERS:
+            for _ in range(rng.randint(*per_day)):
+                events.append(Event(str(rng.getrandbits(64)), counter, rng.randrange(start, start + DAY_MS)))
+    return sorted(events, key=lambda event: event.ts_ms)
+
+
+def days_and_months(audit: Any) -> int:
+    """Step 7: a daily series of the last 365 days and the last 12 months of the calendar counters, in UTC and
+    the zone, read as soon as the backfill ended, each period against the audit's recount (``--series``). A
+    table of the months, then each series' verdict; 0 when every period is equal, else 1."""
+    zones = ("UTC", ZONE)
+    adopted = {zone: ProgressItems(client("dynamodb"), COUNTS_TABLE).read(zone).adopted_run for zone in zones}
+    named = {zone: "none" if run is None else f"{run[0]} .. {run[1]}" for zone, run in adopted.items()}
+    made = named["UTC"] if len(set(named.values())) == 1 else ", ".join(f"{run} of {zone}" for zone, run in named.items())
+    console.print(
+        f"7. days and months of {', '.join(CALENDAR_COUNTERS)}, read as soon as the backfill ended (no close has run): "
+        f"the days the export made complete ({made}) from their items, the days after from hours"
+    )
+    console.print("   each period against [bold]scripts/audit.py --series[/], which recounts it from the table's items")
+    months: dict[str, list[dict[str, Any]]] = {}
+    verdicts = []
+    # The same days and months in both zones, up to the earlier zone's today: the table's rows pair them.
+    today = min(datetime.fromtimestamp(now_ms() / 1000, ZoneInfo(zone)).date() for zone in zones)
+    end = today + timedelta(days=1)
+    this_month = today.replace(day=1)
+    first_month = date(this_month.year - (this_month.month <= 11), (this_month.month - 12) % 12 + 1, 1)  # 11 before
+    next_month = date(this_month.year + this_month.month // 12, this_month.month % 12 + 1, 1)
+    for zone in zones:
+        for series, start, stop, what in (
+            ("day", end - timedelta(days=365), end, "365 days"),
+            ("month", first_month, next_month, "12 months"),
+        ):
+            arguments = [*CALENDAR_COUNTERS, "--series", series, "--tz", zone, "--from", start.isoformat(), "--to", stop.isoformat()]
+            rows = audit.audit_series(audit.parser().parse_args(arguments))
+            if series == "month":
+                months[zone] = rows
+            totals = ", ".join(
+                f"{counter} {sum(row['tally'] for row in rows if row['counter'] == counter):,}" for counter in CALENDAR_COUNTERS
+            )
+            verdicts.append(f"   {what} of {zone}, {start} .. {stop - timedelta(days=1)}: {totals} — {audit.verdict(rows)}")
+    table = Table(title="the last 12 months: tally's totals (a difference from the audit's recount shows as ≠)")
+    table.add_column("month")
+    for counter in CALENDAR_COUNTERS:
+        for zone in zones:
+            table.add_column(f"{counter} {zone}", justify="right")
+    for index, first in enumerate(months[zones[0]][: 12]):
+        cells = []
+        for counter in CALENDAR_COUNTERS:
+            for zone in zones:
+                row = [row for row in months[zone] if row["counter"] == counter][index]
+                cells.append(f"{row['tally']:,}" if row["difference"] == 0 else f"[red]{row['tally']:,} ≠ {row['recount']:,}")
+        table.add_row(first["start"][:7] + (" (to date)" if index == 11 else ""), *cells)
+    console.print(table)
+    for line in verdicts:
+        console.print(line, highlight=False)
+    return 0 if all(line.endswith("VERDICT: NO DIFFERENCE") for line in verdicts) else 1
 
 
 def recount_in_workers(audit: Any, at: str, s3: Any, workers: int, environment: dict[str, str]) -> Counter[str]:

@@ -93,6 +93,7 @@ LONGEST_FILES_FIRST = (
     "scripts/test_query_window.py",
     "scripts/test_script_errors.py",
     "scripts/test_backfill_command.py",
+    "test_adopt_days.py",
     "test_reader_calendar_long.py",
     "test_reader_calendar.py",
     "scripts/test_rules_demo.py",

@@ -233,9 +233,10 @@ def test_a_backfill_begun_by_one_process_cannot_be_finished_in_the_account_nor_t
 
     with pytest.raises(BackfillClaimed, match=r"begun by one process \(backfill.py --here\)"):
         Backfill(described, s3, SETTINGS, BackfillConfig(BUCKET, PREFIX)).plan(EXPORT_ARN)
-    counts.claim_backfill(TABLE_ARN, "2026-11-18T11:06:41Z", EXPORT_ARN, 2_000_000_000, protocol="ranges")
+    other_table = f"{TABLE_ARN}-2"  # another table's history, its export begun in the account
+    counts.claim_backfill(other_table, "2026-11-18T11:06:41Z", f"{other_table}/export/01", 2_000_000_000, protocol="ranges")
     with pytest.raises(BackfillClaimed, match=r"begun in the account"):
-        counts.claim_backfill(TABLE_ARN, "2026-11-18T11:06:41Z", EXPORT_ARN, 2_000_000_000)
+        counts.claim_backfill(other_table, "2026-11-18T11:06:41Z", f"{other_table}/export/01", 2_000_000_000)
 
 
 @pytest.mark.parametrize(

@@ -184,8 +184,8 @@ class AccountBackfill(Construct):
         if stage.name == "plan":
             return [
                 iam.PolicyStatement(actions=["dynamodb:DescribeExport"], resources=[f"{self.events_table_arn}/export/*"]),
-                iam.PolicyStatement(
-                    actions=["dynamodb:PutItem", "dynamodb:GetItem"],
+                iam.PolicyStatement(  # Query: a claim of the table's history at another instant refuses the export
+                    actions=["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query"],
                     resources=[table],
                     conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [BACKFILL_PREFIX + "*"]}},
                 ),

@@ -170,6 +170,36 @@ def test_another_export_of_the_same_instant_is_refused(tables, capsys):
     assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == 2
 
 
+def test_the_table_counted_at_one_instant_is_not_counted_again_at_a_later_one(tables, capsys):
+    """A redeploy with a new countFrom, or the table adopted again into the same counts table: an export at the
+    later instant holds every item counted already (by the first backfill, and by the stream since)."""
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    write_items(dynamodb, tables.events, [event.item() for event in Workload(counters=COUNTERS, hours=1, seed=6).events(now_ms())])
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    first = now_ms() // 1000 - 60
+    adopted = exports.start_export(dynamodb, table_arn, bucket, "first", first * 1000).arn
+    assert backfill.main(["--export-arn", adopted, "--count-from", str(first), "--poll-seconds", "0.05"]) == 0
+    counted = every_bucket(dynamodb, tables.counts, COUNTERS)
+    later = exports.start_export(dynamodb, table_arn, bucket, "later", (first + 30) * 1000).arn
+    capsys.readouterr()
+
+    assert backfill.main(["--export-arn", later, "--count-from", str(first + 30), "--poll-seconds", "0.05"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"counted already, at {iso_second(first * 1000)} from export {adopted}" in error
+    assert every_bucket(dynamodb, tables.counts, COUNTERS) == counted
+    # --export-to refuses before it starts (and bills) an export; so does an instant before the first.
+    for instant in (first + 40, first - 30):
+        assert backfill.main(["--export-to", f"s3://{bucket}/again", "--count-from", str(instant), "--poll-seconds", "0.05"]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and "would count those items twice; no new export is started" in error
+    assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == 2
+    # The first backfill, run again, still finds its own claim: nothing is added.
+    assert backfill.main(["--export-arn", adopted, "--count-from", str(first), "--poll-seconds", "0.05"]) == 0
+    assert every_bucket(dynamodb, tables.counts, COUNTERS) == counted
+
+
 def test_a_prefix_holding_two_exports_without_a_manifest_is_refused(tables, capsys):
     dynamodb, s3 = client("dynamodb"), client("s3")
     bucket = f"exports-{uuid.uuid4().hex[:8]}"

@@ -1,12 +1,17 @@
-"""The backfill's claims in the counts table: one export per table and count-from instant, one per rule added later.
+"""The backfill's claims in the counts table: one export per table, one per rule added later.
 
 Watermarks are kept per export, so counting a second export of the same instant would add every item
-again; a claim, written before the first commit of a backfill, makes that impossible. A rule whose
-history is backfilled on its own holds a claim of its own, whatever its instant: its history is
-counted once, from one export, with the same companions.
+again; a claim, written before the first commit of a backfill, makes that impossible. Nor is a table's
+history counted again at a later (or earlier) instant: an export then holds every item counted already,
+by the first backfill and by the stream since, so the table's claim is kept for good, and a whole-table
+backfill at another instant is refused while it is held. A rule whose history is backfilled on its own
+holds a claim of its own, whatever its instant: its history is counted once, from one export, with the
+same companions.
 """
 
 from __future__ import annotations
+
+import re
 
 from botocore.exceptions import ClientError
 
@@ -22,6 +27,9 @@ BACKFILL_PREFIX = "#backfill#"
 # Backfills of this release fold an export across its files under one watermark.
 BACKFILL_PROTOCOL = "watermarks"
 RULE_CLAIM_PREFIX = "rule#"  # a rule's claim's sort key: rule#<name> (a table's is its instant, which never starts so)
+# What a whole-table backfill refused for a history counted already may have meant instead.
+RULES_ALONE = "a rule added later has its history backfilled alone, with --rules"
+TABLE_CLAIM_KEY = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")  # a table's claim's sort key: its instant
 
 
 class BackfillClaims(TableAccess):
@@ -40,7 +48,9 @@ class BackfillClaims(TableAccess):
 
         Watermarks are kept per export, so counting a second export of the
         same instant would add every item again; the claim makes that
-        impossible. Claiming again with the same export (a resumed run)
+        impossible. The table's history claimed at another instant refuses
+        it too (``expires_s`` is when a rule's claim expires; the table's is
+        kept for good). Claiming again with the same export (a resumed run)
         succeeds if it is counted the same way (``protocol``: this process's
         segments, or the in-account backfill's ranges, which place their
         writes differently), and never if the previous release began it: that
@@ -50,7 +60,12 @@ class BackfillClaims(TableAccess):
             for rule in rules:
                 self._claim_rule(table_arn, count_from_iso, export_arn, expires_s, protocol, rule, rules)
             return
-        held = self._put_claim(count_from_iso, table_arn, {"export": export_arn, "protocol": protocol}, expires_s)
+        refusal = self._counted_at_another_instant(table_arn, count_from_iso)
+        if refusal is not None:
+            raise BackfillClaimed(f"{refusal}; {RULES_ALONE}")
+        # Kept for good, not until ``expires_s``: what it counted lives in days and months for years, and the
+        # stream counts on from its instant, so no later export of the table may be counted on top.
+        held = self._put_claim(count_from_iso, table_arn, {"export": export_arn, "protocol": protocol}, None)
         if held is None:
             return
         other, claimed_protocol = held.get("export", "?"), held.get("protocol")
@@ -101,6 +116,10 @@ class BackfillClaims(TableAccess):
         to an export, and counting a second one would be refused by ``claim_backfill`` once that one (billed, and
         taking minutes to hours) had finished. Read strongly consistent; the claim itself is still put by
         ``claim_backfill`` before the first commit, so two backfills started at once still count one export."""
+        if not rules:
+            refusal = self._counted_at_another_instant(table_arn, count_from_iso)
+            if refusal is not None:
+                return f"{refusal}; no new export is started ({RULES_ALONE})"
         for sort_key, what in (
             [(RULE_CLAIM_PREFIX + rule, f"rule {rule!r}") for rule in rules] if rules else [(count_from_iso, None)]
         ):
@@ -121,14 +140,43 @@ class BackfillClaims(TableAccess):
             )
         return None
 
-    def _put_claim(self, sort_key: str, table_arn: str, claim: dict[str, str], expires_s: int) -> dict[str, str] | None:
+    def _counted_at_another_instant(self, table_arn: str, count_from_iso: str) -> str | None:
+        """Why the whole history of ``table_arn`` at ``count_from_iso`` must not be counted, in one line, or None:
+        a claim holds it at another instant (read strongly consistent)."""
+        query = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key},
+            "ExpressionAttributeValues": {":pk": {"S": BACKFILL_PREFIX + table_arn}},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self.client.query(**query)
+            for item in page.get("Items", []):
+                instant = item[COUNTS_TABLE.sort_key]["S"]
+                if instant != count_from_iso and TABLE_CLAIM_KEY.fullmatch(instant):
+                    export = item.get("export", {}).get("S", "?")
+                    return (
+                        f"the history of {table_arn} is counted already, at {instant} from export {export}, and the "
+                        f"stream has counted since: a whole-table backfill at {count_from_iso} would count those "
+                        "items twice"
+                    )
+            if "LastEvaluatedKey" not in page:
+                return None
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _put_claim(
+        self, sort_key: str, table_arn: str, claim: dict[str, str], expires_s: int | None
+    ) -> dict[str, str] | None:
         """Put the claim unless another is held there: None once it is the table's (put now, or the same claim
-        put before), else the claim held (its string attributes), read strongly consistent."""
+        put before), else the claim held (its string attributes), read strongly consistent. ``expires_s`` None:
+        the claim never expires."""
         key = {COUNTS_TABLE.partition_key: {"S": BACKFILL_PREFIX + table_arn}, COUNTS_TABLE.sort_key: {"S": sort_key}}
+        expiry = {} if expires_s is None else {TTL_ATTRIBUTE: {"N": str(expires_s)}}
         try:
             self.client.put_item(
                 TableName=self.table_name,
-                Item={**key, **{name: {"S": value} for name, value in claim.items()}, TTL_ATTRIBUTE: {"N": str(expires_s)}},
+                Item={**key, **{name: {"S": value} for name, value in claim.items()}, **expiry},
                 ConditionExpression="attribute_not_exists(#pk) OR (" + " AND ".join(f"#{name} = :{name}" for name in claim) + ")",
                 ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key, **{f"#{name}": name for name in claim}},
                 ExpressionAttributeValues={f":{name}": {"S": value} for name, value in claim.items()},
