@@ -171,7 +171,9 @@ def counts_table(request, backend: str, settings: Settings = SETTINGS):
         yield CountsTable(client, name, dataclasses.replace(settings, counts_table=name), previous_release_until_ms=0, workers=1)
 
 
-@pytest.fixture(scope="module", params=["moto", pytest.param("dynamodb-local", marks=pytest.mark.dynamodb_local)])
+@pytest.fixture(
+    scope="module", params=["moto", pytest.param("dynamodb-local", marks=[pytest.mark.dynamodb_local, pytest.mark.sweep])]
+)
 def world(request):
     """The table adopted on moto or on DynamoDB Local: the backfill killed after two segments (what is read then
     is kept), run again to the end, the stream's records after count-from counted."""
