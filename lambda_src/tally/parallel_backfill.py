@@ -29,7 +29,11 @@ positions) cannot be finished here, nor the other way round.
 
 Every stage is given ``rules``: empty for the whole table at the deployment's
 countFrom, else the names (comma-separated) of rules added later whose history
-alone is counted, at their own countFrom (``HistoryScope``).
+alone is counted, at their own countFrom, or ``calendar:`` and the calendar
+prefixes declared later whose days' history alone is counted
+(``HistoryScope.text``). A calendar backfill's fold reads, in each zone's
+progress, where the closes began the prefixes' days (set once), so every fold
+and every redrive writes the same days; its summary records them as complete.
 """
 
 from __future__ import annotations
@@ -50,18 +54,19 @@ from tally.backfill import (
     ScopeRefused,
     WriteRateLimit,
     chunks,
+    nothing_older,
     export_outcomes,
     place,
     write_units,
 )
 from tally.core.buckets import iso_second
 from tally.core.records import Reason
-from tally.core.ladder import Ladder
+from tally.core.ladder import Run
 from tally.core.segments import Item, Segment, contributions
 from tally.core.settings import Settings
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
-from tally.dynamo.closing import record_adoption
+from tally.dynamo.closing import HistoryNotReady, history_runs, record_adoption, record_history
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 
@@ -89,7 +94,9 @@ class PlanRefused(ValueError):
 
 
 # Failures no retry can mend (the state machine's retriers and the local run stop at them).
-REFUSALS: tuple[type[Exception], ...] = (PlanRefused, ScopeRefused, BackfillClaimed, exports.ExportError)
+REFUSALS: tuple[type[Exception], ...] = (
+    PlanRefused, ScopeRefused, BackfillClaimed, exports.ExportError, HistoryNotReady
+)
 
 
 @dataclass(frozen=True)
@@ -182,12 +189,17 @@ def partial_key(work: str, range_number: int, file_index: int) -> str:
 
 
 def fold_images(
-    images: Iterable[Mapping[str, Any]], file_index: int, scope: HistoryScope, settings: Settings, ranges: int
+    images: Iterable[Mapping[str, Any]],
+    file_index: int,
+    scope: HistoryScope,
+    settings: Settings,
+    ranges: int,
+    runs: Mapping[str, Mapping[str, Run]] | None = None,
 ) -> tuple[dict[int, Segment], BackfillSummary]:
     """One data file's items -> a partial segment per counter range, and what the items counted as
-    (``settings``: the scope's)."""
+    (``settings``: the scope's; ``runs``: the days a calendar backfill writes, ``HistoryScope.ladder``)."""
     count_from_ms = scope.count_from_ms
-    ladder = Ladder.of(settings, every_late=True)  # an export's records climb to their days directly (core/ladder.py)
+    ladder = scope.ladder(settings, runs)  # an export's records climb to their days directly (core/ladder.py)
     partials: dict[int, Segment] = {}
     summary = BackfillSummary(files=1)
     for first, chunk in chunks(images):
@@ -324,9 +336,10 @@ class Backfill:
                 f"s3://{self.config.bucket}/{self.config.prefix} only"
             )
         counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
-        expires_s = (count_from_ms + self.settings.hour_retention_ms) // 1000
+        self._runs(scope)  # a calendar backfill waits for the prefixes' first close, before it claims anything
         counts.claim_backfill(
-            export.table_arn, iso_second(count_from_ms), export.arn, expires_s, protocol=RANGES_PROTOCOL, rules=scope.rules
+            export.table_arn, iso_second(count_from_ms), export.arn, scope.claim_expires_s(self.settings),
+            protocol=RANGES_PROTOCOL, rules=scope.rules, calendar=scope.calendar,
         )
         files = sorted(exports.data_files(self.s3, export), key=lambda file: file.key)
         work = self.config.work_prefix(export_arn, scope.key)
@@ -336,7 +349,7 @@ class Backfill:
         known = [file.item_count for file in files]
         return {
             "exportArn": export_arn,
-            "rules": ",".join(scope.rules),
+            "rules": scope.text,
             "bucket": self.config.bucket,
             "work": work,
             "filesKey": files_key,
@@ -351,7 +364,9 @@ class Backfill:
         if not key.startswith(self.config.export_root()):
             raise PlanRefused(f"s3://{self.config.bucket}/{key} is not under the exports' prefix")
         images = exports.items(self.s3, self.config.bucket, key)
-        partials, summary = fold_images(images, index, scope, scope.settings_for(self.settings), self.config.ranges)
+        partials, summary = fold_images(
+            images, index, scope, scope.settings_for(self.settings), self.config.ranges, self._runs(scope)
+        )
         for number, segment in sorted(partials.items()):
             body = gzip.compress(json.dumps(segment.to_state(), separators=(",", ":")).encode(), compresslevel=5)
             self.s3.put_object(Bucket=self.config.bucket, Key=partial_key(work, number, index), Body=body)
@@ -372,8 +387,11 @@ class Backfill:
         summary = summary_from_json(done)
         if merged is not None:
             counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
-            commit = CounterDirectory(self.dynamodb, self.settings.counts_table, self.settings).recording(counts.commit)
-            writer = self._scope(rules).writer(export_arn)
+            scope = self._scope(rules)
+            commit = counts.commit if scope.calendar else CounterDirectory(
+                self.dynamodb, self.settings.counts_table, self.settings
+            ).recording(counts.commit)  # days and months alone: no minute or hour for the directory to list
+            writer = scope.writer(export_arn)
             limit = WriteRateLimit(self.config.committer_wcu)
             for number, part in enumerate(commit_chunks(merged, COMMIT_CHUNK_ITEMS)):
                 if number < done["chunks"]:
@@ -389,9 +407,12 @@ class Backfill:
 
     def summarize(self, work: str, rules: str = "") -> dict[str, Any]:
         """Every file's and every range's summary, added up: what the backfill read, counted and wrote. Run after
-        every range committed: for the whole table, it records the days the export made complete."""
-        if not rules and self.settings.calendar_prefixes:
-            scope = self._scope(rules)
+        every range committed: for the whole table, it records the days the export made complete; for calendar
+        prefixes, the days their backfill did."""
+        scope = self._scope(rules)
+        if scope.calendar:
+            record_history(self.dynamodb, self.settings.counts_table, self._runs(scope))
+        elif not rules and self.settings.calendar_prefixes:
             record_adoption(self.dynamodb, self.settings.counts_table, scope.settings_for(self.settings), scope.count_from_ms)
         total = BackfillSummary()
         for folder in ("folded", "committed"):
@@ -401,11 +422,20 @@ class Backfill:
         return summary_to_json(total)
 
     def _scope(self, rules: str) -> HistoryScope:
-        """What this execution counts: the table (``rules`` empty) or the named rules' history."""
-        names = tuple(filter(None, rules.split(",")))
-        if not names and self.settings.count_from_ms is None:
+        """What this execution counts: the table (``rules`` empty), the named rules' history, or the named calendar
+        prefixes' (``HistoryScope.text``)."""
+        if not rules and self.settings.count_from_ms is None:
             raise PlanRefused("the counting function has no count-from instant (countFrom): there is nothing to backfill")
-        return HistoryScope.of(self.settings, names)
+        return HistoryScope.parse(self.settings, rules)
+
+    def _runs(self, scope: HistoryScope) -> dict[str, dict[str, Run]] | None:
+        """The days a calendar backfill writes (``dynamo.closing.history_runs``); None for any other scope."""
+        if not scope.calendar:
+            return None
+        runs = history_runs(self.dynamodb, self.settings.counts_table, self.settings, scope.calendar, scope.count_from_ms)
+        if not runs:
+            raise PlanRefused(nothing_older(scope))
+        return runs
 
     def _get(self, key: str) -> bytes:
         return self.s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
