@@ -53,7 +53,7 @@ from tally.core.buckets import iso_second
 from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason
 from tally.core.rules import ARRIVAL, MODIFY, REMOVE, RulesError
-from tally.core.ladder import HistoryLadder, Ladder, Run
+from tally.core.ladder import LATE_PREFIX, HistoryLadder, Ladder, Run
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.invocation import outcomes_of
@@ -245,6 +245,11 @@ class HistoryScope:
             return f"the table at {iso_second(self.count_from_ms)}"
         return f"the history of rule{'s' if len(self.rules) > 1 else ''} {', '.join(self.rules)} at {iso_second(self.count_from_ms)}"
 
+    def reported(self, outcomes: list[list[Outcome]]) -> list[list[Outcome]]:
+        """What the summary tells of: every outcome of the scope's rules; for calendar prefixes, only what went
+        into their days (the other counters were counted before, and are not written)."""
+        return self.folded(outcomes) if self.calendar else outcomes
+
     def folded(self, outcomes: list[list[Outcome]]) -> list[list[Outcome]]:
         """What goes into the buckets: everything for the table; a rule backfill's counted events alone; a calendar
         backfill's counted events of its prefixes' counters alone."""
@@ -340,8 +345,9 @@ def export_outcomes(
 
 
 def write_units(segment: Segment) -> int:
-    """WCU one segment's commit costs: one plain update per bucket item (items stay under 1 KB)."""
-    return len(segment.deltas)
+    """WCU one segment's commit costs: one plain update per bucket item (items stay under 1 KB). A late mark
+    (``#late#<counter>``) is written by its item's own update, not by one of its own."""
+    return sum(1 for counter, _ in segment.deltas if not counter.startswith(LATE_PREFIX))
 
 
 class WriteRateLimit:
@@ -474,7 +480,7 @@ def backfill_export(
             outcomes = export_outcomes(chunk, place(file_index, first), scope.count_from_ms, settings)
             for segment in folder.fold(scope.folded(outcomes)):
                 commit_segment(segment)
-            summary.add(outcomes)
+            summary.add(scope.reported(outcomes))
             on_items(len(chunk))
         summary.files += 1
     last = folder.close()

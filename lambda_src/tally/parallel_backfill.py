@@ -61,7 +61,7 @@ from tally.backfill import (
 )
 from tally.core.buckets import iso_second
 from tally.core.records import Reason
-from tally.core.ladder import Run
+from tally.core.ladder import LATE_PREFIX, Run, late_partition
 from tally.core.segments import Item, Segment, contributions
 from tally.core.settings import Settings
 from tally.core.windows import now_ms
@@ -204,12 +204,13 @@ def fold_images(
     summary = BackfillSummary(files=1)
     for first, chunk in chunks(images):
         outcomes = export_outcomes(chunk, place(file_index, first), count_from_ms, settings)
-        summary.add(outcomes)
+        summary.add(scope.reported(outcomes))
         for item_outcomes in scope.folded(outcomes):
             by_range: dict[int, list] = {}
             for found in item_outcomes:
                 for added in contributions(found, ladder):
-                    by_range.setdefault(counter_range(added[1][0], ranges), []).append(added)
+                    # A late mark goes with its counter's items: the commit writes it by their updates.
+                    by_range.setdefault(counter_range(added[1][0].removeprefix(LATE_PREFIX), ranges), []).append(added)
             for number, added_here in by_range.items():
                 segment = partials.get(number)
                 if segment is None:
@@ -245,10 +246,13 @@ def merge(segments: Iterable[Segment]) -> Segment | None:
 
 def commit_chunks(segment: Segment, max_items: int) -> Iterator[Segment]:
     """The segment in parts of whole counters (at most ``max_items`` items unless one counter has more), in
-    sort-key order: the same parts every time, each at the segment's position."""
+    sort-key order: the same parts every time, each at the segment's position. A late mark goes in the part of
+    its item, whose update writes it."""
     part: list[Item] = []
     counter = None
     for item, *_ in segment.ordered_deltas():
+        if item[0].startswith(LATE_PREFIX):
+            continue
         if item[0] != counter and len(part) >= max_items:
             yield _part_of(segment, part)
             part = []
@@ -260,7 +264,8 @@ def commit_chunks(segment: Segment, max_items: int) -> Iterator[Segment]:
 
 def _part_of(segment: Segment, items: list[Item]) -> Segment:
     part = Segment(segment.first_sequence, segment.first_arrival_ms, segment.last_sequence, held=None)
-    for item in items:
+    marks = [mark for mark in ((late_partition(counter), key) for counter, key in items) if mark in segment.deltas]
+    for item in [*items, *marks]:
         part.deltas[item] = segment.deltas[item]
         for source, target in ((segment.sums, part.sums), (segment.bins, part.bins), (segment.sketches, part.sketches)):
             if item in source:
