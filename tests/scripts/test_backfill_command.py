@@ -298,3 +298,79 @@ def test_a_rule_whose_count_from_has_not_come_is_not_backfilled_yet(tables, monk
     assert backfill.main(["--rules", "refunds", "--export-to", "s3://b/p"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"run the backfill after {iso_second(ahead * 1000)}" in error
+
+
+def test_a_calendar_prefix_declared_later_gets_its_older_days_once_and_the_audit_finds_no_difference(tables, monkeypatch, capsys):
+    """backfill.py --calendar on moto's server: the export at the prefix's own countFrom, after its first close (the
+    progress as that close left it), counted into days alone; an audit of those days finds no difference; a second
+    export, or a new one, is refused in one line."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.core.buckets import Bucket
+    from tally.dynamo.closing import ProgressItems
+
+    audit = load_script("audit")
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    today = datetime.fromtimestamp(now_ms() / 1000, UTC).date()
+    since = today - timedelta(days=3)  # the first day the prefix's first close closed
+    start = datetime(since.year, since.month, since.day, tzinfo=UTC).timestamp() * 1000
+    items = [{"id": f"o{n}", "counter": f"orders/s{n % 2}", "ts": int(start - (n * 37 + 5) * 3_600_000)} for n in range(40)]
+    items += [{"id": f"v{n}", "counter": "views/home", "ts": int(start - n * 3_600_000)} for n in range(10)]
+    write_items(dynamodb, tables.events, items)
+    added = (now_ms() // 1000 + 1) * 1000
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["views/", "orders/"]')
+    monkeypatch.setenv("TALLY_CALENDAR_ZONES", '["America/New_York"]')
+    monkeypatch.setenv("TALLY_CALENDAR_COUNT_FROM", json.dumps({"orders/": added // 1000}))
+    wait_for(added)
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, "calendar", added)
+    arguments = ["--calendar", "orders/", "--export-arn", export.arn, "--poll-seconds", "0.05"]
+
+    assert backfill.main(arguments) == 2  # no close has said where the prefix's closed days begin
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no close has closed the days of calendar prefix 'orders/'" in error
+    for zone in ("UTC", "America/New_York"):
+        ProgressItems(dynamodb, tables.counts).advance(zone, Bucket.of_day(today - timedelta(days=2), zone), None,
+                                                       Bucket.of_day(since, zone), ("views/", "orders/"))
+    for _ in range(2):  # the second run finds every watermark
+        assert backfill.main(arguments) == 0
+    assert "orders/s0" in capsys.readouterr().out
+
+    written = every_bucket(dynamodb, tables.counts, ["orders/s0", "orders/s1", "views/home"])
+    assert written and {sk.split("#")[0] for _, sk in written} == {"D", "MO"} and {c for c, _ in written} == {"orders/s0", "orders/s1"}
+    for zone in ("UTC", "America/New_York"):
+        span = ["--tz", zone, "--from", (since - timedelta(days=70)).isoformat(), "--to", (since - timedelta(days=1)).isoformat()]
+        assert audit.main(["orders/s0", "orders/s1", "--series", "day", *span]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == "VERDICT: NO DIFFERENCE"
+
+    other = exports.start_export(dynamodb, table_arn, bucket, "again", added)
+    assert backfill.main(["--calendar", "orders/", "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "count it twice" in error and export.arn in error
+    exported = len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"])
+    assert backfill.main(["--calendar", "orders/", "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"run with --calendar orders/ --export-arn {export.arn}" in error
+    assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == exported  # none started
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--calendar", "nope/"], "--calendar: 'nope/' is not a calendar prefix (calendarPrefixes: 'views/', 'orders/')"),
+        (["--calendar", "views/"], "calendar prefix 'views/' has no countFrom of its own"),
+        (["--calendar", "orders/", "--rules", "orders"], "--calendar and --rules"),
+        (["--calendar", "orders/", "--count-from", "2020-01-01T00:00:00Z"], "is not the countFrom of the calendar prefixes named"),
+        (["--calendar", "orders/"], "cannot be counted before"),
+    ],
+)
+def test_bad_calendar_backfills_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["views/", "orders/"]')
+    monkeypatch.setenv("TALLY_CALENDAR_COUNT_FROM", json.dumps({"orders/": now_ms() // 1000 + 3600}))
+    if "--rules" in arguments:
+        monkeypatch.setenv("TALLY_RULES", json.dumps([{"name": "orders", "counter": "orders/{shop}", "countFrom": str(now_ms() // 1000)}]))
+    assert backfill.main([*arguments, "--export-to", "s3://b/p"]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1, error
