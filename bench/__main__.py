@@ -588,30 +588,24 @@ def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
                       _duration(row["wall_seconds"]), _duration(row["write_bound_seconds"]), row["bound"], "",
                       "yes" if row["within_a_day"] else "NO", f"{row['cost_usd']:,.2f}")
     out.print(model)
-    report_backfill_rule_model(out, figures)
-    report_backfill_calendar_model(out, figures)
+    report_backfill_part_models(out, figures)
 
 
-def report_backfill_rule_model(out: Console, figures: dict[str, Any]) -> None:
-    """One rule's history beside the whole table's, row by row: the same fold, a share of the writes."""
-    if not figures.get("rule_rows"):
-        return
-    assumed = figures["rule_assumed"]
-    _report_beside_table(out, figures, figures["rule_rows"], "one rule", (
-        f"one rule's history on AWS at {{sizes}} items, modeled beside the whole table's (one rule of "
-        f"{assumed['rules']}: {assumed['rule_share_of_bucket_items']:.0%} of its bucket items; the whole export read)"))
-
-
-def report_backfill_calendar_model(out: Console, figures: dict[str, Any]) -> None:
-    """A calendar prefix's older days beside the whole table's backfill: the same fold, its days and months written."""
-    if not figures.get("calendar_rows"):
-        return
-    assumed = figures["calendar_assumed"]
-    _report_beside_table(out, figures, figures["calendar_rows"], "calendar", (
-        f"a calendar prefix's older days on AWS at {{sizes}} items (backfill.py --calendar, in the account), modeled "
-        f"beside the whole table's ({assumed['prefix_share_of_events']:.0%} of the events, {assumed['zones']} zones, "
-        f"{assumed['days']} days and {assumed['months']} months kept: one write a counter-day and -month with "
-        "events; the whole export read)"))
+def report_backfill_part_models(out: Console, figures: dict[str, Any]) -> None:
+    """One rule's history, and a calendar prefix's older days, beside the whole table's backfill row by row: the
+    same fold, a part of the writes."""
+    if figures.get("rule_rows"):
+        rule = figures["rule_assumed"]
+        _report_beside_table(out, figures, figures["rule_rows"], "one rule", (
+            f"one rule's history on AWS at {{sizes}} items, modeled beside the whole table's (one rule of "
+            f"{rule['rules']}: {rule['rule_share_of_bucket_items']:.0%} of its bucket items; the whole export read)"))
+    if figures.get("calendar_rows"):
+        calendar = figures["calendar_assumed"]
+        _report_beside_table(out, figures, figures["calendar_rows"], "calendar", (
+            f"a calendar prefix's older days on AWS at {{sizes}} items (backfill.py --calendar, in the account), "
+            f"modeled beside the whole table's ({calendar['prefix_share_of_events']:.0%} of the events, "
+            f"{calendar['zones']} zones, {calendar['days']} days and {calendar['months']} months kept: one write a "
+            "counter-day and -month with events; the whole export read)"))
 
 
 def _report_beside_table(out: Console, figures: dict[str, Any], rows: list[dict[str, Any]], label: str, title: str) -> None:

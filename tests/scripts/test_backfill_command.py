@@ -264,14 +264,20 @@ def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_
     assert every_bucket(dynamodb, tables.counts, [f"orders/s{n}" for n in range(3)]) == before
 
     # The rule's history is counted once: another export of it is refused, in one line.
-    other = exports.start_export(dynamodb, table_arn, bucket, "again", added)
-    assert backfill.main(["--rules", "refunds", "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
+    refuses_another_export(dynamodb, capsys, bucket, table_arn, added, export.arn, ["--rules", "refunds"])
+
+
+def refuses_another_export(dynamodb, capsys, bucket: str, table_arn: str, at_ms: int, export_arn: str, scope: list[str]) -> None:
+    """A second export of a history counted from ``export_arn`` (taken at ``at_ms``) is refused in one line; so is a
+    new one, before it is started, naming the command that resumes the first."""
+    other = exports.start_export(dynamodb, table_arn, bucket, "again", at_ms)
+    assert backfill.main([*scope, "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "count it twice" in error and export.arn in error
+    assert error.count("\n") == 1 and "count it twice" in error and export_arn in error
     exported = len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"])
-    assert backfill.main(["--rules", "refunds", "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
+    assert backfill.main([*scope, "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and f"run with --rules refunds --export-arn {export.arn}" in error
+    assert error.count("\n") == 1 and f"run with {' '.join(scope)} --export-arn {export_arn}" in error
     assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == exported  # none started
 
 
@@ -281,10 +287,17 @@ def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_
         (["--rules", "orders"], "rule 'orders' has no countFrom of its own"),
         (["--rules", "nope"], "--rules: no rule named 'nope'"),
         (["--rules"], "expected at least one argument"),
+        (["--calendar", "nope/"], "--calendar: 'nope/' is not a calendar prefix (calendarPrefixes: 'views/', 'orders/')"),
+        (["--calendar", "views/"], "calendar prefix 'views/' has no countFrom of its own"),
+        (["--calendar", "orders/", "--rules", "orders"], "--calendar and --rules"),
+        (["--calendar", "orders/", "--count-from", "2020-01-01T00:00:00Z"], "is not the countFrom of the calendar prefixes named"),
+        (["--calendar", "orders/"], "cannot be counted before"),  # its countFrom an hour ahead
     ],
 )
-def test_bad_rules_to_backfill_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
+def test_bad_rules_or_prefixes_to_backfill_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
     monkeypatch.setenv("TALLY_RULES", json.dumps([{"name": "orders", "counter": "orders/{shop}"}]))
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["views/", "orders/"]')
+    monkeypatch.setenv("TALLY_CALENDAR_COUNT_FROM", json.dumps({"orders/": now_ms() // 1000 + 3600}))
     with pytest.raises(SystemExit) if arguments == ["--rules"] else contextlib.nullcontext():
         code = backfill.main([*arguments, "--export-arn", "arn:aws:dynamodb:us-east-1:123456789012:table/x/export/1"])
         assert code == 2
@@ -345,32 +358,4 @@ def test_a_calendar_prefix_declared_later_gets_its_older_days_once_and_the_audit
         assert audit.main(["orders/s0", "orders/s1", "--series", "day", *span]) == 0
         assert capsys.readouterr().out.splitlines()[-1] == "VERDICT: NO DIFFERENCE"
 
-    other = exports.start_export(dynamodb, table_arn, bucket, "again", added)
-    assert backfill.main(["--calendar", "orders/", "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
-    error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "count it twice" in error and export.arn in error
-    exported = len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"])
-    assert backfill.main(["--calendar", "orders/", "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
-    error = capsys.readouterr().err
-    assert error.count("\n") == 1 and f"run with --calendar orders/ --export-arn {export.arn}" in error
-    assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == exported  # none started
-
-
-@pytest.mark.parametrize(
-    ("arguments", "message"),
-    [
-        (["--calendar", "nope/"], "--calendar: 'nope/' is not a calendar prefix (calendarPrefixes: 'views/', 'orders/')"),
-        (["--calendar", "views/"], "calendar prefix 'views/' has no countFrom of its own"),
-        (["--calendar", "orders/", "--rules", "orders"], "--calendar and --rules"),
-        (["--calendar", "orders/", "--count-from", "2020-01-01T00:00:00Z"], "is not the countFrom of the calendar prefixes named"),
-        (["--calendar", "orders/"], "cannot be counted before"),
-    ],
-)
-def test_bad_calendar_backfills_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
-    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["views/", "orders/"]')
-    monkeypatch.setenv("TALLY_CALENDAR_COUNT_FROM", json.dumps({"orders/": now_ms() // 1000 + 3600}))
-    if "--rules" in arguments:
-        monkeypatch.setenv("TALLY_RULES", json.dumps([{"name": "orders", "counter": "orders/{shop}", "countFrom": str(now_ms() // 1000)}]))
-    assert backfill.main([*arguments, "--export-to", "s3://b/p"]) == 2
-    error = capsys.readouterr().err
-    assert message in error and error.count("\n") == 1, error
+    refuses_another_export(dynamodb, capsys, bucket, table_arn, added, export.arn, ["--calendar", "orders/"])

@@ -368,10 +368,7 @@ def _instants(raw: str | None) -> tuple[tuple[str, int], ...]:
     with an offset), e.g. {"refunds/": "2026-12-01T00:00:00Z"}; unset or empty is none."""
     if raw is None or not raw.strip():
         return ()
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        found = None
+    found = _loaded(raw)
     if not isinstance(found, dict):
         raise SettingsError(f'{ENV_CALENDAR_COUNT_FROM} must be a JSON object like {{"refunds/": "2026-12-01T00:00:00Z"}}, '
                             f"got {raw!r}")
@@ -405,13 +402,18 @@ def _string_list(env: Mapping[str, str], name: str, example: str) -> tuple[str, 
     raw = env.get(name)
     if raw is None or not raw.strip():
         return ()
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        found = None
+    found = _loaded(raw)
     if not isinstance(found, list) or not all(isinstance(value, str) for value in found):
         raise SettingsError(f"{name} must be a JSON list of strings like {example}, got {raw!r}")
     return tuple(dict.fromkeys(found))
+
+
+def _loaded(raw: str) -> object:
+    """``raw`` as JSON, or None where it is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def zone_refusal(name: str) -> str | None:
