@@ -150,7 +150,7 @@ def run_stages(backfill: Backfill) -> dict:
     planned = backfill.plan(EXPORT_ARN, SCOPE)
     files = json.loads(backfill.s3.get_object(Bucket=planned["bucket"], Key=planned["filesKey"])["Body"].read())
     for file in random.Random(3).sample(files, len(files)):
-        backfill.fold_file(planned["work"], file["key"], file["index"], planned["rules"])
+        backfill.fold_file(planned["work"], file["key"], file["index"], planned["rules"], file.get("days"))
     for number in random.Random(4).sample(planned["ranges"], len(planned["ranges"])):
         backfill.commit_range(planned["work"], EXPORT_ARN, number, planned["rules"])
     return backfill.summarize(planned["work"], planned["rules"])

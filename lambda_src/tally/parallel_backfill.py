@@ -31,9 +31,12 @@ Every stage is given ``rules``: empty for the whole table at the deployment's
 countFrom, else the names (comma-separated) of rules added later whose history
 alone is counted, at their own countFrom, or ``calendar:`` and the calendar
 prefixes declared later whose days' history alone is counted
-(``HistoryScope.text``). A calendar backfill's fold reads, in each zone's
-progress, where the closes began the prefixes' days (set once), so every fold
-and every redrive writes the same days; its summary records them as complete.
+(``HistoryScope.text``). A calendar backfill's plan reads, in each zone's
+progress, where the closes began the prefixes' days (set once), and hands the
+days to write to every fold with its file (``days``, in the files' list the
+fold map reads) and to the summary (``days.json`` in the work folder), which
+records them as complete: each stage keeps to its role, and every fold and
+every redrive writes the same days.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import tally.exports as exports
@@ -182,6 +186,33 @@ class BackfillConfig:
 def counter_range(counter: str, ranges: int) -> int:
     """The range a counter's items are committed by: stable across runs, processes and machines."""
     return int.from_bytes(hashlib.sha256(counter.encode("utf-8")).digest()[:8], "big") * ranges >> 64
+
+
+DAYS_FILE = "days.json"  # a calendar backfill's days, for its summary
+
+
+def runs_to_json(runs: Mapping[str, Mapping[str, Run]]) -> dict[str, dict[str, str]]:
+    """A calendar backfill's days as the stages pass them: prefix -> zone -> ``first..last``."""
+    return {prefix: {zone: f"{first.isoformat()}..{last.isoformat()}" for zone, (first, last) in zones.items()}
+            for prefix, zones in runs.items()}
+
+
+def runs_from_json(days: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, Run]]:
+    return {prefix: {zone: _run(text) for zone, text in zones.items()} for prefix, zones in days.items()}
+
+
+def _run(text: str) -> Run:
+    first, _, last = text.partition("..")
+    return date.fromisoformat(first), date.fromisoformat(last)
+
+
+def _days(scope: HistoryScope, days: Mapping[str, Any] | None) -> dict[str, dict[str, Run]] | None:
+    """The days its plan found for a calendar backfill (PlanRefused without them); None for any other scope."""
+    if not scope.calendar:
+        return None
+    if not days or set(days) != set(scope.calendar):
+        raise PlanRefused(f"{scope.described}: its days are not in the plan's list (run the execution from its plan)")
+    return runs_from_json(days)
 
 
 def partial_key(work: str, range_number: int, file_index: int) -> str:
@@ -341,14 +372,18 @@ class Backfill:
                 f"s3://{self.config.bucket}/{self.config.prefix} only"
             )
         counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
-        self._runs(scope)  # a calendar backfill waits for the prefixes' first close, before it claims anything
+        runs = self._runs(scope)  # a calendar backfill waits for the prefixes' first close, before it claims anything
         counts.claim_backfill(
             export.table_arn, iso_second(count_from_ms), export.arn, scope.claim_expires_s(self.settings),
             protocol=RANGES_PROTOCOL, rules=scope.rules, calendar=scope.calendar,
         )
         files = sorted(exports.data_files(self.s3, export), key=lambda file: file.key)
         work = self.config.work_prefix(export_arn, scope.key)
-        listed = [{"key": file.key, "index": index, "items": file.item_count} for index, file in enumerate(files)]
+        days = None if runs is None else runs_to_json(runs)
+        listed = [{"key": file.key, "index": index, "items": file.item_count, **({"days": days} if days else {})}
+                  for index, file in enumerate(files)]
+        if days is not None:
+            self._put_json(f"{work}/{DAYS_FILE}", days)
         files_key = f"{work}/files.json"
         self.s3.put_object(Bucket=self.config.bucket, Key=files_key, Body=json.dumps(listed).encode())
         known = [file.item_count for file in files]
@@ -363,14 +398,15 @@ class Backfill:
             "ranges": list(range(self.config.ranges)),
         }
 
-    def fold_file(self, work: str, key: str, index: int, rules: str = "") -> dict[str, Any]:
-        """Fold one data file into a partial per counter range (written even when empty: a retry writes the same)."""
+    def fold_file(self, work: str, key: str, index: int, rules: str = "", days: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Fold one data file into a partial per counter range (written even when empty: a retry writes the same);
+        ``days``: a calendar backfill's, as its plan listed them with the file."""
         scope = self._scope(rules)
         if not key.startswith(self.config.export_root()):
             raise PlanRefused(f"s3://{self.config.bucket}/{key} is not under the exports' prefix")
         images = exports.items(self.s3, self.config.bucket, key)
         partials, summary = fold_images(
-            images, index, scope, scope.settings_for(self.settings), self.config.ranges, self._runs(scope)
+            images, index, scope, scope.settings_for(self.settings), self.config.ranges, _days(scope, days)
         )
         for number, segment in sorted(partials.items()):
             body = gzip.compress(json.dumps(segment.to_state(), separators=(",", ":")).encode(), compresslevel=5)
@@ -416,7 +452,7 @@ class Backfill:
         prefixes, the days their backfill did."""
         scope = self._scope(rules)
         if scope.calendar:
-            record_history(self.dynamodb, self.settings.counts_table, self._runs(scope))
+            record_history(self.dynamodb, self.settings.counts_table, _days(scope, self._get_json(f"{work}/{DAYS_FILE}")))
         elif not rules and self.settings.calendar_prefixes:
             record_adoption(self.dynamodb, self.settings.counts_table, scope.settings_for(self.settings), scope.count_from_ms)
         total = BackfillSummary()
@@ -434,7 +470,8 @@ class Backfill:
         return HistoryScope.parse(self.settings, rules)
 
     def _runs(self, scope: HistoryScope) -> dict[str, dict[str, Run]] | None:
-        """The days a calendar backfill writes (``dynamo.closing.history_runs``); None for any other scope."""
+        """The days a calendar backfill writes (``dynamo.closing.history_runs``, read by the plan alone); None for
+        any other scope."""
         if not scope.calendar:
             return None
         runs = history_runs(self.dynamodb, self.settings.counts_table, self.settings, scope.calendar, scope.count_from_ms)

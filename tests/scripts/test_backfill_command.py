@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 from script_support import load_script
+from sweeps import sweep
 
 from tally.core.buckets import buckets_of, iso_second
 from tally.core.plans import PlanKind
@@ -23,7 +24,9 @@ from tally import exports
 from tally.local.aws import LocalContext, client, local_handler, stream_arn_of, write_items
 from tally.local.delivery import DeliveryConfig
 from tally.local.stream_reader import StreamReader
+from tally.local import state_machine
 from tally.local.workload import BAD_KINDS, Workload, bad_items, brute_force_counts
+from tally.parallel_backfill import summary_from_json
 from tally.query import count_windows
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
@@ -313,9 +316,13 @@ def test_a_rule_whose_count_from_has_not_come_is_not_backfilled_yet(tables, monk
     assert error.count("\n") == 1 and f"run the backfill after {iso_second(ahead * 1000)}" in error
 
 
-def test_a_calendar_prefix_declared_later_gets_its_older_days_once_and_the_audit_finds_no_difference(tables, monkeypatch, capsys):
+@pytest.mark.parametrize("where", sweep(["here", "in the account"]))
+def test_a_calendar_prefix_declared_later_gets_its_older_days_once_and_the_audit_finds_no_difference(
+    tables, monkeypatch, capsys, where
+):
     """backfill.py --calendar on moto's server: the export at the prefix's own countFrom, after its first close (the
-    progress as that close left it), counted into days alone; an audit of those days finds no difference; a second
+    progress as that close left it), counted into days alone, here or by the stack's state machine (its stages run
+    here as the account runs them, each child a process); an audit of those days finds no difference; a second
     export, or a new one, is refused in one line."""
     from datetime import UTC, datetime, timedelta
 
@@ -348,8 +355,16 @@ def test_a_calendar_prefix_declared_later_gets_its_older_days_once_and_the_audit
         ProgressItems(dynamodb, tables.counts).advance(zone, Bucket.of_day(today - timedelta(days=2), zone), None,
                                                        Bucket.of_day(since, zone), ("views/", "orders/"))
     for _ in range(2):  # the second run finds every watermark
-        assert backfill.main(arguments) == 0
+        if where == "here":
+            assert backfill.main(arguments) == 0
+        else:
+            environment = state_machine.backfill_environment(bucket, "calendar", 3)
+            final = state_machine.run_backfill(export.arn, "calendar:orders/", s3=s3, workers=2, environment=environment,
+                                               say=print)
+            backfill.show(summary_from_json(final["summary"]))
     assert "orders/s0" in capsys.readouterr().out
+    assert "adopted:orders/" in ProgressItems(dynamodb, tables.counts).client.get_item(
+        TableName=tables.counts, Key={"pk": {"S": "#calendar"}, "sk": {"S": "America/New_York"}})["Item"]
 
     written = every_bucket(dynamodb, tables.counts, ["orders/s0", "orders/s1", "views/home"])
     assert written and {sk.split("#")[0] for _, sk in written} == {"D", "MO"} and {c for c, _ in written} == {"orders/s0", "orders/s1"}
