@@ -40,7 +40,7 @@ from tally.core.tables import COUNTS_TABLE
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.windows import parse_instant
 from tally.dynamo.backfill import BackfillClaimed
-from tally.dynamo.closing import HistoryNotReady, ProgressItems, history_runs, record_history
+from tally.dynamo.closing import HistoryNotReady, ProgressItems, history_runs, record_adoption, record_history
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally.dynamo.tables import create_tables
@@ -366,3 +366,13 @@ def test_the_month_the_prefix_days_began_in_is_whole_in_its_item_once_closed(wor
         for counter in COUNTERS:
             item = client.get_item(TableName=COUNTS, Key={"pk": {"S": counter}, "sk": {"S": f"MO#{zone}@2028-11"}})["Item"]
             assert {november[0]: int(item["count"]["N"])} == brute(events, counter, zone, "month", *november)
+
+
+def test_the_whole_tables_backfill_records_no_adoption_of_a_prefix_with_an_instant_of_its_own():
+    """Its records climbed to no day of that prefix (their arrival, the table's countFrom, is before its instant)."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, EVENTS, COUNTS)
+        record_adoption(client, COUNTS, AFTER, DEPLOYED)
+        for zone in AFTER.kept_zones:
+            assert [prefix for prefix, _, _ in ProgressItems(client, COUNTS).read(zone).adopted] == ["views/"]
