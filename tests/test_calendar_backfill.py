@@ -370,9 +370,9 @@ def test_the_month_the_prefix_days_began_in_is_whole_in_its_item_once_closed(wor
 
 def test_the_whole_tables_backfill_records_no_adoption_of_a_prefix_with_an_instant_of_its_own():
     """Its records climbed to no day of that prefix (their arrival, the table's countFrom, is before its instant)."""
-    with mock_aws():
+    with mock_aws():  # tables of its own: the world's may be mocked still
         client = boto3.client("dynamodb", region_name="us-east-1")
-        create_tables(client, EVENTS, COUNTS)
-        record_adoption(client, COUNTS, AFTER, DEPLOYED)
+        create_tables(client, "events-adopted", "counts-adopted")
+        record_adoption(client, "counts-adopted", AFTER, DEPLOYED)
         for zone in AFTER.kept_zones:
-            assert [prefix for prefix, _, _ in ProgressItems(client, COUNTS).read(zone).adopted] == ["views/"]
+            assert [prefix for prefix, _, _ in ProgressItems(client, "counts-adopted").read(zone).adopted] == ["views/"]
