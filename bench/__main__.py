@@ -33,7 +33,10 @@ hour of two cores) and modeled on AWS up to 10^9, ``python -m bench
 backfill-scale-model`` that model alone (with one rule's history beside the
 whole table's) from the measured figures published, in seconds, and ``python
 -m bench backfill-rule`` the write units of one rule's history against its
-floor (seconds; also part of a plain run), ``python -m bench
+floor (seconds; also part of a plain run), ``python -m bench backfill-calendar``
+the write units of a calendar prefix's older days against theirs (one write a
+counter-day and counter-month with events, per kept zone; seconds; also part of
+a plain run), ``python -m bench
 close-scale-model`` the daily close of days and months measured per counter
 here and modeled at 10^4 to 10^6 counters a day (about a second; also part of
 a plain run), and ``python -m bench calendar`` days and months: a season of
@@ -183,6 +186,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
              entry["other_rules_items_written"], lambda v: v == 0),
         )
     ]
+    # A calendar prefix's older days (bench.backfill): every write unit (days, months, progress) against one write a
+    # counter-day and counter-month with events per kept zone, and no minute, hour or other counter's item.
+    calendar_backfill_rows = [
+        row
+        for entry in results.get("backfill_calendar", [])
+        for row in (
+            (f"calendar backfill, {entry['workload'].split(' (')[0]}: all WCU (days, months, progress) / floor WCU",
+             "<= 1.1", entry["units_over_floor"], lambda v: v <= 1.1),
+            (f"calendar backfill, {entry['workload'].split(' (')[0]}: minute, hour or other counters' items written",
+             "0", entry["minute_or_hour_items_written"] + entry["other_counters_items_written"], lambda v: v == 0),
+        )
+    ]
     rows = [
         ("steady: origin WCU / tally WCU", ">= 25", steady["ratios"]["origin_units_over_tally_units"], lambda v: v >= 25),
         ("hot: origin WCU / tally WCU", ">= 1000", hot["ratios"]["origin_units_over_tally_units"], lambda v: v >= 1000),
@@ -218,6 +233,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             else ()
         ),
         *rule_rows,
+        *calendar_backfill_rows,
         *(
             (
                 ("calendar workload, closed daily: all WCU / floor WCU (counter-days and -months included)", "<= 1.1",
@@ -356,6 +372,7 @@ def run() -> dict[str, Any]:
         ("alerts", alert_results),
         ("top N", top_results),
         ("one rule's backfill", backfill_rule_results),
+        ("a calendar prefix's backfill", backfill_calendar_results),
         ("the close of days and months (model)", close_scale_results),
         ("days and months", calendar_results),
     ]
@@ -492,6 +509,11 @@ def backfill_rule_results() -> dict[str, Any]:
     return {"backfill_rule": backfill.rule_results()}
 
 
+def backfill_calendar_results() -> dict[str, Any]:
+    """The backfill of a calendar prefix's older days alone, against one write a counter-day and -month (bench.backfill)."""
+    return {"backfill_calendar": backfill.calendar_results()}
+
+
 def close_scale_results() -> dict[str, Any]:
     """The daily close of days and months: its requests and CPU per counter measured here, modeled at scale."""
     return close_scale.results()
@@ -566,24 +588,36 @@ def report_backfill_scale(out: Console, results: dict[str, Any]) -> None:
                       _duration(row["wall_seconds"]), _duration(row["write_bound_seconds"]), row["bound"], "",
                       "yes" if row["within_a_day"] else "NO", f"{row['cost_usd']:,.2f}")
     out.print(model)
-    report_backfill_rule_model(out, figures)
+    report_backfill_part_models(out, figures)
 
 
-def report_backfill_rule_model(out: Console, figures: dict[str, Any]) -> None:
-    """One rule's history beside the whole table's, row by row: the same fold, a share of the writes."""
-    if not figures.get("rule_rows"):
-        return
-    assumed = figures["rule_assumed"]
-    sizes = sorted({row["items"] for row in figures["rule_rows"]})
-    model = Table(title=f"one rule's history on AWS at {', '.join(f'{n:.0e}' for n in sizes)} items, modeled beside the "
-                        f"whole table's (one rule of {assumed['rules']}: {assumed['rule_share_of_bucket_items']:.0%} of "
-                        "its bucket items; the whole export read)")
+def report_backfill_part_models(out: Console, figures: dict[str, Any]) -> None:
+    """One rule's history, and a calendar prefix's older days, beside the whole table's backfill row by row: the
+    same fold, a part of the writes."""
+    if figures.get("rule_rows"):
+        rule = figures["rule_assumed"]
+        _report_beside_table(out, figures, figures["rule_rows"], "one rule", (
+            f"one rule's history on AWS at {{sizes}} items, modeled beside the whole table's (one rule of "
+            f"{rule['rules']}: {rule['rule_share_of_bucket_items']:.0%} of its bucket items; the whole export read)"))
+    if figures.get("calendar_rows"):
+        calendar = figures["calendar_assumed"]
+        _report_beside_table(out, figures, figures["calendar_rows"], "calendar", (
+            f"a calendar prefix's older days on AWS at {{sizes}} items (backfill.py --calendar, in the account), "
+            f"modeled beside the whole table's ({calendar['prefix_share_of_events']:.0%} of the events, "
+            f"{calendar['zones']} zones, {calendar['days']} days and {calendar['months']} months kept: one write a "
+            "counter-day and -month with events; the whole export read)"))
+
+
+def _report_beside_table(out: Console, figures: dict[str, Any], rows: list[dict[str, Any]], label: str, title: str) -> None:
+    """Rows of a backfill of part of a table, each under the whole table's row of the same shape and size."""
+    sizes = sorted({row["items"] for row in rows})
+    model = Table(title=title.format(sizes=", ".join(f"{n:.0e}" for n in sizes)))
     for column in ("shape", "warm WCU", "workers", "counted", "bucket items", "fold s", "commit s", "wall",
                    "bound", "export $", "Lambda $", "writes $", "SFN $", "S3 $", "cost $"):
         model.add_column(column, justify="right")
-    for rule_row in figures["rule_rows"]:
-        table = backfill_scale.table_row(figures["rows"], rule_row)
-        for counted, row in (("table", table), ("one rule", rule_row)):
+    for part_row in rows:
+        table = backfill_scale.table_row(figures["rows"], part_row)
+        for counted, row in (("table", table), (label, part_row)):
             cost = row["cost_usd_by_service"]
             model.add_row(
                 row["shape"] if counted == "table" else "", f"{row['warm_throughput_wcu']:,}",
@@ -616,6 +650,8 @@ PARTS = {"scale": (scale_results, lambda out, results: report_scale(out, results
          "backfill-scale": (backfill_scale_results, lambda out, results: report_backfill_scale(out, results)),
          "backfill-scale-model": (backfill_scale_model_results, lambda out, results: report_backfill_scale(out, results)),
          "backfill-rule": (backfill_rule_results, lambda out, results: backfill.report_rule(out, results["backfill_rule"])),
+         "backfill-calendar": (backfill_calendar_results,
+                               lambda out, results: backfill.report_calendar(out, results["backfill_calendar"])),
          "close-scale-model": (close_scale_results, lambda out, results: report_close_scale(out, results)),
          "calendar": (calendar_results, lambda out, results: (calendar_buckets.report(out, results),
                                                               report_targets(out, results))),
@@ -698,6 +734,8 @@ def report(results: dict[str, Any]) -> None:
     report_top(out, results)
     if results.get("backfill_rule"):
         backfill.report_rule(out, results["backfill_rule"])
+    if results.get("backfill_calendar"):
+        backfill.report_calendar(out, results["backfill_calendar"])
     report_close_scale(out, results)
 
     table = Table(title="Speed")

@@ -17,6 +17,18 @@ directory recorded) against the floor for that rule's bucket items alone: the
 bucket items of ``refunds`` that a backfill of the whole table, all four rules
 counting from the same instant, writes. It must write exactly those, with the
 same counts, and no other rule's item.
+
+**A calendar prefix's older days** (``measure_calendar``): a table whose
+counters ``views/…`` keep days and months from its countFrom, and ``orders/…``
+declared a month later with a countFrom of its own, exported at that instant
+with 410 days of history; the backfill of that prefix alone (``HistoryScope.of(
+settings, calendar=["orders/"])``, as ``scripts/backfill.py --calendar orders/``
+runs it, its progress recorded) against the floor: one write per counter-day
+and counter-month with events of ``orders/…``, in UTC and New York, for the
+days before the prefix's first closed one (three days before the instant)
+within the day retention, brute-forced from the events. Every write unit
+counts, the progress's included; no minute, hour or other counter's item may
+be written.
 """
 
 from __future__ import annotations
@@ -26,7 +38,9 @@ import math
 import random
 import time
 from collections import Counter
+from datetime import UTC, date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from boto3.dynamodb.types import TypeSerializer
 from rich.console import Console
@@ -42,10 +56,12 @@ from tally.backfill import (
     backfill_export,
     export_outcomes,
 )
+from tally.core.ladder import history_days
 from tally.core.rules import parse_rules
 from tally.core.segments import SegmentFolder
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS
+from tally.dynamo.closing import record_history
 from tally.dynamo.directory import CounterDirectory
 from tally.local.workload import Workload
 
@@ -77,6 +93,20 @@ RULES = [
 RULE_WORKLOADS = {
     "few counters (20 shops, 5 countries, 20,000 orders over 10 days)": {"shops": 20, "items": 20_000},
     "many counters (5,000 shops, 5 countries, 20,000 orders over 10 days)": {"shops": 5_000, "items": 20_000},
+}
+
+# A calendar prefix's older days: orders/ declared a month after the table's countFrom, with its own; its first
+# close began three days before that instant; days kept in UTC and New York.
+CALENDAR_COUNT_FROM_MS = RULE_COUNT_FROM_MS
+CALENDAR_EXPORT_ARN = RULE_EXPORT_ARN
+CALENDAR_PREFIX = "orders/"
+CALENDAR_SETTINGS = Settings(count_from_ms=COUNT_FROM_MS, calendar_prefixes=("views/", CALENDAR_PREFIX),
+                             calendar_zones=("America/New_York",), calendar_count_from=((CALENDAR_PREFIX, CALENDAR_COUNT_FROM_MS),))
+CALENDAR_HISTORY_DAYS = 410
+# Half the events are orders, over 410 days: few shops (every counter-day holds events) and many (most hold none).
+CALENDAR_WORKLOADS = {
+    "few counters (20 shops, 40,000 events over 410 days)": {"shops": 20, "items": 40_000},
+    "many counters (5,000 shops, 40,000 events over 410 days)": {"shops": 5_000, "items": 40_000},
 }
 
 _serializer = TypeSerializer()
@@ -237,6 +267,112 @@ def rule_results() -> list[dict[str, Any]]:
     return [{"workload": name, **measure_rule(**shape)} for name, shape in RULE_WORKLOADS.items()]
 
 
+def calendar_images(items: int, shops: int, seed: int = 5) -> list[dict[str, Any]]:
+    """Events of orders/ and views/ shops over CALENDAR_HISTORY_DAYS before the prefix's instant, as an export
+    lists them (shuffled), each in DynamoDB JSON."""
+    rng = random.Random(seed)
+    return [
+        {name: _serializer.serialize(value) for name, value in {
+            "id": str(n),
+            "counter": f"{rng.choice((CALENDAR_PREFIX, 'views/'))}shop-{rng.randrange(shops)}",
+            "ts": CALENDAR_COUNT_FROM_MS - 1 - rng.randrange(CALENDAR_HISTORY_DAYS * DAY_MS),
+        }.items()}
+        for n in range(items)
+    ]
+
+
+def calendar_runs(settings: Settings) -> dict[str, dict[str, tuple[date, date]]]:
+    """The days the backfill writes in each kept zone: before the first closed one, three days before the instant."""
+    runs = {}
+    for zone in settings.kept_zones:
+        since = datetime.fromtimestamp((CALENDAR_COUNT_FROM_MS - 3 * DAY_MS) / 1000, UTC).astimezone(ZoneInfo(zone)).date()
+        run = history_days(CALENDAR_COUNT_FROM_MS, zone, settings, since)
+        if run is not None:
+            runs[zone] = run
+    return {CALENDAR_PREFIX: runs}
+
+
+def calendar_floor(images: list[dict[str, Any]], runs: dict[str, tuple[date, date]]) -> set[tuple[str, str]]:
+    """The items a calendar backfill must write, from the events alone: each orders/ counter's day and month, in
+    each zone where the event's local day lies in the zone's run."""
+    found = set()
+    for image in images:
+        counter = image["counter"]["S"]
+        if not counter.startswith(CALENDAR_PREFIX):
+            continue
+        instant = datetime.fromtimestamp(int(image["ts"]["N"]) / 1000, UTC)
+        for zone, (first, last) in runs.items():
+            day = instant.astimezone(ZoneInfo(zone)).date()
+            if first <= day <= last:
+                found.add((counter, f"D#{zone}@{day.isoformat()}"))
+                found.add((counter, f"MO#{zone}@{day.isoformat()[:7]}"))
+    return found
+
+
+def measure_calendar(items: int, shops: int) -> dict[str, Any]:
+    """The backfill of CALENDAR_PREFIX's older days alone, every write unit against the floor, beside the whole
+    table's backfill of the same export (every counter keeping days from that instant)."""
+    images = calendar_images(items, shops)
+    settings = CALENDAR_SETTINGS
+    scope = HistoryScope.of(settings, calendar=[CALENDAR_PREFIX])
+    runs = calendar_runs(settings)
+    client = MeteredClient(("pk", "sk"))
+    counts = metered_counts(client, settings)
+    summary = BackfillSummary()
+    start = time.perf_counter()
+    backfill_export(CALENDAR_EXPORT_ARN, export_files(images, "01798020000000-bench"), scope=scope,
+                    settings=scope.settings_for(settings), commit=counts.commit, limit=WriteRateLimit(1e12),
+                    summary=summary, runs=runs)
+    bucket_units = client.meter.units
+    record_history(client, settings.counts_table, runs)
+    seconds = time.perf_counter() - start
+    floor = calendar_floor(images, runs[CALENDAR_PREFIX])
+    written = {key for key in client.items if key[0] != "#calendar"}
+    whole = Settings(count_from_ms=CALENDAR_COUNT_FROM_MS, calendar_prefixes=settings.calendar_prefixes,
+                     calendar_zones=settings.calendar_zones)
+    table_client, _, _ = _backfill_files(images, HistoryScope(CALENDAR_COUNT_FROM_MS), whole)
+    return {
+        "items": summary.items,
+        "prefix_events": sum(summary.counted.values()),
+        "zones": len(settings.kept_zones),
+        "days_written": {zone: f"{first.isoformat()}..{last.isoformat()}" for zone, (first, last) in runs[CALENDAR_PREFIX].items()},
+        "floor_write_units": len(floor),
+        "bucket_write_units": bucket_units,
+        "progress_write_units": client.meter.units - bucket_units,
+        "write_units": client.meter.units,
+        "units_over_floor": round(client.meter.units / len(floor), 3),
+        "same_items_as_floor": written == floor,
+        "minute_or_hour_items_written": sum(1 for _, sk in written if sk.startswith(("M#", "H#"))),
+        "other_counters_items_written": sum(1 for counter, _ in written if not counter.startswith(CALENDAR_PREFIX)),
+        "whole_table_write_units": table_client.meter.units,
+        "calendar_over_whole_table_write_units": round(client.meter.units / table_client.meter.units, 3),
+        "seconds": round(seconds, 2),
+    }
+
+
+def calendar_results() -> list[dict[str, Any]]:
+    """measure_calendar for every CALENDAR_WORKLOADS (about 20 seconds of one core in all)."""
+    return [{"workload": name, **measure_calendar(**shape)} for name, shape in CALENDAR_WORKLOADS.items()]
+
+
+def report_calendar(out: Console, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"a calendar prefix's older days: the backfill of {CALENDAR_PREFIX!r} alone (declared later "
+                        "with a countFrom of its own; UTC and New York) against one write per counter-day and "
+                        "counter-month with events")
+    for column in ("workload", "items", "prefix's events", "floor WCU", "bucket WCU", "progress WCU", "all WCU / floor",
+                   "same items as floor", "minute, hour or other items", "whole table WCU", "calendar / whole table"):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    for row in rows:
+        table.add_row(
+            row["workload"], f"{row['items']:,}", f"{row['prefix_events']:,}", f"{row['floor_write_units']:,}",
+            f"{row['bucket_write_units']:,}", f"{row['progress_write_units']:,}", f"{row['units_over_floor']}x",
+            "yes" if row["same_items_as_floor"] else "NO",
+            f"{row['minute_or_hour_items_written'] + row['other_counters_items_written']:,}",
+            f"{row['whole_table_write_units']:,}", f"{row['calendar_over_whole_table_write_units']:.1%}",
+        )
+    out.print(table)
+
+
 def report_rule(out: Console, rows: list[dict[str, Any]]) -> None:
     table = Table(title=f"one rule's history: the backfill of {ADDED_RULE!r} alone (one of {len(RULES)} rules, added "
                         "with a countFrom of its own) against the floor for its bucket items")
@@ -275,6 +411,7 @@ def main() -> None:
         )
     Console(width=160).print(table)
     report_rule(Console(width=160), rule_results())
+    report_calendar(Console(width=160), calendar_results())
 
 
 if __name__ == "__main__":

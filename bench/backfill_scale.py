@@ -27,6 +27,15 @@ that rule's bucket items: assumed a quarter of the table's (``RULE_ASSUMED``:
 four rules writing as many bucket items each). ``python -m bench
 backfill-scale-model`` recomputes the model alone from the published measured
 figures, in seconds.
+
+**A calendar prefix's older days** (``calendar_rows``, beside them): the
+in-account stages of ``backfill.py --stack … --calendar PREFIX``. The fold is
+again the whole export's; the commit writes one item per counter-day and
+counter-month with events of the prefix's counters, per kept zone
+(``CALENDAR_ASSUMED``: a prefix holding a quarter of the events, UTC and one
+zone, 400 days and 14 months kept; few counters: a quarter of 1,000 counters
+with events every day; many counters: half the prefix's events open a day of
+their own, and a month with it).
 """
 
 from __future__ import annotations
@@ -103,6 +112,8 @@ ASSUMED = {
 # table's bucket items: a rule on a quarter of the orders.)
 RULE_ASSUMED = {"rules": 4, "rule_share_of_bucket_items": 0.25}
 RULE_ITEMS = (10**9,)
+# A calendar prefix's older days: its counters hold a quarter of the events; days kept in UTC and one zone.
+CALENDAR_ASSUMED = {"prefix_share_of_events": 0.25, "zones": 2, "days": 400, "months": 14}
 WARM_THROUGHPUT_WCU = (4_000, 40_000)  # a new on-demand table; warmed to the default per-table quota
 MODEL_ITEMS = (10**7, 10**8, 10**9)
 MODEL_WORKERS = (10, 100, 1000)
@@ -262,16 +273,26 @@ def bucket_items(items: int, shape: str) -> int:
     return int(items * ASSUMED["many_counters_bucket_items_per_item"])
 
 
+def calendar_bucket_items(items: int, shape: str) -> int:
+    """The day and month items a calendar prefix's older history fills (``CALENDAR_ASSUMED``)."""
+    share, zones = CALENDAR_ASSUMED["prefix_share_of_events"], CALENDAR_ASSUMED["zones"]
+    if shape == "few counters":
+        periods = CALENDAR_ASSUMED["days"] + CALENDAR_ASSUMED["months"]
+        return round(min(items * share * 2, ASSUMED["few_counters"] * share * periods) * zones)
+    return round(items * share * ASSUMED["many_counters_bucket_items_per_item"] * 2 * zones)
+
+
 def model_row(
-    items: int, workers: int, shape: str, warm_wcu: int, fold_rate: float, share: float = 1.0
+    items: int, workers: int, shape: str, warm_wcu: int, fold_rate: float, share: float = 1.0, buckets: int | None = None
 ) -> dict[str, Any]:
     """One size, worker count, shape and write throughput, in the account; ``share``: the part of the table's
-    bucket items the backfill writes (one rule's history: every item read and folded, its buckets alone written)."""
+    bucket items the backfill writes (one rule's history: every item read and folded, its buckets alone written),
+    or ``buckets``: the items it writes (a calendar prefix's days and months)."""
     files = math.ceil(items / ASSUMED["items_per_data_file"])
     per_file = items / files
     file_seconds = per_file / fold_rate + per_file * ASSUMED["export_bytes_per_item"] / (ASSUMED["s3_read_mb_per_second"] * 1e6)
     fold_seconds = math.ceil(files / min(workers, files)) * file_seconds
-    buckets = round(bucket_items(items, shape) * share)
+    buckets = round(bucket_items(items, shape) * share) if buckets is None else buckets
     # Committers beyond what the write throughput feeds would only wait (and be billed for it); ranges are
     # enough that each commits within Lambda's 15 minutes at its share of the rate, and fits its memory.
     per_committer = ASSUMED["committer_updates_per_second"]
@@ -378,8 +399,17 @@ def model(fold_rate: float) -> dict[str, Any]:
         for items in RULE_ITEMS
         for workers in MODEL_WORKERS
     ]
+    calendar_rows = [
+        {**model_row(items, workers, shape, wcu, fold_rate, buckets=calendar_bucket_items(items, shape)),
+         "table_bucket_items": bucket_items(items, shape)}
+        for shape in shapes
+        for wcu in WARM_THROUGHPUT_WCU
+        for items in RULE_ITEMS
+        for workers in MODEL_WORKERS
+    ]
     return {"prices": PRICES, "prices_date": "2026-11-27", "assumed": ASSUMED, "rows": rows, "single_process": today,
-            "rule_assumed": RULE_ASSUMED, "rule_rows": rule_rows}
+            "rule_assumed": RULE_ASSUMED, "rule_rows": rule_rows, "calendar_assumed": CALENDAR_ASSUMED,
+            "calendar_rows": calendar_rows}
 
 
 def table_row(rows: list[dict[str, Any]], rule_row: dict[str, Any]) -> dict[str, Any]:

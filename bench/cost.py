@@ -155,6 +155,9 @@ ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not
 # forward (judged by the first of them).
 PROGRESS_UPDATE = re.compile(r"SET #p0 = :p, #s0 = if_not_exists\(#s0, :since\)(, #p\d+ = :p, #s\d+ = if_not_exists\(#s\d+, :since\))*")
 PROGRESS_CONDITION = "attribute_not_exists(#p0) OR #p0 < :p"
+# The progress item's record of the days a backfill made complete (``ProgressItems.adopt``).
+ADOPT_UPDATE = "SET #a = :a"
+ADOPT_CONDITION = "attribute_not_exists(#a) OR #a < :a"
 # The Query key conditions tally makes: a whole partition, its names under a prefix, a run of sort keys.
 QUERY_CONDITIONS = {
     "#pk = :pk": lambda sk, values: True,
@@ -389,9 +392,10 @@ class MeteredClient:
     def _condition_holds(self, request: Mapping[str, Any]) -> bool:
         condition = request["ConditionExpression"]
         identity = tuple(request["Key"][name]["S"] for name in self.key_attributes)
-        if condition == PROGRESS_CONDITION:
-            held = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#p0"])
-            return held is None or held["S"] < request["ExpressionAttributeValues"][":p"]["S"]
+        if condition in (PROGRESS_CONDITION, ADOPT_CONDITION):
+            name, value = ("#p0", ":p") if condition == PROGRESS_CONDITION else ("#a", ":a")
+            held = self.items.get(identity, {}).get(request["ExpressionAttributeNames"][name])
+            return held is None or held["S"] < request["ExpressionAttributeValues"][value]["S"]
         if condition not in TALLY_CONDITIONS:
             raise ValueError(f"unmetered condition {condition!r}")
         watermark = self.items.get(identity, {}).get(request["ExpressionAttributeNames"]["#w"])
@@ -418,6 +422,9 @@ class MeteredClient:
             _add(item, names["#count"], values[":one"]["N"])
             if ":amount" in values:
                 _add(item, names["#sum"], values[":amount"]["N"])
+        elif expression == ADOPT_UPDATE:
+            item[names["#a"]] = values[":a"]
+            return item
         elif PROGRESS_UPDATE.fullmatch(expression):
             for placeholder, name in names.items():
                 if placeholder.startswith("#p"):

@@ -4,6 +4,7 @@
     .venv/bin/python scripts/backfill.py --count-from 2026-11-23T10:00:00Z --export-arn arn:aws:dynamodb:...:export/...
     .venv/bin/python scripts/backfill.py --stack Tally --count-from 2026-11-23T10:00:00Z --export-to s3://my-exports/orders
     .venv/bin/python scripts/backfill.py --stack Tally --rules refunds --export-to s3://my-exports/orders
+    .venv/bin/python scripts/backfill.py --calendar refunds/ --export-to s3://my-exports/orders
 
 With --stack naming a stack deployed with backfillExports, the export is
 counted in the account: the stack's state machine folds its files in parallel
@@ -24,6 +25,23 @@ countFrom of its own in TALLY_RULES (the same for all those named), the export
 is taken at it, and only those rules count its items, into their own counters
 (no other rule's counter, and no rejection counter, is written). A rule's
 history is counted once: a second export, or the rule with other companions,
+is refused.
+
+--calendar PREFIX... counts the older history of calendar prefixes declared on
+a live table into their days and months alone. Such a prefix is declared with
+a countFrom of its own (TALLY_CALENDAR_COUNT_FROM, context calendarCountFrom,
+the same for all those named), at or after the deployment that declares it:
+from that instant on, a late record of its counters adds to its days and months
+directly, and the export is taken at it. The backfill runs after the first
+close that closed the prefix's days (its progress says from which day,
+since:PREFIX): in every kept zone it adds each exported item of the prefix's
+counters to its day and month, for the days before that one that ended a day
+or more before the instant and lie within dayRetentionDays, and marks those
+days as a late record does. No minute, hour or other counter is written. Once
+it has finished, the zones' progress records those days (adopted:PREFIX):
+reads take them, and the months wholly within them, from their items. A
+prefix's history is counted once: a second export, a prefix that is not in
+calendarPrefixes or has no countFrom of its own, or one with other companions,
 is refused.
 
 Rerunning with the same --export-arn after an interruption resumes: what was
@@ -54,13 +72,14 @@ from tally.backfill import (
     ScopeRefused,
     WriteRateLimit,
     backfill_export,
+    nothing_older,
     unseen_history,
 )
 from tally.core.settings import Settings, SettingsError, parse_count_from
 from tally.core.buckets import iso_second
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
-from tally.dynamo.closing import record_adoption
+from tally.dynamo.closing import HistoryNotReady, history_runs, record_adoption, record_history
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 from tally import exports
@@ -92,6 +111,13 @@ def parser() -> argparse.ArgumentParser:
         help="count the history of these rules only, added later with a countFrom of their own (default: the whole table)",
     )
     parser.add_argument(
+        "--calendar",
+        nargs="+",
+        metavar="PREFIX",
+        help="count the older history of these calendar prefixes only, declared later with a countFrom of their own, "
+        "into their days and months alone",
+    )
+    parser.add_argument(
         "--max-wcu",
         type=float,
         help=f"write units per second on the counts table at most, with --here (default {DEFAULT_MAX_WCU}; "
@@ -116,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> BackfillSummary:
     try:
         settings = Settings.from_env()
-        scope = HistoryScope.of(settings, args.rules or (), _count_from(args.count_from) if args.count_from else None)
+        scope = HistoryScope.of(
+            settings, args.rules or (), _count_from(args.count_from) if args.count_from else None, args.calendar or ()
+        )
         count_from_ms = scope.count_from_ms
         if args.max_wcu is not None and args.max_wcu <= 0:
             raise ScriptError("--max-wcu must be positive")
@@ -131,6 +159,7 @@ def run(args: argparse.Namespace) -> BackfillSummary:
             console.print(f"[yellow]note:[/yellow] {line}")
         tables = resolve_tables(args)
         dynamodb, s3 = client("dynamodb"), client("s3")
+        runs = _history_runs(dynamodb, tables.counts, settings, scope)  # before an export is started and billed
         export = _export(args, dynamodb, tables.events, count_from_ms, CountsTable(dynamodb, tables.counts, settings), scope)
         export = exports.wait_until_done(
             dynamodb, export.arn, poll_seconds=args.poll_seconds, on_poll=_report_status
@@ -143,19 +172,35 @@ def run(args: argparse.Namespace) -> BackfillSummary:
         # Exported items all predate this process, but never a marker of the previous release: the claim
         # refuses an export that release began counting.
         counts = CountsTable(dynamodb, tables.counts, settings, previous_release_until_ms=0)
-        expires_s = (count_from_ms + settings.hour_retention_ms) // 1000
-        counts.claim_backfill(export.table_arn, iso_second(count_from_ms), export.arn, expires_s, rules=scope.rules)
-        summary = count_export(s3, export, counts, settings, WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU), scope)
-        if not scope.rules:  # every segment is in: the days the export covers are complete
+        counts.claim_backfill(
+            export.table_arn, iso_second(count_from_ms), export.arn, scope.claim_expires_s(settings),
+            rules=scope.rules, calendar=scope.calendar,
+        )
+        limit = WriteRateLimit(args.max_wcu or DEFAULT_MAX_WCU)
+        summary = count_export(s3, export, counts, settings, limit, scope, runs)
+        if scope.calendar:  # every segment is in: the days written are complete
+            record_history(dynamodb, tables.counts, runs or {})
+        elif not scope.rules:  # every segment is in: the days the export covers are complete
             record_adoption(dynamodb, tables.counts, settings, count_from_ms)
         return summary
-    except (SettingsError, ScopeRefused, exports.ExportError, BackfillClaimed, StackOutputsError) as error:
+    except (SettingsError, ScopeRefused, exports.ExportError, BackfillClaimed, StackOutputsError, HistoryNotReady) as error:
         raise ScriptError(str(error)) from None
     except ClientError as error:
         if explain(error) is not None:  # a missing table, refused credentials: the shared edge says it
             raise
         detail = error.response.get("Error", {})
         raise ScriptError(f"{error.operation_name}: {detail.get('Code')}: {detail.get('Message')}") from None
+
+
+def _history_runs(dynamodb: Any, counts_table: str, settings: Settings, scope: HistoryScope) -> dict | None:
+    """The days a calendar backfill writes (``history_runs``), or a one-line refusal where none; None for any
+    other scope."""
+    if not scope.calendar:
+        return None
+    runs = history_runs(dynamodb, counts_table, settings, scope.calendar, scope.count_from_ms)
+    if not runs:
+        raise ScriptError(nothing_older(scope))
+    return runs
 
 
 def _state_machine(stack_name: str) -> str:
@@ -174,7 +219,7 @@ def count_in_account(
     sfn: Any, s3: Any, state_machine_arn: str, export_arn: str, poll_seconds: float, scope: HistoryScope
 ) -> BackfillSummary:
     """Start the stack's state machine on the export (or find it, or redrive it) and follow it to the end."""
-    execution_arn, how = state_machine.start_or_resume(sfn, state_machine_arn, export_arn, scope.rules)
+    execution_arn, how = state_machine.start_or_resume(sfn, state_machine_arn, export_arn, scope.text)
     console.print(f"{how} {execution_arn}")
     follower = state_machine.ExecutionFollower(sfn, s3, execution_arn)
     follow(follower, poll_seconds)
@@ -226,7 +271,7 @@ def _export(
     if not args.export_to.startswith("s3://") or not bucket:
         raise ScriptError(f"--export-to must look like s3://BUCKET/PREFIX, got {args.export_to!r}")
     table_arn = dynamodb.describe_table(TableName=events_table)["Table"]["TableArn"]
-    refusal = counts.new_export_refusal(table_arn, iso_second(count_from_ms), scope.rules)
+    refusal = counts.new_export_refusal(table_arn, iso_second(count_from_ms), scope.rules, scope.calendar)
     if refusal is not None:
         raise ScriptError(refusal)
     export = exports.start_export(dynamodb, table_arn, bucket, prefix.strip("/"), count_from_ms)
@@ -235,15 +280,23 @@ def _export(
 
 
 def count_export(
-    s3: Any, export: exports.Export, counts: CountsTable, settings: Settings, limit: WriteRateLimit, scope: HistoryScope
+    s3: Any,
+    export: exports.Export,
+    counts: CountsTable,
+    settings: Settings,
+    limit: WriteRateLimit,
+    scope: HistoryScope,
+    runs: dict | None = None,
 ) -> BackfillSummary:
-    """Every data file of a completed export, counted with a progress bar (``settings``: the scope's)."""
+    """Every data file of a completed export, counted with a progress bar (``settings``: the scope's; ``runs``:
+    the days a calendar backfill writes)."""
     # One writer per export: its files are counted in one fixed order, that of their keys.
     files = sorted(exports.data_files(s3, export), key=lambda file: file.key)
     known = [file.item_count for file in files]
     total = sum(known) if all(count is not None for count in known) else export.item_count  # type: ignore[arg-type]
     summary = BackfillSummary()
-    commit = CounterDirectory(counts.client, counts.table_name, settings).recording(counts.commit)
+    # Days and months alone: no minute or hour for the counter directory to list.
+    commit = counts.commit if scope.calendar else CounterDirectory(counts.client, counts.table_name, settings).recording(counts.commit)
     columns = (
         TextColumn("counting"),
         BarColumn(),
@@ -263,6 +316,7 @@ def count_export(
             limit=limit,
             summary=summary,
             on_items=lambda n: progress.advance(task, n),
+            runs=runs,
         )
     return summary
 

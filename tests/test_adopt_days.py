@@ -17,19 +17,17 @@ import contextlib
 import dataclasses
 import random
 import uuid
-from collections import Counter
-from datetime import UTC, date, datetime, timedelta
-from zoneinfo import ZoneInfo
+from datetime import date, timedelta
 
 import boto3
 import pytest
 from freezegun import freeze_time
+from history_support import brute, calendar_read, daily_events, local_day
 from moto import mock_aws
 
 import tally.backfill as backfill_module
 from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
-from tally import Reader
 from tally.backfill import BackfillSummary, HistoryScope, WriteRateLimit, backfill_export
 from tally.closing import Closer, progress_json
 from tally.core.buckets import iso_second
@@ -57,29 +55,13 @@ EXPORT = f"{TABLE_ARN}/export/01"
 SILENT = (date(2028, 3, 1), date(2028, 10, 1))  # orders/gust counts nothing in between
 
 
-def local_day(ms: int, zone: str) -> date:
-    return datetime.fromtimestamp(ms / 1000, UTC).astimezone(ZoneInfo(zone)).date()
-
-
 def history() -> list[tuple[int, int, str]]:
     """(event time, arrival, counter): two events a day for 412 days before count-from, most within an hour of
     a midnight of UTC or New York, arriving on time or late (some after count-from), then live traffic from a
     day before count-from to NOW, and late records of the adopted days arriving after count-from."""
     rng = random.Random(58)
-    found = []
-    first = (COUNT_FROM - 412 * DAY_MS) // DAY_MS * DAY_MS
-    for day in range(first, COUNT_FROM, DAY_MS):
-        for counter in COUNTERS:
-            if counter == "orders/gust" and SILENT[0] <= local_day(day, "UTC") < SILENT[1]:
-                continue
-            edge = day + rng.choice([0, 4 * HOUR_MS, 5 * HOUR_MS])  # midnight UTC, EDT or EST
-            ts = edge + rng.randrange(-HOUR_MS, HOUR_MS) if rng.random() < 0.7 else day + rng.randrange(DAY_MS)
-            late = rng.choice([1000, 1000, 5 * HOUR_MS, LATE_AFTER_MS + 2 * HOUR_MS, 3 * DAY_MS])
-            if ts < COUNT_FROM:
-                found.append((ts, ts + late, counter))
-    for ts in ("2028-03-12T06:30:00Z", "2028-03-12T07:30:00Z", "2028-11-05T05:30:00Z", "2028-11-05T06:30:00Z",
-               "2028-02-29T04:30:00Z", "2028-02-29T23:59:59Z", "2028-10-31T23:30:00Z", "2028-11-01T03:59:00Z"):
-        found.append((parse_instant(ts), parse_instant(ts) + 1000, "orders/bolt"))
+    found = daily_events(rng, 412, COUNT_FROM, COUNTERS,
+                         lambda counter, day: counter == "orders/gust" and SILENT[0] <= local_day(day, "UTC") < SILENT[1])
     for _ in range(60):  # live: on time, some of them of hours before count-from
         ts = COUNT_FROM - 30 * HOUR_MS + rng.randrange(NOW - COUNT_FROM + 29 * HOUR_MS)
         found.append((ts, max(ts, COUNT_FROM) + rng.randrange(10 * MINUTE_MS), rng.choice(COUNTERS)))
@@ -119,22 +101,11 @@ def deliver(table: CountsTable, events: list[tuple[int, int, str]]) -> None:
 
 
 def read(table: CountsTable, counter: str, period: str, zone: str, start: date, end: date) -> dict[date, int]:
-    [series] = Reader(table.table_name, client=table.client, settings=table.settings).calendar(
-        [counter], period, tz=zone, start=start.isoformat(), end=end.isoformat())
-    return {point.start.date(): point.count for point in series.points if point.count}
+    return calendar_read(table.client, table.table_name, table.settings, counter, period, zone, start, end)
 
 
 def progress(table: CountsTable, zone: str) -> Progress:
     return ProgressItems(table.client, table.table_name).read(zone)
-
-
-def brute(events, counter: str, zone: str, period: str, start: date, end: date) -> dict[date, int]:
-    found: Counter[date] = Counter()
-    for ts, _, name in events:
-        day = local_day(ts, zone)
-        if name == counter and start <= day < end:
-            found[day.replace(day=1) if period == "month" else day] += 1
-    return dict(found)
 
 
 def assert_brute_force(table: CountsTable, events, zones=("UTC", YORK)) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import random
 from datetime import UTC, datetime
@@ -12,6 +11,7 @@ import boto3
 import pytest
 from factories import image
 from moto import mock_aws
+from export_support import BUCKET, PREFIX, TABLE_ARN, ExportsOf, put_export
 from moto_tables import COUNTS, EVENTS
 
 from tally import parallel_backfill
@@ -37,29 +37,12 @@ from tally.parallel_backfill import (
 )
 
 COUNT_FROM = 1_795_000_000_000
-TABLE_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/orders"
 EXPORT_ARN = f"{TABLE_ARN}/export/01795000000000-abcdef"
-BUCKET = "exports"
-PREFIX = "orders"
 RULES = parse_rules(
     '[{"name": "orders", "counter": "orders/{shop}", "sum": "amount"},'
     ' {"name": "buyers", "counter": "buyers/{shop}", "distinct": "buyer"}]'
 )
 SETTINGS = Settings(counts_table=COUNTS, events_table=EVENTS, count_from_ms=COUNT_FROM, rules=RULES)
-
-
-class ExportsOf:
-    """moto's DynamoDB, with DescribeExport answering for an export laid out in S3 as AWS lays it out."""
-
-    def __init__(self, wrapped, description: dict) -> None:
-        self._wrapped = wrapped
-        self.description = description
-
-    def describe_export(self, ExportArn: str) -> dict:  # noqa: N803 (boto3's name)
-        return {"ExportDescription": {**self.description, "ExportArn": ExportArn}}
-
-    def __getattr__(self, name):
-        return getattr(self._wrapped, name)
 
 
 def history(items: int, seed: int = 7) -> list[dict]:
@@ -77,29 +60,6 @@ def history(items: int, seed: int = 7) -> list[dict]:
         )
     images.append(image(id="bad", shop="s1", ts=COUNT_FROM))  # no amount, no buyer: rejections count too
     return images
-
-
-def put_export(s3, images: list[dict], files: int, at_ms: int = COUNT_FROM, prefix: str = PREFIX) -> dict:
-    """An export of ``images`` in ``files`` data files, manifests and all; its DescribeExport description."""
-    root = f"{prefix}/AWSDynamoDB/01795000000000-abcdef"
-    entries = []
-    for number in range(files):
-        part = images[number::files]
-        key = f"{root}/data/{number:03d}.json.gz"
-        body = "".join(json.dumps({"Item": item}) + "\n" for item in part)
-        s3.put_object(Bucket=BUCKET, Key=key, Body=gzip.compress(body.encode()))
-        entries.append(json.dumps({"dataFileS3Key": key, "itemCount": len(part)}))
-    s3.put_object(Bucket=BUCKET, Key=f"{root}/manifest-files.json", Body="\n".join(entries).encode())
-    s3.put_object(Bucket=BUCKET, Key=f"{root}/manifest-summary.json", Body=json.dumps({"manifestFilesS3Key": f"{root}/manifest-files.json"}).encode())
-    return {
-        "TableArn": TABLE_ARN,
-        "ExportStatus": "COMPLETED",
-        "S3Bucket": BUCKET,
-        "S3Prefix": prefix,
-        "ExportManifest": f"{root}/manifest-summary.json",
-        "ExportTime": datetime.fromtimestamp(at_ms / 1000, UTC),
-        "ItemCount": len(images),
-    }
 
 
 @pytest.fixture
@@ -144,7 +104,7 @@ def test_parallel_stages_count_what_one_process_counts_and_a_rerun_adds_nothing(
     monkeypatch.setattr(parallel_backfill, "COMMIT_CHUNK_ITEMS", 20)
     dynamodb, s3 = aws
     images = history(60)
-    described = ExportsOf(dynamodb, put_export(s3, images, files=6))
+    described = ExportsOf(dynamodb, put_export(s3, images, files=6, at_ms=COUNT_FROM))
     backfill = Backfill(described, s3, SETTINGS, BackfillConfig(BUCKET, PREFIX, ranges=5))
 
     summary = run_stages(backfill)
@@ -177,6 +137,26 @@ def test_parallel_stages_count_what_one_process_counts_and_a_rerun_adds_nothing(
     assert rerun["bucket_updates"] == 0 and rerun["updates_already_applied"] == len(bucket_items)
 
 
+def test_with_days_kept_each_late_mark_is_written_with_its_item_in_whatever_range_or_chunk(aws, monkeypatch):
+    """An exported record adds to its days directly and marks them (the close subtracts the marks): the stages
+    commit a counter's marks with its items, as one process does, however the ranges and chunks fall."""
+    monkeypatch.setattr(parallel_backfill, "COMMIT_CHUNK_ITEMS", 3)
+    dynamodb, s3 = aws
+    kept = dataclasses.replace(SETTINGS, calendar_prefixes=("orders/",), calendar_zones=("America/New_York",))
+    images = history(60)
+    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, images, files=2, at_ms=COUNT_FROM)), s3, kept,
+                        BackfillConfig(BUCKET, PREFIX, ranges=5))
+    run_stages(backfill)
+    here = dataclasses.replace(kept, counts_table="counts-here")
+    counts_here = CountsTable(dynamodb, "counts-here", here, previous_release_until_ms=0)
+    backfill_export(EXPORT_ARN, [(f"f{n}", images[n::2]) for n in range(2)], scope=HistoryScope(COUNT_FROM), settings=here,
+                    commit=CounterDirectory(dynamodb, "counts-here", here).recording(counts_here.commit),
+                    limit=WriteRateLimit(1e9), summary=BackfillSummary())
+    parallel = {key: item for key, item in table_contents(dynamodb, COUNTS).items() if key[0] != "#calendar"}
+    assert any("late" in item for (pk, sk), item in parallel.items() if sk.startswith("D#"))
+    assert parallel == table_contents(dynamodb, "counts-here")  # the summary recorded the adoption: not compared
+
+
 class Interrupted(Exception):
     """A committer's Lambda timing out in the middle of its range."""
 
@@ -202,7 +182,7 @@ class FailingAfter:
 def test_a_committer_retried_after_a_timeout_resumes_after_its_last_finished_chunk(aws, monkeypatch):
     monkeypatch.setattr(parallel_backfill, "COMMIT_CHUNK_ITEMS", 10)
     dynamodb, s3 = aws
-    described = ExportsOf(dynamodb, put_export(s3, history(60), files=2))
+    described = ExportsOf(dynamodb, put_export(s3, history(60), files=2, at_ms=COUNT_FROM))
     config = BackfillConfig(BUCKET, PREFIX, ranges=1)
     planned = Backfill(described, s3, SETTINGS, config).plan(EXPORT_ARN)
     for index in range(2):
@@ -227,7 +207,7 @@ def test_a_committer_retried_after_a_timeout_resumes_after_its_last_finished_chu
 
 def test_a_backfill_begun_by_one_process_cannot_be_finished_in_the_account_nor_the_other_way(aws):
     dynamodb, s3 = aws
-    described = ExportsOf(dynamodb, put_export(s3, history(10), files=1))
+    described = ExportsOf(dynamodb, put_export(s3, history(10), files=1, at_ms=COUNT_FROM))
     counts = CountsTable(dynamodb, COUNTS, SETTINGS, previous_release_until_ms=0)
     counts.claim_backfill(TABLE_ARN, "2026-11-18T11:06:40Z", EXPORT_ARN, 2_000_000_000)
 
@@ -250,7 +230,7 @@ def test_a_backfill_begun_by_one_process_cannot_be_finished_in_the_account_nor_t
 )
 def test_the_plan_refuses_an_export_it_must_not_count(aws, change, message):
     dynamodb, s3 = aws
-    described = ExportsOf(dynamodb, {**put_export(s3, history(3), files=1), **change})
+    described = ExportsOf(dynamodb, {**put_export(s3, history(3), files=1, at_ms=COUNT_FROM), **change})
     with pytest.raises(PlanRefused, match=message):
         Backfill(described, s3, SETTINGS, BackfillConfig(BUCKET, PREFIX)).plan(EXPORT_ARN)
     assert not table_contents(dynamodb, COUNTS)
@@ -306,7 +286,7 @@ ADDED = Settings(counts_table=COUNTS, events_table=EVENTS, count_from_ms=COUNT_F
 def test_a_rule_added_later_gets_its_history_in_the_account_and_only_its_own_counters_are_written(aws):
     dynamodb, s3 = aws
     images = [dict(item, size={"S": "big" if n % 3 == 0 else "small"}) for n, item in enumerate(history(120))]
-    described = ExportsOf(dynamodb, put_export(s3, images, files=3))
+    described = ExportsOf(dynamodb, put_export(s3, images, files=3, at_ms=COUNT_FROM))
     backfill = Backfill(described, s3, ADDED, BackfillConfig(BUCKET, PREFIX, ranges=4))
 
     summary = run_stages(backfill, rules="big")
@@ -333,7 +313,7 @@ def test_a_rule_added_later_gets_its_history_in_the_account_and_only_its_own_cou
 
 def test_a_backfill_of_rules_refuses_what_it_cannot_count_exactly_once(aws):
     dynamodb, s3 = aws
-    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
+    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1, at_ms=COUNT_FROM)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
     with pytest.raises(ScopeRefused, match=r"rule 'orders' has no countFrom of its own"):
         backfill.plan(EXPORT_ARN, "orders")
     with pytest.raises(ScopeRefused, match=r"no rule named 'refunds'"):
@@ -343,7 +323,7 @@ def test_a_backfill_of_rules_refuses_what_it_cannot_count_exactly_once(aws):
 def test_the_plan_refuses_a_rule_whose_count_from_has_not_come(aws, monkeypatch):
     dynamodb, s3 = aws
     monkeypatch.setattr(parallel_backfill, "now_ms", lambda: COUNT_FROM - 1000)
-    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
+    backfill = Backfill(ExportsOf(dynamodb, put_export(s3, history(5), files=1, at_ms=COUNT_FROM)), s3, ADDED, BackfillConfig(BUCKET, PREFIX))
     with pytest.raises(PlanRefused, match=r"^the history of rule big at 2026-11-18T11:06:40Z cannot be counted before"):
         backfill.plan(EXPORT_ARN, "big")
 
@@ -355,7 +335,7 @@ def test_the_summary_records_the_days_the_whole_table_made_complete_and_a_rule_b
     dynamodb, s3 = aws
     calendar = Settings(counts_table=COUNTS, events_table=EVENTS, count_from_ms=COUNT_FROM, rules=RULES,
                         calendar_prefixes=("orders/",), calendar_zones=("America/New_York",))
-    described = ExportsOf(dynamodb, put_export(s3, history(30), files=2))
+    described = ExportsOf(dynamodb, put_export(s3, history(30), files=2, at_ms=COUNT_FROM))
     backfill = Backfill(described, s3, calendar, BackfillConfig(BUCKET, PREFIX, ranges=2))
     progress = ProgressItems(dynamodb, COUNTS)
     planned = backfill.plan(EXPORT_ARN)

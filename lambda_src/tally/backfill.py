@@ -28,6 +28,15 @@ A rule added to a live table counts from an instant of its own; a backfill of
 that rule alone (``HistoryScope`` with its name) counts its history from an
 export taken at that instant, with that rule only, as a writer of its own, so
 no other rule's counters are written and nothing counted before is counted again.
+
+A calendar prefix declared on a live table with an instant of its own
+(``calendarCountFrom``) has its older history counted into days and months
+alone (``HistoryScope`` with ``calendar``): the export taken at that instant,
+each of its items of the prefix's counters added to its days and months in
+every kept zone, for the days before the closes took the prefix's days from
+hours (``ladder.history_days``), and marked there as a late record marks them.
+No minute or hour is written and no other counter: the hours already hold
+every record, and the closes sum them.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from tally.core.buckets import iso_second
 from tally.core.commit import CommitResult, Writer
 from tally.core.records import CounterEvent, Outcome, Reason
 from tally.core.rules import ARRIVAL, MODIFY, REMOVE, RulesError
-from tally.core.ladder import Ladder
+from tally.core.ladder import LATE_PREFIX, HistoryLadder, Ladder, Run
 from tally.core.segments import Segment, SegmentFolder
 from tally.core.settings import STREAM_RETENTION_MS, Settings
 from tally.invocation import outcomes_of
@@ -78,10 +87,19 @@ class HistoryScope:
 
     count_from_ms: int
     rules: tuple[str, ...] = ()
+    # Calendar prefixes declared later whose older history alone is counted, into days and months (none: not so).
+    calendar: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, settings: Settings, rules: Sequence[str] = (), count_from_ms: int | None = None) -> HistoryScope:
-        """The scope of ``rules`` (none: the whole table), checked against the settings; ScopeRefused says why not."""
+    def of(
+        cls, settings: Settings, rules: Sequence[str] = (), count_from_ms: int | None = None, calendar: Sequence[str] = ()
+    ) -> HistoryScope:
+        """The scope of ``rules`` (none: the whole table), or of ``calendar`` prefixes, checked against the settings;
+        ScopeRefused says why not."""
+        if calendar:
+            if rules:
+                raise ScopeRefused("--calendar and --rules count different histories: back them up one at a time")
+            return cls._of_calendar(settings, tuple(dict.fromkeys(calendar)), count_from_ms)
         if not rules:
             instant = count_from_ms if count_from_ms is not None else settings.count_from_ms
             if instant is None:
@@ -109,37 +127,99 @@ class HistoryScope:
                 "back them up one countFrom at a time, each from an export taken at it"
             )
         [instant] = instants
-        if count_from_ms is not None and count_from_ms != instant:
-            raise ScopeRefused(
-                f"--count-from {iso_second(count_from_ms)} is not the countFrom of the rules named "
-                f"({iso_second(instant)}): their history is the table as it was at their own instant"
-            )
+        _check_instant(count_from_ms, instant, "rules")
         return cls(instant, tuple(rule.name for rule in named.rules if rule.name))
 
+    @classmethod
+    def _of_calendar(cls, settings: Settings, prefixes: tuple[str, ...], count_from_ms: int | None) -> HistoryScope:
+        declared = settings.calendar_prefixes
+        if not declared:
+            raise ScopeRefused("--calendar names prefixes of calendarPrefixes, and none are declared (TALLY_CALENDAR_PREFIXES)")
+        instants: dict[int, str] = {}
+        for prefix in prefixes:
+            if prefix not in declared:
+                raise ScopeRefused(
+                    f"--calendar: {prefix!r} is not a calendar prefix (calendarPrefixes: {', '.join(map(repr, declared))})"
+                )
+            instant = settings.calendar_from(prefix)
+            if instant is None or instant == settings.count_from_ms:
+                raise ScopeRefused(
+                    f"calendar prefix {prefix!r} has no countFrom of its own (calendarCountFrom): its days' history is "
+                    "the table's, counted by the backfill of the deployment's countFrom (without --calendar)"
+                )
+            other = settings.overlapping_prefix(prefix)
+            if other is not None:
+                raise ScopeRefused(
+                    f"calendar prefixes {prefix!r} and {other!r} overlap: a counter of both climbs to its days from the "
+                    "earlier instant, so the history of one could not be counted alone"
+                )
+            instants.setdefault(instant, prefix)
+        if len(instants) > 1:
+            (first, one), (second, other) = sorted(instants.items())[:2]
+            raise ScopeRefused(
+                f"calendar prefixes {one!r} and {other!r} count from different instants ({iso_second(first)}, "
+                f"{iso_second(second)}): back them up one countFrom at a time, each from an export taken at it"
+            )
+        [instant] = instants
+        _check_instant(count_from_ms, instant, "calendar prefixes")
+        return cls(instant, calendar=prefixes)
     def settings_for(self, settings: Settings) -> Settings:
         """The settings items are judged with: the scope's rules alone, arriving at its instant."""
-        if not self.rules:
+        if not self.rules:  # every rule, for a calendar prefix's history too: folded keeps its counters alone
             return dataclasses.replace(settings, count_from_ms=self.count_from_ms)
         return dataclasses.replace(settings, rules=settings.counter_rules.named(self.rules), count_from_ms=self.count_from_ms)
 
     def writer(self, export_arn: str) -> Writer:
-        return Writer.of_export(export_arn, self.rules)
+        return Writer.of_export(export_arn, self.rules, self.calendar)
 
     @property
     def key(self) -> str:
-        """A short name for the scope, for work folders and execution names: "table" or "rules-<digest>"."""
+        """A short name for the scope, for work folders and execution names: "table", "rules-<digest>" or
+        "calendar-<digest>"."""
+        if self.calendar:
+            return "calendar-" + rules_digest(self.calendar)
         return "rules-" + rules_digest(self.rules) if self.rules else "table"
+
+    @property
+    def text(self) -> str:
+        """The scope as the in-account stages pass it along (their ``rules`` field): "" for the table, the rules'
+        names, or ``calendar:`` and the prefixes, comma-separated (``parse``)."""
+        if self.calendar:
+            return CALENDAR_SCOPE + ",".join(self.calendar)
+        return ",".join(self.rules)
+
+    @classmethod
+    def parse(cls, settings: Settings, text: str) -> HistoryScope:
+        """The scope ``text`` names, checked against the settings (ScopeRefused says why not)."""
+        if text.startswith(CALENDAR_SCOPE):
+            return cls.of(settings, calendar=tuple(filter(None, text[len(CALENDAR_SCOPE):].split(","))))
+        return cls.of(settings, tuple(filter(None, text.split(","))))
+
+    def ladder(self, settings: Settings, runs: Mapping[str, Mapping[str, Run]] | None = None) -> Ladder | None:
+        """What an exported record climbs to (``settings``: the scope's): for the table and for rules, its days and
+        months directly (every record of an export is late, core/ladder.py); for calendar prefixes, those days
+        and months alone, within ``runs`` (each prefix's, per kept zone: ``ladder.history_days``)."""
+        if self.calendar:
+            return HistoryLadder(settings, runs or {})
+        return Ladder.of(settings, every_late=True)
+
+    def claim_expires_s(self, settings: Settings) -> int:
+        """When the scope's claim may go (epoch seconds): once no rerun can come (the hour retention after its
+        instant), or, for a calendar prefix's history, once none of the days it wrote is kept."""
+        return (self.count_from_ms + (settings.day_retention_ms if self.calendar else settings.hour_retention_ms)) // 1000
 
     def refusal_at(self, now_ms: int) -> str | None:
         """Why the scope cannot be counted at ``now_ms``, or None: an export shows the table only at an instant
-        past, and the history must be counted within a day of it, as a stream record is of its arrival."""
+        past, and the history must be counted within a day of it, as a stream record is of its arrival (a
+        calendar prefix's history writes no minute or hour: any time after, as long as an export can be taken
+        at the instant, the table's point-in-time recovery window)."""
         instant = iso_second(self.count_from_ms)
         if now_ms < self.count_from_ms:
             return (
                 f"{self.described} cannot be counted before {instant}: an export shows the table only at an instant "
                 f"that has passed; run the backfill after {instant}"
             )
-        if now_ms > backfill_deadline_ms(self.count_from_ms):
+        if not self.calendar and now_ms > backfill_deadline_ms(self.count_from_ms):
             return (
                 f"count-from {instant} is more than a day ago: a backfill must run within a day of it, as a stream "
                 "record is committed within a day of its arrival (deploy again with a new countFrom)"
@@ -158,15 +238,48 @@ class HistoryScope:
     @property
     def described(self) -> str:
         """How messages name what is counted."""
+        if self.calendar:
+            many = "es" if len(self.calendar) > 1 else ""
+            return f"the days' history of calendar prefix{many} {', '.join(self.calendar)} at {iso_second(self.count_from_ms)}"
         if not self.rules:
             return f"the table at {iso_second(self.count_from_ms)}"
         return f"the history of rule{'s' if len(self.rules) > 1 else ''} {', '.join(self.rules)} at {iso_second(self.count_from_ms)}"
 
+    def reported(self, outcomes: list[list[Outcome]]) -> list[list[Outcome]]:
+        """What the summary tells of: every outcome of the scope's rules; for calendar prefixes, only what went
+        into their days (the other counters were counted before, and are not written)."""
+        return self.folded(outcomes) if self.calendar else outcomes
+
     def folded(self, outcomes: list[list[Outcome]]) -> list[list[Outcome]]:
-        """What goes into the buckets: everything for the table; a rule backfill's counted events alone."""
+        """What goes into the buckets: everything for the table; a rule backfill's counted events alone; a calendar
+        backfill's counted events of its prefixes' counters alone."""
+        if self.calendar:
+            return [[outcome for outcome in item if type(outcome) is CounterEvent and outcome.counter.startswith(self.calendar)]
+                    for item in outcomes]
         if not self.rules:
             return outcomes
         return [[outcome for outcome in item if type(outcome) is CounterEvent] for item in outcomes]
+
+
+# How the in-account stages' ``rules`` field names a calendar backfill: ``calendar:orders/,refunds/``.
+CALENDAR_SCOPE = "calendar:"
+
+
+def _check_instant(given_ms: int | None, instant_ms: int, what: str) -> None:
+    """ScopeRefused unless ``given_ms`` (--count-from, if given) is the countFrom of the rules or prefixes named."""
+    if given_ms is not None and given_ms != instant_ms:
+        raise ScopeRefused(
+            f"--count-from {iso_second(given_ms)} is not the countFrom of the {what} named "
+            f"({iso_second(instant_ms)}): their history is the table as it was at their own instant"
+        )
+
+
+def nothing_older(scope: HistoryScope) -> str:
+    """Why a calendar backfill has no day to write, in one line."""
+    return (
+        f"{scope.described}: no day to count, in any kept zone: the days before the first one the closes took from "
+        "hours ended less than a day before the instant, or lie past dayRetentionDays"
+    )
 
 
 def rules_digest(rules: Sequence[str]) -> str:
@@ -232,8 +345,9 @@ def export_outcomes(
 
 
 def write_units(segment: Segment) -> int:
-    """WCU one segment's commit costs: one plain update per bucket item (items stay under 1 KB)."""
-    return len(segment.deltas)
+    """WCU one segment's commit costs: one plain update per bucket item (items stay under 1 KB). A late mark
+    (``#late#<counter>``) is written by its item's own update, not by one of its own."""
+    return sum(1 for counter, _ in segment.deltas if not counter.startswith(LATE_PREFIX))
 
 
 class WriteRateLimit:
@@ -332,6 +446,7 @@ def backfill_export(
     limit: WriteRateLimit,
     summary: BackfillSummary,
     on_items: Callable[[int], None] = lambda n: None,
+    runs: Mapping[str, Mapping[str, Run]] | None = None,
 ) -> None:
     """Count an export's items: one fold over all its files, each segment committed as it closes.
 
@@ -340,7 +455,7 @@ def backfill_export(
     and each bucket is written once per segment however many items fall in
     it; the fold is deterministic, so a rerun rebuilds the same segments and
     skips what it applied before. ``settings`` are the scope's
-    (``HistoryScope.settings_for``).
+    (``HistoryScope.settings_for``); ``runs`` the days a calendar backfill writes (``HistoryScope.ladder``).
     """
     writer = scope.writer(export_arn)
     # An export is read in one order only, and its segments are too large to hold their records twice.
@@ -348,7 +463,7 @@ def backfill_export(
     # period's close included (core/ladder.py).
     folder = SegmentFolder(
         max_items=BACKFILL_SEGMENT_ITEMS, state_budget=BACKFILL_STATE_BUDGET_BYTES, hold_records=False,
-        ladder=Ladder.of(settings, every_late=True),
+        ladder=scope.ladder(settings, runs),
     )
 
     def commit_segment(segment: Segment) -> None:
@@ -365,7 +480,7 @@ def backfill_export(
             outcomes = export_outcomes(chunk, place(file_index, first), scope.count_from_ms, settings)
             for segment in folder.fold(scope.folded(outcomes)):
                 commit_segment(segment)
-            summary.add(outcomes)
+            summary.add(scope.reported(outcomes))
             on_items(len(chunk))
         summary.files += 1
     last = folder.close()

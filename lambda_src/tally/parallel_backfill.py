@@ -29,7 +29,14 @@ positions) cannot be finished here, nor the other way round.
 
 Every stage is given ``rules``: empty for the whole table at the deployment's
 countFrom, else the names (comma-separated) of rules added later whose history
-alone is counted, at their own countFrom (``HistoryScope``).
+alone is counted, at their own countFrom, or ``calendar:`` and the calendar
+prefixes declared later whose days' history alone is counted
+(``HistoryScope.text``). A calendar backfill's plan reads, in each zone's
+progress, where the closes began the prefixes' days (set once), and hands the
+days to write to every fold with its file (``days``, in the files' list the
+fold map reads) and to the summary (``days.json`` in the work folder), which
+records them as complete: each stage keeps to its role, and every fold and
+every redrive writes the same days.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import tally.exports as exports
@@ -50,18 +58,19 @@ from tally.backfill import (
     ScopeRefused,
     WriteRateLimit,
     chunks,
+    nothing_older,
     export_outcomes,
     place,
     write_units,
 )
 from tally.core.buckets import iso_second
 from tally.core.records import Reason
-from tally.core.ladder import Ladder
+from tally.core.ladder import LATE_PREFIX, Run, late_partition
 from tally.core.segments import Item, Segment, contributions
 from tally.core.settings import Settings
 from tally.core.windows import now_ms
 from tally.dynamo.backfill import BackfillClaimed
-from tally.dynamo.closing import record_adoption
+from tally.dynamo.closing import HistoryNotReady, history_runs, record_adoption, record_history
 from tally.dynamo.counts_table import CountsTable
 from tally.dynamo.directory import CounterDirectory
 
@@ -89,7 +98,9 @@ class PlanRefused(ValueError):
 
 
 # Failures no retry can mend (the state machine's retriers and the local run stop at them).
-REFUSALS: tuple[type[Exception], ...] = (PlanRefused, ScopeRefused, BackfillClaimed, exports.ExportError)
+REFUSALS: tuple[type[Exception], ...] = (
+    PlanRefused, ScopeRefused, BackfillClaimed, exports.ExportError, HistoryNotReady
+)
 
 
 @dataclass(frozen=True)
@@ -177,27 +188,60 @@ def counter_range(counter: str, ranges: int) -> int:
     return int.from_bytes(hashlib.sha256(counter.encode("utf-8")).digest()[:8], "big") * ranges >> 64
 
 
+DAYS_FILE = "days.json"  # a calendar backfill's days, for its summary
+
+
+def runs_to_json(runs: Mapping[str, Mapping[str, Run]]) -> dict[str, dict[str, str]]:
+    """A calendar backfill's days as the stages pass them: prefix -> zone -> ``first..last``."""
+    return {prefix: {zone: f"{first.isoformat()}..{last.isoformat()}" for zone, (first, last) in zones.items()}
+            for prefix, zones in runs.items()}
+
+
+def runs_from_json(days: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, Run]]:
+    return {prefix: {zone: _run(text) for zone, text in zones.items()} for prefix, zones in days.items()}
+
+
+def _run(text: str) -> Run:
+    first, _, last = text.partition("..")
+    return date.fromisoformat(first), date.fromisoformat(last)
+
+
+def _days(scope: HistoryScope, days: Mapping[str, Any] | None) -> dict[str, dict[str, Run]] | None:
+    """The days its plan found for a calendar backfill (PlanRefused without them); None for any other scope."""
+    if not scope.calendar:
+        return None
+    if not days or set(days) != set(scope.calendar):
+        raise PlanRefused(f"{scope.described}: its days are not in the plan's list (run the execution from its plan)")
+    return runs_from_json(days)
+
+
 def partial_key(work: str, range_number: int, file_index: int) -> str:
     return f"{work}/partials/{range_number:05d}/{file_index:07d}.json.gz"
 
 
 def fold_images(
-    images: Iterable[Mapping[str, Any]], file_index: int, scope: HistoryScope, settings: Settings, ranges: int
+    images: Iterable[Mapping[str, Any]],
+    file_index: int,
+    scope: HistoryScope,
+    settings: Settings,
+    ranges: int,
+    runs: Mapping[str, Mapping[str, Run]] | None = None,
 ) -> tuple[dict[int, Segment], BackfillSummary]:
     """One data file's items -> a partial segment per counter range, and what the items counted as
-    (``settings``: the scope's)."""
+    (``settings``: the scope's; ``runs``: the days a calendar backfill writes, ``HistoryScope.ladder``)."""
     count_from_ms = scope.count_from_ms
-    ladder = Ladder.of(settings, every_late=True)  # an export's records climb to their days directly (core/ladder.py)
+    ladder = scope.ladder(settings, runs)  # an export's records climb to their days directly (core/ladder.py)
     partials: dict[int, Segment] = {}
     summary = BackfillSummary(files=1)
     for first, chunk in chunks(images):
         outcomes = export_outcomes(chunk, place(file_index, first), count_from_ms, settings)
-        summary.add(outcomes)
+        summary.add(scope.reported(outcomes))
         for item_outcomes in scope.folded(outcomes):
             by_range: dict[int, list] = {}
             for found in item_outcomes:
                 for added in contributions(found, ladder):
-                    by_range.setdefault(counter_range(added[1][0], ranges), []).append(added)
+                    # A late mark goes with its counter's items: the commit writes it by their updates.
+                    by_range.setdefault(counter_range(added[1][0].removeprefix(LATE_PREFIX), ranges), []).append(added)
             for number, added_here in by_range.items():
                 segment = partials.get(number)
                 if segment is None:
@@ -233,10 +277,13 @@ def merge(segments: Iterable[Segment]) -> Segment | None:
 
 def commit_chunks(segment: Segment, max_items: int) -> Iterator[Segment]:
     """The segment in parts of whole counters (at most ``max_items`` items unless one counter has more), in
-    sort-key order: the same parts every time, each at the segment's position."""
+    sort-key order: the same parts every time, each at the segment's position. A late mark goes in the part of
+    its item, whose update writes it."""
     part: list[Item] = []
     counter = None
     for item, *_ in segment.ordered_deltas():
+        if item[0].startswith(LATE_PREFIX):
+            continue
         if item[0] != counter and len(part) >= max_items:
             yield _part_of(segment, part)
             part = []
@@ -248,7 +295,8 @@ def commit_chunks(segment: Segment, max_items: int) -> Iterator[Segment]:
 
 def _part_of(segment: Segment, items: list[Item]) -> Segment:
     part = Segment(segment.first_sequence, segment.first_arrival_ms, segment.last_sequence, held=None)
-    for item in items:
+    marks = [mark for mark in ((late_partition(counter), key) for counter, key in items) if mark in segment.deltas]
+    for item in [*items, *marks]:
         part.deltas[item] = segment.deltas[item]
         for source, target in ((segment.sums, part.sums), (segment.bins, part.bins), (segment.sketches, part.sketches)):
             if item in source:
@@ -324,19 +372,24 @@ class Backfill:
                 f"s3://{self.config.bucket}/{self.config.prefix} only"
             )
         counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
-        expires_s = (count_from_ms + self.settings.hour_retention_ms) // 1000
+        runs = self._runs(scope)  # a calendar backfill waits for the prefixes' first close, before it claims anything
         counts.claim_backfill(
-            export.table_arn, iso_second(count_from_ms), export.arn, expires_s, protocol=RANGES_PROTOCOL, rules=scope.rules
+            export.table_arn, iso_second(count_from_ms), export.arn, scope.claim_expires_s(self.settings),
+            protocol=RANGES_PROTOCOL, rules=scope.rules, calendar=scope.calendar,
         )
         files = sorted(exports.data_files(self.s3, export), key=lambda file: file.key)
         work = self.config.work_prefix(export_arn, scope.key)
-        listed = [{"key": file.key, "index": index, "items": file.item_count} for index, file in enumerate(files)]
+        days = None if runs is None else runs_to_json(runs)
+        listed = [{"key": file.key, "index": index, "items": file.item_count, **({"days": days} if days else {})}
+                  for index, file in enumerate(files)]
+        if days is not None:
+            self._put_json(f"{work}/{DAYS_FILE}", days)
         files_key = f"{work}/files.json"
         self.s3.put_object(Bucket=self.config.bucket, Key=files_key, Body=json.dumps(listed).encode())
         known = [file.item_count for file in files]
         return {
             "exportArn": export_arn,
-            "rules": ",".join(scope.rules),
+            "rules": scope.text,
             "bucket": self.config.bucket,
             "work": work,
             "filesKey": files_key,
@@ -345,13 +398,16 @@ class Backfill:
             "ranges": list(range(self.config.ranges)),
         }
 
-    def fold_file(self, work: str, key: str, index: int, rules: str = "") -> dict[str, Any]:
-        """Fold one data file into a partial per counter range (written even when empty: a retry writes the same)."""
+    def fold_file(self, work: str, key: str, index: int, rules: str = "", days: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Fold one data file into a partial per counter range (written even when empty: a retry writes the same);
+        ``days``: a calendar backfill's, as its plan listed them with the file."""
         scope = self._scope(rules)
         if not key.startswith(self.config.export_root()):
             raise PlanRefused(f"s3://{self.config.bucket}/{key} is not under the exports' prefix")
         images = exports.items(self.s3, self.config.bucket, key)
-        partials, summary = fold_images(images, index, scope, scope.settings_for(self.settings), self.config.ranges)
+        partials, summary = fold_images(
+            images, index, scope, scope.settings_for(self.settings), self.config.ranges, _days(scope, days)
+        )
         for number, segment in sorted(partials.items()):
             body = gzip.compress(json.dumps(segment.to_state(), separators=(",", ":")).encode(), compresslevel=5)
             self.s3.put_object(Bucket=self.config.bucket, Key=partial_key(work, number, index), Body=body)
@@ -372,8 +428,11 @@ class Backfill:
         summary = summary_from_json(done)
         if merged is not None:
             counts = CountsTable(self.dynamodb, self.settings.counts_table, self.settings, previous_release_until_ms=0)
-            commit = CounterDirectory(self.dynamodb, self.settings.counts_table, self.settings).recording(counts.commit)
-            writer = self._scope(rules).writer(export_arn)
+            scope = self._scope(rules)
+            commit = counts.commit if scope.calendar else CounterDirectory(
+                self.dynamodb, self.settings.counts_table, self.settings
+            ).recording(counts.commit)  # days and months alone: no minute or hour for the directory to list
+            writer = scope.writer(export_arn)
             limit = WriteRateLimit(self.config.committer_wcu)
             for number, part in enumerate(commit_chunks(merged, COMMIT_CHUNK_ITEMS)):
                 if number < done["chunks"]:
@@ -389,9 +448,12 @@ class Backfill:
 
     def summarize(self, work: str, rules: str = "") -> dict[str, Any]:
         """Every file's and every range's summary, added up: what the backfill read, counted and wrote. Run after
-        every range committed: for the whole table, it records the days the export made complete."""
-        if not rules and self.settings.calendar_prefixes:
-            scope = self._scope(rules)
+        every range committed: for the whole table, it records the days the export made complete; for calendar
+        prefixes, the days their backfill did."""
+        scope = self._scope(rules)
+        if scope.calendar:
+            record_history(self.dynamodb, self.settings.counts_table, _days(scope, self._get_json(f"{work}/{DAYS_FILE}")))
+        elif not rules and self.settings.calendar_prefixes:
             record_adoption(self.dynamodb, self.settings.counts_table, scope.settings_for(self.settings), scope.count_from_ms)
         total = BackfillSummary()
         for folder in ("folded", "committed"):
@@ -401,11 +463,21 @@ class Backfill:
         return summary_to_json(total)
 
     def _scope(self, rules: str) -> HistoryScope:
-        """What this execution counts: the table (``rules`` empty) or the named rules' history."""
-        names = tuple(filter(None, rules.split(",")))
-        if not names and self.settings.count_from_ms is None:
+        """What this execution counts: the table (``rules`` empty), the named rules' history, or the named calendar
+        prefixes' (``HistoryScope.text``)."""
+        if not rules and self.settings.count_from_ms is None:
             raise PlanRefused("the counting function has no count-from instant (countFrom): there is nothing to backfill")
-        return HistoryScope.of(self.settings, names)
+        return HistoryScope.parse(self.settings, rules)
+
+    def _runs(self, scope: HistoryScope) -> dict[str, dict[str, Run]] | None:
+        """The days a calendar backfill writes (``dynamo.closing.history_runs``, read by the plan alone); None for
+        any other scope."""
+        if not scope.calendar:
+            return None
+        runs = history_runs(self.dynamodb, self.settings.counts_table, self.settings, scope.calendar, scope.count_from_ms)
+        if not runs:
+            raise PlanRefused(nothing_older(scope))
+        return runs
 
     def _get(self, key: str) -> bytes:
         return self.s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()

@@ -189,6 +189,12 @@ class AccountBackfill(Construct):
                     resources=[table],
                     conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [BACKFILL_PREFIX + "*"]}},
                 ),
+                # A calendar prefix's backfill: where the closes began its days, in each zone's progress item.
+                iam.PolicyStatement(
+                    actions=["dynamodb:GetItem"],
+                    resources=[table],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [PROGRESS_PARTITION]}},
+                ),
                 read_exports,
                 iam.PolicyStatement(actions=["s3:PutObject"], resources=[self._work]),
             ]

@@ -19,7 +19,7 @@ from typing import Any
 from tally.core.rules import RulesError, parse_rules
 from tally_cdk.backfill import BackfillSettings
 from tally_cdk.read_api import ReadApiSettings, ReadApiSettingsError
-from tally.core.settings import MAX_BUCKET_LANES, Settings, SettingsError, parse_count_from
+from tally.core.settings import MAX_BUCKET_LANES, Settings, SettingsError, calendar_instants, parse_count_from
 from tally.core.units import DAY_MS, HOUR_MS
 
 DEFAULT_CONTEXT: dict[str, Any] = {
@@ -59,6 +59,7 @@ DEFAULT_CONTEXT: dict[str, Any] = {
     "backfillMaxWcu": 1000,
     "calendarPrefixes": [],
     "calendarZones": [],
+    "calendarCountFrom": {},
     "dayRetentionDays": 400,
     "monthRetentionMonths": 84,
 }
@@ -87,6 +88,7 @@ HANDLER_SETTING_KEYS = {
     "ranked_prefixes": "rankedPrefixes",
     "calendar_prefixes": "calendarPrefixes",
     "calendar_zones": "calendarZones",
+    "calendar_count_from": "calendarCountFrom",
     "day_retention_ms": "dayRetentionDays",
     "month_retention_months": "monthRetentionMonths",
 }
@@ -159,6 +161,7 @@ class StackSettings:
                 # Days and months (core/ladder.py), closed once a day in the account (tally_cdk.closing).
                 calendar_prefixes=tuple(dict.fromkeys(reader.text_list("calendarPrefixes"))),
                 calendar_zones=tuple(dict.fromkeys(reader.text_list("calendarZones"))),
+                calendar_count_from=reader.instants("calendarCountFrom"),
                 day_retention_ms=day_retention_days * DAY_MS,
                 month_retention_months=month_retention_months,
             )
@@ -319,6 +322,18 @@ class _ContextReader:
         if value not in choices:
             raise ContextError(f"context {key} must be one of {', '.join(choices)}, got {raw!r}")
         return value
+
+    def instants(self, key: str) -> tuple[tuple[str, int], ...]:
+        """A JSON object of names and instants (cdk.json, or its text with ``-c``)."""
+        raw = self._raw(key)
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                raw = None
+        if not isinstance(raw, dict):
+            raise ContextError(f'context {key} must be a JSON object like {{"refunds/": "2026-12-01T00:00:00Z"}}, got {raw!r}')
+        return calendar_instants(raw)
 
     def count_from(self, key: str) -> int | None:
         raw = self._raw(key)

@@ -73,3 +73,34 @@ def test_the_published_one_rule_figures_are_what_the_bench_measures_and_meet_the
             "workload": row["workload"], **{k: v for k, v in fresh.items() if k not in timings}
         }
         assert row["units_over_floor"] <= 1.1 and row["other_rules_items_written"] == 0
+
+
+# --- a calendar prefix's older days: bench.backfill.measure_calendar -----------------------------------------
+
+
+def test_the_backfill_of_a_calendar_prefix_writes_its_days_and_months_once_and_nothing_else():
+    figures = backfill.measure_calendar(items=2_000, shops=20)
+
+    assert figures["same_items_as_floor"] and figures["floor_write_units"] == figures["bucket_write_units"] > 0
+    assert figures["minute_or_hour_items_written"] == 0 and figures["other_counters_items_written"] == 0
+    assert figures["progress_write_units"] == figures["zones"] == 2  # one progress update per kept zone
+    assert figures["write_units"] == figures["bucket_write_units"] + figures["progress_write_units"]
+    assert figures["units_over_floor"] <= 1.1
+    assert figures["whole_table_write_units"] > figures["write_units"]
+    assert 0 < figures["prefix_events"] < figures["items"] == 2_000
+
+
+def test_the_floor_of_a_calendar_backfill_is_each_counter_day_and_month_with_events_in_each_zone():
+    image = {"counter": {"S": "orders/shop-1"}, "ts": {"N": str(backfill.CALENDAR_COUNT_FROM_MS - 40 * 86_400_000)}}
+    other = {"counter": {"S": "views/shop-1"}, "ts": image["ts"]}
+    runs = backfill.calendar_runs(backfill.CALENDAR_SETTINGS)[backfill.CALENDAR_PREFIX]
+    floor = backfill.calendar_floor([image, image, other], runs)
+    assert len(floor) == 4 and {sk.split("@")[0] for _, sk in floor} == {"D#UTC", "MO#UTC", "D#America/New_York", "MO#America/New_York"}
+
+
+def test_the_published_calendar_backfill_figures_meet_the_floor():
+    published = json.loads((ROOT / "bench" / "results.json").read_text())["backfill_calendar"]
+    assert [row["workload"] for row in published] == list(backfill.CALENDAR_WORKLOADS)
+    for row in published:
+        assert row["units_over_floor"] <= 1.1 and row["same_items_as_floor"]
+        assert row["minute_or_hour_items_written"] == row["other_counters_items_written"] == 0

@@ -88,3 +88,28 @@ def test_the_published_model_is_the_model_at_its_published_fold_rate_with_one_ru
         table = backfill_scale.table_row(published["rows"], rule)
         assert rule["fold_seconds"] == table["fold_seconds"] and rule["wall_seconds"] <= table["wall_seconds"]
         assert rule["bucket_items"] == round(table["bucket_items"] * share) and rule["table_bucket_items"] == table["bucket_items"]
+
+
+@pytest.mark.parametrize("shape", ["few counters", "many counters"])
+def test_a_calendar_prefixs_older_days_fold_the_whole_export_and_commit_its_days_and_months(shape):
+    table = model_row(10**9, 100, shape, 40_000, fold_rate=70_000)
+    days = backfill_scale.calendar_bucket_items(10**9, shape)
+    calendar = model_row(10**9, 100, shape, 40_000, fold_rate=70_000, buckets=days)
+
+    assert (calendar["files"], calendar["fold_seconds"]) == (table["files"], table["fold_seconds"])
+    assert calendar["bucket_items"] == calendar["write_units"] == days
+    assert calendar["cost_usd_by_service"]["export"] == table["cost_usd_by_service"]["export"]
+    assumed = backfill_scale.CALENDAR_ASSUMED
+    if shape == "few counters":  # a quarter of 1,000 counters, each with every day and month kept, in 2 zones
+        assert days == 1000 * assumed["prefix_share_of_events"] * (assumed["days"] + assumed["months"]) * assumed["zones"]
+    else:  # half a quarter of the events open a day and a month of their own, in 2 zones
+        assert days == 10**9 * assumed["prefix_share_of_events"] * 0.5 * 2 * assumed["zones"]
+
+
+def test_the_published_model_has_a_calendar_prefixs_older_days_beside_the_table():
+    published = json.loads((ROOT / "bench" / "results.json").read_text())["backfill_scale"]
+    assert {row["items"] for row in published["calendar_rows"]} == {10**9}
+    for row in published["calendar_rows"]:
+        table = backfill_scale.table_row(published["rows"], row)
+        assert row["fold_seconds"] == table["fold_seconds"] and row["table_bucket_items"] == table["bucket_items"]
+        assert row["bucket_items"] == backfill_scale.calendar_bucket_items(row["items"], row["shape"])

@@ -14,6 +14,7 @@ from tally.core.buckets import DAY, MONTH, Bucket
 from tally.core.ladder import (
     CLOSE_AFTER_MS,
     LATE_AFTER_MS,
+    HistoryLadder,
     Ladder,
     children,
     closed_value,
@@ -21,11 +22,12 @@ from tally.core.ladder import (
     due_days,
     first_closable_day,
     first_whole_month,
+    history_days,
     is_late,
     late_partition,
     long_items,
 )
-from tally.core.records import parse_record
+from tally.core.records import CounterEvent, parse_record
 from tally.core.segments import SegmentFolder, contribution
 from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
@@ -169,3 +171,30 @@ def test_closes_begin_with_the_first_day_whose_hours_are_all_kept_and_months_wit
     assert first_closable_day(NEW_YORK, now, short) == date(2026, 10, 31)  # 30 Oct 12:00 UTC is 08:00 there
     assert first_closable_day(NEW_YORK, now - 9 * HOUR_MS, short) == date(2026, 10, 30)  # 30 Oct 03:00 UTC, 23:00 on the 29th
     assert first_whole_month(date(2026, 10, 31)) == date(2026, 11, 1) and first_whole_month(date(2026, 11, 1)) == date(2026, 11, 1)
+
+
+# --- a calendar prefix's older days: HistoryLadder, history_days ------------------------------------------------
+
+LATER = Settings(calendar_prefixes=("views/", "orders/"), calendar_zones=("America/New_York",),
+                 calendar_count_from=(("orders/", 1_795_000_000_000),))
+
+
+def test_a_calendar_backfill_adds_to_days_months_and_day_marks_alone_within_each_zones_run():
+    """03:30 UTC on 2026-11-02 is New York's 1 November: inside New York's run, a day after UTC's."""
+    runs = {"orders/": {"UTC": (date(2026, 10, 1), date(2026, 11, 1)), "America/New_York": (date(2026, 10, 1), date(2026, 11, 1))}}
+    ladder = HistoryLadder(LATER, runs)
+    ts = int(datetime(2026, 11, 2, 3, 30, tzinfo=UTC).timestamp() * 1000)
+    added = ladder.climbed(contribution(CounterEvent("orders/a", ts, "1", ts)), "orders/a", ts, ts + 90 * 86_400_000)
+    items = sorted(item[1][1].sort_key if item[1][0] == "orders/a" else "mark " + item[1][1].sort_key for item in added)
+    assert items == ["D#America/New_York@2026-11-01", "MO#America/New_York@2026-11", "mark D#America/New_York@2026-11-01"]
+    assert all(item[0] is None for item in added)  # no minute; and no hour: every item is a day's or a month's
+    assert ladder.climbed(contribution(CounterEvent("views/a", ts, "1", ts)), "views/a", ts, ts) == []  # not the prefix's
+
+
+def test_the_days_a_calendar_backfill_writes_end_before_the_prefix_first_closed_day_or_a_day_before_its_instant():
+    instant = 1_795_000_000_000  # 2026-11-18T09:46:40Z
+    first, _ = history_days(instant, "UTC", LATER, date(2026, 11, 1))
+    assert history_days(instant, "UTC", LATER, date(2026, 11, 1)) == (first, date(2026, 10, 31))
+    assert history_days(instant, "UTC", LATER, date(2026, 12, 1))[1] == date(2026, 11, 16)  # ended a day before it
+    assert history_days(instant, "UTC", LATER, first) is None
+    assert first == date(2025, 10, 14)  # the UTC day 400 days before the instant: its items are still kept

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 from script_support import load_script
+from sweeps import sweep
 
 from tally.core.buckets import buckets_of, iso_second
 from tally.core.plans import PlanKind
@@ -23,7 +24,9 @@ from tally import exports
 from tally.local.aws import LocalContext, client, local_handler, stream_arn_of, write_items
 from tally.local.delivery import DeliveryConfig
 from tally.local.stream_reader import StreamReader
+from tally.local import state_machine
 from tally.local.workload import BAD_KINDS, Workload, bad_items, brute_force_counts
+from tally.parallel_backfill import summary_from_json
 from tally.query import count_windows
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("fresh_handler_cache")]
@@ -294,14 +297,20 @@ def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_
     assert every_bucket(dynamodb, tables.counts, [f"orders/s{n}" for n in range(3)]) == before
 
     # The rule's history is counted once: another export of it is refused, in one line.
-    other = exports.start_export(dynamodb, table_arn, bucket, "again", added)
-    assert backfill.main(["--rules", "refunds", "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
+    refuses_another_export(dynamodb, capsys, bucket, table_arn, added, export.arn, ["--rules", "refunds"])
+
+
+def refuses_another_export(dynamodb, capsys, bucket: str, table_arn: str, at_ms: int, export_arn: str, scope: list[str]) -> None:
+    """A second export of a history counted from ``export_arn`` (taken at ``at_ms``) is refused in one line; so is a
+    new one, before it is started, naming the command that resumes the first."""
+    other = exports.start_export(dynamodb, table_arn, bucket, "again", at_ms)
+    assert backfill.main([*scope, "--export-arn", other.arn, "--poll-seconds", "0.05"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "count it twice" in error and export.arn in error
+    assert error.count("\n") == 1 and "count it twice" in error and export_arn in error
     exported = len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"])
-    assert backfill.main(["--rules", "refunds", "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
+    assert backfill.main([*scope, "--export-to", f"s3://{bucket}/third", "--poll-seconds", "0.05"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and f"run with --rules refunds --export-arn {export.arn}" in error
+    assert error.count("\n") == 1 and f"run with {' '.join(scope)} --export-arn {export_arn}" in error
     assert len(dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]) == exported  # none started
 
 
@@ -311,10 +320,17 @@ def test_the_history_of_a_rule_added_later_is_counted_once_and_no_other_counter_
         (["--rules", "orders"], "rule 'orders' has no countFrom of its own"),
         (["--rules", "nope"], "--rules: no rule named 'nope'"),
         (["--rules"], "expected at least one argument"),
+        (["--calendar", "nope/"], "--calendar: 'nope/' is not a calendar prefix (calendarPrefixes: 'views/', 'orders/')"),
+        (["--calendar", "views/"], "calendar prefix 'views/' has no countFrom of its own"),
+        (["--calendar", "orders/", "--rules", "orders"], "--calendar and --rules"),
+        (["--calendar", "orders/", "--count-from", "2020-01-01T00:00:00Z"], "is not the countFrom of the calendar prefixes named"),
+        (["--calendar", "orders/"], "cannot be counted before"),  # its countFrom an hour ahead
     ],
 )
-def test_bad_rules_to_backfill_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
+def test_bad_rules_or_prefixes_to_backfill_are_one_line_and_exit_2(tables, monkeypatch, capsys, arguments, message):
     monkeypatch.setenv("TALLY_RULES", json.dumps([{"name": "orders", "counter": "orders/{shop}"}]))
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["views/", "orders/"]')
+    monkeypatch.setenv("TALLY_CALENDAR_COUNT_FROM", json.dumps({"orders/": now_ms() // 1000 + 3600}))
     with pytest.raises(SystemExit) if arguments == ["--rules"] else contextlib.nullcontext():
         code = backfill.main([*arguments, "--export-arn", "arn:aws:dynamodb:us-east-1:123456789012:table/x/export/1"])
         assert code == 2
@@ -328,3 +344,63 @@ def test_a_rule_whose_count_from_has_not_come_is_not_backfilled_yet(tables, monk
     assert backfill.main(["--rules", "refunds", "--export-to", "s3://b/p"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"run the backfill after {iso_second(ahead * 1000)}" in error
+
+
+@pytest.mark.parametrize("where", sweep(["here", "in the account"]))
+def test_a_calendar_prefix_declared_later_gets_its_older_days_once_and_the_audit_finds_no_difference(
+    tables, monkeypatch, capsys, where
+):
+    """backfill.py --calendar on moto's server: the export at the prefix's own countFrom, after its first close (the
+    progress as that close left it), counted into days alone, here or by the stack's state machine (its stages run
+    here as the account runs them, each child a process); an audit of those days finds no difference; a second
+    export, or a new one, is refused in one line."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.core.buckets import Bucket
+    from tally.dynamo.closing import ProgressItems
+
+    audit = load_script("audit")
+    dynamodb, s3 = client("dynamodb"), client("s3")
+    bucket = f"exports-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    today = datetime.fromtimestamp(now_ms() / 1000, UTC).date()
+    since = today - timedelta(days=3)  # the first day the prefix's first close closed
+    start = datetime(since.year, since.month, since.day, tzinfo=UTC).timestamp() * 1000
+    items = [{"id": f"o{n}", "counter": f"orders/s{n % 2}", "ts": int(start - (n * 37 + 5) * 3_600_000)} for n in range(40)]
+    items += [{"id": f"v{n}", "counter": "views/home", "ts": int(start - n * 3_600_000)} for n in range(10)]
+    write_items(dynamodb, tables.events, items)
+    added = (now_ms() // 1000 + 1) * 1000
+    monkeypatch.setenv("TALLY_CALENDAR_PREFIXES", '["views/", "orders/"]')
+    monkeypatch.setenv("TALLY_CALENDAR_ZONES", '["America/New_York"]')
+    monkeypatch.setenv("TALLY_CALENDAR_COUNT_FROM", json.dumps({"orders/": added // 1000}))
+    wait_for(added)
+    table_arn = dynamodb.describe_table(TableName=tables.events)["Table"]["TableArn"]
+    export = exports.start_export(dynamodb, table_arn, bucket, "calendar", added)
+    arguments = ["--calendar", "orders/", "--export-arn", export.arn, "--poll-seconds", "0.05"]
+
+    assert backfill.main(arguments) == 2  # no close has said where the prefix's closed days begin
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no close has closed the days of calendar prefix 'orders/'" in error
+    for zone in ("UTC", "America/New_York"):
+        ProgressItems(dynamodb, tables.counts).advance(zone, Bucket.of_day(today - timedelta(days=2), zone), None,
+                                                       Bucket.of_day(since, zone), ("views/", "orders/"))
+    for _ in range(2):  # the second run finds every watermark
+        if where == "here":
+            assert backfill.main(arguments) == 0
+        else:
+            environment = state_machine.backfill_environment(bucket, "calendar", 3)
+            final = state_machine.run_backfill(export.arn, "calendar:orders/", s3=s3, workers=2, environment=environment,
+                                               say=print)
+            backfill.show(summary_from_json(final["summary"]))
+    assert "orders/s0" in capsys.readouterr().out
+    assert "adopted:orders/" in ProgressItems(dynamodb, tables.counts).client.get_item(
+        TableName=tables.counts, Key={"pk": {"S": "#calendar"}, "sk": {"S": "America/New_York"}})["Item"]
+
+    written = every_bucket(dynamodb, tables.counts, ["orders/s0", "orders/s1", "views/home"])
+    assert written and {sk.split("#")[0] for _, sk in written} == {"D", "MO"} and {c for c, _ in written} == {"orders/s0", "orders/s1"}
+    for zone in ("UTC", "America/New_York"):
+        span = ["--tz", zone, "--from", (since - timedelta(days=70)).isoformat(), "--to", (since - timedelta(days=1)).isoformat()]
+        assert audit.main(["orders/s0", "orders/s1", "--series", "day", *span]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == "VERDICT: NO DIFFERENCE"
+
+    refuses_another_export(dynamodb, capsys, bucket, table_arn, added, export.arn, ["--calendar", "orders/"])

@@ -133,13 +133,15 @@ def test_fold_workers_read_the_exports_and_write_the_work_folder_only(adopting):
     assert granted(role_statements(adopting, "fold_file")) == {("Allow", "s3:GetObject", EXPORTS), ("Allow", "s3:PutObject", WORK)}
 
 
-def test_the_plan_may_describe_the_tables_exports_and_write_claims_only(adopting):
+def test_the_plan_may_describe_the_tables_exports_write_claims_and_read_the_zones_progress_only(adopting):
     statements = role_statements(adopting, "plan")
     assert ("Allow", "dynamodb:DescribeExport", "arn:${AWS::Partition}:dynamodb:${Ref:AWS::Region}:${Ref:AWS::AccountId}:table/orders/export/*") in granted(statements)
     (claims,) = [s for s in statements if "dynamodb:PutItem" in as_list(s["Action"])]
     # Query: a claim of the table's history at another instant is found before another export is counted.
     assert set(as_list(claims["Action"])) == {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:Query"}
     assert claims["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["#backfill#*"]}}
+    (progress,) = [s for s in statements if as_list(s["Action"]) == ["dynamodb:GetItem"]]  # a calendar prefix's days
+    assert progress["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["#calendar"]}}
 
 
 def test_committers_write_buckets_directory_and_ranks_never_claims_settings_or_alerts(adopting):

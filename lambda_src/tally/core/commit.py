@@ -203,12 +203,16 @@ class Writer:
         return cls(source, source, shard_id or "", stream_arn, shard_id)
 
     @classmethod
-    def of_export(cls, export_arn: str, rules: tuple[str, ...] = ()) -> Writer:
+    def of_export(cls, export_arn: str, rules: tuple[str, ...] = (), calendar: tuple[str, ...] = ()) -> Writer:
         """A whole export is one writer: an item touched by a thousand export files still holds one watermark.
 
         Counted for some rules only (a rule added later, its history backfilled), it is another writer for each
-        set of rules, so counting the same export for other rules never finds this one's watermarks.
+        set of rules, so counting the same export for other rules never finds this one's watermarks; so it is
+        for the days and months of some calendar prefixes (``calendar``).
         """
+        if calendar:
+            source = source_id(export_arn + "#calendar=" + ",".join(sorted(calendar)), None)
+            return cls(source, source, f"{export_arn} (calendar {', '.join(calendar)})")
         if not rules:
             source = source_id(export_arn, None)
             return cls(source, source, export_arn)

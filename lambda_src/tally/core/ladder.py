@@ -267,6 +267,8 @@ class Ladder:
         self.prefixes = settings.calendar_prefixes
         self.zones = settings.kept_zones
         self.every_late = every_late
+        # Prefixes with a countFrom of their own climb only from it (Settings.climbs): checked only where some do.
+        self.gated = settings if settings.calendar_count_from else None
 
     @classmethod
     def of(cls, settings: Settings, every_late: bool = False) -> Ladder | None:
@@ -276,7 +278,9 @@ class Ladder:
         """``contribution`` (minute, hour, units, bin, hashed) and, for a late record of a kept counter, what it
         adds directly to its days and months and to the late marks (same units and bin; marks take no hash)."""
         hour = event_ms // HOUR_MS
-        if not counter.startswith(self.prefixes) or not (self.every_late or is_late(hour, arrival_ms)):
+        if not counter.startswith(self.prefixes) or not (self.every_late or is_late(hour, arrival_ms)) or (
+            self.gated is not None and not self.gated.climbs(counter, arrival_ms)
+        ):
             return [contribution]
         _minute, _hour, units, bin, hashed = contribution
         items = long_items(counter, hour, self.zones)
@@ -289,8 +293,54 @@ class Ladder:
     def long_only(self, counter: str, event_ms: int, units: int | None, bin: str | None, hashed: int | None) -> list[tuple]:
         """What a record whose hour is past the hour retention adds: its days and months, and the marks of those
         days (a close of their months may be still to come)."""
-        items = long_items(counter, event_ms // HOUR_MS, self.zones, hour_kept=False)
-        return [
-            *((None, item, units, bin, hashed) for item in items.direct),
-            *((None, item, units, bin, None) for item in items.marks),
+        return _added(long_items(counter, event_ms // HOUR_MS, self.zones, hour_kept=False), units, bin, hashed)
+
+
+def _added(items: LongItems, units: int | None, bin: str | None, hashed: int | None) -> list[tuple]:
+    """What a record adds to ``items``: to each item direct its units, bin and hash; to each mark the same but
+    the hash (sketches keep no marks)."""
+    return [
+        *((None, item, units, bin, hashed) for item in items.direct),
+        *((None, item, units, bin, None) for item in items.marks),
+    ]
+
+
+Run = tuple[date, date]  # the first and last day of a run of days
+
+
+def history_days(count_from_ms: int, zone: str, settings: Settings, since: date) -> Run | None:
+    """The local days of ``zone`` a calendar backfill of an export taken at ``count_from_ms`` (a calendar prefix's
+    own countFrom) writes and leaves complete: those ``adopted_days`` would (every instant in a UTC day kept at
+    that instant, ended ``LATE_AFTER_MS`` or more before it) that lie before ``since``, the first day the
+    closes closed the prefix's counters from hours (its ``since:<prefix>``). Each such day gets, from the
+    export, every record that arrived before the instant; one arriving later is late and climbs to it directly,
+    and none of it is in an hour a close reads. None when no day lies between."""
+    adopted = adopted_days(count_from_ms, zone, settings)
+    if adopted is None:
+        return None
+    first, last = adopted[0], min(adopted[1], since - timedelta(days=1))
+    return (first, last) if first <= last else None
+
+
+class HistoryLadder(Ladder):
+    """What a calendar backfill adds (``backfill.py --calendar``): every record of a prefix's counters, in each
+    kept zone where its local day lies in ``runs[prefix][zone]`` (``history_days``), adds to that day and its month
+    directly and marks the day (the month's close, where one is still to come, subtracts the mark), as a late
+    record whose hour has expired does (``long_only``); nothing to its minute or hour, and nothing elsewhere."""
+
+    def __init__(self, settings: Settings, runs: Mapping[str, Mapping[str, Run]]) -> None:
+        super().__init__(settings, every_late=True)
+        self.runs = {prefix: {zone: (day_index(first), day_index(last)) for zone, (first, last) in zones.items()}
+                     for prefix, zones in runs.items()}
+
+    def climbed(self, contribution: tuple, counter: str, event_ms: int, arrival_ms: int) -> list[tuple]:
+        _minute, _hour, units, bin, hashed = contribution
+        return self.long_only(counter, event_ms, units, bin, hashed)
+
+    def long_only(self, counter: str, event_ms: int, units: int | None, bin: str | None, hashed: int | None) -> list[tuple]:
+        hour = event_ms // HOUR_MS
+        zones = [
+            zone for prefix, runs in self.runs.items() if counter.startswith(prefix)
+            for zone, (first, last) in runs.items() if first <= local_day_of_hour(hour, zone) <= last
         ]
+        return _added(long_items(counter, hour, zones, hour_kept=False), units, bin, hashed)

@@ -293,7 +293,7 @@ def judge(
             )
             continue
         if type(time) is LongOnly:
-            if settings.keeps_calendar(result.counter):
+            if settings.climbs(result.counter, arrival_ms):
                 events.append(CounterEvent(result.counter, time.event_ms, sequence, arrival_ms, result.units, False,
                                            result.bin, result.hashed, long_only=True))
                 continue

@@ -36,6 +36,7 @@ ENV_BUCKET_LANES = "TALLY_BUCKET_LANES"
 ENV_RANKED_PREFIXES = "TALLY_RANKED_PREFIXES"
 ENV_CALENDAR_PREFIXES = "TALLY_CALENDAR_PREFIXES"
 ENV_CALENDAR_ZONES = "TALLY_CALENDAR_ZONES"
+ENV_CALENDAR_COUNT_FROM = "TALLY_CALENDAR_COUNT_FROM"
 ENV_DAY_RETENTION_DAYS = "TALLY_DAY_RETENTION_DAYS"
 ENV_MONTH_RETENTION_MONTHS = "TALLY_MONTH_RETENTION_MONTHS"
 
@@ -65,6 +66,7 @@ ENV_NAMES = {
     "ranked_prefixes": ENV_RANKED_PREFIXES,
     "calendar_prefixes": ENV_CALENDAR_PREFIXES,
     "calendar_zones": ENV_CALENDAR_ZONES,
+    "calendar_count_from": ENV_CALENDAR_COUNT_FROM,
     "day_retention_ms": ENV_DAY_RETENTION_DAYS,
     "month_retention_months": ENV_MONTH_RETENTION_MONTHS,
 }
@@ -115,6 +117,14 @@ class Settings:
     hours), for ``day_retention_ms`` and ``month_retention_months``
     (``core/ladder.py``). None by default: a table that asks for none writes
     and stores nothing more.
+
+    ``calendar_count_from``: calendar prefixes declared on a live table, each
+    with an instant of its own (epoch ms, whole seconds; prefix, instant
+    pairs): a record of their counters climbs to its days and months directly
+    (a late one, ``core/ladder.py``) only if it arrived at or after it, so the
+    prefix's older history is the table as it was at that instant, counted into
+    days and months alone from an export taken at it (``backfill.py
+    --calendar``). A prefix not named here climbs from the deployment's countFrom.
     """
 
     counts_table: str = "tally-counts"
@@ -133,6 +143,7 @@ class Settings:
     ranked_prefixes: tuple[str, ...] = ()
     calendar_prefixes: tuple[str, ...] = ()
     calendar_zones: tuple[str, ...] = ()
+    calendar_count_from: tuple[tuple[str, int], ...] = ()
     # A billing year and its same day last year, and seven years of months (invoices' usual keeping).
     day_retention_ms: int = 400 * DAY_MS
     month_retention_months: int = 84
@@ -214,6 +225,23 @@ class Settings:
                                 ("day_retention_ms", "hour_retention_ms"))
         if self.month_retention_months * 31 * DAY_MS < self.day_retention_ms:
             raise SettingsError("month retention must cover the day retention", ("month_retention_months", "day_retention_ms"))
+        own = self.calendar_count_from
+        if not isinstance(own, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and type(pair[1]) is int for pair in own
+        ):
+            raise SettingsError("calendar count-from must map calendar prefixes to instants", ("calendar_count_from",))
+        for prefix, instant in own:
+            if prefix not in prefixes:
+                raise SettingsError(f"{prefix!r} is not one of calendarPrefixes: only a declared prefix counts from an "
+                                    "instant of its own", ("calendar_count_from",))
+            if instant < 0 or instant % 1000:
+                raise SettingsError(f"{prefix!r}: count-from must be a whole number of seconds since the epoch",
+                                    ("calendar_count_from",))
+            if self.count_from_ms is not None and instant < self.count_from_ms:
+                raise SettingsError(
+                    f"calendar prefix {prefix!r} counts from before the deployment's countFrom: the table's own "
+                    "backfill counts its history up to that instant; drop the prefix's countFrom or move it later",
+                    ("calendar_count_from",))
 
     @property
     def kept_zones(self) -> tuple[str, ...]:
@@ -225,6 +253,23 @@ class Settings:
     def keeps_calendar(self, counter: str) -> bool:
         """Whether ``counter`` keeps day and month buckets."""
         return bool(self.calendar_prefixes) and counter.startswith(self.calendar_prefixes)
+
+    def calendar_from(self, prefix: str) -> int | None:
+        """The instant calendar prefix ``prefix`` counts from, if it has one of its own (``calendar_count_from``)."""
+        return dict(self.calendar_count_from).get(prefix)
+
+    def climbs(self, counter: str, arrival_ms: int) -> bool:
+        """Whether a record of ``counter`` arriving at ``arrival_ms`` may add to its days and months directly: its
+        counter keeps them under a prefix that counts from no later than the record's arrival."""
+        if not self.calendar_count_from:
+            return self.keeps_calendar(counter)
+        own = dict(self.calendar_count_from)
+        return any(counter.startswith(prefix) and own.get(prefix, arrival_ms) <= arrival_ms for prefix in self.calendar_prefixes)
+
+    def overlapping_prefix(self, prefix: str) -> str | None:
+        """Another calendar prefix that some counter of ``prefix`` also starts with (one starts the other), or None."""
+        return next((other for other in self.calendar_prefixes
+                     if other != prefix and (prefix.startswith(other) or other.startswith(prefix))), None)
 
     def counting_environment(self) -> dict[str, str]:
         """The variables that decide what a record counts as and where, as ``from_env`` reads them.
@@ -253,6 +298,8 @@ class Settings:
             environment[ENV_CALENDAR_ZONES] = json.dumps(list(self.calendar_zones))
             environment[ENV_DAY_RETENTION_DAYS] = str(self.day_retention_ms // DAY_MS)
             environment[ENV_MONTH_RETENTION_MONTHS] = str(self.month_retention_months)
+        if self.calendar_count_from:
+            environment[ENV_CALENDAR_COUNT_FROM] = json.dumps({prefix: ms // 1000 for prefix, ms in self.calendar_count_from})
         return environment
 
     @classmethod
@@ -282,6 +329,7 @@ class Settings:
             ranked_prefixes=_string_list(env, ENV_RANKED_PREFIXES, '["views/"]'),
             calendar_prefixes=_string_list(env, ENV_CALENDAR_PREFIXES, '["orders/"]'),
             calendar_zones=_string_list(env, ENV_CALENDAR_ZONES, '["America/New_York"]'),
+            calendar_count_from=_instants(env.get(ENV_CALENDAR_COUNT_FROM)),
             day_retention_ms=_whole(env, ENV_DAY_RETENTION_DAYS, defaults.day_retention_ms, DAY_MS),
             month_retention_months=_whole(env, ENV_MONTH_RETENTION_MONTHS, defaults.month_retention_months, 1),
         )
@@ -315,6 +363,30 @@ def parse_count_from(raw: str | int) -> int:
     return whole_second_ms(str(raw))
 
 
+def _instants(raw: str | None) -> tuple[tuple[str, int], ...]:
+    """TALLY_CALENDAR_COUNT_FROM: a JSON object of calendar prefixes and their instants (epoch seconds, or ISO-8601
+    with an offset), e.g. {"refunds/": "2026-12-01T00:00:00Z"}; unset or empty is none."""
+    if raw is None or not raw.strip():
+        return ()
+    found = _loaded(raw)
+    if not isinstance(found, dict):
+        raise SettingsError(f'{ENV_CALENDAR_COUNT_FROM} must be a JSON object like {{"refunds/": "2026-12-01T00:00:00Z"}}, '
+                            f"got {raw!r}")
+    return calendar_instants(found)
+
+
+def calendar_instants(found: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
+    """Calendar prefixes and their instants (epoch seconds or ISO-8601 with an offset) as ``calendar_count_from``
+    holds them; SettingsError naming the prefix whose instant is not one."""
+    pairs = []
+    for prefix, instant in found.items():
+        try:
+            pairs.append((str(prefix), parse_count_from(instant if isinstance(instant, str | int) and not isinstance(instant, bool) else "?")))
+        except ValueError as error:
+            raise SettingsError(f"calendar prefix {prefix!r}: count-from {error}", ("calendar_count_from",)) from None
+    return tuple(pairs)
+
+
 def _rules(env: Mapping[str, str]) -> Rules | None:
     raw = env.get(ENV_RULES)
     if raw is None or not raw.strip():
@@ -330,13 +402,18 @@ def _string_list(env: Mapping[str, str], name: str, example: str) -> tuple[str, 
     raw = env.get(name)
     if raw is None or not raw.strip():
         return ()
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        found = None
+    found = _loaded(raw)
     if not isinstance(found, list) or not all(isinstance(value, str) for value in found):
         raise SettingsError(f"{name} must be a JSON list of strings like {example}, got {raw!r}")
     return tuple(dict.fromkeys(found))
+
+
+def _loaded(raw: str) -> object:
+    """``raw`` as JSON, or None where it is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def zone_refusal(name: str) -> str | None:

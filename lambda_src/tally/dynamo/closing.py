@@ -26,7 +26,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from tally.core.buckets import DAY, Bucket, day_date, month_first_day
-from tally.core.ladder import Progress, adopted_days
+from tally.core.ladder import Progress, Run, adopted_days, history_days
 from tally.core.retry import Backoff
 from tally.core.settings import Settings
 from tally.core.tables import COUNTS_TABLE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE
@@ -169,10 +169,51 @@ def record_adoption(client: Any, table_name: str, settings: Settings, count_from
     within them, from their items. Never before the whole commit finished: a day is complete only once every
     exported event of it is in."""
     items = ProgressItems(client, table_name)
+    # A prefix with a countFrom of its own took nothing from this export: its days' history is its own backfill's.
+    prefixes = tuple(p for p in settings.calendar_prefixes if settings.calendar_from(p) in (None, count_from_ms))
     for zone in settings.kept_zones:
         run = adopted_days(count_from_ms, zone, settings)
-        if run is not None:
-            items.adopt(zone, settings.calendar_prefixes, *run)
+        if run is not None and prefixes:
+            items.adopt(zone, prefixes, *run)
+
+
+class HistoryNotReady(ValueError):
+    """A calendar prefix's days' history cannot be counted yet: no close has said where its closed days begin."""
+
+
+def history_runs(
+    client: Any, table_name: str, settings: Settings, prefixes: tuple[str, ...], count_from_ms: int
+) -> dict[str, dict[str, Run]]:
+    """The days a calendar backfill of ``prefixes`` (declared later, counting from ``count_from_ms``) writes, per
+    prefix and kept zone: those before the first day a close closed the prefix's counters there
+    (``since:<prefix>``, set once), within ``ladder.history_days``. HistoryNotReady, in one line, where no close
+    has yet: the closes' days, not the backfill's, must hold what the hours hold."""
+    items = ProgressItems(client, table_name)
+    runs: dict[str, dict[str, Run]] = {}
+    for zone in settings.kept_zones:
+        progress = items.read(zone)
+        for prefix in prefixes:
+            since = progress.of_counter(prefix).since
+            if since is None:
+                raise HistoryNotReady(
+                    f"no close has closed the days of calendar prefix {prefix!r} in {zone} yet: its history is counted "
+                    "into the days before the first one a close takes from hours; run the backfill after that close "
+                    "(scripts/close_periods.py, or the stack's daily close)"
+                )
+            run = history_days(count_from_ms, zone, settings, since)
+            if run is not None:
+                runs.setdefault(prefix, {})[zone] = run
+    return runs
+
+
+def record_history(client: Any, table_name: str, runs: dict[str, dict[str, Run]]) -> None:
+    """After a calendar backfill has committed every segment: record in each zone the days it made complete for
+    each prefix (``history_runs``), so readers take them, and the months wholly within them, from their items.
+    Recorded as an adoption is (``adopted:<prefix>``): the same readers, and it only moves forward."""
+    items = ProgressItems(client, table_name)
+    for prefix, zones in runs.items():
+        for zone, (first, last) in zones.items():
+            items.adopt(zone, (prefix,), first, last)
 
 
 class ProgressReads(TableAccess):

@@ -26,8 +26,10 @@ def plan(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def fold_file(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
-    """Lambda: {"work", "rules", "file": {"key", "index"}} -> that file's partials in S3."""
-    return _backfill().fold_file(event["work"], event["file"]["key"], int(event["file"]["index"]), event.get("rules") or "")
+    """Lambda: {"work", "rules", "file": {"key", "index", "days"}} -> that file's partials in S3 ("days": a calendar
+    backfill's, as its plan listed them)."""
+    file = event["file"]
+    return _backfill().fold_file(event["work"], file["key"], int(file["index"]), event.get("rules") or "", file.get("days"))
 
 
 def commit_range(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:

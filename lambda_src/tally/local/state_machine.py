@@ -254,16 +254,18 @@ class ExecutionFollower:
         return sum(entry["bucket_updates"] + entry["updates_already_applied"] for entry in done)
 
 
-def execution_name(export_arn: str, rules: tuple[str, ...] = ()) -> str:
-    """One execution per export and scope: starting it again while it runs finds it, and a failed one is redriven."""
+def execution_name(export_arn: str, scope: str = "") -> str:
+    """One execution per export and scope (``HistoryScope.text``: "" for the table, rules' names, or calendar
+    prefixes): starting it again while it runs finds it, and a failed one is redriven."""
     name = "backfill-" + export_arn.rsplit("/", 1)[-1][:60]
-    return f"{name}-{rules_digest(rules)}" if rules else name
+    names = tuple(filter(None, scope.split(",")))
+    return f"{name}-{rules_digest(names)}" if names else name
 
 
-def start_or_resume(sfn: Any, state_machine_arn: str, export_arn: str, rules: tuple[str, ...] = ()) -> tuple[str, str]:
+def start_or_resume(sfn: Any, state_machine_arn: str, export_arn: str, scope: str = "") -> tuple[str, str]:
     """(execution ARN, what happened): started; already running; redriven after a failure; already done."""
-    name = execution_name(export_arn, rules)
-    execution_input = json.dumps({"exportArn": export_arn, "rules": ",".join(rules)})
+    name = execution_name(export_arn, scope)
+    execution_input = json.dumps({"exportArn": export_arn, "rules": scope})
     try:
         started = sfn.start_execution(stateMachineArn=state_machine_arn, name=name, input=execution_input)
         return started["executionArn"], "started"
