@@ -222,7 +222,8 @@ class HistoryScope:
         if not self.calendar and now_ms > backfill_deadline_ms(self.count_from_ms):
             return (
                 f"count-from {instant} is more than a day ago: a backfill must run within a day of it, as a stream "
-                "record is committed within a day of its arrival (deploy again with a new countFrom)"
+                "record is committed within a day of its arrival; the stream has counted since, so only a new "
+                "counts table (a new stack, with a new countFrom) can count this table's history"
             )
         return None
 
