@@ -41,7 +41,9 @@ def repository_files() -> list[Path]:
 
 def resolves(cited: str, near: Path) -> bool:
     cited = cited.rstrip("/")
-    return any((root / cited).exists() for root in (near.parent, *PATH_ROOTS))
+    # A snippet is shown inside the pages of docs/ that include it, so its links are theirs.
+    here = ROOT / "docs" if near.parent == ROOT / "docs" / "snippets" else near.parent
+    return any((root / cited).exists() for root in (here, *PATH_ROOTS))
 
 
 def heading_anchors(document: Path) -> set[str]:
