@@ -1,0 +1,89 @@
+"""The states in flight the upgrade and rollback tests stop a release with, and the cases they run."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from .pipeline import PREFIX, Invocation, Pipeline
+from .releases import Release
+
+SEEDS = (1, 2, 3)
+BACKEND_MARKS = {"moto": (), "dynamodb-local": (pytest.mark.dynamodb_local,)}
+CASES = [
+    pytest.param(backend, seed, marks=marks, id=f"{backend}-seed{seed}")
+    for backend, marks in BACKEND_MARKS.items()
+    for seed in SEEDS
+]
+# This release's settings for the same stack: what it ranks (0.2.0 has no such setting and ignores it).
+NEW_SETTINGS = {"TALLY_RANKED_PREFIXES": json.dumps([PREFIX])}
+EVENTS, LATE_EVENTS = 420, 24
+
+
+@dataclass(frozen=True)
+class Cuts:
+    """Where the shard was cut: the previous release counted [0, first_window) whole and [first_window, failed)
+    as the first batch of the second window (its state carried), and failed partway through the window's final
+    batch [failed, second_window_end), committing part of the window; this release goes on from there."""
+
+    first_window: int
+    failed: int
+    second_window_end: int
+
+
+def cut(rng: random.Random, start: int, end: int, *, windows: tuple[int, ...], batch: tuple[int, int]) -> list[Invocation]:
+    """Records [start, end) as len(windows) consecutive windows of batches of ``batch`` sizes, at random cuts."""
+    edges = sorted(rng.sample(range(start + 1, end), len(windows) - 1)) if len(windows) > 1 else []
+    invocations = []
+    for window, (low, high) in zip(windows, zip([start, *edges], [*edges, end], strict=True), strict=True):
+        position = low
+        while position < high:
+            stop = min(high, position + rng.randint(*batch))
+            invocations.append(Invocation(position, stop, stop == high, window))
+            position = stop
+    return invocations
+
+
+def count_until_deploy(pipeline: Pipeline, previous: Release, rng: random.Random) -> tuple[int, Cuts, dict]:
+    """Tables made by ``previous``, events written, and ``previous`` stopped with state in flight; returns the
+    instant readers ask about, the cuts and the state the failed invocation was given."""
+    previous.agent("create-tables", {"events": pipeline.events_table, "counts": pipeline.counts_table}, pipeline.env())
+    now_ms = int(time.time() * 1000)
+    pipeline.write_events(rng, now_ms, EVENTS, LATE_EVENTS)
+    pipeline.read_stream()
+    total = len(pipeline.records)
+    first_window = rng.randrange(total // 4, total // 3)
+    failed = first_window + rng.randrange(40, 80)
+    cuts = Cuts(first_window, failed, failed + rng.randrange(150, 220))
+    # The first window whole and the second window's first batch: its state is carried.
+    first = cut(rng, 0, first_window, windows=(0,), batch=(40, 90)) + [Invocation(first_window, failed, False, 1)]
+    counted = pipeline.invoke(previous, first)
+    assert counted.failed is None, counted.failed
+    assert counted.state, "the second window's first batch returned no state to carry"
+    # The window's final batch fails after some of its commit's writes landed: due for a retry with the same event.
+    stopped = pipeline.invoke(previous, [Invocation(failed, cuts.second_window_end, True, 1)], state=counted.state,
+                              crash_after_writes=rng.randint(1, 3))
+    assert stopped.failed is not None and "InjectedCrash" in stopped.failed, (
+        f"the batch meant to fail partway did not: {stopped.failed}")
+    at_ms = (now_ms // 60_000 + 1) * 60_000
+    return at_ms, cuts, counted.state
+
+
+def upgrade_with_state_in_flight(pipeline: Pipeline, previous: Release, current: Release, rng: random.Random):
+    """``count_until_deploy``, then ``current`` retries the failed batch with the state ``previous`` wrote
+    (finishing the second window) and counts the rest of the shard in a third."""
+    at_ms, cuts, state = count_until_deploy(pipeline, previous, rng)
+    retried = pipeline.invoke(
+        current,
+        [Invocation(cuts.failed, cuts.second_window_end, True, 1)],
+        state=state, **NEW_SETTINGS,
+    )
+    assert retried.failed is None, retried.failed
+    rest = cut(rng, cuts.second_window_end, len(pipeline.records), windows=(2,), batch=(50, 100))
+    finished = pipeline.invoke(current, rest, **NEW_SETTINGS)
+    assert finished.failed is None, finished.failed
+    return at_ms, cuts
