@@ -48,10 +48,10 @@ def cut(rng: random.Random, start: int, end: int, *, windows: tuple[int, ...], b
     return invocations
 
 
-def count_until_deploy(pipeline: Pipeline, previous: Release, rng: random.Random) -> tuple[int, Cuts, dict]:
-    """Tables made by ``previous``, events written, and ``previous`` stopped with state in flight; returns the
-    instant readers ask about, the cuts and the state the failed invocation was given."""
-    previous.agent("create-tables", {"events": pipeline.events_table, "counts": pipeline.counts_table}, pipeline.env())
+def count_until_deploy(pipeline: Pipeline, before: Release, rng: random.Random, **settings: str) -> tuple[int, Cuts, dict]:
+    """Tables made by ``before``, events written, and ``before`` (with ``settings``) stopped with state in flight;
+    returns the instant readers ask about, the cuts and the state the failed invocation was given."""
+    before.agent("create-tables", {"events": pipeline.events_table, "counts": pipeline.counts_table}, pipeline.env())
     now_ms = int(time.time() * 1000)
     pipeline.write_events(rng, now_ms, EVENTS, LATE_EVENTS)
     pipeline.read_stream()
@@ -61,29 +61,30 @@ def count_until_deploy(pipeline: Pipeline, previous: Release, rng: random.Random
     cuts = Cuts(first_window, failed, failed + rng.randrange(150, 220))
     # The first window whole and the second window's first batch: its state is carried.
     first = cut(rng, 0, first_window, windows=(0,), batch=(40, 90)) + [Invocation(first_window, failed, False, 1)]
-    counted = pipeline.invoke(previous, first)
+    counted = pipeline.invoke(before, first, **settings)
     assert counted.failed is None, counted.failed
     assert counted.state, "the second window's first batch returned no state to carry"
     # The window's final batch fails after some of its commit's writes landed: due for a retry with the same event.
-    stopped = pipeline.invoke(previous, [Invocation(failed, cuts.second_window_end, True, 1)], state=counted.state,
-                              crash_after_writes=rng.randint(1, 3))
+    stopped = pipeline.invoke(before, [Invocation(failed, cuts.second_window_end, True, 1)], state=counted.state,
+                              crash_after_writes=rng.randint(1, 3), **settings)
     assert stopped.failed is not None and "InjectedCrash" in stopped.failed, (
         f"the batch meant to fail partway did not: {stopped.failed}")
     at_ms = (now_ms // 60_000 + 1) * 60_000
     return at_ms, cuts, counted.state
 
 
-def upgrade_with_state_in_flight(pipeline: Pipeline, previous: Release, current: Release, rng: random.Random):
-    """``count_until_deploy``, then ``current`` retries the failed batch with the state ``previous`` wrote
-    (finishing the second window) and counts the rest of the shard in a third."""
-    at_ms, cuts, state = count_until_deploy(pipeline, previous, rng)
-    retried = pipeline.invoke(
-        current,
-        [Invocation(cuts.failed, cuts.second_window_end, True, 1)],
-        state=state, **NEW_SETTINGS,
-    )
+def take_over(pipeline: Pipeline, after: Release, rng: random.Random, cuts: Cuts, state: dict, **settings: str) -> None:
+    """``after`` (with ``settings``) retries the failed batch with the state the release before wrote (finishing
+    the second window) and counts the rest of the shard in a third."""
+    retried = pipeline.invoke(after, [Invocation(cuts.failed, cuts.second_window_end, True, 1)], state=state, **settings)
     assert retried.failed is None, retried.failed
     rest = cut(rng, cuts.second_window_end, len(pipeline.records), windows=(2,), batch=(50, 100))
-    finished = pipeline.invoke(current, rest, **NEW_SETTINGS)
+    finished = pipeline.invoke(after, rest, **settings)
     assert finished.failed is None, finished.failed
+
+
+def upgrade_with_state_in_flight(pipeline: Pipeline, previous: Release, current: Release, rng: random.Random):
+    """The previous release stopped with state in flight (``count_until_deploy``), this release taking over."""
+    at_ms, cuts, state = count_until_deploy(pipeline, previous, rng)
+    take_over(pipeline, current, rng, cuts, state, **NEW_SETTINGS)
     return at_ms, cuts
