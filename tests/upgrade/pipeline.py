@@ -186,7 +186,7 @@ class Pipeline:
 
     def truth(self, start: str, end: str) -> dict[str, tuple[int, int]]:
         """Counter -> (count, distinct users) of the events whose minute lies in [start, end)."""
-        start_ms, end_ms = _ms(start), _ms(end)
+        start_ms, end_ms = ms_of(start), ms_of(end)
         counts: Counter[str] = Counter()
         users: dict[str, set[str]] = {}
         for event in self.events:
@@ -235,5 +235,5 @@ def _iso(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _ms(text: str) -> int:
+def ms_of(text: str) -> int:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)

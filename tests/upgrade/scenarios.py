@@ -66,7 +66,7 @@ def count_until_deploy(pipeline: Pipeline, before: Release, rng: random.Random, 
     assert counted.state, "the second window's first batch returned no state to carry"
     # The window's final batch fails after some of its commit's writes landed: due for a retry with the same event.
     stopped = pipeline.invoke(before, [Invocation(failed, cuts.second_window_end, True, 1)], state=counted.state,
-                              crash_after_writes=rng.randint(1, 3), **settings)
+                              crash_after_writes=rng.randint(5, 60), **settings)
     assert stopped.failed is not None and "InjectedCrash" in stopped.failed, (
         f"the batch meant to fail partway did not: {stopped.failed}")
     at_ms = (now_ms // 60_000 + 1) * 60_000
@@ -88,3 +88,12 @@ def upgrade_with_state_in_flight(pipeline: Pipeline, previous: Release, current:
     at_ms, cuts, state = count_until_deploy(pipeline, previous, rng)
     take_over(pipeline, current, rng, cuts, state, **NEW_SETTINGS)
     return at_ms, cuts
+
+
+def read_again_with_other_cuts(pipeline: Pipeline, current: Release, rng: random.Random, cuts: Cuts) -> None:
+    """The event source mapping created again (TRIM_HORIZON): ``current`` reads the shard again from its start,
+    the re-read's first window ending inside the first window the release before counted."""
+    inside = rng.randrange(cuts.first_window // 4, cuts.first_window * 3 // 4)
+    reread = cut(rng, 0, inside, windows=(10,), batch=(37, 120))
+    reread += cut(rng, inside, len(pipeline.records), windows=(11, 12), batch=(37, 120))
+    assert pipeline.invoke(current, reread, **NEW_SETTINGS).failed is None

@@ -22,7 +22,7 @@ import pytest
 
 from .pipeline import Pipeline, differences_from_truth, windows_at
 from .releases import ROOT, current_release
-from .scenarios import CASES, NEW_SETTINGS, cut, upgrade_with_state_in_flight
+from .scenarios import CASES, NEW_SETTINGS, read_again_with_other_cuts, upgrade_with_state_in_flight
 
 pytestmark = pytest.mark.sweep
 
@@ -52,10 +52,7 @@ def test_reread_with_other_cuts_after_upgrade_is_never_high(backend, seed, local
     pipeline = Pipeline(local_server.environment(), f"reread-{seed}-{uuid.uuid4().hex[:8]}")
     now = current_release()
     at_ms, cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
-    inside = rng.randrange(cuts.first_window // 4, cuts.first_window * 3 // 4)
-    reread = cut(rng, 0, inside, windows=(10,), batch=(37, 120))
-    reread += cut(rng, inside, len(pipeline.records), windows=(11, 12), batch=(37, 120))
-    assert pipeline.invoke(now, reread, **NEW_SETTINGS).failed is None
+    read_again_with_other_cuts(pipeline, now, rng, cuts)
 
     high = []
     for answer in pipeline.read(now, windows_at(at_ms), **NEW_SETTINGS):
@@ -83,8 +80,5 @@ def test_reread_with_other_cuts_is_exact_where_this_release_counted_throughout(b
     pipeline = Pipeline(local_server.environment(), f"same-{seed}-{uuid.uuid4().hex[:8]}")
     now = current_release()
     at_ms, cuts = upgrade_with_state_in_flight(pipeline, now, now, rng)
-    inside = rng.randrange(cuts.first_window // 4, cuts.first_window * 3 // 4)
-    reread = cut(rng, 0, inside, windows=(10,), batch=(37, 120))
-    reread += cut(rng, inside, len(pipeline.records), windows=(11, 12), batch=(37, 120))
-    assert pipeline.invoke(now, reread, **NEW_SETTINGS).failed is None
+    read_again_with_other_cuts(pipeline, now, rng, cuts)
     assert differences_from_truth(pipeline, pipeline.read(now, windows_at(at_ms), **NEW_SETTINGS)) == []
