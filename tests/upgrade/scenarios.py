@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -97,3 +98,8 @@ def read_again_with_other_cuts(pipeline: Pipeline, current: Release, rng: random
     reread = cut(rng, 0, inside, windows=(10,), batch=(37, 120))
     reread += cut(rng, inside, len(pipeline.records), windows=(11, 12), batch=(37, 120))
     assert pipeline.invoke(current, reread, **NEW_SETTINGS).failed is None
+
+
+def fresh_pipeline(server, kind: str, seed: int) -> tuple[random.Random, Pipeline]:
+    """The seed's random source and a pipeline of tables of its own on ``server`` (which outlives the test)."""
+    return random.Random(seed), Pipeline(server.environment(), f"{kind}-{seed}-{uuid.uuid4().hex[:8]}")

@@ -9,16 +9,14 @@ retries that batch with this release's state and counts the rest.
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
-import uuid
 
 import pytest
 
 from .pipeline import RULES, Pipeline, differences_from_truth, windows_at
 from .releases import PREVIOUS_RELEASE, ROOT, current_release
-from .scenarios import CASES, NEW_SETTINGS, count_until_deploy, take_over
+from .scenarios import CASES, NEW_SETTINGS, count_until_deploy, fresh_pipeline, take_over
 
 pytestmark = pytest.mark.sweep
 
@@ -36,8 +34,7 @@ def rollback_check(pipeline: Pipeline) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("backend, seed", CASES)
 def test_a_rollback_the_check_allows_loses_nothing(backend, seed, local_server, previous_release):
-    rng = random.Random(seed)
-    pipeline = Pipeline(local_server.environment(), f"rollback-{seed}-{uuid.uuid4().hex[:8]}")
+    rng, pipeline = fresh_pipeline(local_server, "rollback", seed)
     now = current_release()
     at_ms, cuts, state = count_until_deploy(pipeline, now, rng, **NEW_SETTINGS)
 
@@ -64,8 +61,7 @@ def test_a_rollback_that_would_lose_counts_is_refused_naming_them(backend, seed,
     countFrom is one the previous release refuses: the check names both and exits 1. Rolled back anyway (the
     rule's countFrom dropped, the days left on), the previous release discards the state the check named, and
     its records go uncounted in every item the failed try had not reached."""
-    rng = random.Random(seed)
-    pipeline = Pipeline(local_server.environment(), f"refused-{seed}-{uuid.uuid4().hex[:8]}")
+    rng, pipeline = fresh_pipeline(local_server, "refused", seed)
     now = current_release()
     rules = json.dumps([*RULES, {"name": "all", "counter": "all/views", "countFrom": "2020-01-01T00:00:00Z"}])
     at_ms, cuts, state = count_until_deploy(pipeline, now, rng, **NEW_SETTINGS, **CALENDAR, TALLY_RULES=rules)

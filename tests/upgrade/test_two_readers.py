@@ -8,14 +8,12 @@ keys only, so its distinct counts of buckets counted after the deploy are low, a
 
 from __future__ import annotations
 
-import random
-import uuid
 
 import pytest
 
 from .pipeline import PREFIX, Pipeline, ms_of, windows_at
 from .releases import current_release
-from .scenarios import CASES, NEW_SETTINGS, read_again_with_other_cuts, upgrade_with_state_in_flight
+from .scenarios import CASES, NEW_SETTINGS, fresh_pipeline, read_again_with_other_cuts, upgrade_with_state_in_flight
 
 pytestmark = pytest.mark.sweep
 
@@ -32,8 +30,7 @@ def users_by_counter(pipeline: Pipeline, records: slice, start: str, stop: str) 
 
 @pytest.mark.parametrize("backend, seed", CASES)
 def test_readers_of_both_releases_differ_only_where_the_changelog_says(backend, seed, local_server, previous_release):
-    rng = random.Random(seed)
-    pipeline = Pipeline(local_server.environment(), f"readers-{seed}-{uuid.uuid4().hex[:8]}")
+    rng, pipeline = fresh_pipeline(local_server, "readers", seed)
     now = current_release()
     at_ms, cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
 

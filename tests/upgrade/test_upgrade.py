@@ -13,24 +13,21 @@ whose watermark the previous release wrote may be left unresolved (low, never hi
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
-import uuid
 
 import pytest
 
-from .pipeline import Pipeline, differences_from_truth, windows_at
+from .pipeline import differences_from_truth, windows_at
 from .releases import ROOT, current_release
-from .scenarios import CASES, NEW_SETTINGS, read_again_with_other_cuts, upgrade_with_state_in_flight
+from .scenarios import CASES, NEW_SETTINGS, fresh_pipeline, read_again_with_other_cuts, upgrade_with_state_in_flight
 
 pytestmark = pytest.mark.sweep
 
 
 @pytest.mark.parametrize("backend, seed", CASES)
 def test_upgrade_with_state_in_flight_ends_exact(backend, seed, local_server, previous_release):
-    rng = random.Random(seed)
-    pipeline = Pipeline(local_server.environment(), f"upgrade-{seed}-{uuid.uuid4().hex[:8]}")
+    rng, pipeline = fresh_pipeline(local_server, "upgrade", seed)
     now = current_release()
     at_ms, _cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
 
@@ -48,8 +45,7 @@ def test_reread_with_other_cuts_after_upgrade_is_never_high(backend, seed, local
     start with other cuts, the first window of the re-read ending inside the previous release's first window.
     CHANGELOG: an item holding the previous release's watermark is then left unresolved (low, never high,
     marked), and ``scripts/audit.py --repair`` makes every answer exact."""
-    rng = random.Random(seed)
-    pipeline = Pipeline(local_server.environment(), f"reread-{seed}-{uuid.uuid4().hex[:8]}")
+    rng, pipeline = fresh_pipeline(local_server, "reread", seed)
     now = current_release()
     at_ms, cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
     read_again_with_other_cuts(pipeline, now, rng, cuts)
@@ -76,8 +72,7 @@ def test_reread_with_other_cuts_after_upgrade_is_never_high(backend, seed, local
 def test_reread_with_other_cuts_is_exact_where_this_release_counted_throughout(backend, seed, local_server):
     """The same stops and the same re-read with this release on both sides: exact, nothing unresolved, so what
     the test above finds comes from the previous release's watermarks, not from the harness."""
-    rng = random.Random(seed)
-    pipeline = Pipeline(local_server.environment(), f"same-{seed}-{uuid.uuid4().hex[:8]}")
+    rng, pipeline = fresh_pipeline(local_server, "same", seed)
     now = current_release()
     at_ms, cuts = upgrade_with_state_in_flight(pipeline, now, now, rng)
     read_again_with_other_cuts(pipeline, now, rng, cuts)
