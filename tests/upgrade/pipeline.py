@@ -180,9 +180,16 @@ class Pipeline:
     # --- readers and the truth --------------------------------------------------------------------------------
 
     def read(self, release: Release, windows: list[dict[str, Any]], **settings: str) -> list[dict[str, Any]]:
+        return self.read_all(release, windows, **settings)["answers"]
+
+    def read_all(self, release: Release, windows: list[dict[str, Any]], days: dict[str, str] | None = None,
+                 **settings: str) -> dict[str, Any]:
+        """What ``release``'s reader answers: each window's counts, listing and top list (``answers``) and, with
+        ``days`` (``start`` and ``end`` dates), each counter's UTC days (``days``: counter -> [start, count,
+        distinct] per day) where the release has calendar series."""
         counters = sorted({PREFIX + f"p{page}" for page in range(PAGES)})
-        job = {"counts": self.counts_table, "counters": counters, "windows": windows, "prefix": PREFIX}
-        return release.agent("read", job, self.env(**settings))["answers"]
+        job = {"counts": self.counts_table, "counters": counters, "windows": windows, "prefix": PREFIX, "days": days}
+        return release.agent("read", job, self.env(**settings))
 
     def truth(self, start: str, end: str) -> dict[str, tuple[int, int]]:
         """Counter -> (count, distinct users) of the events whose minute lies in [start, end)."""
@@ -233,6 +240,14 @@ def differences_from_truth(pipeline: Pipeline, answers: list[dict[str, Any]], *,
 
 def _iso(seconds: int) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_instant(ms: int) -> str:
+    return _iso(ms // 1000)
+
+
+def iso_date(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
 
 
 def ms_of(text: str) -> int:

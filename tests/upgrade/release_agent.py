@@ -79,8 +79,8 @@ def invoke(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def read(job: dict[str, Any]) -> dict[str, Any]:
-    """The release's Reader: each counter over each window asked, the listing of each window, and where the
-    release has top lists, the top of the prefix."""
+    """The release's Reader: each counter over each window asked, the listing of each window, where the
+    release has top lists the top of the prefix, and where it has calendar series the UTC days asked."""
     from tally.reader import Reader
 
     reader = Reader(job["counts"])
@@ -113,6 +113,13 @@ def read(job: dict[str, Any]) -> dict[str, Any]:
                 "end": top.end.isoformat(),
             }
         answers.append(answer)
+    days = job.get("days")
+    if days and hasattr(reader, "calendar"):  # releases with calendar series: each counter's UTC days
+        series = reader.calendar(job["counters"], "day", tz="UTC", start=days["start"], end=days["end"], consistent=True)
+        return {"answers": answers, "days": {
+            found.counter: [[point.start.isoformat(), point.count, point.distinct] for point in found.points]
+            for found in series
+        }}
     return {"answers": answers}
 
 

@@ -22,6 +22,8 @@ CASES = [
 ]
 # This release's settings for the same stack: what it ranks (0.2.0 has no such setting and ignores it).
 NEW_SETTINGS = {"TALLY_RANKED_PREFIXES": json.dumps([PREFIX])}
+# Days and months kept for the prefix, in UTC alone (this release's calendarPrefixes and calendarZones).
+CALENDAR = {"TALLY_CALENDAR_PREFIXES": json.dumps([PREFIX]), "TALLY_CALENDAR_ZONES": "[]"}
 EVENTS, LATE_EVENTS = 420, 24
 
 
@@ -84,10 +86,12 @@ def take_over(pipeline: Pipeline, after: Release, rng: random.Random, cuts: Cuts
     assert finished.failed is None, finished.failed
 
 
-def upgrade_with_state_in_flight(pipeline: Pipeline, previous: Release, current: Release, rng: random.Random):
-    """The previous release stopped with state in flight (``count_until_deploy``), this release taking over."""
+def upgrade_with_state_in_flight(pipeline: Pipeline, previous: Release, current: Release, rng: random.Random,
+                                 **settings: str):
+    """The previous release stopped with state in flight (``count_until_deploy``), this release taking over
+    with NEW_SETTINGS and ``settings``."""
     at_ms, cuts, state = count_until_deploy(pipeline, previous, rng)
-    take_over(pipeline, current, rng, cuts, state, **NEW_SETTINGS)
+    take_over(pipeline, current, rng, cuts, state, **NEW_SETTINGS, **settings)
     return at_ms, cuts
 
 

@@ -16,12 +16,9 @@ import pytest
 
 from .pipeline import RULES, Pipeline, differences_from_truth, windows_at
 from .releases import PREVIOUS_RELEASE, ROOT, current_release
-from .scenarios import CASES, NEW_SETTINGS, count_until_deploy, fresh_pipeline, take_over
+from .scenarios import CALENDAR, CASES, NEW_SETTINGS, count_until_deploy, fresh_pipeline, take_over
 
 pytestmark = pytest.mark.sweep
-
-CALENDAR = {"TALLY_CALENDAR_PREFIXES": json.dumps(["views/"]), "TALLY_CALENDAR_ZONES": "[]"}
-
 
 def rollback_check(pipeline: Pipeline) -> tuple[int, dict]:
     done = subprocess.run(

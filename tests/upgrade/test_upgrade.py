@@ -18,9 +18,11 @@ import sys
 
 import pytest
 
-from .pipeline import differences_from_truth, windows_at
+from tally.core.units import DAY_MS
+
+from .pipeline import PAGES, Pipeline, differences_from_truth, iso_date, iso_instant, ms_of, windows_at
 from .releases import ROOT, current_release
-from .scenarios import CASES, NEW_SETTINGS, fresh_pipeline, read_again_with_other_cuts, upgrade_with_state_in_flight
+from .scenarios import CALENDAR, CASES, NEW_SETTINGS, fresh_pipeline, read_again_with_other_cuts, upgrade_with_state_in_flight
 
 pytestmark = pytest.mark.sweep
 
@@ -32,6 +34,64 @@ def test_upgrade_with_state_in_flight_ends_exact(backend, seed, local_server, pr
     at_ms, _cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
 
     assert differences_from_truth(pipeline, pipeline.read(now, windows_at(at_ms), **NEW_SETTINGS)) == []
+
+
+def close_until_caught_up(pipeline: Pipeline) -> None:
+    """``scripts/close_periods.py`` until it has caught up: a zone's first close takes a month of days a run,
+    from about 89 days back."""
+    for _run in range(5):
+        closed = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "close_periods.py")],
+            capture_output=True, text=True, env=pipeline.env(**NEW_SETTINGS, **CALENDAR), timeout=300,
+        )
+        assert closed.returncode == 0, closed.stdout + closed.stderr
+
+
+def days_differing_from_truth(pipeline: Pipeline, at_ms: int) -> list[str]:
+    """The last five UTC days before ``at_ms`` of every counter as this release reads them (count and distinct
+    users), each that differs from brute force; and the windows' differences."""
+    first_day = at_ms // DAY_MS * DAY_MS - 4 * DAY_MS
+    days = {"start": iso_date(first_day), "end": iso_date(first_day + 5 * DAY_MS)}
+    read = pipeline.read_all(current_release(), windows_at(at_ms), days, **NEW_SETTINGS, **CALENDAR)
+    wrong = differences_from_truth(pipeline, read["answers"])
+    assert len(read["days"]) == PAGES
+    for counter, points in read["days"].items():
+        for start, count, distinct in points:
+            day_ms = ms_of(start)
+            truth = pipeline.truth(iso_instant(day_ms), iso_instant(day_ms + DAY_MS)).get(counter, (0, 0))
+            if (count, distinct if count else 0) != truth:
+                wrong.append(f"{counter} {start[:10]}: {count} counted, {distinct} distinct; truth {truth}")
+    return wrong
+
+
+@pytest.mark.parametrize("backend, seed", CASES)
+def test_days_kept_after_the_upgrade_hold_what_the_previous_release_counted(backend, seed, local_server,
+                                                                            previous_release):
+    """calendarPrefixes set once the upgraded pipeline has caught up: the first close takes the days from the
+    hours kept, those the previous release wrote (its late records in their hours alone) among them, and each
+    UTC day of the last five equals brute force, count and distinct users."""
+    rng, pipeline = fresh_pipeline(local_server, "days", seed)
+    now = current_release()
+    at_ms, _cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
+    assert pipeline.invoke(now, [], **NEW_SETTINGS, **CALENDAR).failed is None  # a function starts with days kept
+    close_until_caught_up(pipeline)
+    assert days_differing_from_truth(pipeline, at_ms) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a batch retried with days kept finds the hour items a try without them wrote already applied, and "
+    "adds its late records to their days without marking those hours: the close counts them twice",
+)
+@pytest.mark.parametrize("backend, seed", CASES[:1])
+def test_days_set_at_the_upgrade_with_a_failed_batch_in_flight_equal_brute_force(backend, seed, local_server,
+                                                                                 previous_release):
+    """calendarPrefixes set in the deploy that upgrades, while a batch the previous release failed partway
+    (late records among its records) waits for its retry."""
+    rng, pipeline = fresh_pipeline(local_server, "days-at-deploy", seed)
+    at_ms, _cuts = upgrade_with_state_in_flight(pipeline, previous_release, current_release(), rng, **CALENDAR)
+    close_until_caught_up(pipeline)
+    assert days_differing_from_truth(pipeline, at_ms) == []
 
 
 @pytest.mark.xfail(
