@@ -55,3 +55,16 @@ def test_the_exit_status_says_whether_the_rollback_loses_anything(dynamodb, monk
     assert rollback_check.main(["--to", "0.2.0", "--counts-table", COUNTS]) == status
     out = capsys.readouterr().out
     assert ("loses nothing" in out) == (status == 0) and ("LOST: window states" in out) == (status == 1)
+
+
+def test_unresolved_buckets_are_named_as_read_low_by_the_older_release(dynamodb):
+    table = published(dynamodb, rules=parse_rules(json.dumps(RULES)))
+    for bucket in ("H#2026-11-22T13", "M#2026-11-22T13:05"):
+        dynamodb.put_item(TableName=COUNTS, Item={
+            "pk": {"S": "#unresolved"}, "sk": {"S": f"views/p1#{bucket}"},
+            "counter": {"S": "views/p1"}, "bucket": {"S": bucket},
+        })
+    verdict = rollback_check.judge(table, "0.2.0")
+    assert verdict.lost == []
+    assert verdict.notes[0].startswith("2 bucket(s) an overlap left unresolved (views/p1 H#2026-11-22T13, views/p1 M#")
+    assert "scripts/audit.py --repair before rolling back" in verdict.notes[0]
