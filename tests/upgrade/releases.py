@@ -86,13 +86,6 @@ class Release:
             raise AssertionError(f"{self.version} {command} failed ({done.returncode}):\n{done.stderr[-4000:]}")
         return json.loads(done.stdout)
 
-    def script(self, name: str, args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-        """One of the release's own scripts (``scripts/<name>.py`` of its tree), with its Python."""
-        return subprocess.run(
-            [str(self.python), str(self.tree / "scripts" / f"{name}.py"), *args],
-            capture_output=True, text=True, env=self.environment(env), timeout=timeout,
-        )
-
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` without this checkout on the path: the release imports its own tally, not the one under test."""
         clean = {name: value for name, value in env.items() if name not in ("PYTHONPATH", "VIRTUAL_ENV")}
