@@ -76,6 +76,10 @@ def pytest_configure(config):
 LONGEST_FILES_FIRST = (
     "test_closing.py",
     "faults/test_rule_changes.py",
+    # The previous release against this one, in make test-sweeps only: minutes each, its venv built first.
+    "upgrade/test_rollback.py",
+    "upgrade/test_upgrade.py",
+    "upgrade/test_two_readers.py",
     "stacks/test_wheel.py",
     "faults/test_exact_counts.py",
     "bench/test_bench_stored.py",

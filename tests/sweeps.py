@@ -2,7 +2,8 @@
 
 ``@pytest.mark.parametrize("kind", sweep(KINDS))`` leaves the first member as it is and marks the others
 ``sweep``: ``make test`` runs each such test once, on its first member, and ``make test-sweeps`` runs the
-rest (CI runs both; ``make test-anytime`` runs everything).
+rest (CI runs both; ``make test-anytime`` runs everything). The tests that run a previous release
+(tests/upgrade/) are sweeps whole: building that release's venv takes a minute.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIPPED_DIRS = {".git", ".venv", "site", "node_modules", "cdk.out", "tally.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"}
+SKIPPED_DIRS = {".git", ".venv", ".releases", "site", "node_modules", "cdk.out", "tally.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"}
 # Where a path the docs name may be rooted: the repository, the scripts, the asset root, the package, the CDK stacks.
 PATH_ROOTS = (ROOT, ROOT / "scripts", ROOT / "lambda_src", ROOT / "lambda_src" / "tally", ROOT / "stacks")
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
