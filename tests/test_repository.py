@@ -89,6 +89,35 @@ def test_the_release_is_named_once_and_the_changelog_says_how_to_upgrade_to_it_a
     assert "### Upgrade from" in release and "### Rollback to" in release
 
 
+RELEASE_HEADING = re.compile(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d\d-\d\d)(?: \(commit ([0-9a-f]{7,40})\))?$", re.MULTILINE)
+VERSION_LINE = re.compile(r"""^(?:__version__|version) = "(\d+\.\d+\.\d+)"$""", re.MULTILINE)
+# Where a release's commit states its version: this layout, 0.2.0's package face, 0.1.0's pyproject.toml.
+VERSION_FILES = ("lambda_src/tally/version.py", "lambda_src/tally/__init__.py", "pyproject.toml")
+
+
+def test_each_release_names_the_commit_that_made_it_and_that_commit_is_that_release():
+    """Tags may not travel with a clone: the changelog names each release's commit, which the upgrade tests build the
+    previous release from. Only the current release's heading may still lack it (its commit names itself after)."""
+    import tally
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    headings = RELEASE_HEADING.findall(changelog)
+    assert [version for version, _, _ in headings] == re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.MULTILINE)
+    assert headings[0][0] == tally.__version__
+    for version, day, commit in headings:
+        if not commit:
+            assert version == tally.__version__, f"release {version} names no commit"
+            continue
+        shown = subprocess.run(["git", "show", "-s", "--format=%cs", commit], cwd=ROOT, capture_output=True, text=True)
+        assert shown.returncode == 0, f"release {version}: commit {commit} is not in this clone"
+        assert shown.stdout.strip() == day, f"release {version}: commit {commit} was made on another day"
+        stated = set()
+        for path in VERSION_FILES:
+            text = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True).stdout
+            stated |= set(VERSION_LINE.findall(text))
+        assert stated == {version}, f"release {version}: commit {commit} states version {stated}"
+
+
 def test_the_dev_extra_names_this_distribution_not_pypis_other_tally():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     own = [r for r in project["optional-dependencies"]["dev"] if r.split("[")[0] in {"tally", project["name"]}]
