@@ -20,7 +20,9 @@ from moto import mock_aws
 
 from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
+from sweeps import sweep
 from tally.closing import Closer, CloseRefused
+from tally.core import segments
 from tally.core.buckets import Bucket
 from tally.core.ladder import CLOSE_AFTER_MS, LATE_AFTER_MS, first_closable_day, late_partition
 from tally.core.rules import parse_rules
@@ -539,15 +541,30 @@ RETRIES = {
 }
 
 
-@pytest.mark.parametrize("retry", RETRIES)
-@pytest.mark.parametrize("first", [pytest.param("no-days", marks=pytest.mark.xfail(strict=False, reason=(
-    "a retry with days kept finds the hours a try without them wrote already applied, and adds their late records "
-    "to their days without marking those hours: the close counts them twice (where those hours were written)"))), "no-zone", "same"])
-@pytest.mark.parametrize("after", [4, 6, 9, 13], ids=lambda n: f"stopped-after-{n}-updates")
+@pytest.mark.parametrize("first, retry, after", sweep(  # days turned on first: the hours written, half the rest
+    [("no-days", "days", 9)] + [(first, retry, after) for first in FIRST_TRIES for retry in RETRIES
+                                for after in (4, 6, 9, 13) if (first, retry, after) != ("no-days", "days", 9)]))
 def test_a_batch_retried_with_another_calendar_counts_its_late_records_once_in_their_days(first, retry, after):
     """A batch of late records whose first try wrote its hours (and none, some or all of the rest) with one
     calendar and whose retry commits with another: every closed day kept in both tries holds each record once,
     whether the first try marked the hours (and added to none, some or all of the days) or kept no days at all."""
+    retried_with_another_calendar(first, retry, [after])
+
+
+@pytest.mark.parametrize("first, then", sweep([(20, 40), (12, 25), (8, 50), (25, 60), (27, 70)]))
+def test_segments_of_a_batch_retried_twice_count_their_late_records_once_in_their_days(first, then, monkeypatch):
+    """The batch cut into several segments (each of a few items), its first try without days stopped in one of
+    them, its retry with days stopped in another, the next retry whole: a segment the first try wrote whole holds
+    hours a later segment moved the watermark of, and the days the retry wrote for it, less the unmarked records,
+    tell the next retry they are taken."""
+    monkeypatch.setattr(segments, "MAX_SEGMENT_ITEMS", 14)
+    retried_with_another_calendar("no-days", "days", [first, then])
+
+
+def retried_with_another_calendar(first: str, retry: str, stops: list[int]) -> None:
+    """The batch's first try with FIRST_TRIES[first], stopped after ``stops[0]`` updates, then tries with
+    RETRIES[retry] stopped after each of the other stops, then one whole; the days closed as the retry's
+    calendar keeps them, against brute force."""
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         counts = f"retried-{uuid.uuid4().hex[:8]}"
@@ -555,7 +572,7 @@ def test_a_batch_retried_with_another_calendar_counts_its_late_records_once_in_t
         settings = dataclasses.replace(SETTINGS, counts_table=counts)
         table = CountsTable(client, counts, settings, previous_release_until_ms=0)
         day = parse_instant("2028-05-10T00:00:00Z")
-        rng = random.Random(after)
+        rng = random.Random(stops[0])
         on_time = [{"id": f"o{n}", "shop": rng.choice(["acme", "bolt"]), "amount": Decimal(n + 1), "buyer": f"b{n}",
                     "ts": day + (6 + n) * HOUR_MS, "arrival": day + (6 + n) * HOUR_MS + 1000} for n in range(6)]
         sequence = [10**20]
@@ -567,9 +584,10 @@ def test_a_batch_retried_with_another_calendar_counts_its_late_records_once_in_t
                      "arrival": arrival + 9000})  # on time, in the same batch
         first_try = CountsTable(client, counts, dataclasses.replace(settings, **FIRST_TRIES[first]),
                                 previous_release_until_ms=0)
-        with pytest.raises(TimeoutError):
-            deliver(Stopping(first_try, after), late, [sequence[0]])
         retried = CountsTable(client, counts, dataclasses.replace(settings, **RETRIES[retry]), previous_release_until_ms=0)
+        for tried, after in zip([first_try] + [retried] * (len(stops) - 1), stops):
+            with pytest.raises(TimeoutError):
+                deliver(Stopping(tried, after), late, [sequence[0]])
         deliver(retried, late, sequence)  # Lambda's retry: the same records, the same sequence numbers
         events = on_time + late
         for zone in ("UTC", ZONE):
