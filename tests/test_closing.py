@@ -20,7 +20,9 @@ from moto import mock_aws
 
 from factories import image, stream_record, window_event
 from moto_tables import COUNTS, EVENTS
+from sweeps import sweep
 from tally.closing import Closer, CloseRefused
+from tally.core import segments
 from tally.core.buckets import Bucket
 from tally.core.ladder import CLOSE_AFTER_MS, LATE_AFTER_MS, first_closable_day, late_partition
 from tally.core.rules import parse_rules
@@ -508,3 +510,95 @@ def test_a_zone_and_its_prefixes_move_on_in_one_update_and_a_prefix_alone_where_
             "refunds/": (date(2028, 3, 11), date(2028, 3, 12)),
         }
         assert (read.since, read.days) == (date(2028, 3, 1), date(2028, 3, 12))  # never moved back
+
+
+class Stopping(CountsTable):
+    """The table, failing a commit once it sent ``after`` bucket updates (one at a time): a try stopped part way,
+    its hours written and none, some or all of its minutes, days and months."""
+
+    def __init__(self, table: CountsTable, after: int) -> None:
+        super().__init__(table.client, table.table_name, table.settings, workers=1, previous_release_until_ms=0)
+        self.left = after
+
+    def _update(self, update):
+        if self.left == 0:
+            raise TimeoutError("the invocation timed out part way through its commit")
+        self.left -= 1
+        return super()._update(update)
+
+
+# The first try's calendar, then Lambda's retry with the days kept (SETTINGS): days turned on, a zone added, a
+# zone removed, a prefix removed, or the same calendar throughout.
+FIRST_TRIES = {
+    "no-days": dict(calendar_prefixes=(), calendar_zones=()),
+    "no-zone": dict(calendar_zones=()),
+    "same": {},
+}
+RETRIES = {
+    "days": {},
+    "zone-removed": dict(calendar_zones=()),
+    "prefix-removed": dict(calendar_prefixes=("signups",)),
+}
+
+
+@pytest.mark.parametrize("first, retry, after", sweep(  # days turned on first: the hours written, half the rest
+    [("no-days", "days", 9)] + [(first, retry, after) for first in FIRST_TRIES for retry in RETRIES
+                                for after in (4, 6, 9, 13) if (first, retry, after) != ("no-days", "days", 9)]))
+def test_a_batch_retried_with_another_calendar_counts_its_late_records_once_in_their_days(first, retry, after):
+    """A batch of late records whose first try wrote its hours (and none, some or all of the rest) with one
+    calendar and whose retry commits with another: every closed day kept in both tries holds each record once,
+    whether the first try marked the hours (and added to none, some or all of the days) or kept no days at all."""
+    retried_with_another_calendar(first, retry, [after])
+
+
+@pytest.mark.parametrize("first, then", sweep([(20, 40), (12, 25), (8, 50), (25, 60), (27, 70)]))
+def test_segments_of_a_batch_retried_twice_count_their_late_records_once_in_their_days(first, then, monkeypatch):
+    """The batch cut into several segments (each of a few items), its first try without days stopped in one of
+    them, its retry with days stopped in another, the next retry whole: a segment the first try wrote whole holds
+    hours a later segment moved the watermark of, and the days the retry wrote for it, less the unmarked records,
+    tell the next retry they are taken."""
+    monkeypatch.setattr(segments, "MAX_SEGMENT_ITEMS", 14)
+    retried_with_another_calendar("no-days", "days", [first, then])
+
+
+def retried_with_another_calendar(first: str, retry: str, stops: list[int]) -> None:
+    """The batch's first try with FIRST_TRIES[first], stopped after ``stops[0]`` updates, then tries with
+    RETRIES[retry] stopped after each of the other stops, then one whole; the days closed as the retry's
+    calendar keeps them, against brute force."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"retried-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        settings = dataclasses.replace(SETTINGS, counts_table=counts)
+        table = CountsTable(client, counts, settings, previous_release_until_ms=0)
+        day = parse_instant("2028-05-10T00:00:00Z")
+        rng = random.Random(stops[0])
+        on_time = [{"id": f"o{n}", "shop": rng.choice(["acme", "bolt"]), "amount": Decimal(n + 1), "buyer": f"b{n}",
+                    "ts": day + (6 + n) * HOUR_MS, "arrival": day + (6 + n) * HOUR_MS + 1000} for n in range(6)]
+        sequence = [10**20]
+        deliver(table, on_time, sequence)
+        arrival = day + 2 * DAY_MS + 30 * MINUTE_MS  # a day and more after every hour of the 10th ended
+        late = [{"id": f"l{n}", "shop": rng.choice(["acme", "bolt"]), "amount": Decimal(10 + n), "buyer": f"z{n % 3}",
+                 "ts": day + (6 + 2 * n) * HOUR_MS + n * MINUTE_MS, "arrival": arrival + n * 1000} for n in range(5)]
+        late.append({"id": "o-12th", "shop": "acme", "amount": Decimal(7), "buyer": "y", "ts": arrival - 1000,
+                     "arrival": arrival + 9000})  # on time, in the same batch
+        first_try = CountsTable(client, counts, dataclasses.replace(settings, **FIRST_TRIES[first]),
+                                previous_release_until_ms=0)
+        retried = CountsTable(client, counts, dataclasses.replace(settings, **RETRIES[retry]), previous_release_until_ms=0)
+        for tried, after in zip([first_try] + [retried] * (len(stops) - 1), stops):
+            with pytest.raises(TimeoutError):
+                deliver(Stopping(tried, after), late, [sequence[0]])
+        deliver(retried, late, sequence)  # Lambda's retry: the same records, the same sequence numbers
+        events = on_time + late
+        for zone in ("UTC", ZONE):
+            ProgressItems(client, counts).advance(zone, Bucket.of_day(date(2028, 5, 9), zone), None,
+                                                  Bucket.of_day(date(2028, 5, 1), zone), prefixes=("orders/", "signups"))
+        Closer(retried, workers=1).close_due(day + 3 * DAY_MS + CLOSE_AFTER_MS + DAY_MS)  # as the retry's calendar
+        kept = [counter for counter in ("orders/acme", "orders/bolt", "signups") if counter.startswith(retried.settings.calendar_prefixes)]
+        closed = {date(2028, 5, 10), date(2028, 5, 11), date(2028, 5, 12)}
+        for zone in retried.settings.kept_zones:
+            truth = {key: value for key, value in brute(events, zone, "D").items()
+                     if key[0] in kept and date.fromisoformat(key[1].split("@")[1]) in closed}
+            found = {key: value for key, value in stored(table, kept, zone, "D").items()
+                     if date.fromisoformat(key[1].split("@")[1]) in closed}
+            assert found == truth, zone

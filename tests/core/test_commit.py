@@ -372,8 +372,11 @@ def test_a_watermark_names_the_last_record_taken_and_tells_the_previous_releases
     assert Watermark.decode(WRITER.watermark(seg)) == Watermark(130, through=True)
     assert Watermark.decode(order_preserving(100)) == Watermark(100, through=False)
     assert WRITER.position(seg) < WRITER.watermark(seg) < WRITER.position(folded(131, 140))  # DynamoDB's order
+    climbed = WRITER.watermark(seg, climbed=True)  # an hour written with its counter's days kept
+    assert Watermark.decode(climbed) == Watermark(130, through=True, climbed=True)
+    assert WRITER.watermark(seg) < climbed < WRITER.position(folded(131, 140))
     with pytest.raises(ValueError, match="not a watermark"):
-        Watermark.decode(order_preserving(100) + b"\x02")
+        Watermark.decode(order_preserving(100) + b"\x03")
 
 
 def test_an_item_that_took_the_whole_segment_is_left_alone_and_one_that_took_a_part_gets_exactly_the_rest():

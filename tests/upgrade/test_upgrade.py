@@ -27,10 +27,6 @@ from .scenarios import CALENDAR, CASES, NEW_SETTINGS, fresh_pipeline, read_again
 pytestmark = pytest.mark.sweep
 
 # What these tests found this release still does wrong after an upgrade (each test fails until it is fixed).
-LATE_DAYS_COUNTED_TWICE = (
-    "a batch retried with days kept finds the hour items a try without them wrote already applied, and adds its "
-    "late records to their days without marking those hours: the close counts them twice"
-)
 REREAD_COUNTED_TWICE = (
     "a segment read again that starts inside a segment the previous release took last passes the item's condition "
     "(its watermark names only that segment's first record) and is added again: high, unmarked"
@@ -89,7 +85,6 @@ def test_days_kept_after_the_upgrade_hold_what_the_previous_release_counted(back
 
 
 @pytest.mark.parametrize("backend, seed", CASES[:1])
-@pytest.mark.xfail(strict=True, reason=LATE_DAYS_COUNTED_TWICE)
 def test_days_set_at_the_upgrade_with_a_failed_batch_in_flight_equal_brute_force(backend, seed, local_server,
                                                                                  previous_release):
     """calendarPrefixes set in the deploy that upgrades, while a batch the previous release failed partway

@@ -76,13 +76,13 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from tally.core.amounts import decimal_of, text_of
-from tally.core.buckets import lane_sort_key
+from tally.core.buckets import DAY, MONTH, Bucket, day_date, lane_sort_key, local_day_of_hour, month_index
 from tally.core.histograms import LATE_BIN_PREFIX, NEGATIVE, POSITIVE, ZERO_BIN, is_bin, is_late_bin, late_bin
 from tally.core.ladder import LATE_PREFIX, late_partition
 from tally.core.overlaps import RecordsAgain, Unmatched, with_carried_records
 from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
-from tally.core.segments import Delta, Item, Segment
+from tally.core.segments import Delta, HeldRecords, Item, Segment
 from tally.core.settings import Settings
 from tally.core.tables import (
     COUNT_ATTRIBUTE,
@@ -112,6 +112,10 @@ RESUME_CONDITION = "#w = :seen"
 # Ends every watermark this release writes: the position before it is the last record taken. The previous
 # release wrote the bare position of the first record of the last segment taken.
 THROUGH = b"\x01"
+# Ends the watermark of an hour item instead when the try that wrote it kept days for the item's counter: its late
+# records marked the hour (core/ladder.py). A retry that keeps days and finds the hour taken by a try that kept none
+# leaves those records out of its days and months, which the close takes from the unmarked hour.
+CLIMBED = b"\x02"
 # Rounds of "the item moved on meanwhile, judge again" before a resumed update gives up (RetriesExhausted).
 MAX_RESUMES = 8
 
@@ -236,12 +240,13 @@ class Writer:
         """Where ``segment`` starts in this writer's order, encoded so that DynamoDB compares it rightly."""
         return order_preserving(int(segment.first_sequence))
 
-    def watermark(self, segment: Segment) -> bytes:
-        """What an item holds once it took ``segment``: its last record's position, then THROUGH.
+    def watermark(self, segment: Segment, climbed: bool = False) -> bytes:
+        """What an item holds once it took ``segment``: its last record's position, then THROUGH (CLIMBED: an hour
+        item written with the days of its counter kept).
 
         It still compares rightly with a position: the encodings are prefix-free,
         so it sorts before a later record's and after the same record's."""
-        return order_preserving(int(segment.last_sequence)) + THROUGH
+        return order_preserving(int(segment.last_sequence)) + (CLIMBED if climbed else THROUGH)
 
     def watermark_bytes(self, segment: Segment) -> int:
         """What the watermark of ``segment`` adds to an item, by DynamoDB's rules: its name and its bytes."""
@@ -271,14 +276,17 @@ class Watermark:
 
     position: int
     through: bool
+    # Written by a try that kept days for the item's counter (an hour item's late records are marked in it); the
+    # previous release kept none.
+    climbed: bool = False
 
     @classmethod
     def decode(cls, raw: bytes) -> Watermark:
         length = raw[0] if raw else 0
         body, rest = raw[1 : 1 + length], raw[1 + length :]
-        if not raw or len(body) != length or rest not in (b"", THROUGH):
+        if not raw or len(body) != length or rest not in (b"", THROUGH, CLIMBED):
             raise ValueError(f"not a watermark: {raw.hex()}")
-        return cls(int.from_bytes(body, "big"), rest == THROUGH)
+        return cls(int.from_bytes(body, "big"), rest != b"", rest == CLIMBED)
 
 
 def source_id(event_source_arn: str | None, shard_id: str | None) -> str:
@@ -496,15 +504,23 @@ def segment_updates(
 ) -> tuple[list[Update], list[Update]]:
     """The segment's updates in two phases, hour items first, then minute items; ``skip`` leaves items out."""
     skipped = set(skip)
-    position, watermark = writer.position(segment), writer.watermark(segment)  # once a segment, not an item
+    position = writer.position(segment)  # once a segment, not an item
+    watermarks = {climbed: writer.watermark(segment, climbed) for climbed in (False, True)}
     hours: list[Update] = []
     minutes: list[Update] = []
     for delta in segment.ordered_deltas():
         if delta[0] in skipped or delta[0][0].startswith(LATE_PREFIX):  # marks ride on their items' updates
             continue
+        watermark = watermarks[climbs(delta[0], settings)]
         update = item_update(delta, writer, table_name, settings, position, watermark, late=late_of(segment, delta[0]))
         (hours if delta[0][1].kind == "H" else minutes).append(update)
     return hours, minutes
+
+
+def climbs(item: Item, settings: Settings) -> bool:
+    """Whether ``item`` is an hour whose late records these settings mark (its counter keeps days): what the end of
+    its watermark says (CLIMBED), so that a retry with other settings tells which of its records are marked."""
+    return item[1].kind == "H" and settings.keeps_calendar(item[0])
 
 
 def item_update(
@@ -545,6 +561,8 @@ def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) 
     """
     held = list(_held_for(segment, item))
     carried = segment.deltas[item] - len(held)
+    if not held and not carried:  # a day or month the segment's late records reach no more (without_unmarked)
+        return None
     first = int(segment.first_sequence)
     carried_through = segment.unheld_through if segment.unheld_through is not None else int(segment.last_sequence)
     item_first = first if carried else held[0][0]
@@ -681,7 +699,13 @@ def commit_steps(
     ranks: list[dict[str, Any]] = []
     ranked = 0
     overlap = _Overlap(segment)
-    for phase in segment_updates(segment, writer, table_name, settings, skip):
+    # Hour items that hold late records of the segment unmarked, through a position (None: all of them): taken by
+    # a try that kept no days for their counter (the previous release's among them).
+    unmarked: dict[Item, int | None] = {item: None for item in skip if _has_marks(segment, item)}
+    for number, phase in enumerate(segment_updates(segment, writer, table_name, settings, skip)):
+        if number == 1 and unmarked:  # the days and months, less what those hours hold unmarked
+            overlap.segment = without_unmarked(overlap.segment, unmarked)
+            phase = segment_updates(overlap.segment, writer, table_name, settings, skip)[1]
         pending = phase
         for delay in backoff().delays():
             if not pending:
@@ -697,6 +721,7 @@ def commit_steps(
                 outcome = answer.outcome if isinstance(answer, Answer) else None
                 if outcome is Outcome.TAKEN:
                     rest = rests[id(update)]
+                    _note_unmarked(unmarked, update, answer, rest, overlap.segment)
                     if rest is not None:
                         resumed += update.resumes == 0
                         retry.append(rest)
@@ -742,6 +767,98 @@ def commit_steps(
         write_units=units,
         largest_write_units=largest_units,
     )
+
+
+def _has_marks(segment: Segment, item: Item) -> bool:
+    """Whether ``item`` is an hour that the segment's late records mark."""
+    return item[1].kind == "H" and (late_partition(item[0]), item[1]) in segment.deltas
+
+
+def _note_unmarked(
+    unmarked: dict[Item, int | None], update: Update, answer: Answer, rest: Update | None, segment: Segment
+) -> None:
+    """Where an hour item marked by the segment's late records was found taken by a try that kept no days for its
+    counter (its watermark does not end with CLIMBED), the records it took unmarked: all of them where it took the
+    whole segment, else those through its watermark (or all it was not sent, where left unresolved: low, and
+    marked so, never twice)."""
+    if not _has_marks(segment, update.item) or answer.watermark is None:
+        return
+    watermark = Watermark.decode(answer.watermark)
+    if watermark.climbed or unmarked.get(update.item, 0) is None:
+        return
+    through: int | None = None  # the whole segment
+    if rest is not None and rest.unresolved is None:
+        through = watermark.position
+    elif rest is not None and watermark.through:  # left unresolved: what it was not sent, taken or lacking
+        through = max(watermark.position, segment.unheld_through or watermark.position)
+    previous = unmarked.get(update.item)
+    unmarked[update.item] = through if through is None or previous is None else max(previous, through)
+
+
+def without_unmarked(segment: Segment, unmarked: Mapping[Item, int | None]) -> Segment:
+    """``segment`` less, in the days and months its late records add to (and in those days' marks), the records
+    that hour items hold unmarked (``unmarked``: hour item -> through which position, None for all). A close sums
+    an hour less its marks, so such a record reaches its day from its hour; added directly too, it would count
+    twice. Their items are still written, with what is left (nothing, maybe): their watermarks then tell a later
+    try that the segment reached them. ValueError where the records cannot be told apart (they came in the window
+    state as sums, the hour took part of them)."""
+    unheld = segment.unheld_through
+    left_out: dict[str, set[int]] = {}  # counter -> positions of the held records left out of its long items
+    carried: dict[Item, list[Any]] = {}  # long item -> [count, units, bins] of carried records left out
+    affected: set[Item] = set()
+    zones: dict[str, set[str]] = {}
+    for counter, bucket in segment.deltas:
+        if bucket.kind in (DAY, MONTH) and not counter.startswith(LATE_PREFIX):
+            zones.setdefault(counter, set()).add(bucket.zone)
+    for (counter, hour), through in unmarked.items():
+        mark = (late_partition(counter), hour)
+        held = list(_held_for(segment, mark))
+        left_out.setdefault(counter, set()).update(p for p, _, _ in held if through is None or p <= through)
+        count = segment.deltas[mark] - len(held)
+        if count and through is not None and (unheld is None or through < unheld):
+            raise ValueError(f"{counter} {hour.sort_key} took late records that came in the window state as sums unmarked, "
+                             f"in part: what its days hold of them cannot be told")
+        units = None if mark not in segment.sums else segment.sums[mark] - sum(u for _, u, _ in held if u is not None)
+        bins = Counter(segment.bins.get(mark, {}))
+        bins.subtract(b for _, b, _ in held if b is not None)
+        for zone in sorted(zones.get(counter, ())):
+            day = Bucket(DAY, local_day_of_hour(hour.index, zone), zone)
+            month = Bucket(MONTH, month_index(day_date(day.index)), zone)
+            for item in ((counter, day), (counter, month), (late_partition(counter), day)):
+                if item not in segment.deltas:
+                    continue
+                affected.add(item)
+                if count:
+                    total = carried.setdefault(item, [0, 0, Counter()])
+                    total[0] += count
+                    total[1] += units or 0
+                    total[2].update(bins)
+    deltas, sums, bins_of = dict(segment.deltas), dict(segment.sums), {k: dict(v) for k, v in segment.bins.items()}
+
+    def counter_of(item: Item) -> str:
+        return item[0][len(LATE_PREFIX):] if item[0].startswith(LATE_PREFIX) else item[0]
+
+    for item in affected:
+        positions = left_out.get(counter_of(item), set())
+        out = [(u, b) for p, u, b in _held_for(segment, item) if p in positions]
+        count, units, bins = carried.get(item, [0, 0, Counter()])
+        deltas[item] -= count + len(out)
+        if item in sums:
+            sums[item] -= units + sum(u for u, _ in out if u is not None)
+        if item in bins_of:
+            removed = Counter(bins) + Counter(b for _, b in out if b is not None)
+            bins_of[item] = {name: value - removed[name] for name, value in bins_of[item].items() if value != removed[name]}
+            if not bins_of[item]:
+                del bins_of[item]
+        if deltas[item] < 0 or any(value < 0 for value in bins_of.get(item, {}).values()):
+            raise ValueError(f"{item[0]} {item[1].sort_key} holds fewer late records than the hours left unmarked")
+    held = segment.held
+    if held is not None and affected:
+        held = HeldRecords.of(
+            (position, [c for c in contributions if not (c[1] in affected and position in left_out.get(counter_of(c[1]), ()))])
+            for position, contributions in held.records()
+        )
+    return dataclasses.replace(segment, deltas=deltas, sums=sums, bins=bins_of, held=held)
 
 
 class _Overlap:
@@ -825,9 +942,9 @@ class _Overlap:
             return None
         whole = rest[1] == self.segment.deltas[update.item]
         late = late_of(self.segment, update.item, None if whole else watermark.position)
+        watermark_to = writer.watermark(self.segment, climbs(update.item, settings))
         resend = item_update(
-            rest, writer, table_name, settings, update.position, writer.watermark(self.segment), seen=answer.watermark,
-            late=late,
+            rest, writer, table_name, settings, update.position, watermark_to, seen=answer.watermark, late=late,
         )
         return dataclasses.replace(resend, resumes=update.resumes + 1)
 
@@ -840,7 +957,7 @@ class _Overlap:
         unheld = self.segment.unheld_through if self.segment.unheld_through is not None else watermark.position
         late = late_of(self.segment, update.item, max(watermark.position, unheld)) if watermark.through and rest[1] else None
         resend = item_update(
-            rest, writer, table_name, settings, update.position, writer.watermark(self.segment),
+            rest, writer, table_name, settings, update.position, writer.watermark(self.segment, climbs(update.item, settings)),
             seen=answer.watermark, unresolved=unresolved, late=late,
         )
         return dataclasses.replace(resend, resumes=update.resumes + 1)

@@ -23,9 +23,10 @@ other record is on time: it reaches its day only through the close, which
 runs ``CLOSE_AFTER_MS`` after the period ends, when no on-time record of it
 can still be committed (the event source mapping gives a record up a day
 after it arrived, ``STREAM_RETENTION_MS``). Both kinds are decided by the
-record alone, so a retry rebuilds the same segments, and every addition is
-an ADD: a late record and a close reach a day in either order and the day
-holds both once. A close's sums are read where nothing of them moves: on-time
+record alone, so a retry rebuilds the same segments (one with another calendar
+than its first try tells from an hour's watermark whether that try marked it,
+``commit.without_unmarked``), and every addition is an ADD: a late record and
+a close reach a day in either order and the day holds both once. A close's sums are read where nothing of them moves: on-time
 records are all in; a late one adds to its hour and to its mark in one
 update of one item, and the close subtracts the mark. Distinct values merge by union,
 so a day's sketch takes its hours' sketches whole and late values again
