@@ -18,6 +18,7 @@ import boto3
 import botocore.loaders
 import botocore.session
 import freezegun
+import hypothesis
 import pytest
 from moto import mock_aws
 
@@ -31,6 +32,11 @@ from tally.core.settings import Settings
 from moto_tables import COUNTS, EVENTS, no_sleep_backoff
 
 
+
+# Property tests judge answers, never speed (the bench measures that): no example fails for taking longer than
+# Hypothesis's default 200 ms, which a first example's imports or a loaded machine can exceed.
+hypothesis.settings.register_profile("tally", deadline=None)
+hypothesis.settings.load_profile("tally")
 
 TEST_ENVIRONMENT = {
     **OFFLINE_ENVIRONMENT,
