@@ -167,8 +167,7 @@ def test_the_same_rereads_where_this_release_counted_throughout_are_exact(backen
         assert not [item for item in scanned(client, counts) if UNRESOLVED_ATTRIBUTE in item]
 
 
-@pytest.mark.sweep
-@pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
+@pytest.mark.parametrize("backend", sweep(["moto", "dynamodb-local"]))
 @pytest.mark.parametrize("steps", REREADS)
 @pytest.mark.xfail(strict=True, reason=REREAD_COUNTED_TWICE)
 def test_a_reread_with_other_cuts_over_the_previous_releases_watermarks_is_never_high(backend, steps, request):
