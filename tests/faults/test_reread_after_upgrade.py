@@ -153,7 +153,8 @@ def test_going_on_from_the_previous_releases_watermarks_with_other_windows_is_ex
 
 REREADS = [
     pytest.param([("reread", OTHER_CUTS)], id="mapping-created-again-in-the-deploy"),
-    pytest.param([("continue", PREVIOUS), ("reread", OTHER_CUTS)], id="mapping-created-again-after-the-deploy"),
+    pytest.param([("continue", PREVIOUS), ("reread", OTHER_CUTS)], id="mapping-created-again-after-the-deploy",
+                 marks=pytest.mark.sweep),
 ]
 
 
