@@ -78,7 +78,7 @@ from typing import Any
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import DAY, MONTH, Bucket, day_date, lane_sort_key, local_day_of_hour, month_index
 from tally.core.histograms import LATE_BIN_PREFIX, NEGATIVE, POSITIVE, ZERO_BIN, is_bin, is_late_bin, late_bin
-from tally.core.ladder import LATE_PREFIX, late_partition
+from tally.core.ladder import LATE_PREFIX, late_partition, marked_counter
 from tally.core.overlaps import RecordsAgain, Unmatched, with_carried_records
 from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
@@ -835,11 +835,8 @@ def without_unmarked(segment: Segment, unmarked: Mapping[Item, int | None]) -> S
                     total[2].update(bins)
     deltas, sums, bins_of = dict(segment.deltas), dict(segment.sums), {k: dict(v) for k, v in segment.bins.items()}
 
-    def counter_of(item: Item) -> str:
-        return item[0][len(LATE_PREFIX):] if item[0].startswith(LATE_PREFIX) else item[0]
-
     for item in affected:
-        positions = left_out.get(counter_of(item), set())
+        positions = left_out.get(marked_counter(item[0]), set())
         out = [(u, b) for p, u, b in _held_for(segment, item) if p in positions]
         count, units, bins = carried.get(item, [0, 0, Counter()])
         deltas[item] -= count + len(out)
@@ -855,7 +852,7 @@ def without_unmarked(segment: Segment, unmarked: Mapping[Item, int | None]) -> S
     held = segment.held
     if held is not None and affected:
         held = HeldRecords.of(
-            (position, [c for c in contributions if not (c[1] in affected and position in left_out.get(counter_of(c[1]), ()))])
+            (position, [c for c in contributions if not (c[1] in affected and position in left_out.get(marked_counter(c[1][0]), ()))])
             for position, contributions in held.records()
         )
     return dataclasses.replace(segment, deltas=deltas, sums=sums, bins=bins_of, held=held)

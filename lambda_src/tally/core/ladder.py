@@ -63,6 +63,11 @@ def late_partition(counter: str) -> str:
     return LATE_PREFIX + counter
 
 
+def marked_counter(name: str) -> str:
+    """The counter a segment's ``name`` adds to: itself, or, for a late marks' pseudo-counter, the counter marked."""
+    return name[len(LATE_PREFIX):] if name.startswith(LATE_PREFIX) else name
+
+
 def is_late(hour: int, arrival_ms: int) -> bool:
     """Whether a record of UTC hour ``hour`` arriving at ``arrival_ms`` is late for the long rungs."""
     return arrival_ms >= (hour + 1) * HOUR_MS + LATE_AFTER_MS

@@ -34,7 +34,7 @@ from typing import Any
 
 from tally.core.buckets import Bucket, buckets_of
 from tally.core.histograms import is_bin
-from tally.core.ladder import LATE_PREFIX, Ladder, late_partition
+from tally.core.ladder import LATE_PREFIX, Ladder, late_partition, marked_counter
 from tally.core.sketches import SPARSE_LIMIT, Sketch, register_index
 from tally.core.records import CounterEvent, Outcome, Reason
 
@@ -415,7 +415,7 @@ def _bins_sharing_the_update(bins: dict[Item, dict[str, int]], new_bins: dict[It
     """The bins of the item whose update ``item``'s also names: a late mark's item and its bucket's are one
     item in the table (core/ladder.py), so their bins share one update expression."""
     counter, bucket = item
-    other = (counter[len(LATE_PREFIX):], bucket) if counter.startswith(LATE_PREFIX) else (late_partition(counter), bucket)
+    other = (marked_counter(counter), bucket) if counter.startswith(LATE_PREFIX) else (late_partition(counter), bucket)
     return len(set(bins.get(other, ())) | new_bins.get(other, set()))
 
 
