@@ -5,6 +5,7 @@ run twice, and racing late records."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -179,6 +180,17 @@ class Interrupting(CountsTable):
         return super().commit(segment, writer)
 
 
+@contextlib.contextmanager
+def fresh_tables(name: str):
+    """An events and a counts table of their own in moto's in-process mock (another test's mocked account may be
+    live in this worker): the client and the counts table's name, ``name-<random>``."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        counts = f"{name}-{uuid.uuid4().hex[:8]}"
+        create_tables(client, f"{counts}-events", counts)
+        yield client, counts
+
+
 @pytest.mark.parametrize("zone", ["UTC", ZONE])
 @pytest.mark.parametrize("kind", ["D", "MO"])
 def test_every_closed_day_and_month_is_brute_force(year, zone, kind):
@@ -232,10 +244,7 @@ def test_closes_wait_until_no_on_time_record_can_come():
 def test_a_day_closed_from_an_hour_an_overlap_left_unresolved_is_marked_so():
     """A close never hides an unresolved hour: the day it writes carries the hour's mark, and reads of the day
     say it may be low, by at most what the mark bounds."""
-    with mock_aws():  # tables of its own: the year's may be in this process's moto too
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        counts = f"marked-{uuid.uuid4().hex[:8]}"
-        create_tables(client, f"{counts}-events", counts)
+    with fresh_tables("marked") as (client, counts):
         table = CountsTable(client, counts, dataclasses.replace(SETTINGS, counts_table=counts), previous_release_until_ms=0)
         hour = parse_instant("2028-05-10T12:00:00Z")
         deliver(table, [{"id": "a", "shop": "acme", "amount": Decimal(1), "buyer": "b", "ts": hour, "arrival": hour + 1000}], [10**20])
@@ -257,10 +266,7 @@ def test_a_day_closed_from_an_hour_an_overlap_left_unresolved_is_marked_so():
 def test_days_whose_hours_may_be_gone_are_refused_not_closed_short():
     """Closes stopped for longer than the hours are kept: the next plan refuses in one line, never closes a
     day from hours that may have expired (the alarm on a failed execution says so)."""
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        counts = f"stopped-{uuid.uuid4().hex[:8]}"
-        create_tables(client, f"{counts}-events", counts)
+    with fresh_tables("stopped") as (client, counts):
         table = CountsTable(client, counts, dataclasses.replace(SETTINGS, counts_table=counts))
         ProgressItems(client, counts).advance("UTC", Bucket.of_day(date(2028, 1, 31), "UTC"), None,
                                               Bucket.of_day(date(2028, 1, 1), "UTC"))
@@ -291,10 +297,7 @@ class LateDuringClose(CountsTable):
 
 @pytest.mark.parametrize("before", [False, True], ids=["late-record-after-the-close-read", "late-record-before-it"])
 def test_a_late_record_racing_the_close_of_its_day_is_counted_once(before):
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        counts = f"race-{uuid.uuid4().hex[:8]}"
-        create_tables(client, f"{counts}-events", counts)
+    with fresh_tables("race") as (client, counts):
         table = CountsTable(client, counts, dataclasses.replace(SETTINGS, counts_table=counts), previous_release_until_ms=0)
         day = parse_instant("2028-05-10T00:00:00Z")
         on_time = [{"id": f"o{n}", "shop": "acme", "amount": Decimal(2), "buyer": f"b{n}", "ts": day + n * HOUR_MS,
@@ -354,10 +357,7 @@ def test_days_whose_hours_expired_are_skipped_as_missing_and_the_close_carries_o
                        "buyer": f"b{n % 7}", "ts": ts, "arrival": ts + late + rng.randrange(1000)})
     stopped, now = parse_instant("2028-05-05T03:00:00Z"), parse_instant("2028-05-20T03:00:00Z")
     events = sorted((event for event in events if event["arrival"] < now), key=lambda event: event["arrival"])
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        counts = f"skipped-{uuid.uuid4().hex[:8]}"
-        create_tables(client, f"{counts}-events", counts)
+    with fresh_tables("skipped") as (client, counts):
         settings = dataclasses.replace(SHORT_HOURS, counts_table=counts)
         table = CountsTable(client, counts, settings, previous_release_until_ms=0)
         before = [event for event in events if event["arrival"] < stopped]
@@ -446,10 +446,7 @@ def test_a_prefix_declared_later_reads_its_days_before_its_first_close_from_hour
         events.append({"id": f"p{n}", "shop": "bolt", "amount": Decimal(1), "buyer": "b", "ts": ts,
                        "arrival": ts + late + rng.randrange(1000)})
     events = sorted((event for event in events if event["arrival"] < now), key=lambda event: event["arrival"])
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        counts = f"declared-{uuid.uuid4().hex[:8]}"
-        create_tables(client, f"{counts}-events", counts)
+    with fresh_tables("declared") as (client, counts):
         before = dataclasses.replace(SETTINGS, counts_table=counts, calendar_prefixes=("orders/",))
         after = dataclasses.replace(SETTINGS, counts_table=counts)  # orders/ and signups
         early = [event for event in events if event["arrival"] < declared]
@@ -565,10 +562,7 @@ def retried_with_another_calendar(first: str, retry: str, stops: list[int]) -> N
     """The batch's first try with FIRST_TRIES[first], stopped after ``stops[0]`` updates, then tries with
     RETRIES[retry] stopped after each of the other stops, then one whole; the days closed as the retry's
     calendar keeps them, against brute force."""
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        counts = f"retried-{uuid.uuid4().hex[:8]}"
-        create_tables(client, f"{counts}-events", counts)
+    with fresh_tables("retried") as (client, counts):
         settings = dataclasses.replace(SETTINGS, counts_table=counts)
         table = CountsTable(client, counts, settings, previous_release_until_ms=0)
         day = parse_instant("2028-05-10T00:00:00Z")
