@@ -148,7 +148,8 @@ _SUMMED = tuple(name for name, kind in WriteMeter.__annotations__.items() if kin
 # the TTL once, the writer's watermark.
 TALLY_UPDATE = re.compile(r"ADD (?P<adds>#\w+ :\w+(?:, #\w+ :\w+)*) SET #ttl = if_not_exists\(#ttl, :ttl\), #w = :to")
 # A segment's update, and the rest of one an item took in part (tally.core.commit.untaken).
-TALLY_CONDITIONS = ("attribute_not_exists(#w) OR #w < :w", "#w = :seen")
+TALLY_CONDITIONS = ("attribute_not_exists(#w) OR #w < :w", "#w = :seen",
+                    "attribute_not_exists(#w) OR (#w < :w AND size(#w) > :n)")
 SKETCH_UPDATE = "SET #sketch = :sketch, #ttl = if_not_exists(#ttl, :ttl)"
 ORIGIN_UPDATE = "SET #count = if_not_exists(#count, :zero) + :one, #ttl = if_not_exists(#ttl, :ttl)"
 # A close's progress (tally.dynamo.closing.ProgressItems.advance): attributes and their since set together, only
@@ -402,7 +403,11 @@ class MeteredClient:
         values = request["ExpressionAttributeValues"]
         if condition == TALLY_CONDITIONS[1]:
             return watermark is not None and bytes(watermark["B"]) == bytes(values[":seen"]["B"])
-        return watermark is None or bytes(watermark["B"]) < bytes(values[":w"]["B"])
+        if watermark is None:
+            return True
+        held = bytes(watermark["B"])
+        sized = condition == TALLY_CONDITIONS[2]
+        return held < bytes(values[":w"]["B"]) and (not sized or len(held) > int(values[":n"]["N"]))
 
     def _updated(self, request: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         """The item after one of the update expressions the designs use."""

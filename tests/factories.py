@@ -127,7 +127,11 @@ def parse_one(record: dict[str, Any], settings: Any) -> Any:
 def records_again(kept: list[dict[str, Any]], step: ReadRecords) -> RecordsAgain:
     """A ReadRecords step answered from a shard's records still in the stream (``kept``, in order), as the Streams
     API answers: the range at 1,000 records a page after an iterator, or None where it starts before them."""
-    first, through = int(step.first), int(step.through)
+    through = int(step.through)
+    if step.first is None:  # from the trim horizon: the first records, up to ``at_most``
+        selected = [r for r in kept if int(r["dynamodb"]["SequenceNumber"]) <= through][: step.at_most]
+        return RecordsAgain(selected, requests=2)
+    first = int(step.first)
     if not kept or int(kept[0]["dynamodb"]["SequenceNumber"]) > first:
         return RecordsAgain(None, "TrimmedDataAccessException: the range was trimmed", 1)
     selected = [r for r in kept if first <= int(r["dynamodb"]["SequenceNumber"]) <= through]

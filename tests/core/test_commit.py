@@ -9,6 +9,12 @@ from tally.core.buckets import Bucket, lane_sort_key
 from tally.core.commit import (
     LEGACY_MARKER_PREFIX,
     LEGACY_PART_ITEMS,
+    SIZED_UPDATE_CONDITION,
+    Anchor,
+    PutAnchor,
+    ReadAnchor,
+    anchor_key,
+    anchor_of,
     THROUGH,
     WATERMARK_PREFIX,
     Answer,
@@ -34,7 +40,7 @@ from tally.core.commit import (
     Unsplit,
 )
 from tally.core.overlaps import RecordsAgain
-from tally.core.tables import UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
+from tally.core.tables import ANCHOR_PARTITION, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
 from tally.core.histograms import bin_of
 from tally.core.overlaps import held_records
 from tally.core.retry import Backoff
@@ -73,13 +79,15 @@ def test_one_update_per_bucket_item_conditioned_on_the_writers_watermark():
     assert request["TableName"] == "counts"
     assert request["Key"] == {"pk": {"S": "a"}, "sk": {"S": MINUTE.sort_key}}
     assert request["UpdateExpression"] == "ADD #a0 :a0 SET #ttl = if_not_exists(#ttl, :ttl), #w = :to"
-    assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"
+    # a shard's update also fails on a previous release's watermark, one byte shorter than this release's
+    assert request["ConditionExpression"] == "attribute_not_exists(#w) OR (#w < :w AND size(#w) > :n)"
     assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
     assert request["ReturnValues"] == "UPDATED_NEW"  # the count after it: whether it created the item
     assert request["ExpressionAttributeNames"] == {"#ttl": "ttl", "#w": WRITER.tag, "#a0": "count"}
     values = request["ExpressionAttributeValues"]
     assert values[":a0"] == {"N": "76"}
     assert values[":w"] == {"B": order_preserving(int(SEQUENCE))}  # the segment's first record
+    assert values[":n"] == {"N": str(len(order_preserving(int(SEQUENCE))))}  # and its size
     assert values[":to"] == {"B": order_preserving(int(LAST)) + THROUGH}  # its last
     assert values[":ttl"] == {"N": str((T0 + MINUTE_MS + 48 * HOUR_MS) // 1000)}
     assert hours[1].request["ExpressionAttributeValues"][":ttl"] == {"N": str((T0 + HOUR_MS + 90 * 86_400_000) // 1000)}
@@ -143,8 +151,10 @@ def test_tags_are_short_stable_and_tell_shards_and_streams_apart():
         ({WRITER.tag: {"B": order_preserving(int(SEQUENCE))}}, Outcome.TAKEN),  # this very segment (0.2.x)
         ({WRITER.tag: {"B": order_preserving(int(SEQUENCE)) + THROUGH}}, Outcome.TAKEN),  # through its first record
         ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) + 1)}}, Outcome.TAKEN),  # a later one
-        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1)}}, Outcome.FAIL),  # an earlier one: not the watermark
-        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1) + THROUGH}}, Outcome.FAIL),
+        # an earlier one of the previous release: the sized condition fails on it, to be judged (by the anchor)
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1)}}, Outcome.TAKEN),
+        ({WRITER.tag: {"B": order_preserving(int(SEQUENCE) - 1) + THROUGH}}, Outcome.FAIL),  # earlier: not the watermark
+        ({WRITER.tag: {"B": order_preserving(255) + THROUGH}}, Outcome.TAKEN),  # earlier but shorter: judged too
         ({"~other": {"B": order_preserving(int(SEQUENCE))}}, Outcome.FAIL),  # another writer's
         ({"count": {"N": "3"}}, Outcome.FAIL),
         ({}, Outcome.FAIL),
@@ -219,6 +229,15 @@ def test_hour_items_an_update_created_are_born_and_so_are_those_a_retry_finds_ap
     assert result.born == ()  # nothing came back: nothing known to be new
 
 
+def test_an_hour_item_sent_the_rest_of_a_segment_is_born_too():
+    """It took part of the segment from this writer already: a try whose invocation failed (its directory entry
+    with it), the previous release's among them, may have created it."""
+    seg = holding(100, 129)
+    answer, _ = taken_at(109)
+    result, _ = run(overlap_steps(seg), answer)
+    assert result.born == (("a", HOUR), ("b", HOUR))
+
+
 def test_a_retried_segment_counts_what_it_finds_applied():
     result, _ = run(steps_of(segment()), lambda step: [taken() for _ in step.updates])
     assert (result.applied, result.already_applied) == (0, 3)
@@ -275,7 +294,7 @@ def test_histogram_bins_are_added_beside_the_count_in_the_same_update():
     request = update.request
     expression = request["UpdateExpression"]
     assert expression.startswith("ADD #a0 :a0, #a1 :a1, ") and expression.endswith(" SET #ttl = if_not_exists(#ttl, :ttl), #w = :to")
-    assert request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"  # bins share the item's watermark
+    assert request["ConditionExpression"] == SIZED_UPDATE_CONDITION  # bins share the item's watermark
     names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
     added = dict(term.split(" ") for term in expression[len("ADD ") : expression.index(" SET")].split(", "))
     assert {names[name]: int(values[value]["N"]) for name, value in added.items() if name not in ("#a0", "#a1")} == bins
@@ -414,6 +433,109 @@ def test_a_watermark_of_the_previous_release_is_read_as_it_was_and_an_overlap_it
     with pytest.raises(Unsplit, match="previous release") as unsplit:
         untaken(seg, ("a", HOUR), legacy(110), WRITER)
     assert not unsplit.value.carried  # no record read again tells where that segment ended
+
+
+def holding(first: int, last: int) -> Segment:
+    """``folded``, holding every record it counts (none came in a window state)."""
+    seg = folded(first, last, carried_through=first - 1)
+    seg.carried_last = None
+    return seg
+
+
+def test_an_anchor_places_a_previous_release_watermark_only_when_it_goes_on_reading_the_shard():
+    anchor = Anchor(first=200, last=260, trusted=True)
+    assert anchor.holds_through(200) == 260  # that release's segment retried: this very segment, whose end is known
+    assert anchor.holds_through(150) == 199  # it took every record touching it before the anchor, none after
+    assert anchor.holds_through(201) is None  # past the anchor: the anchor is not where that release stopped
+    assert Anchor(200, 260, trusted=False).holds_through(150) is None
+    seg = holding(100, 129)
+    assert untaken(seg, ("a", HOUR), Watermark.decode(order_preserving(105)), WRITER, Anchor(120, 140, True)) == (
+        ("a", HOUR), 10, None, None, None)  # 120..129: the records from the anchor on
+    assert untaken(seg, ("a", HOUR), Watermark.decode(order_preserving(100)), WRITER, Anchor(100, 110, True)) == (
+        ("a", HOUR), 19, None, None, None)  # the anchor's own segment, which ended at 110: 111..129 are new to it
+    with pytest.raises(Unsplit, match="anchor at 90"):  # that release took a segment past the anchor: not placed
+        untaken(seg, ("a", HOUR), Watermark.decode(order_preserving(100)), WRITER, Anchor(90, 95, True))
+    with pytest.raises(Unsplit, match="anchor at 90 cannot tell: read again"):
+        # the same first record no longer means the same segment where the shard may be read again with other cuts
+        untaken(seg, ("a", HOUR), Watermark.decode(order_preserving(100)), WRITER, Anchor(90, 95, False, "read again"))
+
+
+def test_an_anchor_is_trusted_only_after_a_counted_record_of_the_shard():
+    seg = holding(100, 129)
+    assert anchor_of(seg, RecordsAgain(records_of(90, 99)), OVERLAP_SETTINGS).trusted
+    assert not anchor_of(seg, RecordsAgain([]), OVERLAP_SETTINGS).trusted  # it starts the shard
+    uncounted = [{**r, "eventName": "REMOVE"} for r in records_of(90, 99)]
+    assert not anchor_of(seg, RecordsAgain(uncounted), OVERLAP_SETTINGS).trusted  # nothing counted before it
+    assert not anchor_of(seg, RecordsAgain(None, "TrimmedDataAccessException"), OVERLAP_SETTINGS).trusted
+
+
+def legacy_answers(old: int, stream: list[dict], held: dict | None = None):
+    """Answers in which every item first shows the previous release's watermark at ``old``, then applies; the
+    anchor is ``held`` (None: none yet), the shard's first records ``stream``."""
+    seen = order_preserving(old)
+
+    def answer(step):
+        if isinstance(step, ReadAnchor):
+            return held
+        if isinstance(step, ReadRecords):
+            return RecordsAgain([r for r in stream if int(r["dynamodb"]["SequenceNumber"]) <= int(step.through)])
+        if isinstance(step, PutAnchor):
+            return step.item
+        return [Answer(Outcome.APPLIED, 1) if u.resumes else Answer(Outcome.TAKEN, 5, seen) for u in step.updates]
+
+    return answer, seen
+
+
+def test_a_segment_meeting_a_previous_release_watermark_puts_the_shards_anchor_once_then_sends_what_it_lacks():
+    seg = holding(100, 129)
+    answer, seen = legacy_answers(95, records_of(60, 129))
+    result, log = run(overlap_steps(seg), answer)
+    kinds = [type(step).__name__ for step in log]
+    assert kinds[:4] == ["Send", "ReadAnchor", "ReadRecords", "PutAnchor"]  # before any item is judged
+    assert kinds.count("PutAnchor") == 1
+    [read] = [step for step in log if isinstance(step, ReadRecords)]
+    assert (read.first, read.through) == (None, "99")  # the shard's first records, before the segment
+    [put] = [step.item for step in log if isinstance(step, PutAnchor)]
+    assert Anchor.of_item(put) == Anchor(100, 129, True, put["why"]["S"])
+    assert put["pk"] == {"S": ANCHOR_PARTITION} and put["sk"] == {"S": WRITER.source}
+    resent = [u for step in log if isinstance(step, Send) for u in step.updates if u.resumes]
+    assert sorted(u.added for u in resent) == [15, 30, 30]  # all of it: it goes on past that release's reading
+    assert all(u.request["ExpressionAttributeValues"][":seen"] == {"B": seen} for u in resent)
+    assert result.unresolved == ()
+
+
+def test_a_segment_that_starts_the_shard_leaves_previous_release_items_unresolved_on_their_watermark():
+    """The shard read again from its trim horizon: where that release's segments ended is unknown, so the items
+    take nothing of it, are marked, and keep their watermark, which every later segment is judged against too."""
+    seg = holding(100, 129)
+    answer, seen = legacy_answers(110, records_of(100, 129))
+    result, log = run(overlap_steps(seg), answer)
+    [put] = [step.item for step in log if isinstance(step, PutAnchor)]
+    assert put["trusted"] == {"BOOL": False}
+    marked = [u for step in log if isinstance(step, Send) for u in step.updates if u.unresolved]
+    assert sorted(u.item for u in marked) == sorted([("a", HOUR), ("a", MINUTE), ("b", HOUR)])
+    for update in marked:
+        assert update.added == 0
+        assert update.request["ExpressionAttributeValues"][":to"] == {"B": seen}  # the watermark stays
+        # what it may lack of 111..129: 100..110 are surely taken
+        assert update.unresolved.missing_at_most == (19 if update.item[0] == "a" else 9)
+    assert len(result.unresolved) == 3
+
+
+def test_an_anchor_the_shard_has_is_read_not_put_and_an_export_never_looks_for_one():
+    seg = holding(100, 129)
+    held = Anchor(120, 140, True).item(anchor_key(WRITER), 0)
+    answer, _ = legacy_answers(95, [], held)
+    result, log = run(overlap_steps(seg), answer)
+    assert not any(isinstance(step, (PutAnchor, ReadRecords)) for step in log)
+    assert sorted(u.added for step in log if isinstance(step, Send) for u in step.updates if u.resumes) == [5, 10, 10]
+    export = Writer.of_export("arn:aws:dynamodb:us-east-1:1:table/e/export/01")
+    backoff = lambda: Backoff(attempts=8, rng=random.Random(0))  # noqa: E731
+    hours, _ = segment_updates(seg, export, "t", Settings())
+    assert hours[0].request["ConditionExpression"] == "attribute_not_exists(#w) OR #w < :w"  # no previous release's
+    answer, _ = legacy_answers(95, [])
+    _, log = run(commit_steps(seg, export, "t", OVERLAP_SETTINGS, backoff), answer)
+    assert not any(isinstance(step, (ReadAnchor, PutAnchor)) for step in log)
 
 
 def test_a_taken_answer_inside_the_segment_sends_the_rest_on_the_watermark_it_showed():

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from moto_tables import COUNTS, no_sleep_backoff, read_counts
 
 from tally.core.buckets import lane_sort_key
-from tally.core.commit import RetriesExhausted, order_preserving
+from tally.core.commit import THROUGH, Anchor, RetriesExhausted, anchor_key, order_preserving
 from tally.core.lanes import LANES_LEAD_MS, LaneHistory
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
@@ -110,7 +110,7 @@ def test_throttling_that_never_ends_raises_so_lambda_retries(dynamodb, settings)
 
 @pytest.mark.parametrize(
     "old",
-    [{}, {"count": {"N": "3"}}, {WRITER.tag: {"B": order_preserving(99)}}, {OTHER_SHARD.tag: {"B": order_preserving(100)}}],
+    [{}, {"count": {"N": "3"}}, {WRITER.tag: {"B": order_preserving(99) + THROUGH}}, {OTHER_SHARD.tag: {"B": order_preserving(100)}}],
     ids=["no item", "no watermark", "an earlier watermark", "another shard's"],
 )
 def test_a_failed_condition_the_watermark_does_not_explain_fails_the_commit(dynamodb, settings, old):
@@ -325,3 +325,16 @@ def test_functions_starting_at_once_agree_on_one_history(dynamodb):
     for thread in threads:
         thread.join()
     assert results[0] == results[1] == LaneHistory(((0, 1), (T0 + LANES_LEAD_MS, 4)))
+
+
+def test_a_shards_anchor_is_put_once_and_every_reader_of_the_shard_then_holds_that_one(dynamodb, settings):
+    """Two readers of a shard (a mapping and the one replacing it) meeting the previous release's watermarks at
+    once: the first anchor put wins, and the other reader judges by it too."""
+    key = anchor_key(WRITER)
+    went_on = Anchor(200, 260, True, "went on").item(key, T0)
+    reread = Anchor(100, 150, False, "from the trim horizon").item(key, T0)
+    first, second = CountsTable(dynamodb, COUNTS, settings), CountsTable(dynamodb, COUNTS, settings)
+    assert second._read_anchor(key) is None
+    assert first._put_anchor(went_on) == went_on
+    assert Anchor.of_item(second._put_anchor(reread)) == Anchor.of_item(went_on)
+    assert Anchor.of_item(CountsTable(dynamodb, COUNTS, settings)._read_anchor(key)) == Anchor.of_item(went_on)

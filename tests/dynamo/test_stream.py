@@ -43,6 +43,22 @@ def check_ranges(dynamodb, streams, events: str) -> None:
         assert again.requests >= 2 + (6 // limit if limit < 7 else 0)  # an iterator, then a page per `limit` records
 
 
+def check_first_records(dynamodb, streams, events: str) -> None:
+    """A shard's first records, for its anchor: from the trim horizon, through a record, at most so many."""
+    arn, shard, records = written(dynamodb, streams, events, 12)
+    sequences = [r["dynamodb"]["SequenceNumber"] for r in records]
+    writer = Writer.of_shard(arn, shard)
+    for limit in (1, 5, 1000):
+        reader = ShardRecords(streams, limit=limit)
+        again = reader.read(ReadRecords(writer, None, sequences[6], at_most=1000))
+        assert [r["dynamodb"]["SequenceNumber"] for r in again.records] == sequences[:7]
+        assert again.records[0]["eventSourceARN"] == arn
+        again = reader.read(ReadRecords(writer, None, sequences[6], at_most=3))
+        assert [r["dynamodb"]["SequenceNumber"] for r in again.records] == sequences[:3]
+    before_the_first = str(int(sequences[0]) - 1)
+    assert ShardRecords(streams).read(ReadRecords(writer, None, before_the_first, at_most=1000)).records == []
+
+
 def test_a_range_reads_again_whole_through_motos_streams_in_pages_of_any_limit():
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
@@ -55,6 +71,34 @@ def test_a_range_reads_again_whole_through_dynamodb_locals_streams(dynamodb_loca
     dynamodb = dynamodb_local.client("dynamodb")
     create_tables(dynamodb, f"events-{suffix}", f"counts-{suffix}")
     check_ranges(dynamodb, dynamodb_local.client("dynamodbstreams"), f"events-{suffix}")
+
+
+def test_a_shards_first_records_read_from_its_trim_horizon_on_moto_and_dynamodb_local(dynamodb_local):
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(dynamodb, "events", "counts")
+        check_first_records(dynamodb, boto3.client("dynamodbstreams", region_name="us-east-1"), "events")
+    suffix = uuid.uuid4().hex[:10]
+    dynamodb = dynamodb_local.client("dynamodb")
+    create_tables(dynamodb, f"events-{suffix}", f"counts-{suffix}")
+    check_first_records(dynamodb, dynamodb_local.client("dynamodbstreams"), f"events-{suffix}")
+
+
+def test_a_shards_first_records_read_past_empty_pages_and_a_trimmed_shard_answers_none():
+    reader, stubber = stubbed()
+    first = ReadRecords(Writer.of_shard(STREAM_ARN, SHARD), None, str(FIRST + 3), at_most=10)
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "i" * 20},
+                         {"StreamArn": STREAM_ARN, "ShardId": SHARD, "ShardIteratorType": "TRIM_HORIZON"})
+    stubber.add_response("get_records", {"Records": [], "NextShardIterator": "j" * 20})
+    stubber.add_response("get_records", {"Records": [boto3_record(FIRST), boto3_record(FIRST + 9)], "NextShardIterator": "k" * 20})
+    with stubber:
+        again = reader.read(first)
+    assert [r["dynamodb"]["SequenceNumber"] for r in again.records] == [str(FIRST)] and again.requests == 3
+    reader, stubber = stubbed()
+    stubber.add_client_error("get_shard_iterator", "ResourceNotFoundException", "no such shard")
+    with stubber:
+        again = reader.read(first)
+    assert again.records is None and "ResourceNotFoundException" in again.why_not
 
 
 def stubbed() -> tuple[ShardRecords, Stubber]:

@@ -21,7 +21,7 @@ from tally.core.settings import Settings
 from tally.core.units import DAY_MS, HOUR_MS, MINUTE_MS
 from tally.core.amounts import decimal_of, stored_units
 from tally.core.sketches import Sketch
-from tally.core.tables import COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_PARTITION
+from tally.core.tables import ANCHOR_PARTITION, COUNT_ATTRIBUTE, SKETCH_ATTRIBUTE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_PARTITION
 from tally.core.windows import Window
 
 from tally.core.directory import DIRECTORY_PREFIX, partition_of
@@ -91,7 +91,7 @@ def table_contents(
     sketches: dict[tuple[str, str], Sketch] = {}
     watermarks: dict[tuple[str, str], set[str]] = {}
     for item in given_or_scanned(items, client, table_name):
-        if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX, UNRESOLVED_PARTITION)):
+        if not item["pk"]["S"].startswith((LEGACY_MARKER_PREFIX, DIRECTORY_PREFIX, RANK_PREFIX, UNRESOLVED_PARTITION, ANCHOR_PARTITION)):
             key = stored_bucket(item["pk"]["S"], item["sk"]["S"])  # a sketch lane's partition names its counter
             if SKETCH_ATTRIBUTE in item:
                 assert sketch_counter(item["pk"]["S"]) is not None, f"a sketch outside its lane's partition: {item}"

@@ -13,7 +13,14 @@ import pytest
 
 from .pipeline import PREFIX, Pipeline, ms_of, windows_at
 from .releases import current_release
-from .scenarios import CASES, NEW_SETTINGS, fresh_pipeline, read_again_with_other_cuts, upgrade_with_state_in_flight
+from .scenarios import (
+    CASES,
+    NEW_SETTINGS,
+    count_until_deploy,
+    fresh_pipeline,
+    read_again_with_other_cuts,
+    upgrade_with_state_in_flight,
+)
 
 pytestmark = pytest.mark.sweep
 
@@ -55,8 +62,11 @@ def test_readers_of_both_releases_differ_only_where_the_changelog_says(backend, 
         assert set(new_answer["listed"]) - set(old_answer["listed"]) <= set(since)
     assert differed, "no distinct count differed: the test would not see a reader of 0.2.0 reading new sketches"
 
-    # An overlap marks items (the event source mapping read the shard again with other cuts): both readers
-    # read their counts as they are; only this release's says so.
+    # Marked items (the event source mapping replaced in the deploy, its re-read with other cuts the first reader
+    # of this release: tests/upgrade/test_upgrade.py): both readers read their counts as they are; only this
+    # release's says so.
+    rng, pipeline = fresh_pipeline(local_server, "readers-marked", seed)
+    at_ms, cuts, _state = count_until_deploy(pipeline, previous_release, rng)
     read_again_with_other_cuts(pipeline, now, rng, cuts)
     old = pipeline.read(previous_release, windows_at(at_ms))
     new = pipeline.read(now, windows_at(at_ms), **NEW_SETTINGS)

@@ -6,9 +6,9 @@ by the event source mapping) and fails partway through the second batch, some of
 rest not; among the records are late ones, counted in their hour alone. Then the deploy: this release's
 handler gets the failed batch again with the state the old one wrote, finishes that window and counts a third.
 Every count, distinct count, listing and top list must then equal brute force, with nothing unresolved.
-Then the event source mapping is created again and reads the shard from its start with other cuts: items
-whose watermark the previous release wrote may be left unresolved (low, never high, each marked), and
-``scripts/audit.py --repair`` makes every answer exact again.
+Then the event source mapping is created again and reads the shard from its start with other cuts: the
+shard's anchor (the first segment this release committed over the previous release's watermarks, which went
+on reading the shard) places every item's watermark of the previous release, and every answer stays exact.
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ from tally.core.units import DAY_MS
 
 from .pipeline import PAGES, Pipeline, differences_from_truth, iso_date, iso_instant, ms_of, windows_at
 from .releases import ROOT, current_release
-from .scenarios import CALENDAR, CASES, NEW_SETTINGS, fresh_pipeline, read_again_with_other_cuts, upgrade_with_state_in_flight
+from .scenarios import (
+    CALENDAR,
+    CASES,
+    NEW_SETTINGS,
+    count_until_deploy,
+    fresh_pipeline,
+    read_again_with_other_cuts,
+    upgrade_with_state_in_flight,
+)
 
 pytestmark = pytest.mark.sweep
-
-# What these tests found this release still does wrong after an upgrade (each test fails until it is fixed).
-REREAD_COUNTED_TWICE = (
-    "a segment read again that starts inside a segment the previous release took last passes the item's condition "
-    "(its watermark names only that segment's first record) and is added again: high, unmarked"
-)
 
 
 @pytest.mark.parametrize("backend, seed", CASES)
@@ -95,27 +97,45 @@ def test_days_set_at_the_upgrade_with_a_failed_batch_in_flight_equal_brute_force
     assert days_differing_from_truth(pipeline, at_ms) == []
 
 
-@pytest.mark.parametrize("backend, seed", CASES[:1])
-@pytest.mark.xfail(strict=True, reason=REREAD_COUNTED_TWICE)
-def test_reread_with_other_cuts_after_upgrade_is_never_high(backend, seed, local_server, previous_release):
+@pytest.mark.parametrize("backend, seed", CASES)
+def test_reread_with_other_cuts_after_upgrade_ends_exact(backend, seed, local_server, previous_release):
     """The event source mapping created again after the deploy (TRIM_HORIZON): the shard read again from its
     start with other cuts, the first window of the re-read ending inside the previous release's first window.
-    CHANGELOG: an item holding the previous release's watermark is then left unresolved (low, never high,
-    marked), and ``scripts/audit.py --repair`` makes every answer exact."""
+    An item holding the previous release's watermark is placed by the shard's anchor: every answer is exact, with
+    nothing unresolved (the counts' answers say which counters are not exact)."""
     rng, pipeline = fresh_pipeline(local_server, "reread", seed)
     now = current_release()
     at_ms, cuts = upgrade_with_state_in_flight(pipeline, previous_release, now, rng)
     read_again_with_other_cuts(pipeline, now, rng, cuts)
+    answers = pipeline.read(now, windows_at(at_ms), **NEW_SETTINGS)
+    assert differences_from_truth(pipeline, answers) == []
+    assert [c for answer in answers for c, got in answer["counts"].items() if got["unresolved"]] == []
 
-    high = []
+
+@pytest.mark.parametrize("backend, seed", CASES)
+def test_mapping_replaced_in_the_deploy_is_never_high_and_the_repair_makes_it_exact(backend, seed, local_server,
+                                                                                   previous_release):
+    """The event source mapping replaced in the deploy itself (CloudFormation creates the new one, TRIM_HORIZON,
+    before it deletes the old): the previous release's state in flight is dropped with the old mapping, and this
+    release's first segment on the shard is already the re-read, with other cuts. Its anchor is not trusted: every
+    item holding the previous release's watermark is left unresolved (low, never high, marked), and
+    ``scripts/audit.py --repair`` makes every answer exact."""
+    rng, pipeline = fresh_pipeline(local_server, "replaced", seed)
+    now = current_release()
+    at_ms, cuts, _state = count_until_deploy(pipeline, previous_release, rng)
+    read_again_with_other_cuts(pipeline, now, rng, cuts)
+
+    high, marked = [], 0
     for answer in pipeline.read(now, windows_at(at_ms), **NEW_SETTINGS):
         for counter, got in answer["counts"].items():
             truth = pipeline.truth(got["start"], got["end"]).get(counter, (0, 0))[0]
+            marked += bool(got["unresolved"])
             if got["total"] > truth:
                 high.append(f"{answer['window']['length']}: {counter} counted {got['total']} of {truth}")
             elif got["total"] < truth:
                 assert got["unresolved"], f"{counter} counted {got['total']} of {truth}, low without a mark"
     assert high == [], f"counted twice after the re-read: {high}"
+    assert marked, "no counter marked: the re-read met no watermark of the previous release"
 
     repair = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "audit.py"), "--repair", "--json"],

@@ -33,10 +33,16 @@ shard moves on. An unresolved item is low, never high. Anything else fails
 the commit.
 
 The watermark's last byte (``THROUGH``) tells it from the previous release's,
-which held the first record of the last segment taken: those are still read,
-exactly as that release did for its own segments (the same first record means
-the same segment), and an item whose such watermark names another segment is
-left unresolved too.
+which held the first record of the last segment taken and not where that
+segment ended. A shard's update fails on such a watermark too (it is one byte
+shorter: ``SIZED_UPDATE_CONDITION``), and the first segment of this release to
+meet one on a shard puts the shard's ``Anchor``: where this release began to
+meet them. Where that segment went on from the previous release's reading (a
+counted record of the shard lies before it), an item still holding such a
+watermark took every record of the shard that touches it before the anchor
+and none after, and is sent exactly the rest; where it may be the shard read
+again from its trim horizon, the item is left unresolved and keeps its
+watermark, so every later segment is judged against it too.
 
 What a reader sees meanwhile: a segment's hour items are all written before
 any of its minute items (two phases). A window read while a segment is half
@@ -79,13 +85,14 @@ from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import DAY, MONTH, Bucket, day_date, lane_sort_key, local_day_of_hour, month_index
 from tally.core.histograms import LATE_BIN_PREFIX, NEGATIVE, POSITIVE, ZERO_BIN, is_bin, is_late_bin, late_bin
 from tally.core.ladder import LATE_PREFIX, late_partition, marked_counter
-from tally.core.overlaps import RecordsAgain, Unmatched, with_carried_records
+from tally.core.overlaps import RecordsAgain, Unmatched, held_records, with_carried_records
 from tally.core.ranking import crossed_level, is_ranked, level_of, rank_item
 from tally.core.retry import Backoff
 from tally.core.segments import Delta, HeldRecords, Item, Segment
 from tally.core.settings import Settings
 from tally.core.tables import (
     COUNT_ATTRIBUTE,
+    ANCHOR_PARTITION,
     COUNTS_TABLE,
     LATE_COUNT_ATTRIBUTE,
     LATE_SUM_ATTRIBUTE,
@@ -107,6 +114,11 @@ LEGACY_MARKER_PREFIX = "#segment#"
 LEGACY_PART_ITEMS = 99
 
 UPDATE_CONDITION = "attribute_not_exists(#w) OR #w < :w"
+# A shard's update also fails on a watermark of the previous release (``Watermark.through`` false): one byte
+# shorter than this release's for the same position, it would pass the plain condition below a segment that may
+# still overlap what its item took. ``:n`` is the size of the segment's position: a watermark of this release before
+# it is longer (in the same shard, positions take the same bytes; a shorter one fails here and is judged as taken).
+SIZED_UPDATE_CONDITION = "attribute_not_exists(#w) OR (#w < :w AND size(#w) > :n)"
 # What the rest of a segment is sent on: the item still holds the watermark it showed.
 RESUME_CONDITION = "#w = :seen"
 # Ends every watermark this release writes: the position before it is the last record taken. The previous
@@ -363,11 +375,90 @@ class Unresolved:
 @dataclass(frozen=True)
 class ReadRecords:
     """Read ``writer``'s records from ``first`` through ``through`` again from its stream; the driver answers with
-    a RecordsAgain."""
+    a RecordsAgain. ``first`` None: from the shard's trim horizon, at most ``at_most`` records (the first ones)."""
 
     writer: Writer
-    first: str
+    first: str | None
     through: str
+    at_most: int | None = None
+
+
+# Records read from a shard's trim horizon to tell whether an anchor's segment was its first counted one.
+ANCHOR_CHECK_RECORDS = 1000
+# An anchor outlives what it judges: a shard of the previous release is read (or read again) for a day at most
+# after its last record, and a shard lives a few hours.
+ANCHOR_TTL_MS = 8 * 24 * 3_600_000
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where this release began to meet a shard's items that hold the previous release's watermarks.
+
+    Such a watermark names the first record F of the last segment its item took,
+    not the segment's end. The first segment of this release on the shard to meet
+    one ([first..last], written here before any of them is judged) tells the rest:
+    if it goes on from where the previous release stopped (``trusted``), an item
+    still holding F took every record of the shard that touches it before
+    ``first``, and none after (a segment between that touched it would have met it;
+    the previous release's segment retried is this very one, whose end is ``last``
+    when F is ``first``). A segment that starts at the shard's first counted record
+    may be the shard read again from its trim horizon instead (a mapping created
+    again): not trusted, and such items are left unresolved, low and marked.
+    """
+
+    first: int
+    last: int
+    trusted: bool
+    why: str = ""
+
+    def holds_through(self, old_position: int) -> int | None:
+        """The last position an item holding the previous release's watermark ``old_position`` took (it holds
+        every record up to there that touches it, none after); None where the anchor cannot tell."""
+        if not self.trusted or old_position > self.first:
+            return None
+        return self.last if old_position == self.first else self.first - 1
+
+    def item(self, key: Mapping[str, str], expires_ms: int) -> dict[str, Any]:
+        fields = {**key, "first": str(self.first), "last": str(self.last), "why": self.why[:1000]}
+        item: dict[str, Any] = {name: {"S": value} for name, value in fields.items()}
+        item["trusted"] = {"BOOL": self.trusted}
+        item[TTL_ATTRIBUTE] = {"N": str(expires_ms // 1000)}
+        return item
+
+    @classmethod
+    def of_item(cls, item: Mapping[str, Any]) -> Anchor:
+        return cls(int(item["first"]["S"]), int(item["last"]["S"]), bool(item["trusted"]["BOOL"]), item["why"]["S"])
+
+
+def anchor_key(writer: Writer) -> dict[str, str]:
+    return {COUNTS_TABLE.partition_key: ANCHOR_PARTITION, COUNTS_TABLE.sort_key: writer.source}
+
+
+def anchor_of(segment: Segment, before: RecordsAgain, settings: Settings) -> Anchor:
+    """The anchor ``segment`` makes, from the shard's first records ``before`` it: trusted only where one of them
+    is counted (the segment does not start the shard's counted records)."""
+    first, last = int(segment.first_sequence), int(segment.last_sequence)
+    if before.records is None:
+        return Anchor(first, last, False, f"the shard's first records could not be read: {before.why_not}")
+    counted = held_records(before.records, settings)
+    if counted:
+        return Anchor(first, last, True, f"record {counted[0][0]} before it is counted: it goes on reading the shard")
+    return Anchor(first, last, False, f"it starts the shard's counted records (none of its first {len(before.records)} "
+                  "before it counts): it may be the shard read again from its trim horizon")
+
+
+@dataclass(frozen=True)
+class ReadAnchor:
+    """Read a writer's anchor item (strongly consistent); the driver answers with it, or None."""
+
+    key: dict[str, str]
+
+
+@dataclass(frozen=True)
+class PutAnchor:
+    """Put this anchor item unless the writer has one; the driver answers with the one the table holds then."""
+
+    item: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -399,7 +490,7 @@ class Pause:
     seconds: float
 
 
-CommitStep = ReadMarkers | ReadRecords | Send | Put | Pause
+CommitStep = ReadMarkers | ReadRecords | ReadAnchor | PutAnchor | Send | Put | Pause
 # What answers a ReadRecords: dynamo/stream.py's ShardRecords over the Streams API, or a test's stream.
 ReadAgain = Callable[[ReadRecords], RecordsAgain]
 
@@ -453,6 +544,7 @@ def bucket_update(
     watermark: bytes,
     seen: bytes | None = None,
     mark: str | None = None,
+    sized: bool = False,
 ) -> dict[str, Any]:
     """The UpdateItem request that adds ``added`` (attribute -> amount, one ADD term each) to one item, once.
 
@@ -461,12 +553,18 @@ def bucket_update(
     Histogram bins (up to MAX_ITEM_BINS) take the short placeholders of
     ``bin_additions``, so that all of them fit DynamoDB's 4 KB expression.
     ``seen``: the rest of a segment, sent only if the item still holds that watermark. ``mark``: added to the
-    item's UNRESOLVED_ATTRIBUTE string set (an item left unresolved).
+    item's UNRESOLVED_ATTRIBUTE string set (an item left unresolved). ``sized``: a shard's update, which also fails
+    on the previous release's watermarks (SIZED_UPDATE_CONDITION).
     """
     names = {"#ttl": TTL_ATTRIBUTE, "#w": tag}
     values: dict[str, Any] = {":ttl": {"N": str(ttl_seconds)}, ":to": {"B": watermark}}
+    condition = RESUME_CONDITION
     if seen is None:
         values[":w"] = {"B": position}
+        condition = UPDATE_CONDITION
+        if sized:
+            values[":n"] = {"N": str(len(position))}
+            condition = SIZED_UPDATE_CONDITION
     else:
         values[":seen"] = {"B": seen}
     terms = []
@@ -487,7 +585,7 @@ def bucket_update(
         "TableName": table_name,
         "Key": {name: {"S": value} for name, value in key.items()},
         "UpdateExpression": f"ADD {adds} SET #ttl = if_not_exists(#ttl, :ttl), #w = :to",
-        "ConditionExpression": UPDATE_CONDITION if seen is None else RESUME_CONDITION,
+        "ConditionExpression": condition,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
         # The count after the update tells its writer whether it created the item (free: a write's units
@@ -543,21 +641,25 @@ def item_update(
     }
     mark = None if unresolved is None else unresolved.mark
     request = bucket_update(
-        table_name, key, additions(delta, late), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen, mark
+        table_name, key, additions(delta, late), bucket.ttl_seconds(settings), writer.tag, position, watermark, seen, mark,
+        sized=writer.shard_id is not None,
     )
     return Update(delta[0], request, writer.tag, position, delta[1], unresolved=unresolved)
 
 
-def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) -> Delta | None:
+def untaken(
+    segment: Segment, item: Item, watermark: Watermark, writer: Writer, anchor: Anchor | None = None
+) -> Delta | None:
     """What ``item`` has not taken of ``segment``, its watermark for the segment's writer being ``watermark``
-    (at or past the segment's first record); None when it took all of it.
+    (at or past the segment's first record, or the previous release's); None when it took all of it.
 
     The item holds every record of the writer up to its watermark. The
     segment knows where each record it holds lies; those it carried in the
     window state it knows only as sums, anywhere from its first record to
     ``unheld_through``. Raises Unsplit where the watermark falls among records
     known only as sums (``carried``: reading them again may resolve it), or where
-    a previous release's watermark names another segment that overlaps this one.
+    a previous release's watermark names another segment that overlaps this one
+    and ``anchor`` (the shard's, None for an export) cannot tell where that ended.
     """
     held = list(_held_for(segment, item))
     carried = segment.deltas[item] - len(held)
@@ -569,10 +671,14 @@ def untaken(segment: Segment, item: Item, watermark: Watermark, writer: Writer) 
     item_last = held[-1][0] if held else carried_through
     at = watermark.position
     if not watermark.through:  # the previous release's: the first record of the segment it took last
-        if at == first or at >= item_last:
-            return None
-        raise Unsplit(f"its watermark, of the previous release, names a segment from {at} whose end it does not keep",
-                      carried=False)
+        through = None if anchor is None else anchor.holds_through(at)
+        if through is None:
+            if at >= item_last or (at == first and anchor is None):
+                return None
+            why = "" if anchor is None else f"; the shard's anchor at {anchor.first} cannot tell: {anchor.why}"
+            raise Unsplit(f"its watermark, of the previous release, names a segment from {at} whose end it does "
+                          f"not keep{why}", carried=False)
+        at = through
     if at >= item_last:
         return None
     if at < item_first:
@@ -627,8 +733,9 @@ def count_of(item: Mapping[str, Any] | None) -> int | None:
 
 def is_born(update: Update, answer: Answer) -> bool:
     """Whether the update created its item, as far as its answer tells: applied with a count equal to what it
-    added, or found already applied (its lost first try may have created it)."""
-    if answer.outcome is Outcome.ALREADY_APPLIED:
+    added, or found already applied or taken in part by this writer (a lost try, or the previous release's in a
+    failed invocation, may have created it without its directory entry)."""
+    if answer.outcome is Outcome.ALREADY_APPLIED or (answer.outcome is Outcome.APPLIED and update.resumes):
         return True
     return answer.outcome is Outcome.APPLIED and answer.count == update.added
 
@@ -637,12 +744,13 @@ def condition_failed(old_item: Mapping[str, Any] | None, tag: str, position: byt
     """What a failed condition means, from the item as it was (ALL_OLD): taken (to be judged by ``untaken``,
     with the watermark and count it returned), or a failure.
 
-    Only this writer's watermark at or past the segment's first record makes it
-    "taken"; a missing item, a missing or earlier watermark (another
-    condition failed) is a failure, never a silent skip.
+    Only this writer's watermark at or past the segment's first record, or one
+    no longer than that position (SIZED_UPDATE_CONDITION: the previous
+    release's, or a shorter one of this release), makes it "taken"; a missing
+    item, a missing or other watermark is a failure, never a silent skip.
     """
     watermark = (old_item or {}).get(tag, {}).get("B")
-    if watermark is not None and bytes(watermark) >= position:
+    if watermark is not None and (bytes(watermark) >= position or len(bytes(watermark)) <= len(position)):
         return Answer(Outcome.TAKEN, count_of(old_item), bytes(watermark))
     return Answer(Outcome.FAIL)
 
@@ -721,7 +829,7 @@ def commit_steps(
                 outcome = answer.outcome if isinstance(answer, Answer) else None
                 if outcome is Outcome.TAKEN:
                     rest = rests[id(update)]
-                    _note_unmarked(unmarked, update, answer, rest, overlap.segment)
+                    _note_unmarked(unmarked, update, overlap.watermark_of(answer), rest, overlap.segment)
                     if rest is not None:
                         resumed += update.resumes == 0
                         retry.append(rest)
@@ -775,15 +883,14 @@ def _has_marks(segment: Segment, item: Item) -> bool:
 
 
 def _note_unmarked(
-    unmarked: dict[Item, int | None], update: Update, answer: Answer, rest: Update | None, segment: Segment
+    unmarked: dict[Item, int | None], update: Update, watermark: Watermark | None, rest: Update | None, segment: Segment
 ) -> None:
     """Where an hour item marked by the segment's late records was found taken by a try that kept no days for its
     counter (its watermark does not end with CLIMBED), the records it took unmarked: all of them where it took the
     whole segment, else those through its watermark (or all it was not sent, where left unresolved: low, and
     marked so, never twice)."""
-    if not _has_marks(segment, update.item) or answer.watermark is None:
+    if not _has_marks(segment, update.item) or watermark is None:
         return
-    watermark = Watermark.decode(answer.watermark)
     if watermark.climbed or unmarked.get(update.item, 0) is None:
         return
     through: int | None = None  # the whole segment
@@ -868,6 +975,7 @@ class _Overlap:
         self.stream_requests = 0
         self.why_not_read: str | None = None  # why the carried records could not be used, once tried
         self.unresolved: list[Unresolved] = []
+        self.anchor: Anchor | None = None  # the shard's, once an item holding the previous release's watermark is met
 
     def rests(
         self,
@@ -881,6 +989,11 @@ class _Overlap:
         """The update each taken answer leads to (None: the item took it all), by id of the update answered."""
         rests: dict[int, Update | None] = {}
         unsplit: list[tuple[Update, Answer, Unsplit]] = []
+        if self.anchor is None and writer.shard_id is not None and any(
+            isinstance(answer, Answer) and answer.watermark is not None and not Watermark.decode(answer.watermark).through
+            for answer in answers
+        ):
+            yield from self._place_anchor(writer, settings)
         for update, answer in zip(pending, answers):
             if isinstance(answer, Answer) and answer.outcome is Outcome.TAKEN:
                 try:
@@ -903,6 +1016,29 @@ class _Overlap:
         records = [update.unresolved.record(settings) for update in marked if update.unresolved is not None]
         yield from put_steps(list({item["sk"]["S"]: item for item in records}.values()), backoff, "unresolved records")
         return rests
+
+    def _place_anchor(self, writer: Writer, settings: Settings) -> Generator[CommitStep, Any, None]:
+        """The shard's anchor: the one it has, or this segment, checked against the shard's first records."""
+        key = anchor_key(writer)
+        found = yield ReadAnchor(key)
+        if found is None:
+            segment = self.segment
+            before = yield ReadRecords(writer, None, str(int(segment.first_sequence) - 1), ANCHOR_CHECK_RECORDS)
+            if not isinstance(before, RecordsAgain):
+                raise ValueError(f"a ReadRecords step needs a RecordsAgain, not {before!r}")
+            self.stream_requests += before.requests
+            anchor = anchor_of(segment, before, settings)
+            found = yield PutAnchor(anchor.item(key, segment.first_arrival_ms + ANCHOR_TTL_MS))
+        self.anchor = Anchor.of_item(found)
+
+    def watermark_of(self, answer: Answer) -> Watermark | None:
+        """The watermark a taken answer showed, as this release's where the previous release's is placed by the
+        shard's anchor (the position through which its item holds the shard's records)."""
+        if answer.watermark is None:
+            return None
+        watermark = Watermark.decode(answer.watermark)
+        through = None if watermark.through or self.anchor is None else self.anchor.holds_through(watermark.position)
+        return watermark if through is None else Watermark(through, True)
 
     def _read_carried(self, writer: Writer, settings: Settings) -> Generator[CommitStep, Any, None]:
         segment = self.segment
@@ -933,8 +1069,9 @@ class _Overlap:
             raise ValueError(f"a taken answer carries the item's watermark: {answer!r}")
         if update.resumes >= MAX_RESUMES:
             raise RetriesExhausted(f"{update.name}: its watermark kept moving under {MAX_RESUMES} resumed updates")
-        watermark = Watermark.decode(answer.watermark)
-        rest = untaken(self.segment, update.item, watermark, writer)
+        watermark = self.watermark_of(answer)
+        assert watermark is not None
+        rest = untaken(self.segment, update.item, watermark, writer, self.anchor)
         if rest is None:
             return None
         whole = rest[1] == self.segment.deltas[update.item]
@@ -948,14 +1085,17 @@ class _Overlap:
     def _unresolved_update(
         self, update: Update, answer: Answer, writer: Writer, table_name: str, settings: Settings, why: str
     ) -> Update:
-        assert answer.watermark is not None
-        watermark = Watermark.decode(answer.watermark)
+        watermark = self.watermark_of(answer)
+        assert watermark is not None
         rest, unresolved = unresolved_rest(self.segment, update.item, watermark, writer, why)
         unheld = self.segment.unheld_through if self.segment.unheld_through is not None else watermark.position
         late = late_of(self.segment, update.item, max(watermark.position, unheld)) if watermark.through and rest[1] else None
+        # The previous release's watermark, placed by no anchor, stays: the item may hold records past this segment
+        # (up to where that release's segment ended), so every later segment of the shard is judged against it too.
+        watermark_to = writer.watermark(self.segment, climbs(update.item, settings)) if watermark.through else answer.watermark
         resend = item_update(
-            rest, writer, table_name, settings, update.position, writer.watermark(self.segment, climbs(update.item, settings)),
-            seen=answer.watermark, unresolved=unresolved, late=late,
+            rest, writer, table_name, settings, update.position, watermark_to, seen=answer.watermark, unresolved=unresolved,
+            late=late,
         )
         return dataclasses.replace(resend, resumes=update.resumes + 1)
 

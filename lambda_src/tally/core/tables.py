@@ -72,3 +72,6 @@ LATE_SUM_ATTRIBUTE = "late_sum"
 UNRESOLVED_ATTRIBUTE = "unresolved"
 # The partition of the unresolved records, one per unresolved item and range, that the repair lists.
 UNRESOLVED_PARTITION = "#unresolved"
+# The partition of the shards' anchors (core/commit.py): where this release began to meet a shard's items that hold
+# the previous release's watermarks, one item per such shard, kept for days.
+ANCHOR_PARTITION = "#anchors"

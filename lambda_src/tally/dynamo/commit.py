@@ -23,7 +23,9 @@ from tally.core.commit import (
     Outcome,
     Pause,
     Put,
+    PutAnchor,
     ReadAgain,
+    ReadAnchor,
     ReadMarkers,
     ReadRecords,
     RetriesExhausted,
@@ -84,6 +86,7 @@ class SegmentCommits(TableAccess):
     sketch_backoff: Callable[[], Backoff]
     workers: int
     previous_release_until_ms: int
+    _anchors: dict[str, dict[str, Any]]  # the shards' anchor items read or put, by sort key: they never change
 
     def commit(self, segment: Segment, writer: Writer) -> CommitResult:
         """Commit a segment exactly once (the policy is ``commit_steps``), then merge its sketches into their
@@ -135,6 +138,10 @@ class SegmentCommits(TableAccess):
                     reply = self._read_sketches(step.keys)
                 elif isinstance(step, WriteSketches):
                     reply = [self._write_sketch(write) for write in step.writes]
+                elif isinstance(step, ReadAnchor):
+                    reply = self._read_anchor(step.key)
+                elif isinstance(step, PutAnchor):
+                    reply = self._put_anchor(step.item)
                 elif isinstance(step, Put):
                     reply = self._put(step.items)
                 else:
@@ -241,6 +248,39 @@ class SegmentCommits(TableAccess):
                 return Answer(Outcome.RETRY)
             raise CommitFailed(f"update of {update.name}: {describe(error)}") from error
         return Answer(Outcome.APPLIED, count_of(response.get("Attributes")), units=consumed_units(response))
+
+    def _read_anchor(self, key: dict[str, str]) -> dict[str, Any] | None:
+        """A shard's anchor item, read strongly consistent (with BatchGetItem, which the role has) unless held."""
+        sort_key = key[COUNTS_TABLE.sort_key]
+        if sort_key not in self._anchors:
+            request = {self.table_name: {"Keys": [key_of(key[COUNTS_TABLE.partition_key], sort_key)], "ConsistentRead": True}}
+            for _ in self.backoff().pauses():
+                response = retried_while_throttled(self.backoff, self.client.batch_get_item, RequestItems=request)
+                found = response.get("Responses", {}).get(self.table_name, [])
+                if found:
+                    self._anchors[sort_key] = found[0]
+                if found or not response.get("UnprocessedKeys"):
+                    break
+            else:
+                raise RetriesExhausted("the shard's anchor still unprocessed after every retry")
+        return self._anchors.get(sort_key)
+
+    def _put_anchor(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Put a shard's anchor unless it has one (another reader of the shard put it first): the one it holds."""
+        sort_key = item[COUNTS_TABLE.sort_key]["S"]
+        try:
+            retried_while_throttled(
+                self.backoff, self.client.put_item, TableName=self.table_name, Item=item,
+                ConditionExpression="attribute_not_exists(#pk)", ExpressionAttributeNames={"#pk": COUNTS_TABLE.partition_key},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+            held = item
+        except ClientError as error:
+            if error_code(error) != "ConditionalCheckFailedException" or "Item" not in error.response:
+                raise CommitFailed(f"the shard's anchor: {describe(error)}") from error
+            held = error.response["Item"]
+        self._anchors[sort_key] = held
+        return held
 
     def _markers_exist(self, keys: list[dict[str, str]]) -> list[bool]:
         """Which of the previous release's marker items exist, read strongly consistent."""

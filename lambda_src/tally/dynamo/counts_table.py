@@ -61,6 +61,7 @@ class CountsTable(SegmentCommits, Fetches, PublishedSettingsItem, BackfillClaims
         self.lanes = lanes
         self._lanes_read = None
         self._progress_read = {}
+        self._anchors = {}
         if previous_release_until_ms is None:
             previous_release_until_ms = int(time.time() * 1000) + PREVIOUS_RELEASE_MARGIN_MS
         self.previous_release_until_ms = previous_release_until_ms

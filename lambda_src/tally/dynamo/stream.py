@@ -32,6 +32,8 @@ GONE_CODES = frozenset({"TrimmedDataAccessException", "ResourceNotFoundException
 # GetRecords calls one range may take: an open shard answers empty pages now and then; a window's
 # records fit in far fewer (a 900 s window of 1,000 records a second is 900 pages).
 MAX_READ_REQUESTS = 2_000
+# Requests a read of a shard's first records (from its trim horizon) may take before it answers with what it has.
+MAX_START_REQUESTS = 20
 
 
 def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
@@ -63,6 +65,8 @@ class ShardRecords:
         stream_arn, shard_id = step.writer.stream_arn, step.writer.shard_id
         if not stream_arn or not shard_id:
             return RecordsAgain(None, "the event names no stream to read again")
+        if step.first is None:
+            return self.read_start(step, stream_arn, shard_id)
         first, through = int(step.first), int(step.through)
         records: list[dict[str, Any]] = []
         requests = 0
@@ -107,3 +111,26 @@ class ShardRecords:
             logger.warning("records %s..%s of %s cannot be read again: %s", first, through, shard_id, describe(error))
             return RecordsAgain(None, describe(error), requests)
         return RecordsAgain(None, f"{MAX_READ_REQUESTS} requests did not reach record {through}", requests)
+
+    def read_start(self, step: ReadRecords, stream_arn: str, shard_id: str) -> RecordsAgain:
+        """The shard's first records, from its trim horizon through ``step.through``: ``step.at_most`` of them at
+        most, and what MAX_START_REQUESTS requests give (an open shard may answer empty pages first)."""
+        through, at_most = int(step.through), step.at_most or self.limit
+        records: list[dict[str, Any]] = []
+        requests = 1
+        try:
+            response = self.client.get_shard_iterator(StreamArn=stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")
+            iterator: str | None = response["ShardIterator"]
+            while iterator is not None and requests < MAX_START_REQUESTS and len(records) < at_most:
+                requests += 1
+                page = self.client.get_records(ShardIterator=iterator, Limit=min(self.limit, at_most - len(records)))
+                for record in page.get("Records", []):
+                    if int(record["dynamodb"]["SequenceNumber"]) > through:
+                        return RecordsAgain(records, requests=requests)
+                    records.append(lambda_record(record, stream_arn))
+                iterator = page.get("NextShardIterator")
+        except ClientError as error:
+            if error_code(error) not in GONE_CODES:
+                raise
+            return RecordsAgain(None, describe(error), requests)
+        return RecordsAgain(records, requests=requests)
