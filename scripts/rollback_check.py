@@ -1,5 +1,6 @@
-"""Before rolling a deployed stack back to the previous release: would the rollback lose anything?
+"""Before rolling a deployed stack back to an earlier release: would the rollback lose anything?
 
+    .venv/bin/python scripts/rollback_check.py --to 0.3.0 --stack Tally
     .venv/bin/python scripts/rollback_check.py --to 0.2.0 --stack Tally
     .venv/bin/python scripts/rollback_check.py --to 0.2.0 --counts-table tally-counts --json
 
@@ -11,6 +12,15 @@ Exit status 1: the rollback would lose counts, or stop the counting; each
 line names what, and how to finish it first (then run the check again).
 Exit status 2: the table or the settings cannot be read.
 
+What neither 0.3.0 nor 0.2.0 can take over:
+  - a shard whose anchor was not trusted (its event source mapping replaced
+    in the deploy that upgraded from 0.2.0, its first reader a re-read): its
+    items still holding 0.2.0 watermarks are left unresolved and judged by
+    this release alone; the older release would add a later segment of that
+    shard over them whole, counting records twice. Roll back once the
+    shard can no longer be read (28 hours after its anchor was put), and
+    repair first.
+0.3.0 reads everything else this release writes, in the same formats.
 What 0.2.0 cannot take over:
   - calendarPrefixes set: a window state holding a late record's day, month
     or mark is one 0.2.0 cannot read; it discards the whole state, and the
@@ -35,17 +45,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from tally.core.buckets import iso_second
+from tally.core.commit import ANCHOR_TTL_MS
 from tally.core.settings import ENV_CALENDAR_PREFIXES, ENV_RULES, Settings
 from tally.dynamo.counts_table import CountsTable
 from tally.local.aws import ArgumentParser, add_table_arguments, client, resolve_tables
 from tally.local.cli import entry_point, require_table
 
-# The releases this one can be rolled back to, and the rule fields each refuses (unknown to it).
-ROLLBACK_TARGETS = {"0.2.0": ("alerts", "countFrom", "retiredAt")}
+@dataclass(frozen=True)
+class Target:
+    """A release this one can be rolled back to: the rule fields it refuses (unknown to it), and whether it reads
+    what this release writes beside the buckets (window states with days, marks, lanes, directory, ranks, days)."""
+
+    refused: tuple[str, ...]
+    reads_this_release: bool
+
+
+ROLLBACK_TARGETS = {"0.3.0": Target((), True), "0.2.0": Target(("alerts", "countFrom", "retiredAt"), False)}
+# How long after its anchor was put a shard of the upgrade may still be read: a DynamoDB Streams shard is open
+# for hours, and its records are kept a day after that.
+ANCHOR_DANGER_HOURS = 28
 MAX_WINDOW_MINUTES = 15  # Lambda's longest tumbling window: a state written before a deploy is gone after it
 
 
@@ -69,23 +92,33 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def judge(counts: CountsTable, target: str) -> Verdict:
-    """The verdict on rolling the pipeline counting into ``counts`` back to ``target``."""
+def judge(counts: CountsTable, target: str, now_ms: int | None = None) -> Verdict:
+    """The verdict on rolling the pipeline counting into ``counts`` back to ``target`` at ``now_ms`` (now)."""
     verdict = Verdict(target)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    for source, anchor, expires_s in counts.anchors():
+        safe_from_ms = expires_s * 1000 - ANCHOR_TTL_MS + ANCHOR_DANGER_HOURS * 3_600_000
+        if not anchor.trusted and now_ms < safe_from_ms:
+            verdict.lost.append(
+                f"shard {source} was read again from its trim horizon by this release's first reader (anchor at "
+                f"record {anchor.first}): its items holding 0.2.0 watermarks are left unresolved, and {target} would "
+                f"add a later segment of it over them whole, counting records twice; run scripts/audit.py --repair "
+                f"and roll back after {iso_second(safe_from_ms)}, when the shard can no longer be read"
+            )
     published = counts.published_settings()
     if published is None:
         verdict.notes.append(f"no counting function has published its settings in {counts.table_name}: nothing counted yet")
     else:
         since = f"published by {published.publisher} at {iso_second(published.published_ms)}"
         prefixes = json.loads(published.environment.get(ENV_CALENDAR_PREFIXES) or "[]")
-        if prefixes:
+        if prefixes and not ROLLBACK_TARGETS[target].reads_this_release:
             verdict.lost.append(
                 f"window states holding late records' days, months or marks (calendarPrefixes {json.dumps(prefixes)}, "
                 f"{since}): {target} discards such a state whole, its records uncounted; set calendarPrefixes to [] "
                 f"and deploy, then roll back once {MAX_WINDOW_MINUTES} minutes have passed with no invocation failing"
             )
         for rule in json.loads(published.environment.get(ENV_RULES) or "[]"):
-            refused = [name for name in ROLLBACK_TARGETS[target] if name in rule]
+            refused = [name for name in ROLLBACK_TARGETS[target].refused if name in rule]
             if refused:
                 verdict.lost.append(
                     f"rule {rule.get('name')!r} has {', '.join(refused)}, which {target} refuses at synth and at cold "
@@ -93,13 +126,15 @@ def judge(counts: CountsTable, target: str) -> Verdict:
                     + "; ".join(FIXES[name] for name in refused)
                 )
     unresolved = counts.unresolved_records()
-    if unresolved:
+    if unresolved and not ROLLBACK_TARGETS[target].reads_this_release:
         buckets = sorted({f"{record['counter']['S']} {record['bucket']['S']}" for record in unresolved if "bucket" in record})
         shown = ", ".join(buckets[:10]) + (f" and {len(buckets) - 10} more" if len(buckets) > 10 else "")
         verdict.notes.append(
             f"{len(buckets) or len(unresolved)} bucket(s) an overlap left unresolved ({shown}): {target} reads them "
             "low without saying so; run scripts/audit.py --repair before rolling back, or after upgrading again"
         )
+    if ROLLBACK_TARGETS[target].reads_this_release:
+        return verdict
     verdict.notes.append(
         f"{target} does not read what this release keeps beside the buckets (distinct values merged into the lane "
         "partitions, this release's directory partitions, rank records, days and months): its distinct counts of "

@@ -10,8 +10,9 @@ from botocore.exceptions import ClientError
 
 from tally.core.amounts import decimal_of, text_of
 from tally.core.buckets import DAY, MONTH, ZONE_SEPARATOR, bucket_sort_key, lane_sort_keys
+from tally.core.commit import Anchor
 from tally.core.repair import Correction, Lane
-from tally.core.tables import COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
+from tally.core.tables import ANCHOR_PARTITION, COUNT_ATTRIBUTE, COUNTS_TABLE, SUM_ATTRIBUTE, TTL_ATTRIBUTE, UNRESOLVED_ATTRIBUTE, UNRESOLVED_PARTITION
 from tally.dynamo.calls import TableAccess, error_code, key_of, retried_while_throttled
 
 # The attribute a repaired item keeps: the marks the repair cleared, so that the item says what was done to it.
@@ -36,6 +37,25 @@ class UnresolvedItems(TableAccess):
             records += [r for r in response.get("Items", []) if not counters or r["counter"]["S"] in counters]
             if "LastEvaluatedKey" not in response:
                 return records
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def anchors(self) -> list[tuple[str, Anchor, int]]:
+        """Every shard's anchor (core/commit.py), strongly consistent: the shard's writer source, the anchor, and
+        when it expires (epoch seconds)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#pk = :pk",
+            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key},
+            "ExpressionAttributeValues": {":pk": {"S": ANCHOR_PARTITION}},
+            "ConsistentRead": True,
+        }
+        found = []
+        while True:
+            response = retried_while_throttled(self.backoff, self.client.query, **request)
+            found += [(item[COUNTS_TABLE.sort_key]["S"], Anchor.of_item(item), int(item[TTL_ATTRIBUTE]["N"]))
+                      for item in response.get("Items", [])]
+            if "LastEvaluatedKey" not in response:
+                return found
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def marked_periods(self, counter: str) -> dict[str, tuple[set[str], int | None]]:
