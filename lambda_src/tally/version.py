@@ -6,4 +6,4 @@ A module of its own, so that the modules inside the package take it from here ra
 (``tally``), which imports the read API.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"
