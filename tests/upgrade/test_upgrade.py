@@ -135,7 +135,8 @@ def test_mapping_replaced_in_the_deploy_is_never_high_and_the_repair_makes_it_ex
             elif got["total"] < truth:
                 assert got["unresolved"], f"{counter} counted {got['total']} of {truth}, low without a mark"
     assert high == [], f"counted twice after the re-read: {high}"
-    assert marked, "no counter marked: the re-read met no watermark of the previous release"
+    if previous_release.version == "0.2.0":  # only its watermarks (the first record taken) cannot be placed
+        assert marked, "no counter marked: the re-read met no watermark of the previous release"
 
     repair = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "audit.py"), "--repair", "--json"],
