@@ -24,38 +24,29 @@ class UnresolvedItems(TableAccess):
 
     def unresolved_records(self, counters: Collection[str] = ()) -> list[dict[str, Any]]:
         """Every unresolved record (strongly consistent, all pages), those of ``counters`` only when given."""
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key},
-            "ExpressionAttributeValues": {":pk": {"S": UNRESOLVED_PARTITION}},
-            "ConsistentRead": True,
-        }
-        records = []
-        while True:
-            response = retried_while_throttled(self.backoff, self.client.query, **request)
-            records += [r for r in response.get("Items", []) if not counters or r["counter"]["S"] in counters]
-            if "LastEvaluatedKey" not in response:
-                return records
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return [r for r in self._partition(UNRESOLVED_PARTITION) if not counters or r["counter"]["S"] in counters]
 
     def anchors(self) -> list[tuple[str, Anchor, int]]:
         """Every shard's anchor (core/commit.py), strongly consistent: the shard's writer source, the anchor, and
         when it expires (epoch seconds)."""
+        return [(item[COUNTS_TABLE.sort_key]["S"], Anchor.of_item(item), int(item[TTL_ATTRIBUTE]["N"]))
+                for item in self._partition(ANCHOR_PARTITION)]
+
+    def _partition(self, partition: str) -> list[dict[str, Any]]:
+        """Every item of a bookkeeping partition, strongly consistent, all pages."""
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "#pk = :pk",
             "ExpressionAttributeNames": {"#pk": COUNTS_TABLE.partition_key},
-            "ExpressionAttributeValues": {":pk": {"S": ANCHOR_PARTITION}},
+            "ExpressionAttributeValues": {":pk": {"S": partition}},
             "ConsistentRead": True,
         }
-        found = []
+        items = []
         while True:
             response = retried_while_throttled(self.backoff, self.client.query, **request)
-            found += [(item[COUNTS_TABLE.sort_key]["S"], Anchor.of_item(item), int(item[TTL_ATTRIBUTE]["N"]))
-                      for item in response.get("Items", [])]
+            items += response.get("Items", [])
             if "LastEvaluatedKey" not in response:
-                return found
+                return items
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def marked_periods(self, counter: str) -> dict[str, tuple[set[str], int | None]]:
