@@ -11,7 +11,7 @@ import inspect
 from datetime import UTC, datetime
 
 import pytest
-from closing_support import ZONE, calendar_environment, calendar_settings, count_a_month, long_items
+from closing_support import ZONE, calendar_environment, calendar_settings, copy_table, count_a_month, long_items
 from moto_tables import COUNTS
 
 from tally.closing import CLOSE_STEPS, MAX_DAYS_PER_PART, CloseRefused, Closer
@@ -54,8 +54,8 @@ def test_the_steps_write_what_close_due_writes_and_a_part_run_again_writes_nothi
     dynamodb = environment
     create_tables(dynamodb, "tally-events-twin", TWIN)
     now = now_ms()
-    for table in (COUNTS, TWIN):
-        count_a_month(dynamodb, calendar_settings(table), now)
+    count_a_month(dynamodb, calendar_settings(COUNTS), now)
+    copy_table(dynamodb, COUNTS, TWIN)
 
     plan = close_stages.plan({})
     assert plan["now"] <= iso_second(now_ms())
