@@ -91,8 +91,8 @@ from tally.core.retry import Backoff
 from tally.core.segments import Delta, HeldRecords, Item, Segment
 from tally.core.settings import Settings
 from tally.core.tables import (
-    COUNT_ATTRIBUTE,
     ANCHOR_PARTITION,
+    COUNT_ATTRIBUTE,
     COUNTS_TABLE,
     LATE_COUNT_ATTRIBUTE,
     LATE_SUM_ATTRIBUTE,
