@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from moto_tables import COUNTS, no_sleep_backoff, read_counts
 
 from tally.core.buckets import lane_sort_key
-from tally.core.commit import THROUGH, Anchor, RetriesExhausted, anchor_key, order_preserving
+from tally.core.commit import THROUGH, Anchor, RetriesExhausted, anchor_key, legacy_marker_key, order_preserving
 from tally.core.lanes import LANES_LEAD_MS, LaneHistory
 from tally.core.settings import Settings
 from tally.core.units import HOUR_MS, MINUTE_MS
@@ -338,3 +338,13 @@ def test_a_shards_anchor_is_put_once_and_every_reader_of_the_shard_then_holds_th
     assert first._put_anchor(went_on) == went_on
     assert Anchor.of_item(second._put_anchor(reread)) == Anchor.of_item(went_on)
     assert Anchor.of_item(CountsTable(dynamodb, COUNTS, settings)._read_anchor(key)) == Anchor.of_item(went_on)
+
+
+def test_a_segment_the_previous_release_committed_in_part_skips_the_transaction_its_marker_names(dynamodb, settings):
+    """Markers read strongly consistent from the table: the items of a transaction whose marker exists are taken."""
+    marker = legacy_marker_key(segment(), WRITER.legacy_source, 0)
+    dynamodb.put_item(TableName=COUNTS, Item={name: {"S": value} for name, value in marker.items()})
+    result = CountsTable(dynamodb, COUNTS, settings, previous_release_until_ms=T0 + 1).commit(segment(), WRITER)
+    assert (result.applied, result.already_applied) == (0, 2)
+    assert read_counts(dynamodb, "c") == {}
+    assert CountsTable(dynamodb, COUNTS, settings, previous_release_until_ms=0).commit(segment("200"), WRITER).applied == 2

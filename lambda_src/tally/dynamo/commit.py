@@ -152,31 +152,35 @@ class SegmentCommits(TableAccess):
     def _read_sketches(self, keys: list[Key]) -> dict[Key, bytes | None]:
         """The stored bytes of sketch items, strongly consistent (a merge must start from the latest)."""
         stored: dict[Key, bytes | None] = dict.fromkeys(keys)
+        projection = {"#pk": COUNTS_TABLE.partition_key, "#sk": COUNTS_TABLE.sort_key, "#sketch": SKETCH_ATTRIBUTE}
+        for item in self._consistent_items([key_of(pk, sk) for pk, sk in keys], "sketch keys", projection):
+            if SKETCH_ATTRIBUTE in item:
+                stored[(item["pk"]["S"], item["sk"]["S"])] = bytes(item[SKETCH_ATTRIBUTE]["B"])
+        return stored
+
+    def _consistent_items(
+        self, keys: list[dict[str, Any]], what: str, projection: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The items of ``keys`` that exist, read strongly consistent with BatchGetItem (which the role has),
+        100 keys a request, unprocessed keys again after a pause; ``projection``: the attribute names to read."""
+        found: list[dict[str, Any]] = []
         for start in range(0, len(keys), BATCH_GET_LIMIT):
-            pending = [key_of(pk, sk) for pk, sk in keys[start : start + BATCH_GET_LIMIT]]
+            pending = keys[start : start + BATCH_GET_LIMIT]
             for _ in self.backoff().pauses():
-                request = {
-                    self.table_name: {
-                        "Keys": pending,
-                        "ConsistentRead": True,
-                        "ProjectionExpression": "#pk, #sk, #sketch",
-                        "ExpressionAttributeNames": {
-                            "#pk": COUNTS_TABLE.partition_key,
-                            "#sk": COUNTS_TABLE.sort_key,
-                            "#sketch": SKETCH_ATTRIBUTE,
-                        },
-                    }
-                }
-                response = retried_while_throttled(self.backoff, self.client.batch_get_item, RequestItems=request)
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    if SKETCH_ATTRIBUTE in item:
-                        stored[(item["pk"]["S"], item["sk"]["S"])] = bytes(item[SKETCH_ATTRIBUTE]["B"])
+                request: dict[str, Any] = {"Keys": pending, "ConsistentRead": True}
+                if projection is not None:
+                    request["ProjectionExpression"] = ", ".join(projection)
+                    request["ExpressionAttributeNames"] = projection
+                response = retried_while_throttled(
+                    self.backoff, self.client.batch_get_item, RequestItems={self.table_name: request}
+                )
+                found += response.get("Responses", {}).get(self.table_name, [])
                 pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
                 if not pending:
                     break
             else:
-                raise RetriesExhausted(f"{len(pending)} sketch keys still unprocessed after every retry")
-        return stored
+                raise RetriesExhausted(f"{len(pending)} {what} still unprocessed after every retry")
+        return found
 
     def _write_sketch(self, write: SketchWrite) -> tuple[SketchOutcome, bytes | None]:
         """One conditional write of a merged sketch: written, lost to another writer (with what it wrote), or again."""
@@ -250,19 +254,11 @@ class SegmentCommits(TableAccess):
         return Answer(Outcome.APPLIED, count_of(response.get("Attributes")), units=consumed_units(response))
 
     def _read_anchor(self, key: dict[str, str]) -> dict[str, Any] | None:
-        """A shard's anchor item, read strongly consistent (with BatchGetItem, which the role has) unless held."""
+        """A shard's anchor item, read strongly consistent unless held."""
         sort_key = key[COUNTS_TABLE.sort_key]
         if sort_key not in self._anchors:
-            request = {self.table_name: {"Keys": [key_of(key[COUNTS_TABLE.partition_key], sort_key)], "ConsistentRead": True}}
-            for _ in self.backoff().pauses():
-                response = retried_while_throttled(self.backoff, self.client.batch_get_item, RequestItems=request)
-                found = response.get("Responses", {}).get(self.table_name, [])
-                if found:
-                    self._anchors[sort_key] = found[0]
-                if found or not response.get("UnprocessedKeys"):
-                    break
-            else:
-                raise RetriesExhausted("the shard's anchor still unprocessed after every retry")
+            for item in self._consistent_items([key_of(key[COUNTS_TABLE.partition_key], sort_key)], "anchor keys"):
+                self._anchors[sort_key] = item
         return self._anchors.get(sort_key)
 
     def _put_anchor(self, item: dict[str, Any]) -> dict[str, Any]:
@@ -284,23 +280,10 @@ class SegmentCommits(TableAccess):
 
     def _markers_exist(self, keys: list[dict[str, str]]) -> list[bool]:
         """Which of the previous release's marker items exist, read strongly consistent."""
-        fetched: set[tuple[str, str]] = set()
         pk, sk = COUNTS_TABLE.partition_key, COUNTS_TABLE.sort_key
-        for start in range(0, len(keys), BATCH_GET_LIMIT):
-            pending = [key_of(key[pk], key[sk]) for key in keys[start : start + BATCH_GET_LIMIT]]
-            for _ in self.backoff().pauses():
-                request = {self.table_name: {"Keys": pending, "ConsistentRead": True, "ProjectionExpression": "#pk, #sk"}}
-                request[self.table_name]["ExpressionAttributeNames"] = {"#pk": pk, "#sk": sk}
-                response = retried_while_throttled(self.backoff, self.client.batch_get_item, RequestItems=request)
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    fetched.add((item[pk]["S"], item[sk]["S"]))
-                pending = response.get("UnprocessedKeys", {}).get(self.table_name, {}).get("Keys", [])
-                if not pending:
-                    break
-            else:
-                raise RetriesExhausted(f"{len(pending)} marker keys still unprocessed after every retry")
+        items = self._consistent_items([key_of(key[pk], key[sk]) for key in keys], "marker keys", {"#pk": pk, "#sk": sk})
+        fetched = {(item[pk]["S"], item[sk]["S"]) for item in items}
         return [(key[pk], key[sk]) in fetched for key in keys]
-
 
 def consumed_units(response: dict[str, Any]) -> float | None:
     """The write units an answer says its request consumed (``ReturnConsumedCapacity=TOTAL``), None if it does not."""
