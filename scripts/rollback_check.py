@@ -94,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
 
 def judge(counts: CountsTable, target: str, now_ms: int | None = None) -> Verdict:
     """The verdict on rolling the pipeline counting into ``counts`` back to ``target`` at ``now_ms`` (now)."""
-    verdict = Verdict(target)
+    verdict, release = Verdict(target), ROLLBACK_TARGETS[target]
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     for source, anchor, expires_s in counts.anchors():
         safe_from_ms = expires_s * 1000 - ANCHOR_TTL_MS + ANCHOR_DANGER_HOURS * 3_600_000
@@ -111,30 +111,30 @@ def judge(counts: CountsTable, target: str, now_ms: int | None = None) -> Verdic
     else:
         since = f"published by {published.publisher} at {iso_second(published.published_ms)}"
         prefixes = json.loads(published.environment.get(ENV_CALENDAR_PREFIXES) or "[]")
-        if prefixes and not ROLLBACK_TARGETS[target].reads_this_release:
+        if prefixes and not release.reads_this_release:
             verdict.lost.append(
                 f"window states holding late records' days, months or marks (calendarPrefixes {json.dumps(prefixes)}, "
                 f"{since}): {target} discards such a state whole, its records uncounted; set calendarPrefixes to [] "
                 f"and deploy, then roll back once {MAX_WINDOW_MINUTES} minutes have passed with no invocation failing"
             )
         for rule in json.loads(published.environment.get(ENV_RULES) or "[]"):
-            refused = [name for name in ROLLBACK_TARGETS[target].refused if name in rule]
+            refused = [name for name in release.refused if name in rule]
             if refused:
                 verdict.lost.append(
                     f"rule {rule.get('name')!r} has {', '.join(refused)}, which {target} refuses at synth and at cold "
                     f"start (its function would count nothing): "
                     + "; ".join(FIXES[name] for name in refused)
                 )
+    if release.reads_this_release:
+        return verdict
     unresolved = counts.unresolved_records()
-    if unresolved and not ROLLBACK_TARGETS[target].reads_this_release:
+    if unresolved:
         buckets = sorted({f"{record['counter']['S']} {record['bucket']['S']}" for record in unresolved if "bucket" in record})
         shown = ", ".join(buckets[:10]) + (f" and {len(buckets) - 10} more" if len(buckets) > 10 else "")
         verdict.notes.append(
             f"{len(buckets) or len(unresolved)} bucket(s) an overlap left unresolved ({shown}): {target} reads them "
             "low without saying so; run scripts/audit.py --repair before rolling back, or after upgrading again"
         )
-    if ROLLBACK_TARGETS[target].reads_this_release:
-        return verdict
     verdict.notes.append(
         f"{target} does not read what this release keeps beside the buckets (distinct values merged into the lane "
         "partitions, this release's directory partitions, rank records, days and months): its distinct counts of "
